@@ -1,0 +1,128 @@
+//! The shared-memory file every process on a node maps.
+
+use memmap2::MmapRaw;
+use prism_protocol::Error;
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+
+/// A mapping of the node's object segment.
+///
+/// The mapping is shared and writable: objects are written in place by their
+/// creator and read in place by everyone. Immutability after sealing is a
+/// protocol rule, enforced by the object table handing out offsets of
+/// sealed objects only to readers.
+#[derive(Debug)]
+pub struct Segment {
+    map: MmapRaw,
+    path: PathBuf,
+    owner: bool,
+}
+
+// The mapping is plain shared memory; synchronisation of object contents is
+// by the create/seal/pin protocol.
+unsafe impl Send for Segment {}
+unsafe impl Sync for Segment {}
+
+impl Segment {
+    /// Creates (or truncates) the segment file with `capacity` bytes and maps
+    /// it. Pages are allocated lazily by the kernel as they are first
+    /// written. The file is removed when this value drops.
+    pub fn create(path: &Path, capacity: u64) -> Result<Segment, Error> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .map_err(|e| Error::io(format!("create object store at {}", path.display()), e))?;
+        file.set_len(capacity.max(1))
+            .map_err(|e| Error::io(format!("size object store at {}", path.display()), e))?;
+        let map = MmapRaw::map_raw(&file)
+            .map_err(|e| Error::io(format!("map object store at {}", path.display()), e))?;
+        Ok(Segment {
+            map,
+            path: path.to_path_buf(),
+            owner: true,
+        })
+    }
+
+    /// Maps an existing segment created by this node's raylet.
+    pub fn open(path: &Path) -> Result<Segment, Error> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| Error::io(format!("open object store at {}", path.display()), e))?;
+        let map = MmapRaw::map_raw(&file)
+            .map_err(|e| Error::io(format!("map object store at {}", path.display()), e))?;
+        Ok(Segment {
+            map,
+            path: path.to_path_buf(),
+            owner: false,
+        })
+    }
+
+    /// The mapped length.
+    pub fn len(&self) -> u64 {
+        self.map.len() as u64
+    }
+
+    /// Whether the mapping is empty.
+    pub fn is_empty(&self) -> bool {
+        self.map.len() == 0
+    }
+
+    /// The file behind the mapping.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn check(&self, offset: u64, len: u64) -> Result<(), Error> {
+        if offset.checked_add(len).is_none_or(|end| end > self.len()) {
+            return Err(Error::Protocol {
+                message: format!(
+                    "range {offset}+{len} lies outside the {} byte object segment",
+                    self.len()
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// A pointer to `len` bytes at `offset`, after a bounds check.
+    pub fn ptr(&self, offset: u64, len: u64) -> Result<*mut u8, Error> {
+        self.check(offset, len)?;
+        // In bounds by the check above.
+        Ok(unsafe { self.map.as_mut_ptr().add(offset as usize) })
+    }
+
+    /// Copies `data` into the segment at `offset`.
+    ///
+    /// The caller must own the range (created, not yet sealed).
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), Error> {
+        let dst = self.ptr(offset, data.len() as u64)?;
+        // The range is in bounds and, by the store protocol, written by no
+        // one else until sealed.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+        Ok(())
+    }
+
+    /// Borrows `len` bytes at `offset`.
+    ///
+    /// # Safety
+    ///
+    /// The range must belong to a sealed object that stays pinned for the
+    /// lifetime of the returned slice.
+    pub unsafe fn slice(&self, offset: u64, len: u64) -> Result<&[u8], Error> {
+        let ptr = self.ptr(offset, len)?;
+        Ok(std::slice::from_raw_parts(ptr, len as usize))
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        if self.owner {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}

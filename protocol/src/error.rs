@@ -1,0 +1,221 @@
+//! The one error type of Prism.
+//!
+//! Errors cross process boundaries (a task's failure travels from the worker
+//! to its caller, a full store answers a remote `put`), so the enum is
+//! serializable and carries structured fields rather than wrapped source
+//! errors. The facade crate re-exports it as `prism::Error`.
+
+use crate::ids::{ActorId, ObjectId, WorkerId};
+use serde::{Deserialize, Serialize};
+
+/// How a remote function failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FailureKind {
+    /// The function panicked.
+    Panic,
+    /// The function returned `Err`.
+    Error,
+}
+
+/// Everything that can go wrong in Prism.
+#[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Error {
+    /// The runtime was used before `prism::init`.
+    #[error("prism is not initialized; call prism::init(prism::Config::default()) first")]
+    NotInitialized,
+    /// `prism::init` was called twice.
+    #[error("prism is already initialized; call prism::shutdown() first, or set Config::ignore_reinit_error(true)")]
+    AlreadyInitialized,
+    /// A configuration value did not parse.
+    #[error("config {key}: cannot parse {value:?} as {expected}")]
+    Config {
+        /// The key, as its environment variable (`PRISM_...`).
+        key: String,
+        /// The value given.
+        value: String,
+        /// What was expected.
+        expected: String,
+    },
+    /// Bad input to a public API.
+    #[error("invalid argument: {what}: {reason}")]
+    InvalidArgument {
+        /// Which argument.
+        what: String,
+        /// What was wrong with it and what to do.
+        reason: String,
+    },
+    /// A remote function or actor method panicked or returned `Err`.
+    #[error("task {function} failed on {worker} (pid {pid}): {kind:?}: {message}")]
+    TaskFailed {
+        /// The function or `Class::method` that failed.
+        function: String,
+        /// The panic message or the `Display` of the returned error.
+        message: String,
+        /// Panic or returned error.
+        kind: FailureKind,
+        /// The worker it ran on.
+        worker: WorkerId,
+        /// That worker's process id.
+        pid: u32,
+    },
+    /// No function or actor of that name is registered in the worker's binary.
+    #[error("no remote function or actor named {name:?} is registered in {binary}; is it annotated with #[prism::remote] or #[prism::actor], and is the worker running the same binary as the caller?")]
+    UnknownFunction {
+        /// The name asked for.
+        name: String,
+        /// The worker's executable.
+        binary: String,
+    },
+    /// An actor's constructor failed; every call on it gives this error.
+    #[error("actor {class} ({actor_id}) could not be created: {message}")]
+    ActorCreationFailed {
+        /// The actor.
+        actor_id: ActorId,
+        /// Its class name.
+        class: String,
+        /// Why its constructor failed.
+        message: String,
+    },
+    /// An actor is dead (killed, or its process exited).
+    #[error("actor {class} ({actor_id}) is dead: {reason}")]
+    ActorDied {
+        /// The actor.
+        actor_id: ActorId,
+        /// Its class name.
+        class: String,
+        /// Why it died.
+        reason: String,
+    },
+    /// No live actor has that name in that namespace.
+    #[error("no actor named {name:?} in namespace {namespace:?}")]
+    ActorNotFound {
+        /// The name asked for.
+        name: String,
+        /// The namespace searched.
+        namespace: String,
+    },
+    /// An actor name is already taken in the namespace.
+    #[error("an actor named {name:?} already exists in namespace {namespace:?}; pick another name, or get it with prism::get_actor")]
+    ActorNameTaken {
+        /// The name.
+        name: String,
+        /// The namespace.
+        namespace: String,
+    },
+    /// A named actor was fetched as the wrong type.
+    #[error("actor {name:?} is a {actual}, not a {expected}")]
+    ActorClassMismatch {
+        /// The name.
+        name: String,
+        /// The class asked for.
+        expected: String,
+        /// The class it is.
+        actual: String,
+    },
+    /// The worker process running a task died before answering.
+    #[error("the worker running {function} ({worker}, pid {pid}) died before it answered: {reason}")]
+    WorkerDied {
+        /// The function that was running.
+        function: String,
+        /// The worker.
+        worker: WorkerId,
+        /// Its process id (0 when unknown).
+        pid: u32,
+        /// What was observed.
+        reason: String,
+    },
+    /// No node of the cluster could ever satisfy a resource request.
+    #[error("no node can ever satisfy the resource request {shape}: the cluster has {total} in all")]
+    Infeasible {
+        /// The requested shape.
+        shape: String,
+        /// The cluster's total resources.
+        total: String,
+    },
+    /// The object store has no room left.
+    #[error("object store full: asked for {requested} bytes, {used} of {capacity} bytes in use by {num_objects} objects; free some ObjectRefs or raise Config::object_store_memory")]
+    ObjectStoreFull {
+        /// Bytes asked for.
+        requested: u64,
+        /// Bytes in use.
+        used: u64,
+        /// Capacity in bytes.
+        capacity: u64,
+        /// Objects held.
+        num_objects: u64,
+    },
+    /// An object is not known to its owner or store (freed or never created).
+    #[error("object {object_id} was not found: it was freed or never created")]
+    ObjectNotFound {
+        /// The object.
+        object_id: ObjectId,
+    },
+    /// The process that owns an object is gone, and the object with it.
+    #[error("the owner of object {object_id} ({owner}) is unreachable; the object is lost")]
+    OwnerDied {
+        /// The object.
+        object_id: ObjectId,
+        /// The owner's address.
+        owner: String,
+    },
+    /// `get` or `wait` ran out of time.
+    #[error("timed out after {waited_ms} ms with {pending} of {total} objects not ready")]
+    GetTimeout {
+        /// How long was waited.
+        waited_ms: u64,
+        /// How many objects were not ready.
+        pending: usize,
+        /// How many were asked for.
+        total: usize,
+    },
+    /// A value could not be encoded or decoded.
+    #[error("cannot (de)serialize a {type_name}: {message}")]
+    Serialization {
+        /// The Rust type.
+        type_name: String,
+        /// What serde said.
+        message: String,
+    },
+    /// An operating-system call failed.
+    #[error("{context}: {message}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The OS error.
+        message: String,
+    },
+    /// A connection to another Prism process closed.
+    #[error("connection to {peer} closed")]
+    Disconnected {
+        /// Who was on the other side.
+        peer: String,
+    },
+    /// A peer answered with a message that makes no sense here.
+    #[error("protocol error: {message}")]
+    Protocol {
+        /// What was wrong.
+        message: String,
+    },
+}
+
+impl Error {
+    /// An `Io` error with the context it happened in.
+    pub fn io(context: impl Into<String>, err: impl std::fmt::Display) -> Error {
+        Error::Io {
+            context: context.into(),
+            message: err.to_string(),
+        }
+    }
+
+    /// An `InvalidArgument` error.
+    pub fn invalid(what: impl Into<String>, reason: impl Into<String>) -> Error {
+        Error::InvalidArgument {
+            what: what.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Prism's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

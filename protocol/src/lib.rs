@@ -1,0 +1,12 @@
+//! The pieces every Prism process shares: ids, resource quantities, the
+//! error type, the messages processes exchange, and the framed connection
+//! that carries them.
+#![warn(missing_docs, missing_debug_implementations)]
+
+pub mod error;
+pub mod ids;
+pub mod messages;
+pub mod resources;
+pub mod rpc;
+
+pub use error::{Error, FailureKind, Result};

@@ -1,0 +1,332 @@
+//! A multiplexed request/response connection over a Unix-domain socket.
+//!
+//! # Framing
+//!
+//! Each frame is a little-endian `u32` length followed by a MessagePack
+//! [`Frame`]. Either side may send requests; responses carry the id of the
+//! request they answer, so many calls can be in flight on one connection.
+//!
+//! # Ordering
+//!
+//! Frames are written in the order `send` is called and the reader hands
+//! requests to the [`Handler`] in the order they arrive, synchronously, so a
+//! handler that queues work (an actor's mailbox) sees each peer's requests in
+//! the order the peer sent them.
+//!
+//! # Disconnection
+//!
+//! When the socket closes, every call still waiting gets
+//! [`Error::Disconnected`] and the handler's `closed` hook runs once.
+
+use crate::error::Error;
+use crate::messages::{Request, Response};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, oneshot};
+
+/// The largest frame accepted, to stop a corrupt length from allocating
+/// without bound.
+pub const MAX_FRAME_BYTES: usize = 1 << 30;
+
+/// One unit on the wire.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Frame {
+    /// A request that wants an answer.
+    Request {
+        /// Correlates the answer.
+        id: u64,
+        /// The request.
+        body: Request,
+    },
+    /// A request that wants no answer.
+    Notify(Request),
+    /// An answer.
+    Response {
+        /// The request answered.
+        id: u64,
+        /// The answer.
+        body: Response,
+    },
+}
+
+/// Serves requests arriving on a connection.
+pub trait Handler: Send + Sync + 'static {
+    /// Called in arrival order on the connection's reader task. `id` is
+    /// `None` for notifications; otherwise answer with
+    /// [`Connection::respond`], now or later (spawn anything that waits).
+    fn handle(&self, conn: &Connection, id: Option<u64>, request: Request);
+
+    /// Called once when the connection closes.
+    fn closed(&self, _conn: &Connection) {}
+}
+
+struct Inner {
+    peer: String,
+    outgoing: mpsc::UnboundedSender<Vec<u8>>,
+    pending: Mutex<HashMap<u64, oneshot::Sender<Response>>>,
+    next_id: AtomicU64,
+    closed: AtomicBool,
+}
+
+/// A cheap, cloneable handle on one open connection.
+#[derive(Clone)]
+pub struct Connection {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("peer", &self.inner.peer)
+            .finish()
+    }
+}
+
+fn encode_frame(frame: &Frame) -> Result<Vec<u8>, Error> {
+    let mut buf = vec![0u8; 4];
+    rmp_serde::encode::write_named(&mut buf, frame).map_err(|e| Error::Protocol {
+        message: format!("cannot encode frame: {e}"),
+    })?;
+    let len = (buf.len() - 4) as u32;
+    buf[..4].copy_from_slice(&len.to_le_bytes());
+    Ok(buf)
+}
+
+impl Connection {
+    /// Connects to a listening socket and serves the peer's requests with
+    /// `handler`.
+    pub async fn connect(path: &Path, handler: Arc<dyn Handler>) -> Result<Connection, Error> {
+        let stream = UnixStream::connect(path)
+            .await
+            .map_err(|e| Error::io(format!("connect to {}", path.display()), e))?;
+        Ok(Connection::start(
+            stream,
+            path.display().to_string(),
+            handler,
+        ))
+    }
+
+    /// Wraps an accepted or connected stream and starts its reader and writer.
+    pub fn start(stream: UnixStream, peer: String, handler: Arc<dyn Handler>) -> Connection {
+        let (read_half, write_half) = stream.into_split();
+        let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        let conn = Connection {
+            inner: Arc::new(Inner {
+                peer,
+                outgoing: tx,
+                pending: Mutex::new(HashMap::new()),
+                next_id: AtomicU64::new(1),
+                closed: AtomicBool::new(false),
+            }),
+        };
+        tokio::spawn(async move {
+            let mut writer = BufWriter::with_capacity(64 * 1024, write_half);
+            while let Some(buf) = rx.recv().await {
+                if writer.write_all(&buf).await.is_err() {
+                    return;
+                }
+                // Batch whatever else is already queued into the same write.
+                while let Ok(more) = rx.try_recv() {
+                    if writer.write_all(&more).await.is_err() {
+                        return;
+                    }
+                }
+                if writer.flush().await.is_err() {
+                    return;
+                }
+            }
+        });
+        let reader_conn = conn.clone();
+        tokio::spawn(async move {
+            let mut reader = BufReader::with_capacity(64 * 1024, read_half);
+            let result = read_loop(&mut reader, &reader_conn, handler.as_ref()).await;
+            if let Err(e) = result {
+                tracing::debug!(peer = %reader_conn.inner.peer, error = %e, "connection ended");
+            }
+            reader_conn.mark_closed();
+            handler.closed(&reader_conn);
+        });
+        conn
+    }
+
+    fn mark_closed(&self) {
+        self.inner.closed.store(true, Ordering::SeqCst);
+        let pending: Vec<_> = self.inner.pending.lock().drain().collect();
+        // Dropping the senders wakes every waiting call with Disconnected.
+        drop(pending);
+    }
+
+    /// Who is on the other side.
+    pub fn peer(&self) -> &str {
+        &self.inner.peer
+    }
+
+    /// Whether the socket has closed.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::SeqCst)
+    }
+
+    fn send_frame(&self, frame: &Frame) -> Result<(), Error> {
+        let buf = encode_frame(frame)?;
+        self.inner
+            .outgoing
+            .send(buf)
+            .map_err(|_| self.disconnected())
+    }
+
+    fn disconnected(&self) -> Error {
+        Error::Disconnected {
+            peer: self.inner.peer.clone(),
+        }
+    }
+
+    /// Sends a request and waits for its answer; `Response::Error` becomes `Err`.
+    pub async fn call(&self, request: Request) -> Result<Response, Error> {
+        let rx = self.start_call(request)?;
+        match rx.await {
+            Ok(resp) => resp.into_result(),
+            Err(_) => Err(self.disconnected()),
+        }
+    }
+
+    /// Sends a request now and returns the receiver of its answer, so the
+    /// caller can order sends synchronously and await later.
+    pub fn start_call(&self, request: Request) -> Result<oneshot::Receiver<Response>, Error> {
+        if self.is_closed() {
+            return Err(self.disconnected());
+        }
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.inner.pending.lock().insert(id, tx);
+        if let Err(e) = self.send_frame(&Frame::Request { id, body: request }) {
+            self.inner.pending.lock().remove(&id);
+            return Err(e);
+        }
+        if self.is_closed() {
+            // Closed between the check and the insert: make sure we fail.
+            self.inner.pending.lock().remove(&id);
+            return Err(self.disconnected());
+        }
+        Ok(rx)
+    }
+
+    /// Sends a request that wants no answer.
+    pub fn notify(&self, request: Request) -> Result<(), Error> {
+        self.send_frame(&Frame::Notify(request))
+    }
+
+    /// Answers request `id` (does nothing for notifications, `None`).
+    pub fn respond(&self, id: Option<u64>, body: Response) {
+        if let Some(id) = id {
+            if let Err(e) = self.send_frame(&Frame::Response { id, body }) {
+                tracing::debug!(peer = %self.inner.peer, error = %e, "could not send a response");
+            }
+        }
+    }
+}
+
+async fn read_loop(
+    reader: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
+    conn: &Connection,
+    handler: &dyn Handler,
+) -> Result<(), Error> {
+    let mut buf = Vec::new();
+    loop {
+        let mut len = [0u8; 4];
+        reader
+            .read_exact(&mut len)
+            .await
+            .map_err(|e| Error::io("read frame length", e))?;
+        let len = u32::from_le_bytes(len) as usize;
+        if len > MAX_FRAME_BYTES {
+            return Err(Error::Protocol {
+                message: format!("frame of {len} bytes exceeds the {MAX_FRAME_BYTES} byte limit"),
+            });
+        }
+        buf.resize(len, 0);
+        reader
+            .read_exact(&mut buf)
+            .await
+            .map_err(|e| Error::io("read frame", e))?;
+        let frame: Frame = rmp_serde::from_slice(&buf).map_err(|e| Error::Protocol {
+            message: format!("cannot decode frame: {e}"),
+        })?;
+        match frame {
+            Frame::Request { id, body } => handler.handle(conn, Some(id), body),
+            Frame::Notify(body) => handler.handle(conn, None, body),
+            Frame::Response { id, body } => {
+                let waiter = conn.inner.pending.lock().remove(&id);
+                if let Some(tx) = waiter {
+                    let _ = tx.send(body);
+                }
+            }
+        }
+    }
+}
+
+/// Accepts connections on `path` until the returned task is aborted,
+/// serving each with a handler made for it by `make_handler` (so per-peer
+/// state, such as a reader's pins, lives in the handler).
+pub fn serve(
+    path: &Path,
+    make_handler: impl Fn() -> Arc<dyn Handler> + Send + 'static,
+) -> Result<tokio::task::JoinHandle<()>, Error> {
+    let _ = std::fs::remove_file(path);
+    let listener =
+        UnixListener::bind(path).map_err(|e| Error::io(format!("listen on {}", path.display()), e))?;
+    Ok(tokio::spawn(async move {
+        loop {
+            match listener.accept().await {
+                Ok((stream, _)) => {
+                    Connection::start(stream, "peer".to_string(), make_handler());
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            }
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::ObjectId;
+
+    struct Echo;
+    impl Handler for Echo {
+        fn handle(&self, conn: &Connection, id: Option<u64>, request: Request) {
+            let body = match request {
+                Request::GetObject { id: _ } => Response::ObjectLocation { offset: 1, size: 2 },
+                _ => Response::Ok,
+            };
+            conn.respond(id, body);
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn calls_are_answered_over_a_real_socket_and_fail_after_close() {
+        let dir = std::env::temp_dir().join(format!("prism-rpc-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.sock");
+        let server = serve(&path, || Arc::new(Echo)).unwrap();
+        let conn = Connection::connect(&path, Arc::new(Echo)).await.unwrap();
+        for _ in 0..100 {
+            let r = conn
+                .call(Request::GetObject { id: ObjectId::new() })
+                .await
+                .unwrap();
+            assert!(matches!(r, Response::ObjectLocation { offset: 1, size: 2 }));
+        }
+        server.abort();
+        drop(server);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

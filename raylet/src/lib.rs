@@ -1,0 +1,108 @@
+//! The raylet: one per node.
+//!
+//! It owns the node's shared-memory object store and its worker pool,
+//! accounts for the node's resources, grants worker leases, and (on the head
+//! node) keeps the control store: the actor table and its names. Drivers and
+//! workers talk to it over one Unix socket, `sockets/raylet.sock` in the
+//! session directory; tasks themselves never pass through it.
+//!
+//! ```no_run
+//! # async fn demo() -> prism_protocol::Result<()> {
+//! use prism_raylet::{Raylet, RayletConfig};
+//! let raylet = Raylet::start(RayletConfig::local("/tmp/prism/session_demo".into(), 2, 1 << 30)).await?;
+//! println!("raylet listening on {}", raylet.socket_path().display());
+//! raylet.shutdown();
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs, missing_debug_implementations)]
+
+mod actors;
+mod node;
+mod resources;
+mod server;
+mod workers;
+
+pub use resources::{Allocation, NodeResources};
+
+use node::Node;
+use prism_protocol::resources::{Quantity, ResourceSet, CPU};
+use prism_protocol::Error;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// How a raylet is set up.
+#[derive(Debug, Clone)]
+pub struct RayletConfig {
+    /// Session directory: `logs/` and `sockets/` are made inside it.
+    pub session_dir: PathBuf,
+    /// The node's total resources.
+    pub resources: ResourceSet,
+    /// Object store capacity in bytes.
+    pub object_store_bytes: u64,
+    /// Where the shared-memory segment file goes (`/dev/shm` on Linux).
+    pub shm_dir: PathBuf,
+    /// Workers started for each driver as soon as it registers.
+    pub prestart_workers: usize,
+    /// The most task workers one job may have at once (actors not counted).
+    pub max_workers_per_job: usize,
+}
+
+impl RayletConfig {
+    /// A single-node setup with `cpus` CPUs and `store_bytes` of object store.
+    pub fn local(session_dir: PathBuf, cpus: u64, store_bytes: u64) -> Self {
+        let mut resources = ResourceSet::new();
+        resources.set(CPU, Quantity::whole(cpus));
+        RayletConfig {
+            session_dir,
+            resources,
+            object_store_bytes: store_bytes,
+            shm_dir: PathBuf::from("/dev/shm"),
+            prestart_workers: cpus as usize,
+            max_workers_per_job: (cpus as usize * 4).max(8),
+        }
+    }
+}
+
+/// A running raylet. Dropping it does not stop it; call [`Raylet::shutdown`].
+#[derive(Debug)]
+pub struct Raylet {
+    node: Arc<Node>,
+    server: tokio::task::JoinHandle<()>,
+    socket: PathBuf,
+}
+
+impl Raylet {
+    /// Creates the session directories and the store, and starts serving.
+    /// Must be called inside a tokio runtime.
+    pub async fn start(config: RayletConfig) -> Result<Raylet, Error> {
+        let sockets = config.session_dir.join("sockets");
+        let logs = config.session_dir.join("logs");
+        for dir in [&sockets, &logs] {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+        }
+        let socket = sockets.join("raylet.sock");
+        let node = Node::new(config, socket.clone())?;
+        let serving = node.clone();
+        let server = prism_protocol::rpc::serve(&socket, move || server::handler(&serving))?;
+        tracing::info!(socket = %socket.display(), node = %node.node_id, "raylet started");
+        Ok(Raylet {
+            node,
+            server,
+            socket,
+        })
+    }
+
+    /// The socket drivers and workers connect to.
+    pub fn socket_path(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Kills every worker, stops serving and removes the store segment.
+    pub fn shutdown(self) {
+        self.server.abort();
+        self.node.kill_all_workers();
+        let _ = std::fs::remove_file(&self.socket);
+        tracing::info!("raylet stopped");
+    }
+}

@@ -1,0 +1,158 @@
+//! A node's resource accounting, with GPUs tracked per device.
+//!
+//! A request for less than one GPU is placed on a single device that has
+//! that fraction free; a request for one or more must be whole and takes
+//! whole free devices. The devices chosen become the worker's
+//! `CUDA_VISIBLE_DEVICES`.
+
+use prism_protocol::error::Error;
+use prism_protocol::resources::{Quantity, ResourceSet, GPU};
+
+/// What a granted request holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allocation {
+    /// The whole shape.
+    pub shape: ResourceSet,
+    /// Device ids and the share taken on each.
+    pub gpus: Vec<(u32, Quantity)>,
+}
+
+impl Allocation {
+    /// The device ids, in order.
+    pub fn gpu_ids(&self) -> Vec<u32> {
+        self.gpus.iter().map(|(id, _)| *id).collect()
+    }
+}
+
+/// Totals and what is free.
+#[derive(Debug)]
+pub struct NodeResources {
+    total: ResourceSet,
+    available: ResourceSet,
+    gpu_free: Vec<Quantity>,
+}
+
+impl NodeResources {
+    /// A node with `total`; its GPU count becomes devices `0..n`.
+    pub fn new(total: ResourceSet) -> Self {
+        let gpus = total.get(GPU).units() / Quantity::SCALE;
+        NodeResources {
+            available: total.clone(),
+            gpu_free: vec![Quantity::whole(1); gpus as usize],
+            total,
+        }
+    }
+
+    /// Everything the node has.
+    pub fn total(&self) -> &ResourceSet {
+        &self.total
+    }
+
+    /// What is free now.
+    pub fn available(&self) -> &ResourceSet {
+        &self.available
+    }
+
+    /// Rejects shapes this node could never run, naming the shape and the total.
+    pub fn check_feasible(&self, shape: &ResourceSet) -> Result<(), Error> {
+        let gpu = shape.get(GPU);
+        let whole_gpu_ok = gpu.units() < Quantity::SCALE || gpu.is_whole();
+        if !whole_gpu_ok {
+            return Err(Error::invalid(
+                "num_gpus",
+                format!("{gpu} GPUs: a request above one GPU must be a whole number"),
+            ));
+        }
+        if !self.total.contains(shape) {
+            return Err(Error::Infeasible {
+                shape: shape.to_string(),
+                total: self.total.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Takes `shape` if it fits now.
+    pub fn try_allocate(&mut self, shape: &ResourceSet) -> Option<Allocation> {
+        if !self.available.contains(shape) {
+            return None;
+        }
+        let gpu = shape.get(GPU);
+        let gpus = if gpu.is_zero() {
+            Vec::new()
+        } else if gpu.units() < Quantity::SCALE {
+            let id = self.gpu_free.iter().position(|free| *free >= gpu)?;
+            vec![(id as u32, gpu)]
+        } else {
+            let want = (gpu.units() / Quantity::SCALE) as usize;
+            let ids: Vec<_> = self
+                .gpu_free
+                .iter()
+                .enumerate()
+                .filter(|(_, free)| **free == Quantity::whole(1))
+                .map(|(i, _)| i as u32)
+                .take(want)
+                .collect();
+            if ids.len() < want {
+                return None;
+            }
+            ids.into_iter().map(|i| (i, Quantity::whole(1))).collect()
+        };
+        for (id, share) in &gpus {
+            let slot = &mut self.gpu_free[*id as usize];
+            *slot = slot.saturating_sub(*share);
+        }
+        self.available.subtract(shape);
+        Some(Allocation {
+            shape: shape.clone(),
+            gpus,
+        })
+    }
+
+    /// Gives an allocation back.
+    pub fn release(&mut self, allocation: &Allocation) {
+        for (id, share) in &allocation.gpus {
+            if let Some(slot) = self.gpu_free.get_mut(*id as usize) {
+                *slot = slot.add(*share);
+            }
+        }
+        self.available.add(&allocation.shape);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prism_protocol::resources::CPU;
+
+    fn shape(cpu: f64, gpu: f64) -> ResourceSet {
+        let mut s = ResourceSet::new();
+        s.set(CPU, Quantity::from_f64(CPU, cpu).unwrap());
+        s.set(GPU, Quantity::from_f64(GPU, gpu).unwrap());
+        s
+    }
+
+    #[test]
+    fn two_half_gpu_requests_share_one_device() {
+        let mut r = NodeResources::new(shape(4.0, 2.0));
+        let a = r.try_allocate(&shape(1.0, 0.5)).unwrap();
+        let b = r.try_allocate(&shape(1.0, 0.5)).unwrap();
+        assert_eq!(a.gpu_ids(), vec![0]);
+        assert_eq!(b.gpu_ids(), vec![0]);
+        let c = r.try_allocate(&shape(1.0, 1.0)).unwrap();
+        assert_eq!(c.gpu_ids(), vec![1]);
+        assert!(r.try_allocate(&shape(0.0, 0.5)).is_none());
+        r.release(&a);
+        r.release(&b);
+        r.release(&c);
+        assert_eq!(r.available(), r.total());
+    }
+
+    #[test]
+    fn a_request_larger_than_the_node_is_infeasible_and_names_both() {
+        let r = NodeResources::new(shape(2.0, 0.0));
+        let err = r.check_feasible(&shape(3.0, 0.0)).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("CPU: 3") && text.contains("CPU: 2"), "{text}");
+    }
+}

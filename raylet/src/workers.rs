@@ -1,0 +1,210 @@
+//! Starting worker processes, capturing their output, and noticing when they
+//! exit.
+//!
+//! A worker is the job's own executable started with `PRISM_WORKER=1`: the
+//! `prism` crate checks that variable before `main` runs and turns the
+//! process into a worker, so examples, binaries and test executables all
+//! serve as their own workers. Its stdout and stderr go, line by line, to
+//! `logs/worker-<id>.out|.err` and (by default) to the driver's terminal.
+
+use crate::node::{Job, Node, Worker, WorkerUse};
+use prism_protocol::error::Error;
+use prism_protocol::ids::{JobId, WorkerId};
+use prism_protocol::messages::{Request, Stream};
+use prism_protocol::rpc::Connection;
+use parking_lot::Mutex;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::Command;
+
+impl Node {
+    /// Records a driver and prestarts its workers.
+    pub(crate) fn register_job(self: &Arc<Self>, job_id: JobId, job: Job) {
+        let mut state = self.state.lock();
+        state.jobs.insert(job_id, job);
+        for _ in 0..self.config.prestart_workers {
+            self.start_worker(&mut state, job_id, Vec::new());
+        }
+    }
+
+    /// A driver left: its workers and actors end with it.
+    pub(crate) fn end_job(self: &Arc<Self>, job_id: JobId) {
+        let mut state = self.state.lock();
+        state.jobs.remove(&job_id);
+        let pids: Vec<u32> = state
+            .workers
+            .values()
+            .filter(|w| w.job == job_id)
+            .map(|w| w.pid)
+            .collect();
+        drop(state);
+        for pid in pids {
+            kill_pid(pid);
+        }
+        tracing::info!(job = %job_id, "job ended; its workers were stopped");
+    }
+
+    pub(crate) fn start_worker(self: &Arc<Self>, state: &mut crate::node::State, job_id: JobId, gpu_ids: Vec<u32>) {
+        let Some(job) = state.jobs.get(&job_id) else {
+            return;
+        };
+        let worker_id = WorkerId::new();
+        let mut cmd = Command::new(&job.executable);
+        cmd.current_dir(&job.cwd)
+            .env("PRISM_WORKER", "1")
+            .env("PRISM_WORKER_ID", worker_id.0.to_string())
+            .env("PRISM_RAYLET_SOCKET", &self.socket)
+            .env("PRISM_SESSION_DIR", &self.config.session_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(false);
+        if !gpu_ids.is_empty() {
+            let ids: Vec<String> = gpu_ids.iter().map(|i| i.to_string()).collect();
+            cmd.env("CUDA_VISIBLE_DEVICES", ids.join(","));
+        }
+        let mut child = match cmd.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                tracing::error!(executable = %job.executable.display(), error = %e, "cannot start a worker");
+                return;
+            }
+        };
+        let pid = child.id().unwrap_or(0);
+        let label = Arc::new(Mutex::new(format!("pid={pid}")));
+        let logs = self.config.session_dir.join("logs");
+        let driver = job.log_to_driver.then(|| job.driver.clone());
+        if let Some(out) = child.stdout.take() {
+            let path = logs.join(format!("worker-{}.out", worker_id.0 as u64));
+            tokio::spawn(forward_lines(out, path, Stream::Stdout, label.clone(), driver.clone()));
+        }
+        if let Some(err) = child.stderr.take() {
+            let path = logs.join(format!("worker-{}.err", worker_id.0 as u64));
+            tokio::spawn(forward_lines(err, path, Stream::Stderr, label.clone(), driver));
+        }
+        state.workers.insert(
+            worker_id,
+            Worker {
+                job: job_id,
+                pid,
+                gpu_ids,
+                conn: None,
+                address: None,
+                usage: WorkerUse::Starting,
+                label,
+            },
+        );
+        tracing::debug!(worker = %worker_id, pid, job = %job_id, "worker started");
+        let node = self.clone();
+        tokio::spawn(async move {
+            let status = child.wait().await;
+            let reason = match status {
+                Ok(s) => format!("worker process exited ({s})"),
+                Err(e) => format!("worker process could not be waited on: {e}"),
+            };
+            node.worker_exited(worker_id, reason);
+        });
+    }
+
+    /// A started worker connected back.
+    pub(crate) fn register_worker(
+        self: &Arc<Self>,
+        worker_id: WorkerId,
+        address: String,
+        conn: Connection,
+    ) -> Result<JobId, Error> {
+        let mut state = self.state.lock();
+        let Some(worker) = state.workers.get_mut(&worker_id) else {
+            return Err(Error::Protocol {
+                message: format!("{worker_id} was not started by this raylet"),
+            });
+        };
+        worker.conn = Some(conn);
+        worker.address = Some(address);
+        worker.usage = WorkerUse::Idle;
+        let job = worker.job;
+        self.schedule(&mut state);
+        Ok(job)
+    }
+
+    fn worker_exited(self: &Arc<Self>, worker_id: WorkerId, reason: String) {
+        let mut state = self.state.lock();
+        let Some(worker) = state.workers.remove(&worker_id) else {
+            return;
+        };
+        tracing::debug!(worker = %worker_id, pid = worker.pid, %reason, "worker exited");
+        let lease = match worker.usage {
+            WorkerUse::Leased(lease_id) => Some(lease_id),
+            WorkerUse::Actor(actor_id) => {
+                self.actor_died(&mut state, actor_id, reason.clone());
+                state
+                    .leases
+                    .iter()
+                    .find(|(_, l)| l.worker == worker_id)
+                    .map(|(id, _)| *id)
+            }
+            _ => None,
+        };
+        if let Some(lease) = lease.and_then(|id| state.leases.remove(&id)) {
+            state.resources.release(&lease.allocation);
+        }
+        // Keep the job's pool at its prestart size.
+        if state.jobs.contains_key(&worker.job) && !state.shutting_down {
+            let pool = state
+                .workers
+                .values()
+                .filter(|w| w.job == worker.job && matches!(w.usage, WorkerUse::Idle | WorkerUse::Starting))
+                .count();
+            if pool < self.config.prestart_workers {
+                self.start_worker(&mut state, worker.job, Vec::new());
+            }
+        }
+        self.schedule(&mut state);
+    }
+
+    /// Stops every worker process (shutdown).
+    pub(crate) fn kill_all_workers(&self) {
+        let mut state = self.state.lock();
+        state.shutting_down = true;
+        for w in state.workers.values() {
+            kill_pid(w.pid);
+        }
+    }
+}
+
+pub(crate) fn kill_pid(pid: u32) {
+    if pid > 0 {
+        // SIGKILL: a worker holds no state that must be flushed; its logs
+        // are line-buffered through the raylet.
+        unsafe {
+            libc::kill(pid as i32, libc::SIGKILL);
+        }
+    }
+}
+
+async fn forward_lines(
+    source: impl AsyncRead + Unpin,
+    log_path: PathBuf,
+    stream: Stream,
+    label: Arc<Mutex<String>>,
+    driver: Option<Connection>,
+) {
+    let mut log = std::fs::File::create(&log_path).ok();
+    let mut lines = BufReader::new(source).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if let Some(f) = log.as_mut() {
+            let _ = writeln!(f, "{line}");
+        }
+        if let Some(driver) = &driver {
+            let label = label.lock().clone();
+            let _ = driver.notify(Request::WorkerOutput {
+                label,
+                stream,
+                lines: vec![line],
+            });
+        }
+    }
+}
