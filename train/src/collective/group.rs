@@ -1,0 +1,604 @@
+//! [`ProcessGroup`]: the public face of the collective layer.
+
+use super::config::{CollectiveConfig, TransportChoice};
+use super::element::{Element, ReduceOp};
+use super::error::{CollectiveError, OpKind, Result};
+use super::ops::{self, Call};
+use super::rendezvous::{local_host_id, PeerRecord, Rendezvous, TcpRendezvous};
+use super::transport::shm::ShmMesh;
+use super::transport::tcp::{self, TcpMesh};
+use super::transport::Mesh;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::ops::Range;
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The largest group this module forms. Rendezvous, the full mesh of links
+/// and the small-message path are all sized for tens of ranks per group.
+pub const MAX_WORLD_SIZE: usize = 1024;
+
+/// Who this process is in which group, and how to find the others.
+///
+/// ```
+/// use prism_train::collective::GroupOptions;
+/// use std::time::Duration;
+///
+/// let options = GroupOptions::new(0, 4, "10.0.0.1:29500")
+///     .group_name("gradients")
+///     .timeout(Duration::from_secs(30));
+/// assert_eq!(options.world_size(), 4);
+/// ```
+#[derive(Clone, Debug)]
+pub struct GroupOptions {
+    rank: usize,
+    world_size: usize,
+    master: String,
+    group_name: String,
+    config: CollectiveConfig,
+}
+
+impl GroupOptions {
+    /// Rank `rank` of `world_size`, meeting the others at `master`
+    /// (`host:port`, where rank 0 listens), with the default configuration.
+    pub fn new(rank: usize, world_size: usize, master: impl Into<String>) -> Self {
+        GroupOptions {
+            rank,
+            world_size,
+            master: master.into(),
+            group_name: "default".to_string(),
+            config: CollectiveConfig::default(),
+        }
+    }
+
+    /// Options from the environment, as torch.distributed's `env://`:
+    /// `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`, plus every
+    /// `PRISM_COLLECTIVE_*` override.
+    pub fn from_env() -> Result<Self> {
+        let number = |name: &'static str| -> Result<usize> {
+            let value = std::env::var(name).map_err(|_| CollectiveError::MissingEnv { name })?;
+            value
+                .trim()
+                .parse()
+                .map_err(|_| CollectiveError::InvalidConfig {
+                    key: name.to_string(),
+                    value,
+                    expected: "a non-negative integer",
+                })
+        };
+        let rendezvous = TcpRendezvous::from_env()?;
+        Ok(
+            GroupOptions::new(number("RANK")?, number("WORLD_SIZE")?, rendezvous.master())
+                .config(CollectiveConfig::from_env()?),
+        )
+    }
+
+    /// Names the group; ranks joining with another name are refused, so two
+    /// jobs given the same master port by mistake fail instead of mixing.
+    pub fn group_name(mut self, name: impl Into<String>) -> Self {
+        self.group_name = name.into();
+        self
+    }
+
+    /// Replaces the configuration.
+    pub fn config(mut self, config: CollectiveConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Sets the bound on rendezvous and on every call.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.config.timeout_ms = timeout.as_millis().min(u64::MAX as u128) as u64;
+        self
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.world_size
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.world_size == 0 || self.world_size > MAX_WORLD_SIZE {
+            return Err(CollectiveError::InvalidWorldSize {
+                world_size: self.world_size,
+                max: MAX_WORLD_SIZE,
+            });
+        }
+        if self.rank >= self.world_size {
+            return Err(CollectiveError::InvalidRank {
+                rank: self.rank,
+                world_size: self.world_size,
+            });
+        }
+        let name_ok = !self.group_name.is_empty()
+            && self.group_name.len() <= 128
+            && self.group_name.chars().all(|c| c.is_ascii_graphic());
+        if !name_ok {
+            return Err(CollectiveError::InvalidGroupName {
+                name: self.group_name.clone(),
+            });
+        }
+        Ok(())
+    }
+}
+
+struct State {
+    /// `None` for a group of one.
+    mesh: Option<Box<dyn Mesh>>,
+    seq: u32,
+    broken: Option<Arc<CollectiveError>>,
+}
+
+struct Shared {
+    rank: usize,
+    world_size: usize,
+    config: CollectiveConfig,
+    transport: &'static str,
+    state: Mutex<State>,
+    /// Non-blocking calls queued or running.
+    pending: Mutex<usize>,
+    idle: Condvar,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic in a collective leaves no half-updated state worth refusing:
+    // the mesh is marked broken by the error path, or the call never began.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Shared {
+    fn execute<R>(&self, f: impl FnOnce(&mut Call<'_>) -> Result<R>) -> Result<R> {
+        let mut guard = lock(&self.state);
+        let state = &mut *guard;
+        if let Some(first) = &state.broken {
+            return Err(CollectiveError::GroupBroken {
+                first: first.clone(),
+            });
+        }
+        let Some(mesh) = state.mesh.as_deref_mut() else {
+            unreachable!("groups of one return before reaching the mesh")
+        };
+        state.seq = state.seq.wrapping_add(1);
+        let mut call = Call {
+            mesh,
+            config: &self.config,
+            rank: self.rank,
+            world_size: self.world_size,
+            seq: state.seq,
+            deadline: Instant::now() + self.config.timeout(),
+        };
+        let result = f(&mut call);
+        if let Err(e) = &result {
+            if e.breaks_group() {
+                call.mesh.abort();
+                state.broken = Some(Arc::new(e.clone()));
+            }
+        }
+        result
+    }
+
+    fn all_reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
+        if self.world_size == 1 {
+            return Ok(());
+        }
+        self.execute(|call| ops::all_reduce(call, buf, op))
+    }
+
+    fn reduce_scatter<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<Range<usize>> {
+        if self.world_size == 1 {
+            return Ok(0..buf.len());
+        }
+        self.execute(|call| ops::reduce_scatter(call, buf, op))
+    }
+
+    fn all_gather<T: Element>(&self, input: &[T], output: &mut [T]) -> Result<()> {
+        if self.world_size == 1 {
+            if output.len() != input.len() {
+                return Err(CollectiveError::BufferLength {
+                    op: OpKind::AllGather,
+                    expected: input.len(),
+                    actual: output.len(),
+                });
+            }
+            output.copy_from_slice(input);
+            return Ok(());
+        }
+        if output.len() != input.len() * self.world_size {
+            // Checked here too so that a bad call does not consume a
+            // sequence number.
+            return Err(CollectiveError::BufferLength {
+                op: OpKind::AllGather,
+                expected: input.len() * self.world_size,
+                actual: output.len(),
+            });
+        }
+        self.execute(|call| ops::all_gather(call, input, output))
+    }
+
+    fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<()> {
+        if root >= self.world_size {
+            return Err(CollectiveError::InvalidRoot {
+                root,
+                world_size: self.world_size,
+            });
+        }
+        if self.world_size == 1 {
+            return Ok(());
+        }
+        self.execute(|call| ops::broadcast(call, buf, root))
+    }
+
+    fn barrier(&self) -> Result<()> {
+        if self.world_size == 1 {
+            return Ok(());
+        }
+        self.execute(ops::barrier)
+    }
+
+    /// Waits until every queued non-blocking call has finished, so that a
+    /// blocking call keeps its place in the group's order.
+    fn wait_idle(&self, op: OpKind) -> Result<()> {
+        let mut pending = lock(&self.pending);
+        // Each queued call is bounded by the timeout; allow all of them.
+        let bound = self.config.timeout() * (*pending as u32 + 1) + Duration::from_secs(1);
+        let until = Instant::now() + bound;
+        while *pending > 0 {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(CollectiveError::Timeout {
+                    op,
+                    timeout: self.config.timeout(),
+                });
+            }
+            pending = self
+                .idle
+                .wait_timeout(pending, left)
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .0;
+        }
+        Ok(())
+    }
+}
+
+/// Decrements the pending count even if a queued call panics.
+struct PendingGuard(Arc<Shared>);
+
+impl Drop for PendingGuard {
+    fn drop(&mut self) {
+        let mut pending = lock(&self.0.pending);
+        *pending = pending.saturating_sub(1);
+        self.0.idle.notify_all();
+    }
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A group of processes that run collectives together.
+///
+/// # Ordering
+///
+/// Every rank must make the same calls in the same order, with buffers of
+/// the same length and type (the ranks check this and fail with
+/// [`CollectiveError::CallMismatch`]). Non-blocking calls run one after
+/// another on the group's own thread, in the order they were made; a
+/// blocking call first waits for them, so it keeps its place.
+///
+/// # Timeouts
+///
+/// Every call, and the rendezvous in [`join`](Self::join), is bounded by the
+/// configured timeout (`PRISM_COLLECTIVE_TIMEOUT_MS`, default 5 minutes). A
+/// peer that dies is usually noticed at once (its connection closes), a hung
+/// one at the timeout.
+///
+/// # Failures
+///
+/// An error while bytes are moving aborts the group on every rank (see
+/// [`CollectiveError`]); create a new group to go on. Errors in the
+/// arguments (a wrong length, a bad root) leave it usable.
+///
+/// # Example
+///
+/// ```
+/// use prism_train::collective::{GroupOptions, ProcessGroup, ReduceOp};
+///
+/// # fn main() -> Result<(), prism_train::collective::CollectiveError> {
+/// // Every process runs this with its own rank; a group of one is complete.
+/// let group = ProcessGroup::join(GroupOptions::new(0, 1, "127.0.0.1:0"))?;
+/// let mut weights = vec![0.5f32; 4];
+/// group.broadcast(&mut weights, 0)?;
+///
+/// let pending = group.all_reduce_async(vec![1.0f64; 1024], ReduceOp::Sum);
+/// // ... compute the next bucket of gradients here ...
+/// let summed = pending.wait()?;
+/// assert_eq!(summed[0], 1.0);
+/// group.barrier()?;
+/// # Ok(())
+/// # }
+/// ```
+pub struct ProcessGroup {
+    shared: Arc<Shared>,
+    jobs: Option<mpsc::Sender<Job>>,
+    worker: Option<JoinHandle<()>>,
+}
+
+impl fmt::Debug for ProcessGroup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProcessGroup")
+            .field("rank", &self.shared.rank)
+            .field("world_size", &self.shared.world_size)
+            .field("transport", &self.shared.transport)
+            .finish()
+    }
+}
+
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    std::process::id().hash(&mut h);
+    Instant::now().hash(&mut h);
+    h.finish()
+}
+
+impl ProcessGroup {
+    /// Joins the group described by `options`, meeting at its master address
+    /// (rank 0 listens there). Returns once every rank has joined and every
+    /// link is up, or with an error within the timeout.
+    pub fn join(options: GroupOptions) -> Result<ProcessGroup> {
+        let rendezvous = TcpRendezvous::new(options.master.clone());
+        Self::join_with(options, &rendezvous)
+    }
+
+    /// Joins with `RANK`, `WORLD_SIZE`, `MASTER_ADDR` and `MASTER_PORT` from
+    /// the environment (see [`GroupOptions::from_env`]).
+    pub fn from_env() -> Result<ProcessGroup> {
+        Self::join(GroupOptions::from_env()?)
+    }
+
+    /// Joins through any [`Rendezvous`], for instance one backed by the
+    /// cluster's key-value store.
+    pub fn join_with(options: GroupOptions, rendezvous: &dyn Rendezvous) -> Result<ProcessGroup> {
+        options.validate()?;
+        let GroupOptions {
+            rank,
+            world_size,
+            group_name,
+            config,
+            ..
+        } = options;
+        let deadline = Instant::now() + config.timeout();
+        let (mesh, transport): (Option<Box<dyn Mesh>>, &'static str) = if world_size == 1 {
+            (None, "local")
+        } else {
+            let listener = tcp::bind_data_listener()?;
+            let port = listener
+                .local_addr()
+                .map_err(|e| CollectiveError::io(None, "reading the peer listener address", e))?
+                .port();
+            let me = PeerRecord {
+                rank,
+                data_addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port),
+                host_id: local_host_id(),
+                pid: std::process::id(),
+                nonce: random_u64(),
+            };
+            let table = rendezvous.exchange(&group_name, world_size, me, deadline)?;
+            if table.len() != world_size || table.iter().enumerate().any(|(i, r)| r.rank != i) {
+                return Err(CollectiveError::Protocol {
+                    peer: 0,
+                    detail: "rendezvous returned an incomplete table",
+                });
+            }
+            let nonce = table[0].nonce;
+            let streams = tcp::connect_mesh(rank, &table, listener, deadline)?;
+            let one_host = table.iter().all(|r| r.host_id == table[0].host_id);
+            let mesh: Box<dyn Mesh> = match (config.transport, one_host) {
+                (TransportChoice::Tcp, _) | (TransportChoice::Auto, false) => {
+                    Box::new(TcpMesh::new(streams, &config)?)
+                }
+                (TransportChoice::Auto | TransportChoice::SharedMemory, true) => {
+                    Box::new(ShmMesh::new(rank, nonce, streams, &config, deadline)?)
+                }
+                (TransportChoice::SharedMemory, false) => {
+                    return Err(CollectiveError::TransportUnavailable {
+                        transport: "shm",
+                        reason: "the ranks are not all on one host",
+                    })
+                }
+            };
+            let name = mesh.name();
+            (Some(mesh), name)
+        };
+        let shared = Arc::new(Shared {
+            rank,
+            world_size,
+            config,
+            transport,
+            state: Mutex::new(State {
+                mesh,
+                seq: 0,
+                broken: None,
+            }),
+            pending: Mutex::new(0),
+            idle: Condvar::new(),
+        });
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let worker = std::thread::Builder::new()
+            .name(format!("prism-collective-{rank}"))
+            .spawn(move || {
+                // Ends when the group drops its sender.
+                for job in queue {
+                    job();
+                }
+            })
+            .map_err(|e| CollectiveError::io(None, "starting the group's thread", e))?;
+        Ok(ProcessGroup {
+            shared,
+            jobs: Some(jobs),
+            worker: Some(worker),
+        })
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> usize {
+        self.shared.rank
+    }
+
+    /// The number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.shared.world_size
+    }
+
+    /// The transport in use: `"shm"`, `"tcp"`, or `"local"` for a group of
+    /// one.
+    pub fn transport(&self) -> &'static str {
+        self.shared.transport
+    }
+
+    /// Replaces every element of `buf` with its reduction over all ranks.
+    pub fn all_reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
+        self.shared.wait_idle(OpKind::AllReduce)?;
+        self.shared.all_reduce(buf, op)
+    }
+
+    /// Reduces `buf` over all ranks, leaving this rank's segment (the
+    /// returned range, [`segment_range`](super::segment_range)`(buf.len(),
+    /// world_size, rank)`) fully reduced; the rest of `buf` holds partial
+    /// results.
+    pub fn reduce_scatter<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<Range<usize>> {
+        self.shared.wait_idle(OpKind::ReduceScatter)?;
+        self.shared.reduce_scatter(buf, op)
+    }
+
+    /// Fills `output` (`world_size * input.len()` elements) with every rank's
+    /// `input`, in rank order.
+    pub fn all_gather<T: Element>(&self, input: &[T], output: &mut [T]) -> Result<()> {
+        self.shared.wait_idle(OpKind::AllGather)?;
+        self.shared.all_gather(input, output)
+    }
+
+    /// Copies `root`'s `buf` into every other rank's `buf`.
+    pub fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<()> {
+        self.shared.wait_idle(OpKind::Broadcast)?;
+        self.shared.broadcast(buf, root)
+    }
+
+    /// Returns once every rank has entered the barrier.
+    pub fn barrier(&self) -> Result<()> {
+        self.shared.wait_idle(OpKind::Barrier)?;
+        self.shared.barrier()
+    }
+
+    /// [`all_reduce`](Self::all_reduce) on the group's thread; the buffer
+    /// comes back from [`Work::wait`].
+    pub fn all_reduce_async<T: Element>(&self, mut buf: Vec<T>, op: ReduceOp) -> Work<Vec<T>> {
+        self.submit(move |shared| shared.all_reduce(&mut buf, op).map(|()| buf))
+    }
+
+    /// [`reduce_scatter`](Self::reduce_scatter) on the group's thread.
+    pub fn reduce_scatter_async<T: Element>(
+        &self,
+        mut buf: Vec<T>,
+        op: ReduceOp,
+    ) -> Work<(Vec<T>, Range<usize>)> {
+        self.submit(move |shared| shared.reduce_scatter(&mut buf, op).map(|r| (buf, r)))
+    }
+
+    /// [`all_gather`](Self::all_gather) on the group's thread; returns the
+    /// gathered buffer.
+    pub fn all_gather_async<T: Element>(&self, input: Vec<T>) -> Work<Vec<T>> {
+        self.submit(move |shared| {
+            let mut output = Vec::with_capacity(input.len() * shared.world_size);
+            output.resize(
+                input.len() * shared.world_size,
+                input.first().copied().unwrap_or_else(|| T::from_f64(0.0)),
+            );
+            shared.all_gather(&input, &mut output).map(|()| output)
+        })
+    }
+
+    /// [`broadcast`](Self::broadcast) on the group's thread.
+    pub fn broadcast_async<T: Element>(&self, mut buf: Vec<T>, root: usize) -> Work<Vec<T>> {
+        self.submit(move |shared| shared.broadcast(&mut buf, root).map(|()| buf))
+    }
+
+    /// [`barrier`](Self::barrier) on the group's thread.
+    pub fn barrier_async(&self) -> Work<()> {
+        self.submit(|shared| shared.barrier())
+    }
+
+    fn submit<R: Send + 'static>(
+        &self,
+        job: impl FnOnce(&Shared) -> Result<R> + Send + 'static,
+    ) -> Work<R> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        *lock(&self.shared.pending) += 1;
+        let guard = PendingGuard(self.shared.clone());
+        let boxed: Job = Box::new(move || {
+            let result = job(&guard.0);
+            let _ = tx.send(result);
+            drop(guard);
+        });
+        if let Some(jobs) = &self.jobs {
+            // A send error drops the job (and its guard and sender), which
+            // makes the Work report WorkerGone.
+            let _ = jobs.send(boxed);
+        }
+        Work { rx, result: None }
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        drop(self.jobs.take());
+        if let Some(worker) = self.worker.take() {
+            // Queued calls are bounded by their timeouts, so this ends.
+            let _ = worker.join();
+        }
+    }
+}
+
+/// A non-blocking collective in flight. Dropping it does not cancel the call
+/// (every rank must still make it); the result is discarded.
+pub struct Work<R> {
+    rx: mpsc::Receiver<Result<R>>,
+    result: Option<Result<R>>,
+}
+
+impl<R> fmt::Debug for Work<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Work")
+            .field("complete", &self.result.is_some())
+            .finish()
+    }
+}
+
+impl<R> Work<R> {
+    /// Whether the call has finished (successfully or not).
+    pub fn is_complete(&mut self) -> bool {
+        if self.result.is_none() {
+            match self.rx.try_recv() {
+                Ok(r) => self.result = Some(r),
+                Err(mpsc::TryRecvError::Empty) => {}
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    self.result = Some(Err(CollectiveError::WorkerGone))
+                }
+            }
+        }
+        self.result.is_some()
+    }
+
+    /// Waits for the call and returns its result. Bounded: the call itself
+    /// is bounded by the group's timeout, as is every call queued before it.
+    pub fn wait(self) -> Result<R> {
+        match self.result {
+            Some(r) => r,
+            None => self.rx.recv().unwrap_or(Err(CollectiveError::WorkerGone)),
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! The collectives on a connected mesh: validate, build the plan, run it,
+//! finish (order the small-message combine, divide a mean).
+
+use super::config::CollectiveConfig;
+use super::element::{as_bytes, combine_into, finish_mean, Element, ReduceOp};
+use super::engine;
+use super::error::{CollectiveError, OpKind, OpSignature, Result};
+use super::plan::{self, segment_range, Plan, RingPhases};
+use super::transport::Mesh;
+use std::ops::Range;
+use std::time::Instant;
+
+/// What every collective needs to know about its group and call.
+pub(crate) struct Call<'a> {
+    pub(crate) mesh: &'a mut dyn Mesh,
+    pub(crate) config: &'a CollectiveConfig,
+    pub(crate) rank: usize,
+    pub(crate) world_size: usize,
+    pub(crate) seq: u32,
+    pub(crate) deadline: Instant,
+}
+
+impl Call<'_> {
+    fn signature<T: Element>(
+        &self,
+        kind: OpKind,
+        op: Option<ReduceOp>,
+        root: usize,
+        len: usize,
+    ) -> OpSignature {
+        OpSignature {
+            seq: self.seq,
+            kind,
+            data_type: T::DATA_TYPE,
+            reduce_op: op,
+            root: root as u32,
+            len: len as u64,
+        }
+    }
+
+    fn run<T: Element>(&mut self, plan: &mut Plan, op: ReduceOp) -> Result<()> {
+        // SAFETY: every plan below points into buffers that the calling
+        // function borrows mutably (or owns) for the whole run, and the plan
+        // builders never let a receive overwrite bytes still being sent.
+        unsafe {
+            engine::run::<T>(
+                self.mesh,
+                plan,
+                op,
+                self.config.chunk_bytes,
+                self.deadline,
+                self.config.timeout(),
+            )
+        }
+    }
+}
+
+pub(crate) fn all_reduce<T: Element>(
+    call: &mut Call<'_>,
+    buf: &mut [T],
+    op: ReduceOp,
+) -> Result<()> {
+    let (rank, n) = (call.rank, call.world_size);
+    let sig = call.signature::<T>(OpKind::AllReduce, Some(op), 0, buf.len());
+    let mut plan = Plan::new(n, sig);
+    let bytes = std::mem::size_of_val(buf);
+    if bytes <= call.config.small_message_bytes {
+        // Direct: gather every input, combine in rank order.
+        let mut slots: Vec<T> = Vec::with_capacity(buf.len() * n);
+        for _ in 0..n {
+            slots.extend_from_slice(buf);
+        }
+        let mine = buf.as_ptr() as *const u8;
+        // SAFETY: `buf` holds `bytes` bytes, `slots` n times that.
+        unsafe {
+            plan::direct_exchange(
+                &mut plan,
+                rank,
+                n,
+                mine,
+                slots.as_mut_ptr() as *mut u8,
+                bytes,
+            )
+        };
+        call.run::<T>(&mut plan, op)?;
+        let len = buf.len();
+        buf.copy_from_slice(&slots[..len]);
+        for k in 1..n {
+            combine_into(buf, &slots[k * len..(k + 1) * len], op);
+        }
+    } else {
+        let segments: Vec<Range<usize>> = (0..n).map(|k| segment_range(buf.len(), n, k)).collect();
+        let elem = std::mem::size_of::<T>();
+        // SAFETY: the segments partition `buf`.
+        unsafe {
+            plan::ring(
+                &mut plan,
+                rank,
+                n,
+                buf.as_mut_ptr() as *mut u8,
+                elem,
+                &segments,
+                RingPhases::Both,
+            )
+        };
+        call.run::<T>(&mut plan, op)?;
+    }
+    finish_mean(buf, op, n);
+    Ok(())
+}
+
+pub(crate) fn reduce_scatter<T: Element>(
+    call: &mut Call<'_>,
+    buf: &mut [T],
+    op: ReduceOp,
+) -> Result<Range<usize>> {
+    let (rank, n) = (call.rank, call.world_size);
+    let sig = call.signature::<T>(OpKind::ReduceScatter, Some(op), 0, buf.len());
+    let mut plan = Plan::new(n, sig);
+    let segments: Vec<Range<usize>> = (0..n).map(|k| segment_range(buf.len(), n, k)).collect();
+    // SAFETY: the segments partition `buf`.
+    unsafe {
+        plan::ring(
+            &mut plan,
+            rank,
+            n,
+            buf.as_mut_ptr() as *mut u8,
+            std::mem::size_of::<T>(),
+            &segments,
+            RingPhases::ReduceScatter,
+        )
+    };
+    call.run::<T>(&mut plan, op)?;
+    let mine = segments[rank].clone();
+    finish_mean(&mut buf[mine.clone()], op, n);
+    Ok(mine)
+}
+
+pub(crate) fn all_gather<T: Element>(
+    call: &mut Call<'_>,
+    input: &[T],
+    output: &mut [T],
+) -> Result<()> {
+    let (rank, n) = (call.rank, call.world_size);
+    let len = input.len();
+    if output.len() != len * n {
+        return Err(CollectiveError::BufferLength {
+            op: OpKind::AllGather,
+            expected: len * n,
+            actual: output.len(),
+        });
+    }
+    output[rank * len..(rank + 1) * len].copy_from_slice(input);
+    let sig = call.signature::<T>(OpKind::AllGather, None, 0, len);
+    let mut plan = Plan::new(n, sig);
+    let segments: Vec<Range<usize>> = (0..n).map(|k| k * len..(k + 1) * len).collect();
+    // SAFETY: the segments partition `output`.
+    unsafe {
+        plan::ring(
+            &mut plan,
+            rank,
+            n,
+            output.as_mut_ptr() as *mut u8,
+            std::mem::size_of::<T>(),
+            &segments,
+            RingPhases::AllGather,
+        )
+    };
+    call.run::<T>(&mut plan, ReduceOp::Sum)
+}
+
+pub(crate) fn broadcast<T: Element>(call: &mut Call<'_>, buf: &mut [T], root: usize) -> Result<()> {
+    let (rank, n) = (call.rank, call.world_size);
+    let sig = call.signature::<T>(OpKind::Broadcast, None, root, buf.len());
+    let mut plan = Plan::new(n, sig);
+    let bytes = as_bytes(buf).len();
+    let direct = bytes <= call.config.small_message_bytes;
+    // SAFETY: `buf` holds `bytes` bytes.
+    unsafe {
+        plan::broadcast(
+            &mut plan,
+            rank,
+            n,
+            root,
+            buf.as_mut_ptr() as *mut u8,
+            bytes,
+            direct,
+        )
+    };
+    call.run::<T>(&mut plan, ReduceOp::Sum)
+}
+
+pub(crate) fn barrier(call: &mut Call<'_>) -> Result<()> {
+    let sig = call.signature::<u8>(OpKind::Barrier, None, 0, 0);
+    let mut plan = Plan::new(call.world_size, sig);
+    plan::barrier(&mut plan, call.rank, call.world_size);
+    call.run::<u8>(&mut plan, ReduceOp::Sum)
+}

@@ -1,0 +1,363 @@
+//! The algorithms, written as [`Plan`]s: which bytes go to and come from
+//! which peer, in what order, and which send waits on which receive.
+//!
+//! # Framing
+//!
+//! Each collective opens every stream it uses with a 24-byte header: magic,
+//! call number, collective, element type, reduction, root and length. Both
+//! ends compare it with their own call before any payload is touched, so
+//! ranks that disagree get [`CallMismatch`](super::CollectiveError::CallMismatch)
+//! instead of mixing up data. The payload follows raw: both ends know its
+//! length.
+//!
+//! # Algorithms
+//!
+//! - **Ring** (all-reduce above `small_message_bytes`, reduce-scatter,
+//!   all-gather): the buffer is cut into n balanced segments. In the
+//!   reduce-scatter phase, step `s` sends segment `r-s-1` to the right and
+//!   combines segment `r-s-2` from the left into place; after n-1 steps rank
+//!   `r` holds the full reduction of segment `r`. The all-gather phase
+//!   circulates the finished segments the same way. Each rank sends and
+//!   receives 2(n-1)/n of the buffer, the minimum. Every send of step `s`
+//!   waits only on the matching bytes of step `s-1`, so the phases pipeline
+//!   chunk by chunk.
+//! - **Direct** (all-reduce and broadcast up to `small_message_bytes`):
+//!   one round; every rank sends its whole buffer to every rank that needs
+//!   it, and each combines the n inputs in rank order. Latency of one hop
+//!   instead of 2(n-1).
+//! - **Chain** (broadcast above the threshold): root to root+1 to ..., each
+//!   rank forwarding bytes as they land.
+//! - **Barrier**: headers only, to and from every peer.
+//!
+//! Every rank combines in the same order, so all ranks end with bit-identical
+//! results.
+
+use super::element::{DataType, ReduceOp};
+use super::error::{OpKind, OpSignature};
+use std::ops::Range;
+
+pub(crate) const HEADER_BYTES: usize = 24;
+const HEADER_MAGIC: u32 = 0x4c43_5250; // "PRCL"
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RecvAction {
+    /// Copy the bytes into place.
+    Copy,
+    /// Combine the bytes into the values in place.
+    Reduce,
+    /// A header, checked against this rank's call once complete.
+    Header,
+}
+
+pub(crate) struct SendItem {
+    pub(crate) ptr: *const u8,
+    pub(crate) len: usize,
+    pub(crate) sent: usize,
+    /// Sent only as far as receive `(peer, index)` has landed.
+    pub(crate) after: Option<(usize, usize)>,
+}
+
+pub(crate) struct RecvItem {
+    pub(crate) ptr: *mut u8,
+    pub(crate) len: usize,
+    pub(crate) done: usize,
+    pub(crate) action: RecvAction,
+}
+
+/// One rank's part of one collective.
+pub(crate) struct Plan {
+    pub(crate) sends: Vec<Vec<SendItem>>,
+    pub(crate) recvs: Vec<Vec<RecvItem>>,
+    pub(crate) signature: OpSignature,
+    /// Backing for the header items; boxed so the pointers stay put.
+    header_out: Box<[u8; HEADER_BYTES]>,
+    headers_in: Box<[[u8; HEADER_BYTES]]>,
+}
+
+pub(crate) fn encode_header(sig: &OpSignature) -> [u8; HEADER_BYTES] {
+    let mut h = [0u8; HEADER_BYTES];
+    h[0..4].copy_from_slice(&HEADER_MAGIC.to_le_bytes());
+    h[4..8].copy_from_slice(&sig.seq.to_le_bytes());
+    h[8] = sig.kind.code();
+    h[9] = sig.data_type.code();
+    h[10] = sig.reduce_op.map_or(u8::MAX, ReduceOp::code);
+    h[12..16].copy_from_slice(&sig.root.to_le_bytes());
+    h[16..24].copy_from_slice(&sig.len.to_le_bytes());
+    h
+}
+
+pub(crate) fn decode_header(h: &[u8]) -> Option<OpSignature> {
+    let u32_at = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+    if h.len() != HEADER_BYTES || u32_at(0) != HEADER_MAGIC {
+        return None;
+    }
+    let mut len = [0u8; 8];
+    len.copy_from_slice(&h[16..24]);
+    Some(OpSignature {
+        seq: u32_at(4),
+        kind: OpKind::from_code(h[8])?,
+        data_type: DataType::from_code(h[9])?,
+        reduce_op: match h[10] {
+            u8::MAX => None,
+            code => Some(ReduceOp::from_code(code)?),
+        },
+        root: u32_at(12),
+        len: u64::from_le_bytes(len),
+    })
+}
+
+/// Balanced partition of `len` elements into `n` segments: the first
+/// `len % n` segments hold one element more. Segment `k` is what rank `k`
+/// owns after a reduce-scatter.
+pub fn segment_range(len: usize, n: usize, k: usize) -> Range<usize> {
+    let base = len / n;
+    let extra = len % n;
+    let start = k * base + k.min(extra);
+    let size = base + usize::from(k < extra);
+    start..start + size
+}
+
+impl Plan {
+    pub(crate) fn new(world_size: usize, signature: OpSignature) -> Plan {
+        Plan {
+            sends: (0..world_size).map(|_| Vec::new()).collect(),
+            recvs: (0..world_size).map(|_| Vec::new()).collect(),
+            header_out: Box::new(encode_header(&signature)),
+            headers_in: vec![[0u8; HEADER_BYTES]; world_size].into_boxed_slice(),
+            signature,
+        }
+    }
+
+    pub(crate) fn send(
+        &mut self,
+        peer: usize,
+        ptr: *const u8,
+        len: usize,
+        after: Option<(usize, usize)>,
+    ) {
+        self.sends[peer].push(SendItem {
+            ptr,
+            len,
+            sent: 0,
+            after,
+        });
+    }
+
+    /// Adds a receive and returns its index, for sends to wait on.
+    pub(crate) fn recv(
+        &mut self,
+        peer: usize,
+        ptr: *mut u8,
+        len: usize,
+        action: RecvAction,
+    ) -> usize {
+        self.recvs[peer].push(RecvItem {
+            ptr,
+            len,
+            done: 0,
+            action,
+        });
+        self.recvs[peer].len() - 1
+    }
+
+    pub(crate) fn header_to(&mut self, peer: usize) {
+        let ptr = self.header_out.as_ptr();
+        self.send(peer, ptr, HEADER_BYTES, None);
+    }
+
+    pub(crate) fn header_from(&mut self, peer: usize) {
+        let ptr = self.headers_in[peer].as_mut_ptr();
+        self.recv(peer, ptr, HEADER_BYTES, RecvAction::Header);
+    }
+}
+
+/// Which phases of the ring to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RingPhases {
+    ReduceScatter,
+    AllGather,
+    Both,
+}
+
+/// Adds the ring over `segments` of the buffer at `base` (element size
+/// `elem`) to `plan`. Segment `k` ends up reduced at rank `k`.
+///
+/// # Safety
+///
+/// `base` must point to a buffer covering every segment.
+pub(crate) unsafe fn ring(
+    plan: &mut Plan,
+    rank: usize,
+    n: usize,
+    base: *mut u8,
+    elem: usize,
+    segments: &[Range<usize>],
+    phases: RingPhases,
+) {
+    let right = (rank + 1) % n;
+    let left = (rank + n - 1) % n;
+    plan.header_to(right);
+    plan.header_from(left);
+    let seg = |k: usize| {
+        let r = &segments[k % n];
+        (base.add(r.start * elem), r.len() * elem)
+    };
+    let mut last: Option<usize> = None;
+    if phases != RingPhases::AllGather {
+        for s in 0..n - 1 {
+            let (p, len) = seg(rank + 2 * n - s - 1);
+            plan.send(right, p, len, last.map(|i| (left, i)));
+            let (p, len) = seg(rank + 2 * n - s - 2);
+            last = Some(plan.recv(left, p, len, RecvAction::Reduce));
+        }
+    }
+    if phases != RingPhases::ReduceScatter {
+        for s in 0..n - 1 {
+            let (p, len) = seg(rank + 2 * n - s);
+            plan.send(right, p, len, last.map(|i| (left, i)));
+            let (p, len) = seg(rank + 2 * n - s - 1);
+            last = Some(plan.recv(left, p, len, RecvAction::Copy));
+        }
+    }
+}
+
+/// Every rank sends `mine` to every other and receives each peer's buffer
+/// into `slots + peer * bytes`.
+///
+/// # Safety
+///
+/// `mine` must hold `bytes` bytes and `slots` n times that.
+pub(crate) unsafe fn direct_exchange(
+    plan: &mut Plan,
+    rank: usize,
+    n: usize,
+    mine: *const u8,
+    slots: *mut u8,
+    bytes: usize,
+) {
+    for peer in (0..n).filter(|p| *p != rank) {
+        plan.header_to(peer);
+        plan.send(peer, mine, bytes, None);
+        plan.header_from(peer);
+        plan.recv(peer, slots.add(peer * bytes), bytes, RecvAction::Copy);
+    }
+}
+
+/// Broadcast of `bytes` at `buf` from `root`: directly to every rank when
+/// `direct`, else along the chain root, root+1, ...
+///
+/// # Safety
+///
+/// `buf` must hold `bytes` bytes.
+pub(crate) unsafe fn broadcast(
+    plan: &mut Plan,
+    rank: usize,
+    n: usize,
+    root: usize,
+    buf: *mut u8,
+    bytes: usize,
+    direct: bool,
+) {
+    if direct {
+        if rank == root {
+            for peer in (0..n).filter(|p| *p != rank) {
+                plan.header_to(peer);
+                plan.send(peer, buf, bytes, None);
+            }
+        } else {
+            plan.header_from(root);
+            plan.recv(root, buf, bytes, RecvAction::Copy);
+        }
+        return;
+    }
+    let position = (rank + n - root) % n;
+    let right = (rank + 1) % n;
+    let left = (rank + n - 1) % n;
+    let mut landed = None;
+    if position > 0 {
+        plan.header_from(left);
+        landed = Some(plan.recv(left, buf, bytes, RecvAction::Copy));
+    }
+    if position < n - 1 {
+        plan.header_to(right);
+        plan.send(right, buf, bytes, landed.map(|i| (left, i)));
+    }
+}
+
+/// Headers to and from every peer.
+pub(crate) fn barrier(plan: &mut Plan, rank: usize, n: usize) {
+    for peer in (0..n).filter(|p| *p != rank) {
+        plan.header_to(peer);
+        plan.header_from(peer);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_cover_the_buffer_in_order_even_when_shorter_than_the_world() {
+        for len in [0usize, 1, 3, 7, 8, 9, 100] {
+            for n in 1..=8 {
+                let mut next = 0;
+                for k in 0..n {
+                    let r = segment_range(len, n, k);
+                    assert_eq!(r.start, next, "len {len} n {n} k {k}");
+                    assert!(r.len() <= len / n + 1);
+                    next = r.end;
+                }
+                assert_eq!(next, len);
+            }
+        }
+    }
+
+    #[test]
+    fn headers_round_trip_and_reject_garbage() {
+        let sig = OpSignature {
+            seq: 7,
+            kind: OpKind::Broadcast,
+            data_type: DataType::BF16,
+            reduce_op: None,
+            root: 3,
+            len: 1 << 40,
+        };
+        assert_eq!(decode_header(&encode_header(&sig)), Some(sig));
+        assert_eq!(decode_header(&[0u8; HEADER_BYTES]), None);
+    }
+
+    #[test]
+    fn each_ring_send_waits_on_the_receive_of_the_same_segment() {
+        let n = 4;
+        let segments: Vec<_> = (0..n).map(|k| segment_range(10, n, k)).collect();
+        let sig = OpSignature {
+            seq: 1,
+            kind: OpKind::AllReduce,
+            data_type: DataType::F32,
+            reduce_op: Some(ReduceOp::Sum),
+            root: 0,
+            len: 10,
+        };
+        let mut buf = vec![0f32; 10];
+        let mut plan = Plan::new(n, sig);
+        // SAFETY: the buffer covers every segment.
+        unsafe {
+            ring(
+                &mut plan,
+                1,
+                n,
+                buf.as_mut_ptr() as *mut u8,
+                4,
+                &segments,
+                RingPhases::Both,
+            )
+        };
+        for send in &plan.sends[2] {
+            if let Some((peer, i)) = send.after {
+                let recv = &plan.recvs[peer][i];
+                assert_eq!((recv.ptr as *const u8, recv.len), (send.ptr, send.len));
+            }
+        }
+        assert_eq!(plan.sends[2].len(), 1 + 2 * (n - 1));
+    }
+}

@@ -1,0 +1,632 @@
+//! Shared-memory links between processes on one host.
+//!
+//! # Layout
+//!
+//! Rank 0 creates one file in `/dev/shm`, every rank maps it, and rank 0
+//! unlinks it once all have (so a crash leaves nothing behind). The mapping
+//! holds, each on its own cache lines:
+//!
+//! 1. a group header with the abort flag;
+//! 2. one doorbell per rank (a futex word and a "sleeping" flag);
+//! 3. one single-producer single-consumer byte ring per ordered pair of
+//!    ranks: a `head` written only by the sender, a `tail` written only by
+//!    the receiver, then the data. Rings between ring neighbours are large
+//!    (`shm_ring_bytes`), the others small (`shm_side_ring_bytes`).
+//!
+//! # Invariants
+//!
+//! 1. `tail <= head <= tail + capacity`; both only grow.
+//! 2. Bytes between `tail` and `head` are written before `head` is published
+//!    (Release) and read after it is observed (Acquire); likewise for `tail`
+//!    and the free space.
+//! 3. Whoever moves `head` or `tail` rings the other side's doorbell; a rank
+//!    only sleeps after raising its flag and re-checking its rings, so a
+//!    wake-up is never lost.
+//!
+//! # Copies
+//!
+//! A sender copies its bytes into the ring once; the receiver reduces
+//! straight out of the ring (or copies out, for a gather). There is no socket
+//! and no kernel copy.
+//!
+//! # Liveness
+//!
+//! The TCP connections made at setup stay open and idle: a peer that exits
+//! closes them, which a sleeping rank notices within 10 ms.
+
+use super::{Interest, Link, Mesh};
+use crate::collective::config::CollectiveConfig;
+use crate::collective::error::{CollectiveError, Result};
+use crate::collective::rendezvous::remaining;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const LINE: usize = 64;
+const MAGIC: u64 = 0x5052_4953_4d53_484d; // "PRISMSHM"
+const RING_CTL: usize = 2 * LINE;
+
+/// The placement of everything in the mapping; every rank computes the same.
+struct Layout {
+    n: usize,
+    /// Offset of the ring from `src` to `dst` at `src * n + dst`.
+    ring_offsets: Vec<usize>,
+    ring_caps: Vec<usize>,
+    total: usize,
+}
+
+fn round_up(v: usize, to: usize) -> usize {
+    v.div_ceil(to) * to
+}
+
+impl Layout {
+    fn new(n: usize, config: &CollectiveConfig) -> Layout {
+        let big = round_up(config.shm_ring_bytes.max(LINE), LINE);
+        let small = round_up(config.shm_side_ring_bytes.max(LINE), LINE);
+        let mut offset = LINE + n * LINE;
+        let mut ring_offsets = vec![0; n * n];
+        let mut ring_caps = vec![0; n * n];
+        for src in 0..n {
+            for dst in 0..n {
+                if src == dst {
+                    continue;
+                }
+                let neighbours = (src + 1) % n == dst || (dst + 1) % n == src;
+                let cap = if neighbours { big } else { small };
+                ring_offsets[src * n + dst] = offset;
+                ring_caps[src * n + dst] = cap;
+                offset += RING_CTL + cap;
+            }
+        }
+        Layout {
+            n,
+            ring_offsets,
+            ring_caps,
+            total: offset,
+        }
+    }
+}
+
+/// A shared mapping, unmapped on drop.
+struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; all cross-thread and
+// cross-process access goes through atomics or through ring regions owned by
+// one side at a time (see the module invariants).
+unsafe impl Send for Mapping {}
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    fn map(file: &std::fs::File, len: usize, path: &Path) -> Result<Mapping> {
+        // SAFETY: mapping a file we opened read-write, of at least `len` bytes.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(CollectiveError::shm(path, std::io::Error::last_os_error()));
+        }
+        Ok(Mapping {
+            ptr: ptr as *mut u8,
+            len,
+        })
+    }
+
+    fn atomic_u64(&self, offset: usize) -> &AtomicU64 {
+        debug_assert!(offset + 8 <= self.len && offset % 8 == 0);
+        // SAFETY: in bounds, aligned, and only ever accessed atomically.
+        unsafe { &*(self.ptr.add(offset) as *const AtomicU64) }
+    }
+
+    fn atomic_u32(&self, offset: usize) -> &AtomicU32 {
+        debug_assert!(offset + 4 <= self.len && offset % 4 == 0);
+        // SAFETY: as for `atomic_u64`.
+        unsafe { &*(self.ptr.add(offset) as *const AtomicU32) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly what `map` mapped.
+        unsafe {
+            libc::munmap(self.ptr as *mut libc::c_void, self.len);
+        }
+    }
+}
+
+/// One direction of one pair.
+struct Ring {
+    map: Arc<Mapping>,
+    ctl: usize,
+    cap: usize,
+}
+
+impl Ring {
+    fn head(&self) -> &AtomicU64 {
+        self.map.atomic_u64(self.ctl)
+    }
+    fn tail(&self) -> &AtomicU64 {
+        self.map.atomic_u64(self.ctl + LINE)
+    }
+    fn data(&self) -> *mut u8 {
+        // SAFETY: in bounds by the layout.
+        unsafe { self.map.ptr.add(self.ctl + RING_CTL) }
+    }
+    fn readable(&self) -> usize {
+        (self.head().load(Ordering::Acquire) - self.tail().load(Ordering::Relaxed)) as usize
+    }
+    fn writable(&self) -> usize {
+        self.cap
+            - (self.head().load(Ordering::Relaxed) - self.tail().load(Ordering::Acquire)) as usize
+    }
+}
+
+struct Doorbell {
+    map: Arc<Mapping>,
+    offset: usize,
+}
+
+impl Doorbell {
+    fn seq(&self) -> &AtomicU32 {
+        self.map.atomic_u32(self.offset)
+    }
+    fn sleeping(&self) -> &AtomicU32 {
+        self.map.atomic_u32(self.offset + 4)
+    }
+    fn ring(&self) {
+        self.seq().fetch_add(1, Ordering::SeqCst);
+        if self.sleeping().load(Ordering::SeqCst) != 0 {
+            // SAFETY: FUTEX_WAKE on an aligned u32 in a shared mapping.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    self.seq().as_ptr(),
+                    libc::FUTEX_WAKE,
+                    1,
+                    0usize,
+                    0usize,
+                    0u32,
+                );
+            }
+        }
+    }
+    fn sleep(&self, seen: u32, timeout: Duration) {
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: FUTEX_WAIT on an aligned u32 in a shared mapping, with a
+        // valid relative timeout. Early or spurious returns are fine.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.seq().as_ptr(),
+                libc::FUTEX_WAIT,
+                seen,
+                &ts as *const libc::timespec,
+                0usize,
+                0u32,
+            );
+        }
+    }
+}
+
+pub(crate) struct ShmLink {
+    out: Ring,
+    inbound: Ring,
+    peer_bell: Doorbell,
+}
+
+impl ShmLink {
+    fn copy_out(&self, dst: *mut u8, len: usize, tail: u64) {
+        let cap = self.inbound.cap;
+        let pos = (tail % cap as u64) as usize;
+        let first = len.min(cap - pos);
+        // SAFETY: the bytes [tail, tail+len) are readable (invariant 2) and
+        // lie in the ring's data area split at the wrap point.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.inbound.data().add(pos), dst, first);
+            std::ptr::copy_nonoverlapping(self.inbound.data(), dst.add(first), len - first);
+        }
+    }
+
+    fn release(&self, tail: u64, n: usize) {
+        self.inbound
+            .tail()
+            .store(tail + n as u64, Ordering::Release);
+        self.peer_bell.ring();
+    }
+}
+
+impl Link for ShmLink {
+    fn try_write(&mut self, data: &[u8]) -> Result<usize> {
+        let ring = &self.out;
+        let head = ring.head().load(Ordering::Relaxed);
+        let n = ring.writable().min(data.len());
+        if n == 0 {
+            return Ok(0);
+        }
+        let pos = (head % ring.cap as u64) as usize;
+        let first = n.min(ring.cap - pos);
+        // SAFETY: [head, head+n) is free space (invariant 1) owned by the
+        // sender until `head` is published.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), ring.data().add(pos), first);
+            std::ptr::copy_nonoverlapping(data.as_ptr().add(first), ring.data(), n - first);
+        }
+        ring.head().store(head + n as u64, Ordering::Release);
+        self.peer_bell.ring();
+        Ok(n)
+    }
+
+    fn try_read_into(&mut self, dst: &mut [u8]) -> Result<usize> {
+        let n = self.inbound.readable().min(dst.len());
+        if n == 0 {
+            return Ok(0);
+        }
+        let tail = self.inbound.tail().load(Ordering::Relaxed);
+        self.copy_out(dst.as_mut_ptr(), n, tail);
+        self.release(tail, n);
+        Ok(n)
+    }
+
+    fn try_read_with(
+        &mut self,
+        max: usize,
+        align: usize,
+        consume: &mut dyn FnMut(&[u8]),
+    ) -> Result<usize> {
+        let avail = self.inbound.readable().min(max);
+        if avail < align {
+            return Ok(0);
+        }
+        let tail = self.inbound.tail().load(Ordering::Relaxed);
+        let cap = self.inbound.cap;
+        let pos = (tail % cap as u64) as usize;
+        let contiguous = avail.min(cap - pos);
+        let usable = contiguous - contiguous % align;
+        if usable > 0 {
+            // SAFETY: readable bytes, contiguous in the data area.
+            let bytes = unsafe { std::slice::from_raw_parts(self.inbound.data().add(pos), usable) };
+            consume(bytes);
+            self.release(tail, usable);
+            return Ok(usable);
+        }
+        // One element straddles the wrap point.
+        let mut bounce = [0u8; 8];
+        self.copy_out(bounce.as_mut_ptr(), align, tail);
+        consume(&bounce[..align]);
+        self.release(tail, align);
+        Ok(align)
+    }
+}
+
+/// Removes the backing file when dropped (rank 0 only).
+struct Unlink(PathBuf);
+
+impl Drop for Unlink {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Every link of one rank over one shared mapping.
+pub(crate) struct ShmMesh {
+    rank: usize,
+    map: Arc<Mapping>,
+    links: Vec<Option<ShmLink>>,
+    my_bell: Doorbell,
+    /// Idle TCP connections kept to notice a peer's exit.
+    control: Vec<Option<TcpStream>>,
+    spin: Duration,
+}
+
+// SAFETY: see `Mapping`; a mesh is used by one thread at a time.
+unsafe impl Send for ShmMesh {}
+
+fn send_blocking(stream: &TcpStream, peer: usize, bytes: &[u8], deadline: Instant) -> Result<()> {
+    stream
+        .set_write_timeout(Some(remaining(deadline).max(Duration::from_millis(1))))
+        .and_then(|_| (&*stream).write_all(bytes))
+        .map_err(|e| CollectiveError::io(Some(peer), "setting up shared memory", e))
+}
+
+fn recv_blocking(
+    stream: &TcpStream,
+    peer: usize,
+    bytes: &mut [u8],
+    deadline: Instant,
+) -> Result<()> {
+    stream
+        .set_read_timeout(Some(remaining(deadline).max(Duration::from_millis(1))))
+        .and_then(|_| (&*stream).read_exact(bytes))
+        .map_err(|e| CollectiveError::io(Some(peer), "setting up shared memory", e))
+}
+
+impl ShmMesh {
+    /// Creates (rank 0) or opens (others) the group's mapping, coordinating
+    /// over the already connected TCP `control` streams.
+    pub(crate) fn new(
+        rank: usize,
+        nonce: u64,
+        control: Vec<Option<TcpStream>>,
+        config: &CollectiveConfig,
+        deadline: Instant,
+    ) -> Result<ShmMesh> {
+        let n = control.len();
+        let layout = Layout::new(n, config);
+        let (map, _unlink) = if rank == 0 {
+            let path = PathBuf::from(format!(
+                "/dev/shm/prism-collective-{nonce:016x}-{}",
+                std::process::id()
+            ));
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .map_err(|e| CollectiveError::shm(&path, e))?;
+            let unlink = Unlink(path.clone());
+            file.set_len(layout.total as u64)
+                .map_err(|e| CollectiveError::shm(&path, e))?;
+            let map = Mapping::map(&file, layout.total, &path)?;
+            map.atomic_u64(0).store(MAGIC, Ordering::Release);
+            let name = path.to_string_lossy().into_owned();
+            let mut msg = (name.len() as u32).to_le_bytes().to_vec();
+            msg.extend_from_slice(name.as_bytes());
+            for (peer, s) in control.iter().enumerate() {
+                if let Some(s) = s {
+                    send_blocking(s, peer, &msg, deadline)?;
+                }
+            }
+            for (peer, s) in control.iter().enumerate() {
+                if let Some(s) = s {
+                    let mut ack = [0u8; 1];
+                    recv_blocking(s, peer, &mut ack, deadline)?;
+                }
+            }
+            (map, Some(unlink))
+        } else {
+            let Some(master) = control[0].as_ref() else {
+                unreachable!("every rank but 0 has a link to rank 0")
+            };
+            let mut len = [0u8; 4];
+            recv_blocking(master, 0, &mut len, deadline)?;
+            let len = u32::from_le_bytes(len) as usize;
+            if len > 4096 {
+                return Err(CollectiveError::Protocol {
+                    peer: 0,
+                    detail: "shared-memory path too long",
+                });
+            }
+            let mut name = vec![0u8; len];
+            recv_blocking(master, 0, &mut name, deadline)?;
+            let path = PathBuf::from(String::from_utf8_lossy(&name).into_owned());
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .map_err(|e| CollectiveError::shm(&path, e))?;
+            let size = file
+                .metadata()
+                .map_err(|e| CollectiveError::shm(&path, e))?
+                .len();
+            if size < layout.total as u64 {
+                return Err(CollectiveError::Protocol {
+                    peer: 0,
+                    detail: "shared-memory file smaller than this rank's configuration expects; give every rank the same PRISM_COLLECTIVE_SHM_* settings",
+                });
+            }
+            let map = Mapping::map(&file, layout.total, &path)?;
+            if map.atomic_u64(0).load(Ordering::Acquire) != MAGIC {
+                return Err(CollectiveError::Protocol {
+                    peer: 0,
+                    detail: "shared-memory file not initialised",
+                });
+            }
+            send_blocking(master, 0, &[1], deadline)?;
+            (map, None)
+        };
+        let map = Arc::new(map);
+        let bell = |r: usize| Doorbell {
+            map: map.clone(),
+            offset: LINE + r * LINE,
+        };
+        let ring = |src: usize, dst: usize| Ring {
+            map: map.clone(),
+            ctl: layout.ring_offsets[src * layout.n + dst],
+            cap: layout.ring_caps[src * layout.n + dst],
+        };
+        let links = (0..n)
+            .map(|peer| {
+                (peer != rank).then(|| ShmLink {
+                    out: ring(rank, peer),
+                    inbound: ring(peer, rank),
+                    peer_bell: bell(peer),
+                })
+            })
+            .collect();
+        for s in control.iter().flatten() {
+            let _ = s.set_nonblocking(true);
+        }
+        let cpus = std::thread::available_parallelism()
+            .map(|c| c.get())
+            .unwrap_or(1);
+        let spin = if n <= cpus {
+            Duration::from_micros(config.shm_spin_us)
+        } else {
+            Duration::ZERO
+        };
+        Ok(ShmMesh {
+            rank,
+            my_bell: bell(rank),
+            map,
+            links,
+            control,
+            spin,
+        })
+    }
+
+    fn ready(&self, interest: &[Interest]) -> bool {
+        interest.iter().any(|i| {
+            self.links[i.peer].as_ref().is_some_and(|l| {
+                (i.read && l.inbound.readable() > 0) || (i.write && l.out.writable() > 0)
+            })
+        })
+    }
+
+    fn aborted_by(&self) -> Option<usize> {
+        match self.map.atomic_u32(8).load(Ordering::SeqCst) {
+            0 => None,
+            r => Some(r as usize - 1),
+        }
+    }
+
+    /// The first peer whose control connection has closed.
+    fn departed_peer(&self) -> Option<usize> {
+        for (peer, s) in self.control.iter().enumerate() {
+            let Some(s) = s else { continue };
+            let mut b = [0u8; 1];
+            // SAFETY: peeking one byte into a local buffer.
+            let r = unsafe {
+                libc::recv(
+                    s.as_raw_fd(),
+                    b.as_mut_ptr() as *mut libc::c_void,
+                    1,
+                    libc::MSG_PEEK | libc::MSG_DONTWAIT,
+                )
+            };
+            if r == 0 {
+                return Some(peer);
+            }
+            if r < 0 {
+                let kind = std::io::Error::last_os_error().kind();
+                if !matches!(
+                    kind,
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                ) {
+                    return Some(peer);
+                }
+            }
+        }
+        None
+    }
+
+    fn check_group(&self) -> Result<()> {
+        if let Some(by) = self.aborted_by() {
+            return Err(CollectiveError::GroupAborted { by });
+        }
+        if let Some(peer) = self.departed_peer() {
+            return Err(CollectiveError::PeerDisconnected { peer });
+        }
+        Ok(())
+    }
+}
+
+impl Mesh for ShmMesh {
+    fn link(&mut self, peer: usize) -> &mut dyn Link {
+        match self.links[peer].as_mut() {
+            Some(link) => link,
+            None => unreachable!("plans never address their own rank"),
+        }
+    }
+
+    fn wait(&mut self, interest: &[Interest], deadline: Instant) -> Result<()> {
+        if !self.spin.is_zero() {
+            let until = Instant::now() + self.spin;
+            let mut spins = 0u32;
+            loop {
+                if self.ready(interest) {
+                    return Ok(());
+                }
+                std::hint::spin_loop();
+                spins += 1;
+                if spins % 64 == 0 && Instant::now() >= until {
+                    break;
+                }
+            }
+        }
+        // Sleep in slices of at most 10 ms, checking between them that the
+        // group is alive; the caller checks the deadline.
+        self.check_group()?;
+        let slice = remaining(deadline).min(Duration::from_millis(10));
+        if slice.is_zero() {
+            return Ok(());
+        }
+        let seen = self.my_bell.seq().load(Ordering::SeqCst);
+        self.my_bell.sleeping().store(1, Ordering::SeqCst);
+        if !self.ready(interest) && self.aborted_by().is_none() {
+            self.my_bell.sleep(seen, slice);
+        }
+        self.my_bell.sleeping().store(0, Ordering::SeqCst);
+        if self.ready(interest) {
+            return Ok(());
+        }
+        self.check_group()
+    }
+
+    fn abort(&mut self) {
+        let _ = self.map.atomic_u32(8).compare_exchange(
+            0,
+            self.rank as u32 + 1,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+        for link in self.links.iter().flatten() {
+            link.peer_bell.ring();
+        }
+        for s in self.control.iter().flatten() {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "shm"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rings_do_not_overlap_and_neighbours_get_the_big_ones() {
+        let config = CollectiveConfig {
+            shm_ring_bytes: 1000,
+            shm_side_ring_bytes: 100,
+            ..CollectiveConfig::default()
+        };
+        let layout = Layout::new(4, &config);
+        let mut spans: Vec<(usize, usize)> = Vec::new();
+        for src in 0..4 {
+            for dst in 0..4 {
+                if src != dst {
+                    let i = src * 4 + dst;
+                    spans.push((
+                        layout.ring_offsets[i],
+                        layout.ring_offsets[i] + RING_CTL + layout.ring_caps[i],
+                    ));
+                    assert_eq!(layout.ring_offsets[i] % LINE, 0);
+                }
+            }
+        }
+        spans.sort();
+        assert!(spans.windows(2).all(|w| w[0].1 <= w[1].0));
+        assert!(spans.last().is_some_and(|s| s.1 <= layout.total));
+        assert_eq!(layout.ring_caps[1], 1024, "0 -> 1 are neighbours");
+        assert_eq!(layout.ring_caps[2], 128, "0 -> 2 are not");
+    }
+}

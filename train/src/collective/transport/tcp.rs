@@ -1,0 +1,406 @@
+//! TCP links: one socket per pair of ranks, non-blocking, driven by `poll`.
+//!
+//! # Connecting
+//!
+//! Every rank listens before the rendezvous. Afterwards rank `i` connects to
+//! every rank below it and accepts from every rank above it, and each side
+//! sends a 16-byte hello (magic, rank, group nonce). A connection whose hello
+//! names another group or an impossible rank is dropped and the accept goes
+//! on, so two groups sharing hosts never cross.
+//!
+//! # Reading
+//!
+//! Copies read straight into the destination. Reductions read into a staging
+//! area of one chunk and combine whole elements from it; a partial element
+//! waits at the front of the staging area for the rest of its bytes.
+
+use super::{Interest, Link, Mesh};
+use crate::collective::config::CollectiveConfig;
+use crate::collective::error::{CollectiveError, Result};
+use crate::collective::rendezvous::{remaining, PeerRecord};
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, Shutdown, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
+
+const HELLO_MAGIC: u32 = 0x4d53_5250; // "PRSM" little-endian
+
+/// The listener a rank opens before rendezvous.
+pub(crate) fn bind_data_listener() -> Result<TcpListener> {
+    let l = TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0))
+        .map_err(|e| CollectiveError::io(None, "binding the peer listener", e))?;
+    l.set_nonblocking(true)
+        .map_err(|e| CollectiveError::io(None, "configuring the peer listener", e))?;
+    Ok(l)
+}
+
+fn hello(rank: usize, nonce: u64) -> [u8; 16] {
+    let mut h = [0u8; 16];
+    h[0..4].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
+    h[4..8].copy_from_slice(&(rank as u32).to_le_bytes());
+    h[8..16].copy_from_slice(&nonce.to_le_bytes());
+    h
+}
+
+/// Parses a hello; `Some(rank)` when it belongs to this group.
+fn parse_hello(h: &[u8; 16], nonce: u64, world_size: usize) -> Option<usize> {
+    let magic = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+    let rank = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as usize;
+    let theirs = u64::from_le_bytes([h[8], h[9], h[10], h[11], h[12], h[13], h[14], h[15]]);
+    (magic == HELLO_MAGIC && theirs == nonce && rank < world_size).then_some(rank)
+}
+
+fn read_exact_by(stream: &TcpStream, buf: &mut [u8], deadline: Instant) -> std::io::Result<()> {
+    let left = remaining(deadline);
+    if left.is_zero() {
+        return Err(std::io::ErrorKind::TimedOut.into());
+    }
+    stream.set_read_timeout(Some(left))?;
+    (&*stream).read_exact(buf)
+}
+
+/// Opens one connection to every other rank; the result is indexed by rank
+/// (`None` at this rank's own index).
+pub(crate) fn connect_mesh(
+    rank: usize,
+    table: &[PeerRecord],
+    listener: TcpListener,
+    deadline: Instant,
+) -> Result<Vec<Option<TcpStream>>> {
+    let n = table.len();
+    let nonce = table[0].nonce;
+    let mut streams: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
+    let timed_out = |peer| {
+        CollectiveError::io(
+            Some(peer),
+            "connecting to a peer",
+            std::io::ErrorKind::TimedOut.into(),
+        )
+    };
+    // Connect downwards; every listener exists already, so these complete
+    // without the peer's help.
+    for (peer, record) in table.iter().enumerate().take(rank) {
+        let mut backoff = Duration::from_millis(5);
+        let stream = loop {
+            let left = remaining(deadline);
+            if left.is_zero() {
+                return Err(timed_out(peer));
+            }
+            match TcpStream::connect_timeout(&record.data_addr, left.min(Duration::from_secs(2))) {
+                Ok(s) => break s,
+                Err(_) => {
+                    std::thread::sleep(backoff.min(remaining(deadline)));
+                    backoff = (backoff * 2).min(Duration::from_millis(100));
+                }
+            }
+        };
+        (&stream)
+            .write_all(&hello(rank, nonce))
+            .map_err(|e| CollectiveError::io(Some(peer), "greeting a peer", e))?;
+        streams[peer] = Some(stream);
+    }
+    // Accept upwards, skipping strangers.
+    let mut accepted = 0;
+    while accepted < n - 1 - rank {
+        let left = remaining(deadline);
+        if left.is_zero() {
+            let missing = (rank + 1..n)
+                .find(|p| streams[*p].is_none())
+                .unwrap_or(rank);
+            return Err(timed_out(missing));
+        }
+        let stream = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(1).min(left));
+                continue;
+            }
+            Err(e) => return Err(CollectiveError::io(None, "accepting a peer", e)),
+        };
+        if stream.set_nonblocking(false).is_err() {
+            continue;
+        }
+        let mut h = [0u8; 16];
+        let hello_deadline = deadline.min(Instant::now() + Duration::from_secs(5));
+        if read_exact_by(&stream, &mut h, hello_deadline).is_err() {
+            continue;
+        }
+        match parse_hello(&h, nonce, n) {
+            Some(peer) if peer > rank && streams[peer].is_none() => {
+                (&stream)
+                    .write_all(&hello(rank, nonce))
+                    .map_err(|e| CollectiveError::io(Some(peer), "greeting a peer", e))?;
+                streams[peer] = Some(stream);
+                accepted += 1;
+            }
+            _ => continue,
+        }
+    }
+    // Collect the answers to our own hellos.
+    for (peer, slot) in streams.iter().enumerate().take(rank) {
+        let Some(stream) = slot else { continue };
+        let mut h = [0u8; 16];
+        read_exact_by(stream, &mut h, deadline)
+            .map_err(|e| CollectiveError::io(Some(peer), "waiting for a peer's greeting", e))?;
+        if parse_hello(&h, nonce, n) != Some(peer) {
+            return Err(CollectiveError::Protocol {
+                peer,
+                detail: "greeting from another group",
+            });
+        }
+    }
+    Ok(streams)
+}
+
+fn set_buffer(fd: RawFd, option: libc::c_int, bytes: usize) {
+    let value = bytes.min(i32::MAX as usize) as libc::c_int;
+    // SAFETY: plain setsockopt on an open socket with a correctly sized int.
+    // A refusal only costs throughput, so the result is ignored.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            option,
+            &value as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}
+
+pub(crate) struct TcpLink {
+    peer: usize,
+    stream: TcpStream,
+    /// Staging for reductions, as u64 so element reads are aligned.
+    staging: Vec<u64>,
+    filled: usize,
+}
+
+impl TcpLink {
+    fn staging_bytes(&mut self) -> &mut [u8] {
+        let len = self.staging.len() * 8;
+        // SAFETY: reinterpreting owned u64 storage as bytes.
+        unsafe { std::slice::from_raw_parts_mut(self.staging.as_mut_ptr() as *mut u8, len) }
+    }
+
+    fn recv(&mut self, ptr: *mut u8, len: usize) -> Result<usize> {
+        // SAFETY: `ptr..ptr+len` is writable memory owned by the caller.
+        let r = unsafe {
+            libc::recv(
+                self.stream.as_raw_fd(),
+                ptr as *mut libc::c_void,
+                len,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if r > 0 {
+            return Ok(r as usize);
+        }
+        if r == 0 {
+            return Err(CollectiveError::PeerDisconnected { peer: self.peer });
+        }
+        let err = std::io::Error::last_os_error();
+        match err.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => Ok(0),
+            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe => {
+                Err(CollectiveError::PeerDisconnected { peer: self.peer })
+            }
+            _ => Err(CollectiveError::io(
+                Some(self.peer),
+                "reading from a peer",
+                err,
+            )),
+        }
+    }
+}
+
+impl Link for TcpLink {
+    fn try_write(&mut self, data: &[u8]) -> Result<usize> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        // MSG_NOSIGNAL: a dead peer must give an error, not SIGPIPE.
+        // SAFETY: `data` is a valid slice.
+        let r = unsafe {
+            libc::send(
+                self.stream.as_raw_fd(),
+                data.as_ptr() as *const libc::c_void,
+                data.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        if r >= 0 {
+            return Ok(r as usize);
+        }
+        let err = std::io::Error::last_os_error();
+        match err.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => Ok(0),
+            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe => {
+                Err(CollectiveError::PeerDisconnected { peer: self.peer })
+            }
+            _ => Err(CollectiveError::io(
+                Some(self.peer),
+                "writing to a peer",
+                err,
+            )),
+        }
+    }
+
+    fn try_read_into(&mut self, dst: &mut [u8]) -> Result<usize> {
+        debug_assert_eq!(self.filled, 0, "a copy never starts inside a reduction");
+        if dst.is_empty() {
+            return Ok(0);
+        }
+        self.recv(dst.as_mut_ptr(), dst.len())
+    }
+
+    fn try_read_with(
+        &mut self,
+        max: usize,
+        align: usize,
+        consume: &mut dyn FnMut(&[u8]),
+    ) -> Result<usize> {
+        let cap = self.staging.len() * 8;
+        let want = max.min(cap);
+        if self.filled < want {
+            let filled = self.filled;
+            let ptr = self.staging_bytes()[filled..].as_mut_ptr();
+            let got = self.recv(ptr, want - filled)?;
+            self.filled += got;
+        }
+        let usable = self.filled - self.filled % align;
+        if usable == 0 {
+            return Ok(0);
+        }
+        let filled = self.filled;
+        let staging = self.staging_bytes();
+        consume(&staging[..usable]);
+        staging.copy_within(usable..filled, 0);
+        self.filled = filled - usable;
+        Ok(usable)
+    }
+}
+
+/// A full mesh of TCP links.
+pub(crate) struct TcpMesh {
+    links: Vec<Option<TcpLink>>,
+    pollfds: Vec<libc::pollfd>,
+}
+
+impl TcpMesh {
+    pub(crate) fn new(
+        streams: Vec<Option<TcpStream>>,
+        config: &CollectiveConfig,
+    ) -> Result<TcpMesh> {
+        let staging_words = config.chunk_bytes.div_ceil(8);
+        let mut links = Vec::with_capacity(streams.len());
+        for (peer, stream) in streams.into_iter().enumerate() {
+            let Some(stream) = stream else {
+                links.push(None);
+                continue;
+            };
+            stream
+                .set_nodelay(true)
+                .and_then(|_| stream.set_nonblocking(true))
+                .map_err(|e| CollectiveError::io(Some(peer), "configuring a peer socket", e))?;
+            set_buffer(
+                stream.as_raw_fd(),
+                libc::SO_SNDBUF,
+                config.tcp_socket_buffer_bytes,
+            );
+            set_buffer(
+                stream.as_raw_fd(),
+                libc::SO_RCVBUF,
+                config.tcp_socket_buffer_bytes,
+            );
+            links.push(Some(TcpLink {
+                peer,
+                stream,
+                staging: vec![0u64; staging_words],
+                filled: 0,
+            }));
+        }
+        Ok(TcpMesh {
+            links,
+            pollfds: Vec::new(),
+        })
+    }
+}
+
+impl Mesh for TcpMesh {
+    fn link(&mut self, peer: usize) -> &mut dyn Link {
+        match self.links[peer].as_mut() {
+            Some(link) => link,
+            None => unreachable!("plans never address their own rank"),
+        }
+    }
+
+    fn wait(&mut self, interest: &[Interest], deadline: Instant) -> Result<()> {
+        self.pollfds.clear();
+        for i in interest {
+            let Some(link) = self.links[i.peer].as_ref() else {
+                continue;
+            };
+            let mut events = 0;
+            if i.read {
+                events |= libc::POLLIN;
+            }
+            if i.write {
+                events |= libc::POLLOUT;
+            }
+            self.pollfds.push(libc::pollfd {
+                fd: link.stream.as_raw_fd(),
+                events,
+                revents: 0,
+            });
+        }
+        // Wake at least every 100 ms so the caller re-checks its deadline.
+        let ms = remaining(deadline).as_millis().clamp(1, 100) as libc::c_int;
+        // SAFETY: `pollfds` is a valid array of initialised pollfd structs.
+        let r = unsafe {
+            libc::poll(
+                self.pollfds.as_mut_ptr(),
+                self.pollfds.len() as libc::nfds_t,
+                ms,
+            )
+        };
+        if r < 0 {
+            let err = std::io::Error::last_os_error();
+            if err.kind() != std::io::ErrorKind::Interrupted {
+                return Err(CollectiveError::io(None, "waiting on peer sockets", err));
+            }
+        }
+        // Hang-ups and errors show up as failed reads or writes next round.
+        Ok(())
+    }
+
+    fn abort(&mut self) {
+        for link in self.links.iter().flatten() {
+            let _ = link.stream.shutdown(Shutdown::Both);
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "tcp"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hello_from_another_group_is_refused() {
+        let h = hello(3, 42);
+        assert_eq!(parse_hello(&h, 42, 4), Some(3));
+        assert_eq!(
+            parse_hello(&h, 43, 4),
+            None,
+            "another nonce is another group"
+        );
+        assert_eq!(
+            parse_hello(&h, 42, 3),
+            None,
+            "rank 3 cannot exist in a group of 3"
+        );
+    }
+}

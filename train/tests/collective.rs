@@ -1,0 +1,547 @@
+//! The collectives through real processes.
+//!
+//! Each test starts this test binary again, once per rank, with
+//! `PRISM_TEST_ROLE` set; in those children the `rank_process` test plays the
+//! role and exits non-zero on any failed check. Every wait on a child is
+//! bounded, and children still running when a test ends are killed.
+
+use half::{bf16, f16};
+use prism_train::collective::{
+    segment_range, CollectiveConfig, CollectiveError, DataType, Element, GroupOptions,
+    ProcessGroup, ReduceOp,
+};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+// ---------------------------------------------------------------- parent side
+
+/// Children that are killed when dropped.
+struct Ranks {
+    children: Vec<(usize, Child)>,
+    logs: Vec<std::path::PathBuf>,
+}
+
+impl Drop for Ranks {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for log in &self.logs {
+            let _ = std::fs::remove_file(log);
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("the loopback interface must give an ephemeral port")
+}
+
+/// Starts `ranks` of a group of `world` playing `role`; returns each rank's
+/// exit code (None if killed at `limit`) and its output.
+fn run_ranks(
+    role: &str,
+    world: usize,
+    ranks: &[usize],
+    env: &[(&str, String)],
+    limit: Duration,
+) -> Vec<(usize, Option<i32>, String)> {
+    let exe = std::env::current_exe().expect("the test binary knows its own path");
+    let port = free_port();
+    let second_port = free_port();
+    let mut group = Ranks {
+        children: Vec::new(),
+        logs: Vec::new(),
+    };
+    for &rank in ranks {
+        let log = std::env::temp_dir().join(format!(
+            "prism-collective-{}-{role}-{port}-{rank}.log",
+            std::process::id()
+        ));
+        let file = std::fs::File::create(&log).expect("temp dir is writable");
+        let err = file.try_clone().expect("a log file handle clones");
+        let mut cmd = Command::new(&exe);
+        cmd.args(["--exact", "rank_process", "--nocapture", "--test-threads=1"])
+            .env("PRISM_TEST_ROLE", role)
+            .env("RANK", rank.to_string())
+            .env("WORLD_SIZE", world.to_string())
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", port.to_string())
+            .env("PRISM_TEST_SECOND_PORT", second_port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(file))
+            .stderr(Stdio::from(err));
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("the test binary can start itself");
+        group.children.push((rank, child));
+        group.logs.push(log);
+    }
+    let until = Instant::now() + limit;
+    let mut codes: Vec<Option<Option<i32>>> = vec![None; ranks.len()];
+    while codes.iter().any(Option::is_none) && Instant::now() < until {
+        for (i, (_, child)) in group.children.iter_mut().enumerate() {
+            if codes[i].is_none() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    codes[i] = Some(status.code());
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut out = Vec::new();
+    for (i, (rank, child)) in group.children.iter_mut().enumerate() {
+        if codes[i].is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let text = std::fs::read_to_string(&group.logs[i]).unwrap_or_default();
+        out.push((*rank, codes[i].flatten(), text));
+    }
+    out
+}
+
+fn must_all_succeed(results: &[(usize, Option<i32>, String)], what: &str) {
+    for (rank, code, log) in results {
+        assert_eq!(
+            *code,
+            Some(0),
+            "{what}: rank {rank} must exit 0; its output:\n{log}"
+        );
+    }
+}
+
+fn run_matrix(transport: &str, worlds: std::ops::RangeInclusive<usize>) {
+    for world in worlds {
+        let ranks: Vec<usize> = (0..world).collect();
+        let env = [("PRISM_COLLECTIVE_TRANSPORT", transport.to_string())];
+        let results = run_ranks("matrix", world, &ranks, &env, Duration::from_secs(120));
+        must_all_succeed(&results, &format!("{transport} matrix, world {world}"));
+    }
+}
+
+#[test]
+fn every_operation_and_type_matches_an_f64_reference_over_tcp() {
+    run_matrix("tcp", 1..=8);
+}
+
+#[test]
+fn every_operation_and_type_matches_an_f64_reference_over_shared_memory() {
+    run_matrix("shm", 2..=8);
+}
+
+fn failure_case(role: &str, transport: &str, world: usize, ranks: &[usize], expect_ok: &[usize]) {
+    let env = [
+        ("PRISM_COLLECTIVE_TRANSPORT", transport.to_string()),
+        ("PRISM_COLLECTIVE_TIMEOUT_MS", "2000".to_string()),
+    ];
+    let results = run_ranks(role, world, ranks, &env, Duration::from_secs(30));
+    for (rank, code, log) in &results {
+        if expect_ok.contains(rank) {
+            assert_eq!(*code, Some(0), "{role} over {transport}: rank {rank} must see an error within the timeout; its output:\n{log}");
+        }
+    }
+}
+
+#[test]
+fn a_peer_that_dies_mid_job_gives_every_other_rank_an_error_within_the_timeout() {
+    failure_case("dies", "tcp", 3, &[0, 1, 2], &[0, 1]);
+    failure_case("dies", "shm", 3, &[0, 1, 2], &[0, 1]);
+}
+
+#[test]
+fn a_peer_that_stops_calling_gives_the_others_a_timeout_not_a_hang() {
+    failure_case("stalls", "tcp", 3, &[0, 1, 2], &[0, 1]);
+    failure_case("stalls", "shm", 3, &[0, 1, 2], &[0, 1]);
+}
+
+#[test]
+fn a_peer_that_never_joins_fails_the_rendezvous_within_the_timeout() {
+    failure_case("never_joins", "auto", 3, &[0, 1], &[0, 1]);
+}
+
+#[test]
+fn ranks_that_call_different_collectives_get_a_mismatch_error() {
+    failure_case("mismatch", "tcp", 2, &[0, 1], &[0, 1]);
+    failure_case("mismatch", "shm", 2, &[0, 1], &[0, 1]);
+}
+
+// ----------------------------------------------------------------- rank side
+
+#[test]
+fn rank_process() {
+    let Ok(role) = std::env::var("PRISM_TEST_ROLE") else {
+        return; // Only meaningful in a child started by the tests above.
+    };
+    match role.as_str() {
+        "matrix" => role_matrix(),
+        "dies" => role_dies(),
+        "stalls" => role_stalls(),
+        "never_joins" => role_never_joins(),
+        "mismatch" => role_mismatch(),
+        other => panic!("unknown role {other}"),
+    }
+}
+
+fn env_usize(name: &str) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("the parent sets {name}"))
+}
+
+fn must_join(config: CollectiveConfig, port_var: &str, name: &str) -> ProcessGroup {
+    let rank = env_usize("RANK");
+    let world = env_usize("WORLD_SIZE");
+    let port = env_usize(port_var);
+    let options = GroupOptions::new(rank, world, format!("127.0.0.1:{port}"))
+        .group_name(name)
+        .config(config);
+    ProcessGroup::join(options).unwrap_or_else(|e| panic!("rank {rank} must join {name}: {e}"))
+}
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+fn is_int(dt: DataType) -> bool {
+    matches!(dt, DataType::I32 | DataType::I64 | DataType::U8)
+}
+
+/// The value rank `rank` contributes at index `i` of case `case`: never zero,
+/// in a range where the reduction `op` stays exact or well conditioned.
+fn value<T: Element>(rank: usize, case: u64, i: usize, op: ReduceOp) -> T {
+    let u = (splitmix(case.wrapping_mul(1_000_003) ^ ((rank as u64) << 40) ^ i as u64) >> 11)
+        as f64
+        / (1u64 << 53) as f64;
+    let int = is_int(T::DATA_TYPE);
+    let v = match (op, int) {
+        (ReduceOp::Sum | ReduceOp::Mean, false) => 0.5 + u,
+        (ReduceOp::Sum | ReduceOp::Mean, true) => 1.0 + (u * 4.0).floor(),
+        (ReduceOp::Product, false) => 0.8 + 0.45 * u,
+        (ReduceOp::Product, true) => 1.0 + (u * 3.0).floor(),
+        (ReduceOp::Min | ReduceOp::Max, false) => {
+            let x = -100.0 + 200.0 * u;
+            if x.abs() < 0.01 {
+                1.0
+            } else {
+                x
+            }
+        }
+        (ReduceOp::Min | ReduceOp::Max, true) => 1.0 + (u * 120.0).floor(),
+    };
+    T::from_f64(v)
+}
+
+fn inputs<T: Element>(rank: usize, case: u64, len: usize, op: ReduceOp) -> Vec<T> {
+    (0..len).map(|i| value::<T>(rank, case, i, op)).collect()
+}
+
+/// The reduction over all ranks of index `i`, computed in f64.
+fn reference<T: Element>(world: usize, case: u64, i: usize, op: ReduceOp) -> f64 {
+    let vals = (0..world).map(|r| value::<T>(r, case, i, op).to_f64());
+    let r = match op {
+        ReduceOp::Sum | ReduceOp::Mean => vals.sum::<f64>(),
+        ReduceOp::Product => vals.product(),
+        ReduceOp::Min => vals.fold(f64::INFINITY, f64::min),
+        ReduceOp::Max => vals.fold(f64::NEG_INFINITY, f64::max),
+    };
+    if op == ReduceOp::Mean {
+        if is_int(T::DATA_TYPE) {
+            (r / world as f64).trunc()
+        } else {
+            r / world as f64
+        }
+    } else {
+        r
+    }
+}
+
+fn tolerance(dt: DataType) -> f64 {
+    match dt {
+        DataType::F64 => 1e-12,
+        DataType::F32 => 1e-5,
+        DataType::F16 => 1e-2,
+        DataType::BF16 => 6e-2,
+        _ => 0.0,
+    }
+}
+
+fn must_match<T: Element>(what: &str, got: T, expected: f64) {
+    let dt = T::DATA_TYPE;
+    let ok = if is_int(dt) {
+        got.to_f64() == T::from_f64(expected).to_f64()
+    } else {
+        (got.to_f64() - expected).abs() <= tolerance(dt) * expected.abs().max(1e-3)
+    };
+    assert!(ok, "{what}: got {got:?}, the f64 reference is {expected}");
+}
+
+struct Matrix {
+    rank: usize,
+    world: usize,
+    case: u64,
+}
+
+impl Matrix {
+    fn next_case(&mut self) -> u64 {
+        self.case += 1;
+        self.case
+    }
+
+    fn lengths(&self) -> Vec<usize> {
+        let n = self.world;
+        let mut v = vec![1, n + 1, 2 * n + 3, 1031, 3001];
+        if n > 1 {
+            v.push(n - 1);
+        }
+        v
+    }
+
+    fn all_types(&mut self, groups: &[&ProcessGroup]) {
+        self.one_type::<f32>(groups);
+        self.one_type::<f64>(groups);
+        self.one_type::<f16>(groups);
+        self.one_type::<bf16>(groups);
+        self.one_type::<i32>(groups);
+        self.one_type::<i64>(groups);
+        self.one_type::<u8>(groups);
+    }
+
+    fn one_type<T: Element>(&mut self, groups: &[&ProcessGroup]) {
+        let (rank, world) = (self.rank, self.world);
+        let dt = T::DATA_TYPE;
+        for len in self.lengths() {
+            for (gi, g) in groups.iter().enumerate() {
+                for op in [
+                    ReduceOp::Sum,
+                    ReduceOp::Mean,
+                    ReduceOp::Min,
+                    ReduceOp::Max,
+                    ReduceOp::Product,
+                ] {
+                    let case = self.next_case();
+                    let mut buf = inputs::<T>(rank, case, len, op);
+                    g.all_reduce(&mut buf, op).unwrap_or_else(|e| {
+                        panic!("all_reduce {dt} {op} len {len} group {gi}: {e}")
+                    });
+                    for (i, v) in buf.iter().enumerate() {
+                        must_match(
+                            &format!("all_reduce {dt} {op} len {len} group {gi} [{i}]"),
+                            *v,
+                            reference::<T>(world, case, i, op),
+                        );
+                    }
+                }
+                for op in [ReduceOp::Sum, ReduceOp::Max] {
+                    let case = self.next_case();
+                    let mut buf = inputs::<T>(rank, case, len, op);
+                    let mine = g
+                        .reduce_scatter(&mut buf, op)
+                        .unwrap_or_else(|e| panic!("reduce_scatter {dt} {op} len {len}: {e}"));
+                    assert_eq!(mine, segment_range(len, world, rank));
+                    for i in mine {
+                        must_match(
+                            &format!("reduce_scatter {dt} {op} len {len} [{i}]"),
+                            buf[i],
+                            reference::<T>(world, case, i, op),
+                        );
+                    }
+                }
+                let case = self.next_case();
+                let mine = inputs::<T>(rank, case, len, ReduceOp::Min);
+                let mut all = vec![T::from_f64(0.0); len * world];
+                g.all_gather(&mine, &mut all)
+                    .unwrap_or_else(|e| panic!("all_gather {dt} len {len}: {e}"));
+                for r in 0..world {
+                    assert_eq!(
+                        all[r * len..(r + 1) * len],
+                        inputs::<T>(r, case, len, ReduceOp::Min)[..],
+                        "all_gather {dt} len {len}: rank {r}'s part"
+                    );
+                }
+                let case = self.next_case();
+                let root = (case as usize) % world;
+                let mut buf = inputs::<T>(rank, case, len, ReduceOp::Max);
+                g.broadcast(&mut buf, root)
+                    .unwrap_or_else(|e| panic!("broadcast {dt} len {len} root {root}: {e}"));
+                assert_eq!(
+                    buf,
+                    inputs::<T>(root, case, len, ReduceOp::Max),
+                    "broadcast {dt} len {len} root {root}"
+                );
+            }
+        }
+        // Non-blocking calls keep their order, also around a blocking one.
+        let g = groups[0];
+        let cases: Vec<u64> = (0..3).map(|_| self.next_case()).collect();
+        let works: Vec<_> = cases
+            .iter()
+            .map(|c| g.all_reduce_async(inputs::<T>(rank, *c, 517, ReduceOp::Sum), ReduceOp::Sum))
+            .collect();
+        let gathered = g.all_gather_async(vec![T::from_f64(rank as f64 + 1.0)]);
+        g.barrier().unwrap_or_else(|e| panic!("barrier {dt}: {e}"));
+        for (work, case) in works.into_iter().zip(cases) {
+            let buf = work
+                .wait()
+                .unwrap_or_else(|e| panic!("all_reduce_async {dt}: {e}"));
+            for (i, v) in buf.iter().enumerate() {
+                must_match(
+                    &format!("all_reduce_async {dt} [{i}]"),
+                    *v,
+                    reference::<T>(world, case, i, ReduceOp::Sum),
+                );
+            }
+        }
+        let all = gathered
+            .wait()
+            .unwrap_or_else(|e| panic!("all_gather_async {dt}: {e}"));
+        let expected: Vec<T> = (0..world).map(|r| T::from_f64(r as f64 + 1.0)).collect();
+        assert_eq!(all, expected);
+    }
+}
+
+fn role_matrix() {
+    let base = CollectiveConfig::from_env().expect("the parent sets valid overrides");
+    let transport = base.transport;
+    let a = must_join(base.clone(), "MASTER_PORT", "matrix-a");
+    // The second group forces the ring and the chain for every size and uses
+    // tiny chunks, rings and socket buffers, so that flow control, wrap-around
+    // and partial reads are exercised on small buffers.
+    let b_config = CollectiveConfig {
+        small_message_bytes: 0,
+        chunk_bytes: 4096,
+        shm_ring_bytes: 4160,
+        shm_side_ring_bytes: 640,
+        tcp_socket_buffer_bytes: 16 * 1024,
+        ..base
+    };
+    let b = must_join(b_config, "PRISM_TEST_SECOND_PORT", "matrix-b");
+    let world = a.world_size();
+    if world > 1 {
+        let expected = match transport {
+            prism_train::collective::TransportChoice::Tcp => "tcp",
+            _ => "shm",
+        };
+        assert_eq!(a.transport(), expected);
+        assert_eq!(b.transport(), expected);
+    }
+    let mut m = Matrix {
+        rank: a.rank(),
+        world,
+        case: 0,
+    };
+    m.all_types(&[&a, &b]);
+    a.barrier().expect("final barrier");
+    b.barrier().expect("final barrier");
+    println!("RESULT ok rank {}", a.rank());
+}
+
+fn timeout_config() -> CollectiveConfig {
+    CollectiveConfig::from_env().expect("the parent sets valid overrides")
+}
+
+fn must_fail_in_time<R: std::fmt::Debug>(
+    what: &str,
+    started: Instant,
+    result: Result<R, CollectiveError>,
+) -> CollectiveError {
+    let elapsed = started.elapsed();
+    let limit = timeout_config().timeout() + Duration::from_millis(1500);
+    let err = match result {
+        Ok(v) => panic!("{what} must fail, got {v:?}"),
+        Err(e) => e,
+    };
+    assert!(
+        elapsed <= limit,
+        "{what} must fail within the timeout, took {elapsed:?}: {err}"
+    );
+    println!("{what} failed in {elapsed:?} with: {err}");
+    err
+}
+
+fn role_dies() {
+    let g = must_join(timeout_config(), "MASTER_PORT", "dies");
+    let mut buf = vec![1.0f32; 1 << 20];
+    g.all_reduce(&mut buf, ReduceOp::Sum)
+        .expect("the first all_reduce, before anyone dies");
+    assert_eq!(buf[0], 3.0);
+    if g.rank() == 2 {
+        std::process::exit(3);
+    }
+    let started = Instant::now();
+    let err = must_fail_in_time(
+        "all_reduce after rank 2 died",
+        started,
+        g.all_reduce(&mut buf, ReduceOp::Sum),
+    );
+    assert!(
+        matches!(
+            err,
+            CollectiveError::PeerDisconnected { .. }
+                | CollectiveError::GroupAborted { .. }
+                | CollectiveError::Timeout { .. }
+        ),
+        "unexpected error kind: {err:?}"
+    );
+    let again = g
+        .barrier()
+        .expect_err("a broken group must refuse further calls");
+    assert!(
+        matches!(again, CollectiveError::GroupBroken { .. }),
+        "{again:?}"
+    );
+}
+
+fn role_stalls() {
+    let g = must_join(timeout_config(), "MASTER_PORT", "stalls");
+    if g.rank() == 2 {
+        std::thread::sleep(Duration::from_secs(20));
+        return;
+    }
+    let mut buf = vec![1.0f64; 100_000];
+    let started = Instant::now();
+    must_fail_in_time(
+        "all_reduce with rank 2 asleep",
+        started,
+        g.all_reduce(&mut buf, ReduceOp::Sum),
+    );
+}
+
+fn role_never_joins() {
+    let rank = env_usize("RANK");
+    let port = env_usize("MASTER_PORT");
+    let options = GroupOptions::new(rank, 3, format!("127.0.0.1:{port}")).config(timeout_config());
+    let started = Instant::now();
+    let err = must_fail_in_time(
+        "joining without rank 2",
+        started,
+        ProcessGroup::join(options),
+    );
+    assert!(
+        matches!(err, CollectiveError::RendezvousTimeout { .. }),
+        "{err:?}"
+    );
+}
+
+fn role_mismatch() {
+    let g = must_join(timeout_config(), "MASTER_PORT", "mismatch");
+    let mut buf = vec![1i32; 10 + g.rank()];
+    let started = Instant::now();
+    let err = must_fail_in_time(
+        "all_reduce of different lengths",
+        started,
+        g.all_reduce(&mut buf, ReduceOp::Sum),
+    );
+    assert!(
+        matches!(err, CollectiveError::CallMismatch { .. }),
+        "{err:?}"
+    );
+}
