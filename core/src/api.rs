@@ -1,0 +1,441 @@
+//! The runtime API: starting and stopping, objects, waiting.
+
+use crate::codec::Element;
+use crate::config::Config;
+use crate::core_worker::{self, current, CoreHandler, CoreWorker, Role, Startup};
+use crate::object_ref::ObjectRef;
+use crate::view::View;
+use crate::{Error, Result};
+use parking_lot::Mutex;
+use prism_protocol::ids::{JobId, NodeId, WorkerId};
+use prism_protocol::messages::{ObjectRefInfo, Request, Response, StoreStats};
+use prism_protocol::resources::ResourceSet;
+use prism_protocol::rpc::Connection;
+use prism_raylet::{Raylet, RayletConfig};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What a driver process started, to stop it again.
+struct DriverState {
+    runtime: tokio::runtime::Runtime,
+    raylet: Option<Raylet>,
+}
+
+static DRIVER: Mutex<Option<DriverState>> = Mutex::new(None);
+
+/// Connects this program to a cluster, as its driver.
+///
+/// With no address (neither [`Config::address`] nor `PRISM_ADDRESS`), starts
+/// an embedded single-node cluster: a raylet inside this process, a
+/// shared-memory object store, and a pool of worker processes (one per CPU)
+/// that re-execute this program's binary in worker mode. With an address
+/// (a raylet socket, or a session directory), joins that cluster instead.
+///
+/// Calling it again before [`shutdown`] fails with
+/// [`Error::AlreadyInitialized`] unless [`Config::ignore_reinit_error`] is set.
+///
+/// ```no_run
+/// prism::init(prism::Config::default())?;
+/// // ... tasks, actors, objects ...
+/// prism::shutdown();
+/// # Ok::<(), prism::Error>(())
+/// ```
+pub fn init(config: Config) -> Result<()> {
+    let mut driver = DRIVER.lock();
+    if driver.is_some() || core_worker::current().is_ok() {
+        return if config.ignore_reinit_error {
+            Ok(())
+        } else {
+            Err(Error::AlreadyInitialized)
+        };
+    }
+    let config = Arc::new(config.apply_env()?);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.runtime_threads.max(1))
+        .thread_name("prism-driver")
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("start the driver's runtime", e))?;
+    let handle = runtime.handle().clone();
+    let timeout = Duration::from_millis(config.startup_timeout_ms);
+    let started = runtime.block_on(async {
+        tokio::time::timeout(timeout, start_driver(config.clone(), handle))
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::io(
+                    "start the cluster",
+                    format!("not ready after {} ms (PRISM_STARTUP_TIMEOUT_MS)", timeout.as_millis()),
+                ))
+            })
+    });
+    match started {
+        Ok((core, raylet)) => {
+            core_worker::set_current(Some(core));
+            *driver = Some(DriverState { runtime, raylet });
+            Ok(())
+        }
+        Err(e) => {
+            runtime.shutdown_background();
+            Err(e)
+        }
+    }
+}
+
+async fn start_driver(
+    config: Arc<Config>,
+    handle: tokio::runtime::Handle,
+) -> Result<(Arc<CoreWorker>, Option<Raylet>)> {
+    let (socket, raylet) = match &config.address {
+        Some(address) => {
+            let path = PathBuf::from(address);
+            let socket = if path.is_dir() {
+                path.join("sockets").join("raylet.sock")
+            } else {
+                path
+            };
+            (socket, None)
+        }
+        None => {
+            let session_dir = crate::logging::new_session_dir(&config.temp_dir)?;
+            crate::logging::init_file_logging(&session_dir, &format!("driver-{}.log", std::process::id()));
+            let resources = config.node_resources()?;
+            let cpus = resources.get(prism_protocol::resources::CPU).units() / prism_protocol::resources::Quantity::SCALE;
+            let mut raylet_config = RayletConfig::local(session_dir, cpus, config.store_capacity());
+            raylet_config.resources = resources;
+            let raylet = Raylet::start(raylet_config).await?;
+            (raylet.socket_path().to_path_buf(), Some(raylet))
+        }
+    };
+    let handler = CoreHandler::default();
+    let conn = Connection::connect(&socket, Arc::new(handler.clone())).await.map_err(|e| match &config.address {
+        Some(a) => Error::io(format!("join the cluster at {a} (is it running?)"), e),
+        None => e,
+    })?;
+    let worker_id = WorkerId::new();
+    let session_guess = socket
+        .parent()
+        .and_then(|p| p.parent())
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    let executable = std::env::current_exe().map_err(|e| Error::io("find this program's executable", e))?;
+    let cwd = std::env::current_dir().map_err(|e| Error::io("read the working directory", e))?;
+    let registration = match conn
+        .call(Request::RegisterDriver {
+            address: core_worker::socket_path(&session_guess, worker_id).display().to_string(),
+            pid: std::process::id(),
+            executable,
+            cwd,
+            log_to_driver: config.log_to_driver,
+        })
+        .await?
+    {
+        Response::Registered(r) => r,
+        other => return Err(other.unexpected("RegisterDriver")),
+    };
+    let core = CoreWorker::build(Startup {
+        role: Role::Driver,
+        rt: handle,
+        config,
+        worker_id,
+        node_id: registration.node_id,
+        job_id: registration.job_id,
+        session_dir: registration.session_dir,
+        store_path: registration.store_path,
+        raylet: conn,
+        handler,
+    })?;
+    crate::worker::fetch_cluster_total(&core).await?;
+    Ok((core, raylet))
+}
+
+/// Disconnects from the cluster; an embedded cluster is stopped (its workers
+/// killed, its store removed). Safe to call when not initialized. `init`
+/// may be called again afterwards.
+pub fn shutdown() {
+    let core = core_worker::set_current(None);
+    if let Some(core) = &core {
+        core.return_all_leases();
+        core.stop_listening();
+    }
+    drop(core);
+    let state = DRIVER.lock().take();
+    if let Some(state) = state {
+        if let Some(raylet) = state.raylet {
+            raylet.shutdown();
+        }
+        state.runtime.shutdown_background();
+    }
+}
+
+/// Whether [`init`] has run (and [`shutdown`] has not).
+pub fn is_initialized() -> bool {
+    core_worker::current().is_ok()
+}
+
+/// Stores a value in the cluster and returns a reference to it.
+///
+/// Values up to 100 KiB (`max_direct_call_object_size_bytes`) stay in this
+/// process and travel inside messages; larger ones are written once to the
+/// node's shared-memory store. Flat buffers (`Vec<f32>`, `Vec<u8>`,
+/// `bytes::Bytes`, ...) are copied there as they are, without encoding.
+///
+/// ```no_run
+/// # prism::init(prism::Config::default())?;
+/// let r = prism::put(vec![1.0f32; 1_000_000])?;
+/// assert_eq!(prism::get(&r)?.len(), 1_000_000);
+/// # Ok::<(), prism::Error>(())
+/// ```
+pub fn put<T: Serialize + Send + Sync + 'static>(value: T) -> Result<ObjectRef<T>> {
+    let core = current()?;
+    let c = core.clone();
+    let value = Arc::new(value);
+    let info = core.block_on(async move { c.put_object(&*value).await })?;
+    Ok(ObjectRef::from_counted(info, &core))
+}
+
+/// The async form of [`put`].
+pub async fn put_async<T: Serialize + Send + Sync + 'static>(value: T) -> Result<ObjectRef<T>> {
+    let core = current()?;
+    let info = core.put_object(&value).await?;
+    Ok(ObjectRef::from_counted(info, &core))
+}
+
+async fn get_with(core: Arc<CoreWorker>, info: ObjectRefInfo) -> Result<crate::core_worker::Loaded> {
+    core.fetch(&info).await
+}
+
+/// Waits for an object's value and returns a copy of it.
+///
+/// A task that failed gives its error here ([`Error::TaskFailed`],
+/// [`Error::WorkerDied`], ...).
+pub fn get<T: DeserializeOwned + Send + 'static>(r: &ObjectRef<T>) -> Result<T> {
+    let core = current()?;
+    let r = r.clone();
+    core.clone().block_on(async move { get_async(&r).await })
+}
+
+/// [`get`] that gives up after `timeout` with [`Error::GetTimeout`].
+pub fn get_timeout<T: DeserializeOwned + Send + 'static>(r: &ObjectRef<T>, timeout: Duration) -> Result<T> {
+    let core = current()?;
+    let r = r.clone();
+    core.block_on(async move {
+        tokio::time::timeout(timeout, get_async(&r))
+            .await
+            .unwrap_or(Err(Error::GetTimeout {
+                waited_ms: timeout.as_millis() as u64,
+                pending: 1,
+                total: 1,
+            }))
+    })
+}
+
+/// The async form of [`get`]; `ObjectRef` also implements `IntoFuture`.
+pub async fn get_async<T: DeserializeOwned + Send + 'static>(r: &ObjectRef<T>) -> Result<T> {
+    let core = current()?;
+    let loaded = get_with(core.clone(), r.info().clone()).await?;
+    let value = crate::codec::decode::<T>(loaded.bytes())?;
+    drop(loaded);
+    core.register_borrows().await?;
+    Ok(value)
+}
+
+/// Gets many objects, in order; fails with the first error.
+pub fn get_many<T: DeserializeOwned + Send + 'static>(refs: &[ObjectRef<T>]) -> Result<Vec<T>> {
+    get_many_inner(refs, None)
+}
+
+/// [`get_many`] with one deadline for all of them.
+pub fn get_many_timeout<T: DeserializeOwned + Send + 'static>(refs: &[ObjectRef<T>], timeout: Duration) -> Result<Vec<T>> {
+    get_many_inner(refs, Some(timeout))
+}
+
+fn get_many_inner<T: DeserializeOwned + Send + 'static>(refs: &[ObjectRef<T>], timeout: Option<Duration>) -> Result<Vec<T>> {
+    let core = current()?;
+    let refs: Vec<ObjectRef<T>> = refs.to_vec();
+    core.block_on(async move {
+        let total = refs.len();
+        let all = async {
+            let mut out = Vec::with_capacity(refs.len());
+            for r in &refs {
+                out.push(get_async(r).await?);
+            }
+            Ok(out)
+        };
+        match timeout {
+            None => all.await,
+            Some(t) => match tokio::time::timeout(t, all).await {
+                Ok(r) => r,
+                Err(_) => {
+                    let core = current()?;
+                    let pending = refs
+                        .iter()
+                        .filter(|r| !(core.refs.is_mine(r.owner()) && core.refs.is_ready(r.id())))
+                        .count();
+                    Err(Error::GetTimeout {
+                        waited_ms: t.as_millis() as u64,
+                        pending,
+                        total,
+                    })
+                }
+            },
+        }
+    })
+}
+
+/// Reads a buffer object in place: on the same node, the returned
+/// [`View`] points into shared memory (no copy) and keeps the object pinned
+/// until dropped.
+pub fn get_view<E: Element>(r: &ObjectRef<Vec<E>>) -> Result<View<E>> {
+    let core = current()?;
+    let info = r.info().clone();
+    let c = core.clone();
+    let loaded = core.block_on(async move { get_with(c, info).await })?;
+    crate::private::make_view::<E>(loaded)
+}
+
+/// Waits until `num_returns` of `refs` are ready or `timeout` passes, and
+/// returns `(ready, not_ready)`, each in the order of `refs`, as Ray does.
+///
+/// `num_returns` larger than `refs.len()`, or duplicate refs, are
+/// [`Error::InvalidArgument`]. A failed task counts as ready (its `get`
+/// gives the error).
+pub fn wait<T>(
+    refs: &[ObjectRef<T>],
+    num_returns: usize,
+    timeout: Option<Duration>,
+) -> Result<(Vec<ObjectRef<T>>, Vec<ObjectRef<T>>)> {
+    if num_returns > refs.len() {
+        return Err(Error::invalid(
+            "num_returns",
+            format!("{num_returns} is more than the {} refs given", refs.len()),
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    if let Some(dup) = refs.iter().find(|r| !seen.insert(r.id())) {
+        return Err(Error::invalid("refs", format!("{} appears more than once", dup.id())));
+    }
+    let core = current()?;
+    let infos: Vec<ObjectRefInfo> = refs.iter().map(|r| r.info().clone()).collect();
+    let c = core.clone();
+    let ready = core.block_on(async move { Ok(wait_ready(c, infos, num_returns, timeout).await) })?;
+    let (mut yes, mut no) = (Vec::new(), Vec::new());
+    for (r, is_ready) in refs.iter().zip(ready) {
+        if is_ready {
+            yes.push(r.clone());
+        } else {
+            no.push(r.clone());
+        }
+    }
+    Ok((yes, no))
+}
+
+async fn wait_ready(core: Arc<CoreWorker>, infos: Vec<ObjectRefInfo>, num_returns: usize, timeout: Option<Duration>) -> Vec<bool> {
+    let mut ready = vec![false; infos.len()];
+    let mut count = 0;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut waiting = tokio::task::JoinSet::new();
+    for (i, info) in infos.into_iter().enumerate() {
+        if core.refs.is_mine(&info.owner) && core.refs.is_ready(info.id) {
+            ready[i] = true;
+            count += 1;
+            continue;
+        }
+        let core = core.clone();
+        let tx = tx.clone();
+        waiting.spawn(async move {
+            let _ = if core.refs.is_mine(&info.owner) {
+                core.wait_owned(info.id).await.map(|_| ())
+            } else {
+                core.fetch(&info).await.map(|_| ())
+            };
+            let _ = tx.send(i);
+        });
+    }
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    while count < num_returns {
+        let next = match deadline {
+            Some(d) => match tokio::time::timeout_at(d, rx.recv()).await {
+                Ok(n) => n,
+                Err(_) => break,
+            },
+            None => rx.recv().await,
+        };
+        match next {
+            Some(i) => {
+                ready[i] = true;
+                count += 1;
+            }
+            None => break,
+        }
+    }
+    // Anything else that finished meanwhile counts too.
+    while let Ok(i) = rx.try_recv() {
+        ready[i] = true;
+    }
+    waiting.abort_all();
+    ready
+}
+
+/// Usage of this node's object store.
+pub fn object_store_stats() -> Result<StoreStats> {
+    let core = current()?;
+    let c = core.clone();
+    core.block_on(async move {
+        match c.raylet.call(Request::GetStoreStats).await? {
+            Response::StoreStats(s) => Ok(s),
+            other => Err(other.unexpected("GetStoreStats")),
+        }
+    })
+}
+
+/// The cluster's total resources and what is free now.
+pub fn cluster_resources() -> Result<(ResourceSet, ResourceSet)> {
+    let core = current()?;
+    let c = core.clone();
+    core.block_on(async move {
+        match c.raylet.call(Request::GetClusterResources).await? {
+            Response::ClusterResources { total, available } => Ok((total, available)),
+            other => Err(other.unexpected("GetClusterResources")),
+        }
+    })
+}
+
+/// Facts about the running process's place in the cluster.
+#[derive(Debug, Clone)]
+pub struct RuntimeContext {
+    /// This process's worker id.
+    pub worker_id: WorkerId,
+    /// Its job.
+    pub job_id: JobId,
+    /// The node it runs on.
+    pub node_id: NodeId,
+    /// The session directory (logs are under `logs/`).
+    pub session_dir: PathBuf,
+    /// Objects this process owns now.
+    pub num_owned_objects: usize,
+    /// GPU ids visible to this process (`CUDA_VISIBLE_DEVICES`).
+    pub gpu_ids: Vec<u32>,
+    /// Whether this process is a worker (rather than the driver).
+    pub is_worker: bool,
+}
+
+/// Where this code runs: worker id, job, session, GPUs.
+pub fn runtime_context() -> Result<RuntimeContext> {
+    let core = current()?;
+    let gpu_ids = std::env::var("CUDA_VISIBLE_DEVICES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
+        .unwrap_or_default();
+    Ok(RuntimeContext {
+        worker_id: core.worker_id,
+        job_id: core.job_id,
+        node_id: core.node_id,
+        session_dir: core.session_dir.clone(),
+        num_owned_objects: core.refs.num_owned(),
+        gpu_ids,
+        is_worker: core.role == Role::Worker,
+    })
+}

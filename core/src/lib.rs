@@ -1,0 +1,132 @@
+//! Prism: remote tasks, stateful actors and a shared-memory object store
+//! for Rust programs, on one machine or many.
+//!
+//! # A tour
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! #[prism::remote]
+//! fn add(a: i64, b: i64) -> i64 {
+//!     a + b
+//! }
+//!
+//! #[prism::remote]
+//! fn sum(values: prism::View<f32>) -> f64 {
+//!     values.iter().map(|v| *v as f64).sum()
+//! }
+//!
+//! #[prism::actor]
+//! struct Counter {
+//!     n: i64,
+//! }
+//!
+//! #[prism::actor]
+//! impl Counter {
+//!     fn new(start: i64) -> Self {
+//!         Counter { n: start }
+//!     }
+//!     fn incr(&mut self, by: i64) -> i64 {
+//!         self.n += by;
+//!         self.n
+//!     }
+//! }
+//!
+//! #[prism::main]
+//! fn main() -> prism::Result<()> {
+//!     prism::init(prism::Config::default())?; // an embedded single-node cluster
+//!     let r = add::remote(1, 2)?; // ObjectRef<i64>
+//!     assert_eq!(prism::get(&r)?, 3);
+//!     let big = prism::put(vec![1.0f32; 25_000_000])?; // 100 MB, stored once
+//!     let s = sum::remote(&big)?; // the worker reads it in place
+//!     assert_eq!(prism::get(&s)?, 25_000_000.0);
+//!     let c = Counter::remote(0)?; // an actor in its own process
+//!     assert_eq!(prism::get(&c.incr(5)?)?, 5);
+//!     let refs: Vec<_> = (0..20).map(|i| add::remote(i, i)).collect::<prism::Result<_>>()?;
+//!     let (ready, pending) = prism::wait(&refs, 10, Some(Duration::from_secs(1)))?;
+//!     println!("{} ready, {} pending", ready.len(), pending.len());
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # Tasks
+//!
+//! `#[prism::remote]` on a function (sync or `async`) registers it under a
+//! stable name (`module::path::name`, or `name = "..."`) and generates a
+//! module of the same name with `remote(args...)` and
+//! `remote_with(TaskOptions, args...)`. Each argument may be the value
+//! itself or an [`ObjectRef`] to it; a reference arrives as its value.
+//! Options on the attribute (`num_cpus`, `num_gpus`, `resources`) set the
+//! default resource shape. A function may return `T` or `Result<T, E>` with
+//! `E: Display`; an `Err` or a panic reaches the caller as
+//! [`Error::TaskFailed`].
+//!
+//! # Actors
+//!
+//! `#[prism::actor]` on a struct and on its `impl` block makes `Type::remote(
+//! constructor args)` start the actor in its own worker process (the
+//! constructor is the associated function `new`), and returns an
+//! [`ActorHandle`] whose methods (`&self`, `&mut self`, sync or `async`)
+//! return `ObjectRef`s. Options on the struct's attribute (`name`,
+//! `namespace`, `max_concurrency`, `num_cpus`, `num_gpus`, `resources`) are
+//! defaults; `Type::remote_with(ActorOptions, ...)` overrides them. Named
+//! actors are found with [`get_actor`]; [`kill`] ends one.
+//!
+//! # Objects
+//!
+//! [`put`] stores a value; [`get`], [`get_many`] and their `_timeout`
+//! forms read; `.await` on an `ObjectRef` reads without blocking; [`wait`]
+//! splits refs into ready and not ready. Large flat buffers are read in
+//! place through [`View`]. Objects are freed when no reference remains.
+//!
+//! # The cluster
+//!
+//! [`init`] with no address starts an embedded cluster in this process:
+//! a raylet, a shared-memory store, and one worker process per CPU running
+//! this same binary (see the `worker` module notes in `docs/architecture.md`).
+//! Worker output is printed with a `(pid=…)` or `(Class pid=…)` prefix and
+//! kept in the session's `logs/`.
+//!
+//! # Errors
+//!
+//! Every fallible call returns [`Result`]; [`Error`] says what went wrong
+//! with the ids and values involved.
+#![warn(missing_docs, missing_debug_implementations)]
+#![doc(test(attr(deny(warnings))))]
+
+mod actor;
+mod api;
+mod codec;
+mod config;
+mod core_worker;
+mod executor;
+mod logging;
+mod object_ref;
+mod options;
+mod refs;
+mod submitter;
+mod view;
+mod worker;
+
+#[doc(hidden)]
+pub mod private;
+
+#[doc(hidden)]
+pub use private as __private;
+
+pub use actor::{get_actor, get_actor_in, kill, Actor, ActorHandle, ActorRef};
+pub use api::{
+    cluster_resources, get, get_async, get_many, get_many_timeout, get_timeout, get_view, init,
+    is_initialized, object_store_stats, put, put_async, runtime_context, shutdown, wait,
+    RuntimeContext,
+};
+pub use codec::Element;
+pub use config::Config;
+pub use object_ref::{Arg, IntoArg, ObjectRef};
+pub use options::{ActorOptions, TaskOptions};
+pub use prism_macros::{actor, main, remote};
+pub use prism_protocol::error::{Error, FailureKind, Result};
+pub use prism_protocol::ids::{ActorId, JobId, NodeId, ObjectId, TaskId, WorkerId};
+pub use prism_protocol::messages::StoreStats;
+pub use prism_protocol::resources::{Quantity, ResourceSet};
+pub use view::View;

@@ -1,0 +1,210 @@
+//! Typed references to objects, and how arguments are passed.
+
+use crate::codec::{self, Element, Encoded};
+use crate::core_worker::{self, CoreWorker};
+use crate::view::View;
+use crate::{Error, Result};
+use prism_protocol::ids::ObjectId;
+use prism_protocol::messages::{Address, ObjectRefInfo};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+use std::future::{Future, IntoFuture};
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::{Arc, Weak};
+
+struct RefInner {
+    info: ObjectRefInfo,
+    core: Weak<CoreWorker>,
+}
+
+impl Drop for RefInner {
+    fn drop(&mut self) {
+        if let Some(core) = self.core.upgrade() {
+            core.drop_local_ref(self.info.id);
+        }
+    }
+}
+
+/// A reference to an immutable object that is, or will be, somewhere in the
+/// cluster: the result of a task, or a value given to [`put`](crate::put).
+///
+/// Cloning is cheap. The object is freed once no `ObjectRef` to it remains
+/// in any process and no task in flight needs it. An `ObjectRef` can be
+/// passed to a task (it arrives as its value), stored inside other values,
+/// sent to actors, and awaited:
+///
+/// ```no_run
+/// # async fn demo(r: prism::ObjectRef<i64>) -> prism::Result<()> {
+/// let value: i64 = r.await?;
+/// # Ok(()) }
+/// ```
+pub struct ObjectRef<T> {
+    inner: Arc<RefInner>,
+    _type: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for ObjectRef<T> {
+    fn clone(&self) -> Self {
+        ObjectRef {
+            inner: self.inner.clone(),
+            _type: PhantomData,
+        }
+    }
+}
+
+impl<T> fmt::Debug for ObjectRef<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ObjectRef({})", self.inner.info.id)
+    }
+}
+
+impl<T> PartialEq for ObjectRef<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.inner.info.id == other.inner.info.id
+    }
+}
+
+impl<T> Eq for ObjectRef<T> {}
+
+impl<T> std::hash::Hash for ObjectRef<T> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.inner.info.id.hash(state)
+    }
+}
+
+impl<T> ObjectRef<T> {
+    /// Wraps a reference whose count was already taken in `core`.
+    pub(crate) fn from_counted(info: ObjectRefInfo, core: &Arc<CoreWorker>) -> Self {
+        ObjectRef {
+            inner: Arc::new(RefInner {
+                info,
+                core: Arc::downgrade(core),
+            }),
+            _type: PhantomData,
+        }
+    }
+
+    /// The object's id.
+    pub fn id(&self) -> ObjectId {
+        self.inner.info.id
+    }
+
+    /// The address of the process that owns the object.
+    pub fn owner(&self) -> &Address {
+        &self.inner.info.owner
+    }
+
+    pub(crate) fn info(&self) -> &ObjectRefInfo {
+        &self.inner.info
+    }
+
+    /// Forgets the value type (for mixed lists given to [`wait`](crate::wait)).
+    pub fn untyped(&self) -> ObjectRef<()> {
+        ObjectRef {
+            inner: self.inner.clone(),
+            _type: PhantomData,
+        }
+    }
+}
+
+impl<T> Serialize for ObjectRef<T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        codec::note_serialized_ref(&self.inner.info);
+        (self.inner.info.id, &self.inner.info.owner).serialize(serializer)
+    }
+}
+
+impl<'de, T> Deserialize<'de> for ObjectRef<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        let (id, owner) = <(ObjectId, Address)>::deserialize(deserializer)?;
+        let info = ObjectRefInfo { id, owner };
+        let core = core_worker::current_weak();
+        if let Some(core) = core.upgrade() {
+            core.refs.add_local(&info);
+        }
+        Ok(ObjectRef {
+            inner: Arc::new(RefInner { info, core }),
+            _type: PhantomData,
+        })
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static> IntoFuture for ObjectRef<T> {
+    type Output = Result<T>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<T>> + Send>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move { crate::api::get_async(&self).await })
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static> IntoFuture for &ObjectRef<T> {
+    type Output = Result<T>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<T>> + Send>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        let r = self.clone();
+        Box::pin(async move { crate::api::get_async(&r).await })
+    }
+}
+
+/// One argument of a remote call, as the caller hands it over.
+#[derive(Debug)]
+pub enum Arg {
+    /// A value, encoded.
+    #[doc(hidden)]
+    Value(Encoded),
+    /// A reference; the executor receives the object's value.
+    #[doc(hidden)]
+    Ref(ObjectRefInfo),
+}
+
+/// Something that can be passed where a remote function expects a `P`: a
+/// `P` itself, or an [`ObjectRef<P>`] (by value or reference), whose value
+/// the executor receives. A `&ObjectRef<Vec<T>>` can also be passed for a
+/// [`View<T>`] parameter, read in place from shared memory.
+pub trait IntoArg<P> {
+    /// Converts into a wire argument.
+    fn into_arg(self) -> Result<Arg>;
+}
+
+impl<P: Serialize + 'static> IntoArg<P> for P {
+    fn into_arg(self) -> Result<Arg> {
+        Ok(Arg::Value(codec::encode(&self)?))
+    }
+}
+
+impl<P> IntoArg<P> for &ObjectRef<P> {
+    fn into_arg(self) -> Result<Arg> {
+        Ok(Arg::Ref(self.inner.info.clone()))
+    }
+}
+
+impl<P> IntoArg<P> for ObjectRef<P> {
+    fn into_arg(self) -> Result<Arg> {
+        Ok(Arg::Ref(self.inner.info.clone()))
+    }
+}
+
+impl<E: Element> IntoArg<View<E>> for &ObjectRef<Vec<E>> {
+    fn into_arg(self) -> Result<Arg> {
+        Ok(Arg::Ref(self.inner.info.clone()))
+    }
+}
+
+impl IntoArg<View<u8>> for &ObjectRef<bytes::Bytes> {
+    fn into_arg(self) -> Result<Arg> {
+        Ok(Arg::Ref(self.inner.info.clone()))
+    }
+}
+
+/// Checks a user-supplied count or size.
+pub(crate) fn positive(what: &str, value: f64) -> Result<f64> {
+    if value.is_finite() && value > 0.0 {
+        Ok(value)
+    } else {
+        Err(Error::invalid(what, format!("must be a positive number, got {value}")))
+    }
+}

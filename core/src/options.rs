@@ -1,0 +1,211 @@
+//! Per-call options for tasks and actors.
+
+use crate::object_ref::positive;
+use crate::{Error, Result};
+use prism_protocol::messages;
+use prism_protocol::resources::{Quantity, ResourceSet, CPU, GPU, MEMORY};
+use std::collections::BTreeMap;
+
+/// Resource requests shared by tasks and actors.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Resources {
+    num_cpus: Option<f64>,
+    num_gpus: Option<f64>,
+    memory: Option<f64>,
+    custom: BTreeMap<String, f64>,
+}
+
+impl Resources {
+    fn to_set(&self, default_cpus: f64) -> Result<ResourceSet> {
+        let mut set = ResourceSet::new();
+        let mut put = |name: &str, value: f64, allow_zero: bool| -> Result<()> {
+            if !(allow_zero && value == 0.0) {
+                positive(&format!("{name} request"), value)?;
+            }
+            let q = Quantity::from_f64(name, value).map_err(|e| Error::invalid(name, e.to_string()))?;
+            set.set(name, q);
+            Ok(())
+        };
+        put(CPU, self.num_cpus.unwrap_or(default_cpus), true)?;
+        if let Some(g) = self.num_gpus {
+            put(GPU, g, true)?;
+        }
+        if let Some(m) = self.memory {
+            put(MEMORY, m, false)?;
+        }
+        for (k, v) in &self.custom {
+            put(k, *v, false)?;
+        }
+        Ok(set)
+    }
+}
+
+/// Options for one task submission; start from [`TaskOptions::new`].
+///
+/// ```
+/// let opts = prism::TaskOptions::new().num_cpus(2.0).resource("accelerator", 1.0);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TaskOptions {
+    resources: Resources,
+}
+
+impl TaskOptions {
+    /// Defaults: one CPU.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// CPUs the task holds while it runs (default 1; 0 is allowed).
+    pub fn num_cpus(mut self, n: f64) -> Self {
+        self.resources.num_cpus = Some(n);
+        self
+    }
+
+    /// GPUs the task holds; below 1 it shares one device.
+    pub fn num_gpus(mut self, n: f64) -> Self {
+        self.resources.num_gpus = Some(n);
+        self
+    }
+
+    /// Memory in bytes the task reserves.
+    pub fn memory(mut self, bytes: f64) -> Self {
+        self.resources.memory = Some(bytes);
+        self
+    }
+
+    /// A custom resource amount.
+    pub fn resource(mut self, name: impl Into<String>, amount: f64) -> Self {
+        self.resources.custom.insert(name.into(), amount);
+        self
+    }
+
+    /// The resource shape this asks for.
+    pub(crate) fn shape(&self) -> Result<ResourceSet> {
+        self.resources.to_set(1.0)
+    }
+}
+
+/// Options for creating an actor; start from [`ActorOptions::new`].
+///
+/// ```
+/// let opts = prism::ActorOptions::new().name("counter").max_concurrency(4);
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActorOptions {
+    name: Option<String>,
+    namespace: Option<String>,
+    max_concurrency: u32,
+    resources: Resources,
+}
+
+impl Default for ActorOptions {
+    fn default() -> Self {
+        ActorOptions {
+            name: None,
+            namespace: None,
+            max_concurrency: 1,
+            resources: Resources::default(),
+        }
+    }
+}
+
+impl ActorOptions {
+    /// Defaults: unnamed, one call at a time, no resources held.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A name, unique in the namespace, to find it with [`get_actor`](crate::get_actor).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The namespace of the name (default: the driver's `Config::namespace`).
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// How many calls may run at once (default 1: strictly in order).
+    pub fn max_concurrency(mut self, n: u32) -> Self {
+        self.max_concurrency = n;
+        self
+    }
+
+    /// CPUs held for the actor's lifetime (default 0).
+    pub fn num_cpus(mut self, n: f64) -> Self {
+        self.resources.num_cpus = Some(n);
+        self
+    }
+
+    /// GPUs held for the actor's lifetime.
+    pub fn num_gpus(mut self, n: f64) -> Self {
+        self.resources.num_gpus = Some(n);
+        self
+    }
+
+    /// A custom resource held for the actor's lifetime.
+    pub fn resource(mut self, name: impl Into<String>, amount: f64) -> Self {
+        self.resources.custom.insert(name.into(), amount);
+        self
+    }
+
+    /// Fills in fields not set here from `defaults` (the struct's attribute).
+    pub fn or(mut self, defaults: ActorOptions) -> Self {
+        self.name = self.name.or(defaults.name);
+        self.namespace = self.namespace.or(defaults.namespace);
+        if self.max_concurrency == 1 {
+            self.max_concurrency = defaults.max_concurrency;
+        }
+        self.resources.num_cpus = self.resources.num_cpus.or(defaults.resources.num_cpus);
+        self.resources.num_gpus = self.resources.num_gpus.or(defaults.resources.num_gpus);
+        self.resources.memory = self.resources.memory.or(defaults.resources.memory);
+        for (k, v) in defaults.resources.custom {
+            self.resources.custom.entry(k).or_insert(v);
+        }
+        self
+    }
+
+    pub(crate) fn into_wire(self, default_namespace: &str) -> Result<messages::ActorOptions> {
+        if self.max_concurrency == 0 {
+            return Err(Error::invalid("max_concurrency", "must be at least 1"));
+        }
+        if let Some(name) = &self.name {
+            if name.is_empty() {
+                return Err(Error::invalid("actor name", "must not be empty"));
+            }
+        }
+        Ok(messages::ActorOptions {
+            name: self.name,
+            namespace: self.namespace.unwrap_or_else(|| default_namespace.to_string()),
+            max_concurrency: self.max_concurrency,
+            resources: self.resources.to_set(0.0)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_or_negative_resource_requests_are_rejected_by_name() {
+        let err = TaskOptions::new().num_gpus(-1.0).shape().unwrap_err();
+        assert!(err.to_string().contains("GPU request"), "{err}");
+        let err = TaskOptions::new().resource("disk", 0.0).shape().unwrap_err();
+        assert!(err.to_string().contains("disk request"), "{err}");
+        assert!(TaskOptions::new().num_cpus(0.0).shape().is_ok(), "zero CPUs is a valid request");
+    }
+
+    #[test]
+    fn actor_options_take_defaults_only_where_unset() {
+        let o = ActorOptions::new()
+            .name("a")
+            .or(ActorOptions::new().name("b").max_concurrency(4).num_cpus(1.0));
+        assert_eq!(o.name.as_deref(), Some("a"));
+        assert_eq!(o.max_concurrency, 4);
+        assert_eq!(o.resources.num_cpus, Some(1.0));
+    }
+}

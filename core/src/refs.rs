@@ -1,0 +1,385 @@
+//! Ownership and reference counting of objects.
+//!
+//! The process that creates an object (by `put`, or by submitting the task
+//! that returns it) owns it: it holds the object's value (small values) or
+//! knows it is in the node's store (large ones), and decides when it is
+//! freed. Every process keeps one [`RefTable`] entry per object it holds
+//! references to. This type is thread safe.
+//!
+//! An entry counts:
+//!
+//! - `local`: live `ObjectRef` handles in this process;
+//! - `submitted`: tasks in flight that take the object as an argument (kept
+//!   until the task's reply, so the executor can fetch it);
+//! - `contained_in`: objects owned or borrowed here whose values contain a
+//!   reference to this one;
+//! - `borrowers` (owned objects only): other processes holding references.
+//!
+//! Invariants:
+//!
+//! 1. An owned entry is removed, and its store copy deleted, only when all
+//!    three counts are zero and it has no borrowers.
+//! 2. A borrowed entry is removed when its counts reach zero; if the owner
+//!    was told of the borrow, it is then told that the borrow ended.
+//! 3. A process registers itself as a borrower with the owner before the
+//!    reference that gave it the handle can go away: before it answers the
+//!    task that carried the reference, or before `get` returns the value
+//!    that contained it.
+
+use crate::Error;
+use parking_lot::Mutex;
+use prism_protocol::ids::ObjectId;
+use prism_protocol::messages::{Address, ObjectRefInfo, ObjectValue};
+use std::collections::{HashMap, HashSet};
+use tokio::sync::oneshot;
+
+/// What an owner knows of an object's value.
+#[derive(Debug, Clone)]
+pub(crate) enum ValueState {
+    /// The task producing it has not answered yet.
+    Pending,
+    /// Available.
+    Ready(ObjectValue),
+    /// The producing task failed; `get` returns this error.
+    Failed(Error),
+}
+
+#[derive(Debug)]
+struct Entry {
+    /// `None` when this process owns the object.
+    owner: Option<Address>,
+    local: u64,
+    submitted: u64,
+    contained_in: u64,
+    borrowers: HashSet<Address>,
+    registered: bool,
+    contains: Vec<ObjectRefInfo>,
+    value: ValueState,
+    waiters: Vec<oneshot::Sender<()>>,
+}
+
+impl Entry {
+    fn new(owner: Option<Address>, value: ValueState) -> Entry {
+        Entry {
+            owner,
+            local: 0,
+            submitted: 0,
+            contained_in: 0,
+            borrowers: HashSet::new(),
+            registered: false,
+            contains: Vec::new(),
+            value,
+            waiters: Vec::new(),
+        }
+    }
+
+    fn unused(&self) -> bool {
+        self.local == 0 && self.submitted == 0 && self.contained_in == 0 && self.borrowers.is_empty()
+    }
+}
+
+/// Side effects of a count reaching zero, carried out by the caller after
+/// the table's lock is released.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Release {
+    /// Delete an owned object's copy in the store.
+    DeleteFromStore(ObjectId),
+    /// Tell an owner this process no longer borrows an object.
+    EndBorrow { owner: Address, id: ObjectId },
+}
+
+/// What waiting for an owned object's value gives.
+#[derive(Debug)]
+pub(crate) enum Readiness {
+    /// The value, with the references it contains.
+    Ready(ObjectValue, Vec<ObjectRefInfo>),
+    /// Failed.
+    Failed(Error),
+    /// Not yet: await the receiver and ask again.
+    Wait(oneshot::Receiver<()>),
+}
+
+/// The reference table of one process.
+#[derive(Debug)]
+pub(crate) struct RefTable {
+    me: Address,
+    entries: Mutex<HashMap<ObjectId, Entry>>,
+    unregistered: Mutex<Vec<ObjectRefInfo>>,
+}
+
+impl RefTable {
+    pub(crate) fn new(me: Address) -> Self {
+        RefTable {
+            me,
+            entries: Mutex::new(HashMap::new()),
+            unregistered: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// This process's address.
+    pub(crate) fn me(&self) -> &Address {
+        &self.me
+    }
+
+    /// Whether `owner` is this process.
+    pub(crate) fn is_mine(&self, owner: &str) -> bool {
+        owner == self.me
+    }
+
+    /// Records a new owned object with one local handle. Objects it contains
+    /// gain a `contained_in` count.
+    pub(crate) fn add_owned(&self, id: ObjectId, value: ValueState, contains: Vec<ObjectRefInfo>) {
+        let mut entries = self.entries.lock();
+        for c in &contains {
+            self.bump_contained(&mut entries, c);
+        }
+        let mut e = Entry::new(None, value);
+        e.local = 1;
+        e.contains = contains;
+        entries.insert(id, e);
+    }
+
+    fn bump_contained(&self, entries: &mut HashMap<ObjectId, Entry>, c: &ObjectRefInfo) {
+        let owner = (!self.is_mine(&c.owner)).then(|| c.owner.clone());
+        let entry = entries.entry(c.id).or_insert_with(|| {
+            let mut e = Entry::new(owner, ValueState::Pending);
+            // The producer registered us with the owner before handing the
+            // value over (invariant 3).
+            e.registered = true;
+            e
+        });
+        entry.contained_in += 1;
+    }
+
+    /// A handle was created (deserialized) for `info`.
+    pub(crate) fn add_local(&self, info: &ObjectRefInfo) {
+        let mut entries = self.entries.lock();
+        if let Some(e) = entries.get_mut(&info.id) {
+            e.local += 1;
+            return;
+        }
+        let mut e = if self.is_mine(&info.owner) {
+            // A handle to an owned object that was already freed.
+            Entry::new(None, ValueState::Failed(Error::ObjectNotFound { object_id: info.id }))
+        } else {
+            self.unregistered.lock().push(info.clone());
+            Entry::new(Some(info.owner.clone()), ValueState::Pending)
+        };
+        e.local = 1;
+        entries.insert(info.id, e);
+    }
+
+    /// A handle was dropped.
+    pub(crate) fn remove_local(&self, id: ObjectId) -> Vec<Release> {
+        self.update(id, |e| e.local = e.local.saturating_sub(1))
+    }
+
+    /// Tasks in flight take these objects as arguments.
+    pub(crate) fn add_submitted(&self, ids: &[ObjectId]) {
+        let mut entries = self.entries.lock();
+        for id in ids {
+            if let Some(e) = entries.get_mut(id) {
+                e.submitted += 1;
+            }
+        }
+    }
+
+    /// Those tasks answered.
+    pub(crate) fn remove_submitted(&self, ids: &[ObjectId]) -> Vec<Release> {
+        let mut out = Vec::new();
+        for id in ids {
+            out.extend(self.update(*id, |e| e.submitted = e.submitted.saturating_sub(1)));
+        }
+        out
+    }
+
+    /// Another process borrows owned objects.
+    pub(crate) fn add_borrower(&self, ids: &[ObjectId], borrower: &Address) {
+        let mut entries = self.entries.lock();
+        for id in ids {
+            if let Some(e) = entries.get_mut(id) {
+                e.borrowers.insert(borrower.clone());
+            }
+        }
+    }
+
+    /// A borrower let go.
+    pub(crate) fn remove_borrower(&self, ids: &[ObjectId], borrower: &Address) -> Vec<Release> {
+        let mut out = Vec::new();
+        for id in ids {
+            out.extend(self.update(*id, |e| {
+                e.borrowers.remove(borrower);
+            }));
+        }
+        out
+    }
+
+    /// An owned object's value arrived (a task answered).
+    pub(crate) fn set_value(&self, id: ObjectId, value: ValueState, contains: Vec<ObjectRefInfo>) -> Vec<Release> {
+        let mut entries = self.entries.lock();
+        let Some(e) = entries.get_mut(&id) else {
+            // Freed while the task ran: drop what it produced.
+            return match value {
+                ValueState::Ready(ObjectValue::InStore { .. }) => vec![Release::DeleteFromStore(id)],
+                _ => Vec::new(),
+            };
+        };
+        e.value = value;
+        for w in e.waiters.drain(..) {
+            let _ = w.send(());
+        }
+        e.contains = contains.clone();
+        for c in &contains {
+            self.bump_contained(&mut entries, c);
+        }
+        Vec::new()
+    }
+
+    /// The state of an owned object, or a receiver to wait on.
+    pub(crate) fn readiness(&self, id: ObjectId) -> Readiness {
+        let mut entries = self.entries.lock();
+        match entries.get_mut(&id) {
+            None => Readiness::Failed(Error::ObjectNotFound { object_id: id }),
+            Some(e) => match &e.value {
+                ValueState::Ready(v) => Readiness::Ready(v.clone(), e.contains.clone()),
+                ValueState::Failed(err) => Readiness::Failed(err.clone()),
+                ValueState::Pending => {
+                    let (tx, rx) = oneshot::channel();
+                    e.waiters.push(tx);
+                    Readiness::Wait(rx)
+                }
+            },
+        }
+    }
+
+    /// Whether an owned object's value is ready (or failed), without waiting.
+    pub(crate) fn is_ready(&self, id: ObjectId) -> bool {
+        matches!(
+            self.entries.lock().get(&id).map(|e| &e.value),
+            Some(ValueState::Ready(_) | ValueState::Failed(_))
+        )
+    }
+
+    /// Borrows not yet registered with their owners; the caller registers
+    /// them and then calls [`RefTable::registered`].
+    pub(crate) fn take_unregistered(&self) -> Vec<ObjectRefInfo> {
+        std::mem::take(&mut *self.unregistered.lock())
+    }
+
+    /// Marks borrows as known to their owners. Returns those whose entries
+    /// were already dropped meanwhile: their borrow must be ended at once.
+    pub(crate) fn registered(&self, infos: &[ObjectRefInfo]) -> Vec<Release> {
+        let mut entries = self.entries.lock();
+        let mut out = Vec::new();
+        for info in infos {
+            match entries.get_mut(&info.id) {
+                Some(e) => e.registered = true,
+                None => out.push(Release::EndBorrow {
+                    owner: info.owner.clone(),
+                    id: info.id,
+                }),
+            }
+        }
+        out
+    }
+
+    /// Number of objects this process owns (for tests and metrics).
+    pub(crate) fn num_owned(&self) -> usize {
+        self.entries.lock().values().filter(|e| e.owner.is_none()).count()
+    }
+
+    fn update(&self, id: ObjectId, change: impl FnOnce(&mut Entry)) -> Vec<Release> {
+        let mut entries = self.entries.lock();
+        let Some(e) = entries.get_mut(&id) else {
+            return Vec::new();
+        };
+        change(e);
+        let mut out = Vec::new();
+        let mut stack = vec![id];
+        while let Some(id) = stack.pop() {
+            let unused = entries.get(&id).is_some_and(|e| e.unused());
+            if !unused {
+                continue;
+            }
+            let Some(e) = entries.remove(&id) else { continue };
+            match (&e.owner, &e.value) {
+                (None, ValueState::Ready(ObjectValue::InStore { .. })) => {
+                    out.push(Release::DeleteFromStore(id))
+                }
+                (Some(owner), _) if e.registered => out.push(Release::EndBorrow {
+                    owner: owner.clone(),
+                    id,
+                }),
+                _ => {}
+            }
+            for w in e.waiters {
+                let _ = w.send(());
+            }
+            for c in e.contains {
+                if let Some(inner) = entries.get_mut(&c.id) {
+                    inner.contained_in = inner.contained_in.saturating_sub(1);
+                    stack.push(c.id);
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn info(id: ObjectId, owner: &str) -> ObjectRefInfo {
+        ObjectRefInfo {
+            id,
+            owner: owner.to_string(),
+        }
+    }
+
+    #[test]
+    fn an_owned_object_lives_while_a_task_uses_it_and_a_borrower_holds_it() {
+        let t = RefTable::new("me".into());
+        let id = ObjectId::new();
+        t.add_owned(id, ValueState::Ready(ObjectValue::InStore { size: 10 }), vec![]);
+        t.add_submitted(&[id]);
+        assert!(t.remove_local(id).is_empty(), "a submitted task still needs it");
+        t.add_borrower(&[id], &"other".to_string());
+        assert!(t.remove_submitted(&[id]).is_empty(), "a borrower still holds it");
+        assert_eq!(
+            t.remove_borrower(&[id], &"other".to_string()),
+            vec![Release::DeleteFromStore(id)]
+        );
+        assert_eq!(t.num_owned(), 0);
+    }
+
+    #[test]
+    fn objects_contained_in_a_put_value_live_as_long_as_it() {
+        let t = RefTable::new("me".into());
+        let inner = ObjectId::new();
+        let outer = ObjectId::new();
+        t.add_owned(inner, ValueState::Ready(ObjectValue::InStore { size: 1 }), vec![]);
+        t.add_owned(outer, ValueState::Ready(ObjectValue::Inline(Bytes::new())), vec![info(inner, "me")]);
+        assert!(t.remove_local(inner).is_empty());
+        assert_eq!(t.remove_local(outer), vec![Release::DeleteFromStore(inner)]);
+        assert_eq!(t.num_owned(), 0);
+    }
+
+    #[test]
+    fn a_registered_borrow_is_ended_when_the_last_handle_drops() {
+        let t = RefTable::new("me".into());
+        let id = ObjectId::new();
+        t.add_local(&info(id, "owner"));
+        let pending = t.take_unregistered();
+        assert_eq!(pending.len(), 1);
+        assert!(t.registered(&pending).is_empty());
+        assert_eq!(
+            t.remove_local(id),
+            vec![Release::EndBorrow {
+                owner: "owner".into(),
+                id
+            }]
+        );
+    }
+}

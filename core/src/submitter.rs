@@ -1,0 +1,246 @@
+//! Submitting tasks: dependency resolution, worker leases per resource
+//! shape, and pushing tasks straight to leased workers.
+//!
+//! # How a task travels
+//!
+//! 1. Its `ObjectRef` arguments are resolved first: the submitter waits
+//!    until each is ready and inlines small values into the task, so a
+//!    leased worker never sits idle waiting on another task (which could
+//!    deadlock a full pool).
+//! 2. It joins the queue of its resource shape. While a shape has queued
+//!    tasks and fewer lease requests in flight than tasks queued (up to a
+//!    cap), the submitter asks the raylet for another worker lease.
+//! 3. A granted worker runs queued tasks of that shape one after another;
+//!    the task is sent to the worker's own socket, the reply comes back on
+//!    the same connection. The raylet is not involved.
+//! 4. A worker whose queue ran dry is kept for `lease_idle_ms`, then given
+//!    back, so that back-to-back calls skip the lease round trip.
+
+use crate::core_worker::CoreWorker;
+use crate::refs::ValueState;
+use crate::Error;
+use parking_lot::Mutex;
+use prism_protocol::ids::{LeaseId, ObjectId, WorkerId};
+use prism_protocol::messages::{ArgSpec, ObjectValue, Request, Response, TaskSpec};
+use prism_protocol::resources::ResourceSet;
+use prism_protocol::rpc::Connection;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Lease requests one shape may have in flight at once.
+const MAX_LEASE_REQUESTS_PER_SHAPE: usize = 16;
+
+/// A task with the object ids whose `submitted` count it holds.
+#[derive(Debug)]
+pub(crate) struct Submission {
+    pub(crate) spec: TaskSpec,
+    pub(crate) held: Vec<ObjectId>,
+}
+
+#[derive(Debug, Clone)]
+struct LeasedWorker {
+    lease_id: LeaseId,
+    worker_id: WorkerId,
+    pid: u32,
+    conn: Connection,
+    idle_since: Instant,
+}
+
+#[derive(Debug, Default)]
+struct ShapeQueue {
+    tasks: VecDeque<Submission>,
+    idle: Vec<LeasedWorker>,
+    requesting: usize,
+}
+
+/// The task submitter of one process.
+#[derive(Debug, Default)]
+pub(crate) struct Submitter {
+    shapes: Mutex<HashMap<ResourceSet, ShapeQueue>>,
+}
+
+impl CoreWorker {
+    /// Resolves, queues and eventually runs a task.
+    pub(crate) fn submit_task(self: &Arc<Self>, shape: ResourceSet, submission: Submission) {
+        let core = self.clone();
+        self.rt.spawn(async move {
+            match core.resolve_args(submission.spec.args.clone()).await {
+                Ok(args) => {
+                    let mut submission = submission;
+                    submission.spec.args = args;
+                    core.enqueue(shape, submission);
+                }
+                Err(e) => core.finish_task(&submission, Err(e)),
+            }
+        });
+    }
+
+    /// Waits for every reference argument and inlines the small ones.
+    pub(crate) async fn resolve_args(self: &Arc<Self>, args: Vec<ArgSpec>) -> Result<Vec<ArgSpec>, Error> {
+        let mut out = Vec::with_capacity(args.len());
+        for arg in args {
+            let resolved = match arg {
+                ArgSpec::Ref(info) if self.refs.is_mine(&info.owner) => {
+                    match self.wait_owned(info.id).await? {
+                        (ObjectValue::Inline(bytes), _) => ArgSpec::Value(bytes),
+                        (ObjectValue::InStore { .. }, _) => ArgSpec::Ref(info),
+                    }
+                }
+                other => other,
+            };
+            out.push(resolved);
+        }
+        Ok(out)
+    }
+
+    fn enqueue(self: &Arc<Self>, shape: ResourceSet, submission: Submission) {
+        let mut shapes = self.submitter.shapes.lock();
+        let queue = shapes.entry(shape.clone()).or_default();
+        queue.tasks.push_back(submission);
+        self.pump(&shape, queue);
+    }
+
+    /// Matches queued tasks with idle workers and asks for more leases.
+    fn pump(self: &Arc<Self>, shape: &ResourceSet, queue: &mut ShapeQueue) {
+        while !queue.tasks.is_empty() {
+            let Some(worker) = queue.idle.pop() else { break };
+            let Some(task) = queue.tasks.pop_front() else { break };
+            self.run_on(shape.clone(), worker, task);
+        }
+        while queue.requesting < queue.tasks.len().min(MAX_LEASE_REQUESTS_PER_SHAPE) {
+            queue.requesting += 1;
+            let core = self.clone();
+            let shape = shape.clone();
+            self.rt.spawn(async move { core.request_lease(shape).await });
+        }
+    }
+
+    async fn request_lease(self: &Arc<Self>, shape: ResourceSet) {
+        let granted = async {
+            match self.raylet.call(Request::RequestLease { shape: shape.clone() }).await? {
+                Response::Lease {
+                    lease_id,
+                    worker_id,
+                    address,
+                    pid,
+                } => {
+                    let conn = self.peer(&address).await?;
+                    Ok(LeasedWorker {
+                        lease_id,
+                        worker_id,
+                        pid,
+                        conn,
+                        idle_since: Instant::now(),
+                    })
+                }
+                other => Err(other.unexpected("RequestLease")),
+            }
+        }
+        .await;
+        let mut shapes = self.submitter.shapes.lock();
+        let queue = shapes.entry(shape.clone()).or_default();
+        queue.requesting = queue.requesting.saturating_sub(1);
+        match granted {
+            Ok(worker) => {
+                queue.idle.push(worker);
+                self.pump(&shape, queue);
+                self.schedule_idle_return(&shape);
+            }
+            Err(e) => {
+                // The raylet refused (infeasible, bad shape) or is gone:
+                // every task waiting for this shape fails the same way.
+                let failed: Vec<Submission> = queue.tasks.drain(..).collect();
+                drop(shapes);
+                for s in failed {
+                    self.finish_task(&s, Err(e.clone()));
+                }
+            }
+        }
+    }
+
+    fn run_on(self: &Arc<Self>, shape: ResourceSet, worker: LeasedWorker, first: Submission) {
+        let core = self.clone();
+        self.rt.spawn(async move {
+            let mut task = first;
+            loop {
+                let outcome = worker.conn.call(Request::PushTask(task.spec.clone())).await;
+                let worker_died = matches!(outcome, Err(Error::Disconnected { .. }));
+                let result = match outcome {
+                    Ok(Response::Object(ret)) => Ok(ret),
+                    Ok(other) => Err(other.unexpected("PushTask")),
+                    Err(Error::Disconnected { .. }) => Err(Error::WorkerDied {
+                        function: task.spec.function.clone(),
+                        worker: worker.worker_id,
+                        pid: worker.pid,
+                        reason: "the connection to the worker closed mid-task (the process exited or was killed)".into(),
+                    }),
+                    Err(e) => Err(e),
+                };
+                core.finish_task(&task, result);
+                let mut shapes = core.submitter.shapes.lock();
+                let queue = shapes.entry(shape.clone()).or_default();
+                if worker_died {
+                    // The raylet frees the lease when it sees the exit.
+                    core.pump(&shape, queue);
+                    return;
+                }
+                match queue.tasks.pop_front() {
+                    Some(next) => task = next,
+                    None => {
+                        let mut idle = worker.clone();
+                        idle.idle_since = Instant::now();
+                        queue.idle.push(idle);
+                        drop(shapes);
+                        core.schedule_idle_return(&shape);
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
+    /// Gives back workers that stayed idle for `lease_idle_ms`.
+    fn schedule_idle_return(self: &Arc<Self>, shape: &ResourceSet) {
+        let hold = Duration::from_millis(self.config.lease_idle_ms);
+        let core = self.clone();
+        let shape = shape.clone();
+        self.rt.spawn(async move {
+            tokio::time::sleep(hold).await;
+            let expired: Vec<LeasedWorker> = {
+                let mut shapes = core.submitter.shapes.lock();
+                let Some(queue) = shapes.get_mut(&shape) else { return };
+                let (old, keep): (Vec<_>, Vec<_>) = queue
+                    .idle
+                    .drain(..)
+                    .partition(|w| w.idle_since.elapsed() >= hold);
+                queue.idle = keep;
+                old
+            };
+            for w in expired {
+                let _ = core.raylet.notify(Request::ReturnLease { lease_id: w.lease_id });
+            }
+        });
+    }
+
+    /// Records a task's outcome on its return object and releases its args.
+    pub(crate) fn finish_task(self: &Arc<Self>, submission: &Submission, result: Result<prism_protocol::messages::ReturnObject, Error>) {
+        let (value, contained) = match result {
+            Ok(ret) => (ValueState::Ready(ret.value), ret.contained),
+            Err(e) => (ValueState::Failed(e), Vec::new()),
+        };
+        let mut releases = self.refs.set_value(submission.spec.return_id, value, contained);
+        releases.extend(self.refs.remove_submitted(&submission.held));
+        self.apply_releases(releases);
+    }
+
+    /// Gives back every idle lease (shutdown).
+    pub(crate) fn return_all_leases(&self) {
+        let mut shapes = self.submitter.shapes.lock();
+        for queue in shapes.values_mut() {
+            for w in queue.idle.drain(..) {
+                let _ = self.raylet.notify(Request::ReturnLease { lease_id: w.lease_id });
+            }
+        }
+    }
+}

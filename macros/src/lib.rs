@@ -1,0 +1,509 @@
+//! The attributes of Prism: `#[remote]`, `#[actor]` and `#[main]`.
+//!
+//! Use them through the `prism` crate (`#[prism::remote]`, ...); they
+//! expand to code that names `::prism`.
+
+use proc_macro::TokenStream;
+use proc_macro2::{Span, TokenStream as Tokens};
+use quote::{format_ident, quote};
+use syn::parse::Parser;
+use syn::spanned::Spanned;
+use syn::{
+    parse_macro_input, FnArg, GenericArgument, ImplItem, ItemFn, ItemImpl, ItemStruct, LitStr, Pat,
+    PathArguments, ReturnType, Signature, Type,
+};
+
+/// Options given on an attribute.
+#[derive(Default)]
+struct Options {
+    name: Option<LitStr>,
+    namespace: Option<LitStr>,
+    max_concurrency: Option<syn::Expr>,
+    num_cpus: Option<syn::Expr>,
+    num_gpus: Option<syn::Expr>,
+    resources: Vec<(LitStr, syn::Expr)>,
+}
+
+fn parse_options(attr: TokenStream, allow_actor: bool) -> syn::Result<Options> {
+    let mut o = Options::default();
+    let parser = syn::meta::parser(|meta| {
+        let key = meta.path.get_ident().map(|i| i.to_string()).unwrap_or_default();
+        match key.as_str() {
+            "name" => o.name = Some(meta.value()?.parse()?),
+            "num_cpus" => o.num_cpus = Some(meta.value()?.parse()?),
+            "num_gpus" => o.num_gpus = Some(meta.value()?.parse()?),
+            "namespace" if allow_actor => o.namespace = Some(meta.value()?.parse()?),
+            "max_concurrency" if allow_actor => o.max_concurrency = Some(meta.value()?.parse()?),
+            "resource" => {
+                let content;
+                syn::parenthesized!(content in meta.input);
+                let name: LitStr = content.parse()?;
+                content.parse::<syn::Token![,]>()?;
+                let amount: syn::Expr = content.parse()?;
+                o.resources.push((name, amount));
+            }
+            _ => {
+                let known = if allow_actor {
+                    "name, namespace, max_concurrency, num_cpus, num_gpus, resource(\"name\", amount)"
+                } else {
+                    "name, num_cpus, num_gpus, resource(\"name\", amount)"
+                };
+                return Err(meta.error(format!("unknown option; expected one of: {known}")));
+            }
+        }
+        Ok(())
+    });
+    parser.parse(attr)?;
+    Ok(o)
+}
+
+/// A parameter: its generated name and its type.
+struct Param {
+    ident: syn::Ident,
+    ty: Type,
+}
+
+fn params(sig: &Signature) -> syn::Result<Vec<Param>> {
+    let mut out = Vec::new();
+    for (i, input) in sig.inputs.iter().enumerate() {
+        if let FnArg::Typed(pt) = input {
+            if let Type::Reference(_) = &*pt.ty {
+                return Err(syn::Error::new(
+                    pt.ty.span(),
+                    "parameters of remote functions and actor methods must be owned types (use String, Vec<T>, ... or prism::View<T>)",
+                ));
+            }
+            if let Type::ImplTrait(_) = &*pt.ty {
+                return Err(syn::Error::new(pt.ty.span(), "`impl Trait` parameters cannot be sent to another process"));
+            }
+            let _ = matches!(&*pt.pat, Pat::Ident(_));
+            out.push(Param {
+                ident: format_ident!("__prism_arg{}", i),
+                ty: (*pt.ty).clone(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The value type of the `ObjectRef` a call returns, and whether the
+/// function returns a `Result` whose `Err` is a task failure.
+fn return_info(output: &ReturnType) -> (Type, bool) {
+    match output {
+        ReturnType::Default => (syn::parse_quote!(()), false),
+        ReturnType::Type(_, ty) => {
+            if let Type::Path(tp) = &**ty {
+                if let Some(last) = tp.path.segments.last() {
+                    if last.ident == "Result" {
+                        if let PathArguments::AngleBracketed(args) = &last.arguments {
+                            if let Some(GenericArgument::Type(ok)) = args.args.first() {
+                                return (ok.clone(), true);
+                            }
+                        }
+                    }
+                }
+            }
+            ((**ty).clone(), false)
+        }
+    }
+}
+
+fn convert_return(is_result: bool) -> Tokens {
+    if is_result {
+        quote! {
+            match __prism_ret {
+                ::core::result::Result::Ok(v) => ::prism::__private::encode_return(&v),
+                ::core::result::Result::Err(e) => ::core::result::Result::Err(::prism::__private::app_error(e)),
+            }
+        }
+    } else {
+        quote! { ::prism::__private::encode_return(&__prism_ret) }
+    }
+}
+
+fn take_args(params: &[Param]) -> Tokens {
+    let takes = params.iter().enumerate().map(|(i, p)| {
+        let (ident, ty) = (&p.ident, &p.ty);
+        quote! { let #ident: #ty = __prism_args.take(#i)?; }
+    });
+    quote! { #(#takes)* }
+}
+
+fn typed_inputs(params: &[Param]) -> Tokens {
+    let inputs = params.iter().map(|p| {
+        let (ident, ty) = (&p.ident, &p.ty);
+        quote! { #ident: impl ::prism::IntoArg<#ty> }
+    });
+    quote! { #(#inputs),* }
+}
+
+fn arg_list(params: &[Param]) -> Tokens {
+    let args = params.iter().map(|p| {
+        let (ident, ty) = (&p.ident, &p.ty);
+        quote! { ::prism::IntoArg::<#ty>::into_arg(#ident) }
+    });
+    quote! { ::std::vec![#(#args),*] }
+}
+
+fn resource_calls(o: &Options) -> Tokens {
+    let mut calls = Vec::new();
+    if let Some(n) = &o.num_cpus {
+        calls.push(quote! { .num_cpus((#n) as f64) });
+    }
+    if let Some(n) = &o.num_gpus {
+        calls.push(quote! { .num_gpus((#n) as f64) });
+    }
+    for (name, amount) in &o.resources {
+        calls.push(quote! { .resource(#name, (#amount) as f64) });
+    }
+    quote! { #(#calls)* }
+}
+
+/// Makes a function callable as a task: `name::remote(args...)`.
+///
+/// Options: `name = "stable.name"`, `num_cpus = 2`, `num_gpus = 0.5`,
+/// `resource("custom", 1.0)` (repeatable).
+#[proc_macro_attribute]
+pub fn remote(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let options = match parse_options(attr, false) {
+        Ok(o) => o,
+        Err(e) => return e.to_compile_error().into(),
+    };
+    let func = parse_macro_input!(item as ItemFn);
+    expand_remote(options, func).unwrap_or_else(|e| e.to_compile_error()).into()
+}
+
+fn expand_remote(options: Options, func: ItemFn) -> syn::Result<Tokens> {
+    let sig = &func.sig;
+    if !sig.generics.params.is_empty() {
+        return Err(syn::Error::new(sig.generics.span(), "remote functions cannot be generic: each is registered once, by name"));
+    }
+    let vis = &func.vis;
+    let fn_name = &sig.ident;
+    let params = params(sig)?;
+    let (ret_ty, is_result) = return_info(&sig.output);
+    let convert = convert_return(is_result);
+    let takes = take_args(&params);
+    let idents: Vec<_> = params.iter().map(|p| &p.ident).collect();
+    let inputs = typed_inputs(&params);
+    let args = arg_list(&params);
+    let resources = resource_calls(&options);
+    let name = match &options.name {
+        Some(n) => quote! { #n },
+        None => quote! { ::core::module_path!() },
+    };
+    let invocation = if sig.asyncness.is_some() {
+        quote! {
+            ::prism::__private::Invocation::Async(::std::boxed::Box::pin(async move {
+                #takes
+                let __prism_ret = super::#fn_name(#(#idents),*).await;
+                #convert
+            }))
+        }
+    } else {
+        quote! {
+            ::prism::__private::Invocation::Blocking(::std::boxed::Box::new(move || {
+                #takes
+                let __prism_ret = super::#fn_name(#(#idents),*);
+                #convert
+            }))
+        }
+    };
+    let doc = format!("Remote calls of [`{fn_name}`](fn@{fn_name}).");
+    Ok(quote! {
+        #func
+
+        #[doc = #doc]
+        #[allow(non_snake_case, unused_imports, unused_mut, clippy::too_many_arguments)]
+        #vis mod #fn_name {
+            use super::*;
+
+            /// The name this function is registered under.
+            pub const NAME: &str = #name;
+
+            /// The default options from the attribute.
+            pub fn options() -> ::prism::TaskOptions {
+                ::prism::TaskOptions::new() #resources
+            }
+
+            /// Submits a call; the result arrives in the returned `ObjectRef`.
+            pub fn remote(#inputs) -> ::prism::Result<::prism::ObjectRef<#ret_ty>> {
+                remote_with(options(), #(#idents),*)
+            }
+
+            /// Submits a call with the given options.
+            pub fn remote_with(options: ::prism::TaskOptions, #inputs) -> ::prism::Result<::prism::ObjectRef<#ret_ty>> {
+                ::prism::__private::submit_task(NAME, options, #args)
+            }
+
+            fn invoke(mut __prism_args: ::prism::__private::Args) -> ::prism::__private::Invocation {
+                #invocation
+            }
+
+            #[::prism::__private::linkme::distributed_slice(::prism::__private::REMOTE_FUNCTIONS)]
+            #[linkme(crate = ::prism::__private::linkme)]
+            static REGISTRATION: ::prism::__private::RemoteFunction =
+                ::prism::__private::RemoteFunction { name: NAME, invoke };
+        }
+    })
+}
+
+/// Makes a struct an actor class (on the struct) and its methods remote
+/// (on its `impl` block).
+///
+/// On the struct, options set creation defaults: `name = "..."`,
+/// `namespace = "..."`, `max_concurrency = 4`, `num_cpus = 1`,
+/// `num_gpus = 1`, `resource("custom", 1.0)`. On the `impl` block, the
+/// associated function `new` is the constructor, and every method taking
+/// `&self` or `&mut self` can be called remotely through the handle.
+#[proc_macro_attribute]
+pub fn actor(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let options = match parse_options(attr, true) {
+        Ok(o) => o,
+        Err(e) => return e.to_compile_error().into(),
+    };
+    let cloned = item.clone();
+    if let Ok(s) = syn::parse::<ItemStruct>(cloned) {
+        return expand_actor_struct(options, s).into();
+    }
+    let imp = parse_macro_input!(item as ItemImpl);
+    expand_actor_impl(imp).unwrap_or_else(|e| e.to_compile_error()).into()
+}
+
+fn expand_actor_struct(o: Options, s: ItemStruct) -> Tokens {
+    let ident = &s.ident;
+    let vis = &s.vis;
+    let handle = format_ident!("{}Handle", ident);
+    let mut calls = vec![resource_calls(&o)];
+    if let Some(n) = &o.name {
+        calls.push(quote! { .name(#n) });
+    }
+    if let Some(n) = &o.namespace {
+        calls.push(quote! { .namespace(#n) });
+    }
+    if let Some(n) = &o.max_concurrency {
+        calls.push(quote! { .max_concurrency(#n) });
+    }
+    let class = ident.to_string();
+    let doc = format!("A handle on a remote [`{ident}`] actor; its methods call the actor.");
+    quote! {
+        #s
+
+        #[doc = #doc]
+        #[derive(Clone)]
+        #vis struct #handle {
+            actor: ::prism::ActorRef,
+        }
+
+        impl ::core::convert::From<::prism::ActorRef> for #handle {
+            fn from(actor: ::prism::ActorRef) -> Self {
+                #handle { actor }
+            }
+        }
+
+        impl ::core::fmt::Debug for #handle {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                ::core::write!(f, "{}({})", #class, self.actor.id())
+            }
+        }
+
+        impl ::prism::Actor for #ident {
+            const CLASS: &'static str = ::core::concat!(::core::module_path!(), "::", #class);
+            type Handle = #handle;
+            fn default_options() -> ::prism::ActorOptions {
+                ::prism::ActorOptions::new() #(#calls)*
+            }
+        }
+    }
+}
+
+enum Receiver {
+    Ref,
+    Mut,
+}
+
+fn expand_actor_impl(imp: ItemImpl) -> syn::Result<Tokens> {
+    let self_ty = &imp.self_ty;
+    let Type::Path(tp) = &**self_ty else {
+        return Err(syn::Error::new(self_ty.span(), "#[prism::actor] goes on `impl MyActor { ... }`"));
+    };
+    let Some(last) = tp.path.segments.last() else {
+        return Err(syn::Error::new(self_ty.span(), "expected a type name"));
+    };
+    if imp.trait_.is_some() || !imp.generics.params.is_empty() {
+        return Err(syn::Error::new(imp.span(), "#[prism::actor] goes on an inherent, non-generic impl block"));
+    }
+    let handle = format_ident!("{}Handle", last.ident);
+    let mut constructor = None;
+    let mut handle_methods = Vec::new();
+    let mut dispatch_arms = Vec::new();
+    for item in &imp.items {
+        let ImplItem::Fn(f) = item else { continue };
+        let sig = &f.sig;
+        let receiver = sig.inputs.first().and_then(|a| match a {
+            FnArg::Receiver(r) if r.reference.is_some() => Some(if r.mutability.is_some() { Receiver::Mut } else { Receiver::Ref }),
+            _ => None,
+        });
+        let params = params(sig)?;
+        let Some(receiver) = receiver else {
+            if sig.ident == "new" {
+                constructor = Some((params, return_info(&sig.output).1));
+            }
+            continue;
+        };
+        let method = &sig.ident;
+        let method_name = method.to_string();
+        let (ret_ty, is_result) = return_info(&sig.output);
+        let convert = convert_return(is_result);
+        let takes = take_args(&params);
+        let idents: Vec<_> = params.iter().map(|p| &p.ident).collect();
+        let inputs = typed_inputs(&params);
+        let args = arg_list(&params);
+        let doc = format!("Calls `{method_name}` on the actor.");
+        handle_methods.push(quote! {
+            #[doc = #doc]
+            #[allow(clippy::too_many_arguments)]
+            pub fn #method(&self, #inputs) -> ::prism::Result<::prism::ObjectRef<#ret_ty>> {
+                self.actor.call(#method_name, #args)
+            }
+        });
+        let body = match (sig.asyncness.is_some(), receiver) {
+            (false, Receiver::Ref) => quote! {
+                ::prism::__private::call_ref::<#self_ty, _>(__prism_cell, move |this| {
+                    let __prism_ret = this.#method(#(#idents),*);
+                    #convert
+                }).await
+            },
+            (false, Receiver::Mut) => quote! {
+                ::prism::__private::call_mut::<#self_ty, _>(__prism_cell, move |this| {
+                    let __prism_ret = this.#method(#(#idents),*);
+                    #convert
+                }).await
+            },
+            (true, Receiver::Ref) => quote! {
+                let guard = __prism_cell.read().await;
+                let this = ::prism::__private::actor_ref::<#self_ty>(&**guard)?;
+                let __prism_ret = this.#method(#(#idents),*).await;
+                #convert
+            },
+            (true, Receiver::Mut) => quote! {
+                let mut guard = __prism_cell.write().await;
+                let this = ::prism::__private::actor_mut::<#self_ty>(&mut **guard)?;
+                let __prism_ret = this.#method(#(#idents),*).await;
+                #convert
+            },
+        };
+        dispatch_arms.push(quote! {
+            #method_name => ::core::option::Option::Some(::std::boxed::Box::pin(async move {
+                #takes
+                #body
+            })),
+        });
+    }
+    let Some((ctor_params, ctor_is_result)) = constructor else {
+        return Err(syn::Error::new(
+            imp.span(),
+            "an actor needs a constructor: an associated function `fn new(...) -> Self` in this impl block",
+        ));
+    };
+    let ctor_takes = take_args(&ctor_params);
+    let ctor_idents: Vec<_> = ctor_params.iter().map(|p| &p.ident).collect();
+    let ctor_inputs = typed_inputs(&ctor_params);
+    let ctor_args = arg_list(&ctor_params);
+    let build = if ctor_is_result {
+        quote! {
+            match <#self_ty>::new(#(#ctor_idents),*) {
+                ::core::result::Result::Ok(v) => ::core::result::Result::Ok(::std::boxed::Box::new(v)),
+                ::core::result::Result::Err(e) => ::core::result::Result::Err(::prism::__private::app_error(e)),
+            }
+        }
+    } else {
+        quote! { ::core::result::Result::Ok(::std::boxed::Box::new(<#self_ty>::new(#(#ctor_idents),*))) }
+    };
+    let registration = format_ident!("__PRISM_ACTOR_{}", last.ident.to_string().to_uppercase());
+    let _ = Span::call_site();
+    Ok(quote! {
+        #imp
+
+        impl #handle {
+            #(#handle_methods)*
+        }
+
+        #[allow(clippy::too_many_arguments)]
+        impl #self_ty {
+            /// Starts the actor in its own worker process with the
+            /// attribute's default options.
+            pub fn remote(#ctor_inputs) -> ::prism::Result<::prism::ActorHandle<#self_ty>> {
+                Self::remote_with(::prism::ActorOptions::new(), #(#ctor_idents),*)
+            }
+
+            /// Starts the actor with `options` (unset fields take the
+            /// attribute's defaults).
+            pub fn remote_with(options: ::prism::ActorOptions, #ctor_inputs) -> ::prism::Result<::prism::ActorHandle<#self_ty>> {
+                let options = options.or(<#self_ty as ::prism::Actor>::default_options());
+                ::prism::__private::create_actor::<#self_ty>(options, #ctor_args)
+            }
+        }
+
+        #[::prism::__private::linkme::distributed_slice(::prism::__private::ACTOR_CLASSES)]
+        #[linkme(crate = ::prism::__private::linkme)]
+        #[allow(non_upper_case_globals)]
+        static #registration: ::prism::__private::ActorClass = {
+            #[allow(unused_mut)]
+            fn construct(
+                mut __prism_args: ::prism::__private::Args,
+            ) -> ::core::result::Result<::std::boxed::Box<dyn ::core::any::Any + Send + Sync>, ::prism::__private::CallError> {
+                #ctor_takes
+                #build
+            }
+            #[allow(unused_mut)]
+            fn dispatch(
+                __prism_cell: ::std::sync::Arc<::prism::__private::ActorCell>,
+                method: &str,
+                mut __prism_args: ::prism::__private::Args,
+            ) -> ::core::option::Option<::prism::__private::BoxFuture<::prism::__private::CallResult>> {
+                match method {
+                    #(#dispatch_arms)*
+                    _ => ::core::option::Option::None,
+                }
+            }
+            ::prism::__private::ActorClass {
+                name: <#self_ty as ::prism::Actor>::CLASS,
+                construct,
+                dispatch,
+            }
+        };
+    })
+}
+
+/// Wraps `main`: the process serves as a worker when started as one, and
+/// the cluster is shut down when `main` returns.
+#[proc_macro_attribute]
+pub fn main(attr: TokenStream, item: TokenStream) -> TokenStream {
+    if !attr.is_empty() {
+        return syn::Error::new(Span::call_site(), "#[prism::main] takes no options")
+            .to_compile_error()
+            .into();
+    }
+    let func = parse_macro_input!(item as ItemFn);
+    if func.sig.asyncness.is_some() {
+        return syn::Error::new(func.sig.span(), "#[prism::main] goes on a synchronous `fn main`; inside, use prism's async API from your own runtime")
+            .to_compile_error()
+            .into();
+    }
+    let attrs = &func.attrs;
+    let vis = &func.vis;
+    let output = &func.sig.output;
+    let body = &func.block;
+    quote! {
+        #(#attrs)*
+        #vis fn main() #output {
+            ::prism::__private::enter_worker_mode_if_requested();
+            fn __prism_user_main() #output #body
+            let result = __prism_user_main();
+            ::prism::shutdown();
+            result
+        }
+    }
+    .into()
+}
