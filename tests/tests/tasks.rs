@@ -1,0 +1,309 @@
+//! Remote functions through a real cluster: values, refs, many tasks,
+//! wait, errors, resources, logs.
+
+mod common;
+
+use common::{cluster, must_eventually};
+use prism::{Error, FailureKind, ObjectRef, TaskOptions};
+use std::time::Duration;
+
+#[prism::remote]
+fn add(a: i64, b: i64) -> i64 {
+    a + b
+}
+
+#[prism::remote]
+async fn add_async(a: i64, b: i64) -> i64 {
+    tokio::task::yield_now().await;
+    a + b
+}
+
+#[prism::remote]
+fn sum_all(values: Vec<i64>) -> i64 {
+    values.iter().sum()
+}
+
+#[prism::remote]
+fn reverse(values: Vec<f64>) -> Vec<f64> {
+    values.into_iter().rev().collect()
+}
+
+#[prism::remote]
+fn sleep_then(ms: u64, value: i64) -> i64 {
+    std::thread::sleep(Duration::from_millis(ms));
+    value
+}
+
+#[prism::remote]
+fn panics(message: String) -> i64 {
+    panic!("{message}");
+}
+
+#[derive(Debug)]
+struct NotFound(String);
+
+impl std::fmt::Display for NotFound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "no such key: {}", self.0)
+    }
+}
+
+#[prism::remote]
+fn lookup(key: String) -> Result<i64, NotFound> {
+    if key == "answer" {
+        Ok(42)
+    } else {
+        Err(NotFound(key))
+    }
+}
+
+#[prism::remote]
+fn exits_midway() -> i64 {
+    std::process::exit(3);
+}
+
+#[prism::remote(num_gpus = 1)]
+fn visible_gpus() -> String {
+    std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_default()
+}
+
+#[prism::remote(num_gpus = 0.5)]
+fn half_gpu() -> String {
+    std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_default()
+}
+
+#[prism::remote(resource("special", 1.0), name = "tests.uses_special")]
+fn uses_special() -> String {
+    "ran".to_string()
+}
+
+#[prism::remote]
+fn prints(marker: String) -> i64 {
+    println!("{marker}");
+    1
+}
+
+#[prism::remote]
+fn submits_nested(n: i64) -> i64 {
+    // A task may itself submit tasks and own their results.
+    let r = add::remote(n, n).expect("a worker can submit tasks");
+    prism::get(&r).expect("and get their results")
+}
+
+#[test]
+fn tasks_take_values_and_refs_and_return_values() {
+    cluster();
+    let three = add::remote(1, 2).unwrap();
+    assert_eq!(prism::get(&three).unwrap(), 3);
+    let seven = add::remote(&three, 4).unwrap();
+    assert_eq!(prism::get(&seven).unwrap(), 7);
+    let put = prism::put(10i64).unwrap();
+    assert_eq!(prism::get(&add::remote(&put, three.clone()).unwrap()).unwrap(), 13);
+    assert_eq!(prism::get(&add_async::remote(20, 22).unwrap()).unwrap(), 42);
+    assert_eq!(prism::get(&submits_nested::remote(21).unwrap()).unwrap(), 42);
+}
+
+#[test]
+fn a_chain_of_refs_resolves_in_order() {
+    cluster();
+    let mut r = add::remote(0, 1).unwrap();
+    for _ in 0..99 {
+        r = add::remote(&r, 1).unwrap();
+    }
+    assert_eq!(prism::get(&r).unwrap(), 100);
+}
+
+#[test]
+fn ten_thousand_concurrent_tasks_all_complete() {
+    cluster();
+    let refs: Vec<ObjectRef<i64>> = (0..10_000).map(|i| add::remote(i, 1).unwrap()).collect();
+    let values = prism::get_many(&refs).unwrap();
+    assert_eq!(values.len(), 10_000);
+    assert!(values.iter().enumerate().all(|(i, v)| *v == i as i64 + 1));
+}
+
+#[test]
+fn a_hundred_thousand_element_array_round_trips() {
+    cluster();
+    let values: Vec<f64> = (0..100_000).map(|i| i as f64 * 1.5).collect();
+    let back = prism::get(&reverse::remote(values.clone()).unwrap()).unwrap();
+    let expected: Vec<f64> = values.into_iter().rev().collect();
+    assert_eq!(back, expected);
+    let ints: Vec<i64> = (0..100_000).collect();
+    assert_eq!(prism::get(&sum_all::remote(ints).unwrap()).unwrap(), 4_999_950_000);
+}
+
+#[test]
+fn wait_keeps_input_order_in_both_lists() {
+    cluster();
+    // Zero-CPU tasks each get a worker, so the sleepers block no one.
+    let no_cpu = TaskOptions::new().num_cpus(0.0);
+    let refs: Vec<ObjectRef<i64>> = [5000u64, 0, 5000, 0, 0]
+        .iter()
+        .enumerate()
+        .map(|(i, ms)| sleep_then::remote_with(no_cpu.clone(), *ms, i as i64).unwrap())
+        .collect();
+    let (ready, pending) = prism::wait(&refs, 3, Some(Duration::from_secs(20))).unwrap();
+    let ready_values: Vec<i64> = ready.iter().map(|r| prism::get(r).unwrap()).collect();
+    assert_eq!(ready_values, vec![1, 3, 4], "ready refs must keep input order");
+    assert_eq!(pending, vec![refs[0].clone(), refs[2].clone()]);
+    let (all, none) = prism::wait(&refs, 5, None).unwrap();
+    assert_eq!(all, refs);
+    assert!(none.is_empty());
+}
+
+#[test]
+fn wait_rejects_more_returns_than_refs_and_duplicates() {
+    cluster();
+    let r = add::remote(1, 1).unwrap();
+    let err = prism::wait(&[r.clone()], 2, None).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    let err = prism::wait(&[r.clone(), r], 1, None).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+}
+
+#[test]
+fn get_with_a_timeout_gives_a_timeout_error() {
+    cluster();
+    let slow = sleep_then::remote(3000, 1).unwrap();
+    let err = prism::get_timeout(&slow, Duration::from_millis(100)).unwrap_err();
+    assert!(matches!(err, Error::GetTimeout { .. }), "{err}");
+    let refs = vec![add::remote(1, 1).unwrap(), slow];
+    let err = prism::get_many_timeout(&refs, Duration::from_millis(100)).unwrap_err();
+    assert!(matches!(err, Error::GetTimeout { total: 2, .. }), "{err}");
+}
+
+#[test]
+fn a_panic_reaches_the_caller_with_message_function_and_worker() {
+    cluster();
+    let err = prism::get(&panics::remote("boom at step 7".to_string()).unwrap()).unwrap_err();
+    match err {
+        Error::TaskFailed {
+            function,
+            message,
+            kind,
+            pid,
+            ..
+        } => {
+            assert!(function.ends_with("::panics"), "{function}");
+            assert_eq!(message, "boom at step 7");
+            assert_eq!(kind, FailureKind::Panic);
+            assert_ne!(pid, std::process::id(), "it must have run in a worker");
+        }
+        other => panic!("expected TaskFailed, got {other}"),
+    }
+    // The worker survives a panic.
+    assert_eq!(prism::get(&add::remote(2, 2).unwrap()).unwrap(), 4);
+}
+
+#[test]
+fn an_err_return_is_a_typed_failure_with_its_display() {
+    cluster();
+    assert_eq!(prism::get(&lookup::remote("answer".to_string()).unwrap()).unwrap(), 42);
+    let err = prism::get(&lookup::remote("question".to_string()).unwrap()).unwrap_err();
+    assert!(
+        matches!(&err, Error::TaskFailed { kind: FailureKind::Error, message, .. } if message == "no such key: question"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_failed_dependency_fails_the_dependent_task() {
+    cluster();
+    let bad = panics::remote("upstream".to_string()).unwrap();
+    let err = prism::get(&add::remote(&bad, 1).unwrap()).unwrap_err();
+    assert!(matches!(&err, Error::TaskFailed { message, .. } if message == "upstream"), "{err}");
+}
+
+#[test]
+fn an_unknown_function_name_is_a_clear_error() {
+    cluster();
+    let r: ObjectRef<i64> =
+        prism::__private::submit_task("no::such::function", TaskOptions::new(), vec![]).unwrap();
+    let err = prism::get(&r).unwrap_err();
+    assert!(
+        matches!(&err, Error::UnknownFunction { name, .. } if name == "no::such::function"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_worker_that_dies_mid_task_gives_an_error_not_a_hang() {
+    cluster();
+    let err = prism::get_timeout(&exits_midway::remote().unwrap(), Duration::from_secs(30)).unwrap_err();
+    assert!(matches!(err, Error::WorkerDied { .. }), "{err}");
+    // The pool recovers.
+    assert_eq!(prism::get(&add::remote(3, 3).unwrap()).unwrap(), 6);
+}
+
+#[test]
+fn an_infeasible_request_fails_at_once_naming_shape_and_total() {
+    cluster();
+    let err = add::remote_with(TaskOptions::new().num_cpus(64.0), 1, 1).unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, Error::Infeasible { .. }), "{text}");
+    assert!(text.contains("CPU: 64") && text.contains("CPU: 2"), "{text}");
+    let err = add::remote_with(TaskOptions::new().resource("unicorn", 1.0), 1, 1).unwrap_err();
+    assert!(err.to_string().contains("unicorn"), "{err}");
+}
+
+#[test]
+fn zero_or_negative_resources_are_rejected() {
+    cluster();
+    let err = add::remote_with(TaskOptions::new().num_cpus(-1.0), 1, 1).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    let err = add::remote_with(TaskOptions::new().resource("special", 0.0), 1, 1).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+}
+
+#[test]
+fn gpu_tasks_see_their_devices_and_fractions_share_one() {
+    cluster();
+    let whole = prism::get(&visible_gpus::remote().unwrap()).unwrap();
+    assert!(whole == "0" || whole == "1", "CUDA_VISIBLE_DEVICES was {whole:?}");
+    let halves: Vec<String> = (0..4)
+        .map(|_| half_gpu::remote().unwrap())
+        .collect::<Vec<_>>()
+        .iter()
+        .map(|r| prism::get(r).unwrap())
+        .collect();
+    assert!(halves.iter().all(|h| h == "0" || h == "1"), "{halves:?}");
+}
+
+#[test]
+fn custom_resources_schedule_and_the_name_option_registers() {
+    cluster();
+    assert_eq!(prism::get(&uses_special::remote().unwrap()).unwrap(), "ran");
+    assert_eq!(uses_special::NAME, "tests.uses_special");
+}
+
+#[test]
+fn objectrefs_can_be_awaited_from_async_code() {
+    cluster();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let v = rt.block_on(async {
+        let r = add::remote(5, 6).unwrap();
+        let a = (&r).await.unwrap();
+        let b = add::remote(&r, 1).unwrap().await.unwrap();
+        a + b
+    });
+    assert_eq!(v, 23);
+}
+
+#[test]
+fn worker_output_is_captured_in_the_session_logs() {
+    cluster();
+    let marker = format!("marker-{}", std::process::id());
+    assert_eq!(prism::get(&prints::remote(marker.clone()).unwrap()).unwrap(), 1);
+    let logs = prism::runtime_context().unwrap().session_dir.join("logs");
+    must_eventually("the marker reaches a worker .out file", Duration::from_secs(10), || {
+        std::fs::read_dir(&logs).unwrap().flatten().any(|e| {
+            e.file_name().to_string_lossy().ends_with(".out")
+                && std::fs::read_to_string(e.path()).unwrap_or_default().contains(&marker)
+        })
+    });
+    assert!(std::fs::read_dir(&logs)
+        .unwrap()
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with("driver-")));
+}
