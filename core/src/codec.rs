@@ -36,25 +36,32 @@ pub(crate) const RAW_HEADER_BYTES: usize = 64;
 pub struct Encoded {
     pub(crate) bytes: Vec<u8>,
     pub(crate) contained: Vec<ObjectRefInfo>,
+    /// The handles of `contained`, kept until the receiver of the value has
+    /// been registered (the value's own handles may drop right after
+    /// encoding, as a task's return value does).
+    pub(crate) keep_alive: Vec<KeepAlive>,
 }
+
+/// A type-erased reference handle.
+pub(crate) type KeepAlive = std::sync::Arc<dyn Any + Send + Sync>;
 
 thread_local! {
-    static COLLECTED_REFS: RefCell<Option<Vec<ObjectRefInfo>>> = const { RefCell::new(None) };
+    static COLLECTED_REFS: RefCell<Option<Vec<(ObjectRefInfo, KeepAlive)>>> = const { RefCell::new(None) };
 }
 
-/// Called by `ObjectRef::serialize`: records the reference if a value is
-/// being encoded on this thread.
-pub(crate) fn note_serialized_ref(info: &ObjectRefInfo) {
+/// Called by `ObjectRef::serialize`: records the reference (and a handle
+/// keeping it alive) if a value is being encoded on this thread.
+pub(crate) fn note_serialized_ref(info: &ObjectRefInfo, handle: KeepAlive) {
     COLLECTED_REFS.with(|c| {
         if let Some(list) = c.borrow_mut().as_mut() {
-            list.push(info.clone());
+            list.push((info.clone(), handle));
         }
     });
 }
 
 /// Runs `f` and returns what it produced plus every reference serialized
 /// meanwhile on this thread.
-pub(crate) fn collecting_refs<R>(f: impl FnOnce() -> R) -> (R, Vec<ObjectRefInfo>) {
+pub(crate) fn collecting_refs<R>(f: impl FnOnce() -> R) -> (R, Vec<(ObjectRefInfo, KeepAlive)>) {
     let outer = COLLECTED_REFS.with(|c| c.borrow_mut().replace(Vec::new()));
     let result = f();
     let collected = COLLECTED_REFS.with(|c| {
@@ -182,6 +189,7 @@ pub(crate) fn encode<T: Serialize + 'static>(value: &T) -> Result<Encoded, Error
         return Ok(Encoded {
             bytes,
             contained: Vec::new(),
+            keep_alive: Vec::new(),
         });
     }
     let (result, contained) = collecting_refs(|| {
@@ -192,7 +200,12 @@ pub(crate) fn encode<T: Serialize + 'static>(value: &T) -> Result<Encoded, Error
         type_name: std::any::type_name::<T>().to_string(),
         message: e.to_string(),
     })?;
-    Ok(Encoded { bytes, contained })
+    let (contained, keep_alive) = contained.into_iter().unzip();
+    Ok(Encoded {
+        bytes,
+        contained,
+        keep_alive,
+    })
 }
 
 /// Splits a raw buffer into its tag and payload.

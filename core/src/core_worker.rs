@@ -518,6 +518,7 @@ impl CoreWorker {
         let mut specs = Vec::with_capacity(args.len());
         let mut held = Vec::new();
         let mut large = Vec::new();
+        let mut keep_alive = Vec::new();
         for arg in args {
             match arg {
                 Arg::Ref(info) => {
@@ -528,6 +529,7 @@ impl CoreWorker {
                     let id = ObjectId::new();
                     let core = self.clone();
                     let contained = encoded.contained;
+                    keep_alive.extend(encoded.keep_alive);
                     let bytes = encoded.bytes;
                     let value = self.block_on(async move { core.write_to_store(id, &[&bytes]).await })?;
                     // Owned with one count, which the task takes over from
@@ -541,6 +543,7 @@ impl CoreWorker {
                 }
                 Arg::Value(encoded) => {
                     held.extend(encoded.contained.iter().map(|c| c.id));
+                    keep_alive.extend(encoded.keep_alive);
                     specs.push(ArgSpec::Value(Bytes::from(encoded.bytes)));
                 }
             }
@@ -551,6 +554,7 @@ impl CoreWorker {
             let _ = self.refs.remove_local(id);
             held.push(id);
         }
+        drop(keep_alive);
         Ok((specs, held))
     }
 }

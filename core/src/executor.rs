@@ -148,7 +148,7 @@ impl CoreWorker {
     /// Stores a call's result and builds the reply to its caller.
     async fn finish_call(self: &Arc<Self>, spec: &TaskSpec, result: CallResult) -> Response {
         let outcome = async {
-            let encoded = match result {
+            let mut encoded = match result {
                 Ok(encoded) => encoded,
                 Err(CallError::App { kind, message }) => {
                     return Err(Error::TaskFailed {
@@ -166,8 +166,10 @@ impl CoreWorker {
             // invariant 3).
             self.register_borrows().await?;
             let contained = encoded.contained.clone();
+            let keep_alive = std::mem::take(&mut encoded.keep_alive);
             let value = self.store_value(spec.return_id, encoded).await?;
             self.lend(&contained, &spec.caller).await?;
+            drop(keep_alive);
             Ok(ReturnObject { value, contained })
         }
         .await;

@@ -36,9 +36,11 @@ impl Drop for RefInner {
 /// sent to actors, and awaited:
 ///
 /// ```no_run
-/// # async fn demo(r: prism::ObjectRef<i64>) -> prism::Result<()> {
-/// let value: i64 = r.await?;
-/// # Ok(()) }
+/// async fn twice(r: prism::ObjectRef<i64>) -> prism::Result<i64> {
+///     let value: i64 = r.await?;
+///     Ok(value * 2)
+/// }
+/// # fn main() { let _ = twice; }
 /// ```
 pub struct ObjectRef<T> {
     inner: Arc<RefInner>,
@@ -111,7 +113,7 @@ impl<T> ObjectRef<T> {
 
 impl<T> Serialize for ObjectRef<T> {
     fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
-        codec::note_serialized_ref(&self.inner.info);
+        codec::note_serialized_ref(&self.inner.info, self.inner.clone());
         (self.inner.info.id, &self.inner.info.owner).serialize(serializer)
     }
 }

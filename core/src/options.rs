@@ -42,8 +42,19 @@ impl Resources {
 
 /// Options for one task submission; start from [`TaskOptions::new`].
 ///
-/// ```
-/// let opts = prism::TaskOptions::new().num_cpus(2.0).resource("accelerator", 1.0);
+/// ```no_run
+/// #[prism::remote]
+/// fn train_step(epoch: u32) -> f64 {
+///     epoch as f64
+/// }
+///
+/// fn main() -> prism::Result<()> {
+///     prism::init(prism::Config::default().resource("accelerator", 1.0))?;
+///     let opts = prism::TaskOptions::new().num_cpus(2.0).resource("accelerator", 1.0);
+///     let loss = train_step::remote_with(opts, 3)?;
+///     println!("{}", prism::get(&loss)?);
+///     Ok(())
+/// }
 /// ```
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TaskOptions {
@@ -88,8 +99,32 @@ impl TaskOptions {
 
 /// Options for creating an actor; start from [`ActorOptions::new`].
 ///
-/// ```
-/// let opts = prism::ActorOptions::new().name("counter").max_concurrency(4);
+/// ```no_run
+/// #[prism::actor]
+/// struct Cache {
+///     hits: u64,
+/// }
+///
+/// #[prism::actor]
+/// impl Cache {
+///     fn new() -> Self {
+///         Cache { hits: 0 }
+///     }
+///     fn hit(&mut self) -> u64 {
+///         self.hits += 1;
+///         self.hits
+///     }
+/// }
+///
+/// fn main() -> prism::Result<()> {
+///     prism::init(prism::Config::default())?;
+///     let opts = prism::ActorOptions::new().name("cache").max_concurrency(4);
+///     let cache = Cache::remote_with(opts)?;
+///     let same: prism::ActorHandle<Cache> = prism::get_actor("cache")?;
+///     assert_eq!(same.id(), cache.id());
+///     println!("{}", prism::get(&cache.hit()?)?);
+///     Ok(())
+/// }
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct ActorOptions {

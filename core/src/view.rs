@@ -28,10 +28,19 @@ enum Storage<E> {
 /// Get one with [`get_view`](crate::get_view), or declare a remote
 /// function parameter as `View<E>` and pass an `&ObjectRef<Vec<E>>`:
 ///
-/// ```
+/// ```no_run
 /// #[prism::remote]
 /// fn sum(values: prism::View<f32>) -> f64 {
 ///     values.iter().map(|v| *v as f64).sum()
+/// }
+///
+/// fn main() -> prism::Result<()> {
+///     prism::init(prism::Config::default())?;
+///     let big = prism::put(vec![1.0f32; 10_000_000])?;
+///     assert_eq!(prism::get(&sum::remote(&big)?)?, 10_000_000.0);
+///     let view = prism::get_view(&big)?; // in place, no copy
+///     assert!(view.is_zero_copy());
+///     Ok(())
 /// }
 /// ```
 pub struct View<E: Element> {

@@ -1,0 +1,136 @@
+//! The object store through a real cluster: zero-copy reads, reference
+//! counting across processes, nested references.
+
+mod common;
+
+use common::{cluster, must_eventually};
+use prism::{ObjectRef, View};
+use std::time::Duration;
+
+/// Private (anonymous) resident memory of this process, in KiB.
+fn rss_anon_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("RssAnon:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Sums a buffer read in place and reports how much private memory grew.
+#[prism::remote]
+fn sum_in_place(values: View<f32>) -> (f64, bool, u64) {
+    let before = rss_anon_kib();
+    let total: f64 = values.iter().map(|v| *v as f64).sum();
+    let grown = rss_anon_kib().saturating_sub(before);
+    (total, values.is_zero_copy(), grown)
+}
+
+#[prism::remote]
+fn sum_refs(refs: Vec<ObjectRef<i64>>) -> i64 {
+    refs.iter().map(|r| prism::get(r).expect("a nested ref resolves in the worker")).sum()
+}
+
+#[prism::remote]
+fn wrap(value: i64) -> Vec<ObjectRef<i64>> {
+    vec![prism::put(value).expect("a worker can put"), prism::put(value + 1).expect("twice")]
+}
+
+#[prism::remote]
+fn length(values: Vec<u8>) -> usize {
+    values.len()
+}
+
+fn store_is_empty() -> bool {
+    prism::object_store_stats().map(|s| s.num_objects == 0 && s.used_bytes == 0).unwrap_or(false)
+}
+
+/// The store is shared by every test in this binary, so tests that count
+/// store usage run one at a time.
+static STORE_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[test]
+fn a_worker_reads_a_100_mb_object_without_copying_it() {
+    cluster();
+    let _guard = STORE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let big = prism::put(vec![0.5f32; 25_000_000]).unwrap();
+    let (total, zero_copy, grown_kib) = prism::get(&sum_in_place::remote(&big).unwrap()).unwrap();
+    assert_eq!(total, 12_500_000.0);
+    assert!(zero_copy, "a store object must be viewed in place");
+    assert!(
+        grown_kib < 10 * 1024,
+        "reading 100 MB in place grew the worker's private memory by {grown_kib} KiB"
+    );
+    let view = prism::get_view(&big).unwrap();
+    assert!(view.is_zero_copy());
+    assert_eq!(view.len(), 25_000_000);
+    assert_eq!(view[24_999_999], 0.5);
+}
+
+#[test]
+fn store_usage_returns_to_zero_when_references_are_gone() {
+    cluster();
+    let _guard = STORE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    must_eventually("the store starts empty", Duration::from_secs(10), store_is_empty);
+    let a = prism::put(vec![7u8; 4 << 20]).unwrap();
+    let b = prism::put(vec![1.0f64; 1 << 20]).unwrap();
+    let used = prism::object_store_stats().unwrap();
+    assert_eq!(used.num_objects, 2);
+    // An in-flight task and a view keep objects alive past their handles.
+    let len = length::remote(&a).unwrap();
+    let view = prism::get_view(&b).unwrap();
+    drop(a);
+    drop(b);
+    assert_eq!(prism::get(&len).unwrap(), 4 << 20);
+    assert_eq!(view.len(), 1 << 20);
+    drop(view);
+    must_eventually("store usage returns to zero", Duration::from_secs(10), store_is_empty);
+}
+
+#[test]
+fn large_arguments_and_results_go_through_the_store_and_are_freed() {
+    cluster();
+    let _guard = STORE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    must_eventually("the store starts empty", Duration::from_secs(10), store_is_empty);
+    let n = prism::get(&length::remote(vec![3u8; 1 << 20]).unwrap()).unwrap();
+    assert_eq!(n, 1 << 20);
+    must_eventually("the argument's copy is freed", Duration::from_secs(10), store_is_empty);
+}
+
+#[test]
+fn refs_nested_in_values_stay_alive_and_resolve_anywhere() {
+    cluster();
+    let inner: Vec<ObjectRef<i64>> = (0..10).map(|i| prism::put(i).unwrap()).collect();
+    let outer = prism::put(inner.clone()).unwrap();
+    drop(inner);
+    let back = prism::get(&outer).unwrap();
+    assert_eq!(prism::get_many(&back).unwrap(), (0..10).collect::<Vec<_>>());
+    assert_eq!(prism::get(&sum_refs::remote(back).unwrap()).unwrap(), 45);
+    let wrapped = prism::get(&wrap::remote(41).unwrap()).unwrap();
+    assert_eq!(prism::get_many(&wrapped).unwrap(), vec![41, 42]);
+}
+
+#[test]
+fn owned_objects_are_forgotten_when_dropped() {
+    cluster();
+    let before = prism::runtime_context().unwrap().num_owned_objects;
+    let refs: Vec<ObjectRef<i64>> = (0..100).map(|i| prism::put(i).unwrap()).collect();
+    assert!(prism::runtime_context().unwrap().num_owned_objects >= before + 100);
+    drop(refs);
+    let after = prism::runtime_context().unwrap().num_owned_objects;
+    assert!(after <= before + 5, "owned objects were not released: {before} -> {after}");
+}
+
+#[test]
+fn bytes_and_typed_buffers_round_trip() {
+    cluster();
+    let b = bytes::Bytes::from(vec![9u8; 300_000]);
+    assert_eq!(prism::get(&prism::put(b.clone()).unwrap()).unwrap(), b);
+    let v: Vec<i32> = (0..200_000).collect();
+    assert_eq!(prism::get(&prism::put(v.clone()).unwrap()).unwrap(), v);
+    let small = prism::put(vec![1.5f64, 2.5]).unwrap();
+    let view = prism::get_view(&small).unwrap();
+    assert!(!view.is_zero_copy(), "small objects travel inline and are copied");
+    assert_eq!(&*view, &[1.5, 2.5]);
+}
