@@ -55,7 +55,9 @@ fn step<T>(what: &str, f: impl FnOnce() -> prism::Result<T>) -> prism::Result<T>
 
 #[prism::main]
 fn main() -> prism::Result<()> {
-    step("start an embedded cluster (prism::init)", || prism::init(prism::Config::default()))?;
+    step("start an embedded cluster (prism::init)", || {
+        prism::init(prism::Config::default())
+    })?;
 
     let r = step("first task: add::remote(1, 2) and get", || {
         let r = add::remote(1, 2)?;
@@ -65,7 +67,9 @@ fn main() -> prism::Result<()> {
 
     let n = 1000;
     let total = step(&format!("{n} tasks submitted, then all gotten"), || {
-        let refs = (0..n).map(|i| add::remote(i, 1)).collect::<prism::Result<Vec<_>>>()?;
+        let refs = (0..n)
+            .map(|i| add::remote(i, 1))
+            .collect::<prism::Result<Vec<_>>>()?;
         Ok(prism::get_many(&refs)?.into_iter().sum::<i64>())
     })?;
     assert_eq!(total, (1..=n).sum::<i64>());
@@ -79,11 +83,21 @@ fn main() -> prism::Result<()> {
     })?;
     assert_eq!(chained, 10);
 
-    let big = step("put 100 MB (25M f32) into shared memory", || prism::put(vec![1.0f32; 25_000_000]))?;
-    let s = step("sum it in a worker, read in place", || prism::get(&sum::remote(&big)?))?;
+    let big = step("put 100 MB (25M f32) into shared memory", || {
+        prism::put(vec![1.0f32; 25_000_000])
+    })?;
+    let s = step("sum it in a worker, read in place", || {
+        prism::get(&sum::remote(&big)?)
+    })?;
     assert_eq!(s, 25_000_000.0);
-    let view = step("view it here without a copy (get_view)", || prism::get_view(&big))?;
-    println!("  the view has {} elements, zero-copy: {}", view.len(), view.is_zero_copy());
+    let view = step("view it here without a copy (get_view)", || {
+        prism::get_view(&big)
+    })?;
+    println!(
+        "  the view has {} elements, zero-copy: {}",
+        view.len(),
+        view.is_zero_copy()
+    );
     drop(view);
 
     let c = step("create an actor and make its first call", || {

@@ -132,7 +132,10 @@ impl<'de, A: Actor> Deserialize<'de> for ActorHandle<A> {
 
 /// Creates an actor (used by generated `Class::remote`).
 #[doc(hidden)]
-pub fn create_actor<A: Actor>(options: ActorOptions, args: Vec<Result<Arg>>) -> Result<ActorHandle<A>> {
+pub fn create_actor<A: Actor>(
+    options: ActorOptions,
+    args: Vec<Result<Arg>>,
+) -> Result<ActorHandle<A>> {
     let core = current()?;
     let args = args.into_iter().collect::<Result<Vec<_>>>()?;
     let options = options.into_wire(&core.config.namespace)?;
@@ -213,7 +216,10 @@ pub fn kill<A: Actor>(actor: &ActorHandle<A>) -> Result<()> {
     let c = core.clone();
     let actor_id = actor.id();
     core.block_on(async move {
-        c.raylet.call(Request::KillActor { actor_id }).await.map(|_| ())
+        c.raylet
+            .call(Request::KillActor { actor_id })
+            .await
+            .map(|_| ())
     })
 }
 
@@ -248,18 +254,27 @@ impl CoreWorker {
         clients.insert(actor.actor_id, client.clone());
         let core = self.clone();
         let actor = actor.clone();
-        self.rt.spawn(async move { core.drive_actor_client(actor, rx).await });
+        self.rt
+            .spawn(async move { core.drive_actor_client(actor, rx).await });
         client
     }
 
     async fn actor_state(&self, actor_id: ActorId, wait: bool) -> Result<ActorState> {
-        match self.raylet.call(Request::GetActor { actor_id, wait }).await? {
+        match self
+            .raylet
+            .call(Request::GetActor { actor_id, wait })
+            .await?
+        {
             Response::Actor(info) => Ok(info.state),
             other => Err(other.unexpected("GetActor")),
         }
     }
 
-    async fn drive_actor_client(self: Arc<Self>, actor: ActorRef, mut rx: mpsc::UnboundedReceiver<ClientMessage>) {
+    async fn drive_actor_client(
+        self: Arc<Self>,
+        actor: ActorRef,
+        mut rx: mpsc::UnboundedReceiver<ClientMessage>,
+    ) {
         let connection = match self.actor_state(actor.actor_id, true).await {
             Ok(ActorState::Alive { address, .. }) => self.peer(&address).await,
             Ok(ActorState::Dead(e)) => Err(e),
@@ -285,7 +300,10 @@ impl CoreWorker {
                     continue;
                 }
             };
-            match self.resolve_args(std::mem::take(&mut submission.spec.args)).await {
+            match self
+                .resolve_args(std::mem::take(&mut submission.spec.args))
+                .await
+            {
                 Ok(args) => submission.spec.args = args,
                 Err(e) => {
                     self.finish_task(&submission, Err(e));
@@ -305,7 +323,9 @@ impl CoreWorker {
                 let outcome = match pending {
                     Ok(rx) => match rx.await {
                         Ok(resp) => resp.into_result(),
-                        Err(_) => Err(Error::Disconnected { peer: actor.class.clone() }),
+                        Err(_) => Err(Error::Disconnected {
+                            peer: actor.class.clone(),
+                        }),
                     },
                     Err(e) => Err(e),
                 };

@@ -67,7 +67,10 @@ pub fn init(config: Config) -> Result<()> {
             .unwrap_or_else(|_| {
                 Err(Error::io(
                     "start the cluster",
-                    format!("not ready after {} ms (PRISM_STARTUP_TIMEOUT_MS)", timeout.as_millis()),
+                    format!(
+                        "not ready after {} ms (PRISM_STARTUP_TIMEOUT_MS)",
+                        timeout.as_millis()
+                    ),
                 ))
             })
     });
@@ -100,9 +103,13 @@ async fn start_driver(
         }
         None => {
             let session_dir = crate::logging::new_session_dir(&config.temp_dir)?;
-            crate::logging::init_file_logging(&session_dir, &format!("driver-{}.log", std::process::id()));
+            crate::logging::init_file_logging(
+                &session_dir,
+                &format!("driver-{}.log", std::process::id()),
+            );
             let resources = config.node_resources()?;
-            let cpus = resources.get(prism_protocol::resources::CPU).units() / prism_protocol::resources::Quantity::SCALE;
+            let cpus = resources.get(prism_protocol::resources::CPU).units()
+                / prism_protocol::resources::Quantity::SCALE;
             let mut raylet_config = RayletConfig::local(session_dir, cpus, config.store_capacity());
             raylet_config.resources = resources;
             let raylet = Raylet::start(raylet_config).await?;
@@ -110,21 +117,26 @@ async fn start_driver(
         }
     };
     let handler = CoreHandler::default();
-    let conn = Connection::connect(&socket, Arc::new(handler.clone())).await.map_err(|e| match &config.address {
-        Some(a) => Error::io(format!("join the cluster at {a} (is it running?)"), e),
-        None => e,
-    })?;
+    let conn = Connection::connect(&socket, Arc::new(handler.clone()))
+        .await
+        .map_err(|e| match &config.address {
+            Some(a) => Error::io(format!("join the cluster at {a} (is it running?)"), e),
+            None => e,
+        })?;
     let worker_id = WorkerId::new();
     let session_guess = socket
         .parent()
         .and_then(|p| p.parent())
         .map(PathBuf::from)
         .unwrap_or_default();
-    let executable = std::env::current_exe().map_err(|e| Error::io("find this program's executable", e))?;
+    let executable =
+        std::env::current_exe().map_err(|e| Error::io("find this program's executable", e))?;
     let cwd = std::env::current_dir().map_err(|e| Error::io("read the working directory", e))?;
     let registration = match conn
         .call(Request::RegisterDriver {
-            address: core_worker::socket_path(&session_guess, worker_id).display().to_string(),
+            address: core_worker::socket_path(&session_guess, worker_id)
+                .display()
+                .to_string(),
             pid: std::process::id(),
             executable,
             cwd,
@@ -203,7 +215,10 @@ pub async fn put_async<T: Serialize + Send + Sync + 'static>(value: T) -> Result
     Ok(ObjectRef::from_counted(info, &core))
 }
 
-async fn get_with(core: Arc<CoreWorker>, info: ObjectRefInfo) -> Result<crate::core_worker::Loaded> {
+async fn get_with(
+    core: Arc<CoreWorker>,
+    info: ObjectRefInfo,
+) -> Result<crate::core_worker::Loaded> {
     core.fetch(&info).await
 }
 
@@ -218,7 +233,10 @@ pub fn get<T: DeserializeOwned + Send + 'static>(r: &ObjectRef<T>) -> Result<T> 
 }
 
 /// [`get`] that gives up after `timeout` with [`Error::GetTimeout`].
-pub fn get_timeout<T: DeserializeOwned + Send + 'static>(r: &ObjectRef<T>, timeout: Duration) -> Result<T> {
+pub fn get_timeout<T: DeserializeOwned + Send + 'static>(
+    r: &ObjectRef<T>,
+    timeout: Duration,
+) -> Result<T> {
     let core = current()?;
     let r = r.clone();
     core.block_on(async move {
@@ -248,11 +266,17 @@ pub fn get_many<T: DeserializeOwned + Send + 'static>(refs: &[ObjectRef<T>]) -> 
 }
 
 /// [`get_many`] with one deadline for all of them.
-pub fn get_many_timeout<T: DeserializeOwned + Send + 'static>(refs: &[ObjectRef<T>], timeout: Duration) -> Result<Vec<T>> {
+pub fn get_many_timeout<T: DeserializeOwned + Send + 'static>(
+    refs: &[ObjectRef<T>],
+    timeout: Duration,
+) -> Result<Vec<T>> {
     get_many_inner(refs, Some(timeout))
 }
 
-fn get_many_inner<T: DeserializeOwned + Send + 'static>(refs: &[ObjectRef<T>], timeout: Option<Duration>) -> Result<Vec<T>> {
+fn get_many_inner<T: DeserializeOwned + Send + 'static>(
+    refs: &[ObjectRef<T>],
+    timeout: Option<Duration>,
+) -> Result<Vec<T>> {
     let core = current()?;
     let refs: Vec<ObjectRef<T>> = refs.to_vec();
     core.block_on(async move {
@@ -296,6 +320,9 @@ pub fn get_view<E: Element>(r: &ObjectRef<Vec<E>>) -> Result<View<E>> {
     crate::private::make_view::<E>(loaded)
 }
 
+/// What [`wait`] returns: `(ready, not_ready)`.
+pub type WaitResult<T> = (Vec<ObjectRef<T>>, Vec<ObjectRef<T>>);
+
 /// Waits until `num_returns` of `refs` are ready or `timeout` passes, and
 /// returns `(ready, not_ready)`, each in the order of `refs`, as Ray does.
 ///
@@ -306,7 +333,7 @@ pub fn wait<T>(
     refs: &[ObjectRef<T>],
     num_returns: usize,
     timeout: Option<Duration>,
-) -> Result<(Vec<ObjectRef<T>>, Vec<ObjectRef<T>>)> {
+) -> Result<WaitResult<T>> {
     if num_returns > refs.len() {
         return Err(Error::invalid(
             "num_returns",
@@ -315,12 +342,16 @@ pub fn wait<T>(
     }
     let mut seen = std::collections::HashSet::new();
     if let Some(dup) = refs.iter().find(|r| !seen.insert(r.id())) {
-        return Err(Error::invalid("refs", format!("{} appears more than once", dup.id())));
+        return Err(Error::invalid(
+            "refs",
+            format!("{} appears more than once", dup.id()),
+        ));
     }
     let core = current()?;
     let infos: Vec<ObjectRefInfo> = refs.iter().map(|r| r.info().clone()).collect();
     let c = core.clone();
-    let ready = core.block_on(async move { Ok(wait_ready(c, infos, num_returns, timeout).await) })?;
+    let ready =
+        core.block_on(async move { Ok(wait_ready(c, infos, num_returns, timeout).await) })?;
     let (mut yes, mut no) = (Vec::new(), Vec::new());
     for (r, is_ready) in refs.iter().zip(ready) {
         if is_ready {
@@ -332,7 +363,12 @@ pub fn wait<T>(
     Ok((yes, no))
 }
 
-async fn wait_ready(core: Arc<CoreWorker>, infos: Vec<ObjectRefInfo>, num_returns: usize, timeout: Option<Duration>) -> Vec<bool> {
+async fn wait_ready(
+    core: Arc<CoreWorker>,
+    infos: Vec<ObjectRefInfo>,
+    num_returns: usize,
+    timeout: Option<Duration>,
+) -> Vec<bool> {
     let mut ready = vec![false; infos.len()];
     let mut count = 0;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();

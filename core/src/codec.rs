@@ -125,7 +125,18 @@ macro_rules! elements {
     };
 }
 
-elements!(u8 = 1, i8 = 2, u16 = 3, i16 = 4, u32 = 5, i32 = 6, u64 = 7, i64 = 8, f32 = 9, f64 = 10);
+elements!(
+    u8 = 1,
+    i8 = 2,
+    u16 = 3,
+    i16 = 4,
+    u32 = 5,
+    i32 = 6,
+    u64 = 7,
+    i64 = 8,
+    f32 = 9,
+    f64 = 10
+);
 
 fn check_tag<E: Element>(tag: u8) -> Result<(), Error> {
     if tag == E::TAG {
@@ -159,7 +170,11 @@ pub(crate) fn copy_elements<E: Copy>(payload: &[u8]) -> Vec<E> {
     // The destination has room for n elements; every bit pattern is valid
     // for the primitive element types used here.
     unsafe {
-        std::ptr::copy_nonoverlapping(payload.as_ptr(), v.as_mut_ptr() as *mut u8, n * std::mem::size_of::<E>());
+        std::ptr::copy_nonoverlapping(
+            payload.as_ptr(),
+            v.as_mut_ptr() as *mut u8,
+            n * std::mem::size_of::<E>(),
+        );
         v.set_len(n);
     }
     v
@@ -226,11 +241,13 @@ pub(crate) fn decode<T: DeserializeOwned + 'static>(bytes: &[u8]) -> Result<T, E
     };
     match bytes.first() {
         Some(&FORMAT_RAW) => {
-            let (tag, payload) = raw_payload(bytes).ok_or_else(|| err("truncated raw buffer".into()))?;
+            let (tag, payload) =
+                raw_payload(bytes).ok_or_else(|| err("truncated raw buffer".into()))?;
             match from_raw_image::<T>(tag, payload) {
                 Some(result) => result,
                 None => Err(err(
-                    "the object holds a flat buffer; get it as the Vec or Bytes type it was put as".into(),
+                    "the object holds a flat buffer; get it as the Vec or Bytes type it was put as"
+                        .into(),
                 )),
             }
         }

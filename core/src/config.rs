@@ -142,7 +142,10 @@ impl Config {
         set.set(CPU, Quantity::whole(cpus as u64));
         let gpus = self.num_gpus.unwrap_or_else(count_gpu_devices);
         set.set(GPU, Quantity::whole(gpus as u64));
-        set.set(MEMORY, Quantity::whole(self.memory_bytes.unwrap_or_else(total_memory_bytes)));
+        set.set(
+            MEMORY,
+            Quantity::whole(self.memory_bytes.unwrap_or_else(total_memory_bytes)),
+        );
         for (name, amount) in &self.resources {
             if matches!(name.as_str(), CPU | GPU | MEMORY) {
                 return Err(Error::invalid(
@@ -158,9 +161,8 @@ impl Config {
     }
 
     pub(crate) fn store_capacity(&self) -> u64 {
-        self.object_store_memory_bytes.unwrap_or_else(|| {
-            (total_memory_bytes() / 10 * 3).clamp(64 << 20, 8 << 30)
-        })
+        self.object_store_memory_bytes
+            .unwrap_or_else(|| (total_memory_bytes() / 10 * 3).clamp(64 << 20, 8 << 30))
     }
 }
 
@@ -172,7 +174,12 @@ fn count_gpu_devices() -> u32 {
 
 fn total_memory_bytes() -> u64 {
     // SAFETY: sysconf has no memory-safety preconditions.
-    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
     if pages > 0 && page > 0 {
         pages as u64 * page as u64
     } else {

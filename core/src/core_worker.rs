@@ -15,7 +15,9 @@ use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 use prism_object_store::Segment;
 use prism_protocol::ids::{ActorId, JobId, NodeId, ObjectId, WorkerId};
-use prism_protocol::messages::{Address, ObjectRefInfo, ObjectValue, Request, Response, ReturnObject, Stream};
+use prism_protocol::messages::{
+    Address, ObjectRefInfo, ObjectValue, Request, Response, ReturnObject, Stream,
+};
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::{self, Connection, Handler};
 use std::collections::HashMap;
@@ -31,7 +33,11 @@ pub(crate) fn current() -> Result<Arc<CoreWorker>> {
 }
 
 pub(crate) fn current_weak() -> Weak<CoreWorker> {
-    CURRENT.read().as_ref().map(Arc::downgrade).unwrap_or_default()
+    CURRENT
+        .read()
+        .as_ref()
+        .map(Arc::downgrade)
+        .unwrap_or_default()
 }
 
 pub(crate) fn set_current(core: Option<Arc<CoreWorker>>) -> Option<Arc<CoreWorker>> {
@@ -88,7 +94,12 @@ impl CoreHandler {
 
 impl Handler for CoreHandler {
     fn handle(&self, conn: &Connection, id: Option<u64>, request: Request) {
-        if let Request::WorkerOutput { label, stream, lines } = &request {
+        if let Request::WorkerOutput {
+            label,
+            stream,
+            lines,
+        } = &request
+        {
             print_worker_output(label, *stream, lines);
             return;
         }
@@ -173,7 +184,9 @@ impl CoreWorker {
         let handler = s.handler.clone();
         let listener = {
             let _guard = core.rt.enter();
-            rpc::serve(&address, move || Arc::new(handler.clone()) as Arc<dyn Handler>)?
+            rpc::serve(&address, move || {
+                Arc::new(handler.clone()) as Arc<dyn Handler>
+            })?
         };
         *core.listener.lock() = Some(listener);
         Ok(core)
@@ -193,7 +206,10 @@ impl CoreWorker {
     }
 
     /// Runs `fut` to completion from synchronous code.
-    pub(crate) fn block_on<T: Send + 'static>(&self, fut: impl Future<Output = Result<T>> + Send + 'static) -> Result<T> {
+    pub(crate) fn block_on<T: Send + 'static>(
+        &self,
+        fut: impl Future<Output = Result<T>> + Send + 'static,
+    ) -> Result<T> {
         block_on(&self.rt, fut)
     }
 
@@ -204,7 +220,8 @@ impl CoreWorker {
                 return Ok(c.clone());
             }
         }
-        let conn = Connection::connect(Path::new(address), Arc::new(CoreHandler::default())).await?;
+        let conn =
+            Connection::connect(Path::new(address), Arc::new(CoreHandler::default())).await?;
         self.peers.lock().insert(address.to_string(), conn.clone());
         Ok(conn)
     }
@@ -268,7 +285,11 @@ impl CoreWorker {
 
     /// Registers `borrower` for `refs` with their owners (before handing a
     /// value that contains them to `borrower`).
-    pub(crate) async fn lend(self: &Arc<Self>, refs: &[ObjectRefInfo], borrower: &Address) -> Result<()> {
+    pub(crate) async fn lend(
+        self: &Arc<Self>,
+        refs: &[ObjectRefInfo],
+        borrower: &Address,
+    ) -> Result<()> {
         let mut by_owner: HashMap<&Address, Vec<ObjectId>> = HashMap::new();
         for r in refs {
             if &r.owner != borrower {
@@ -316,7 +337,10 @@ impl CoreWorker {
     }
 
     /// Waits until an owned object is ready.
-    pub(crate) async fn wait_owned(&self, id: ObjectId) -> Result<(ObjectValue, Vec<ObjectRefInfo>)> {
+    pub(crate) async fn wait_owned(
+        &self,
+        id: ObjectId,
+    ) -> Result<(ObjectValue, Vec<ObjectRefInfo>)> {
         loop {
             match self.refs.readiness(id) {
                 Readiness::Ready(v, contains) => return Ok((v, contains)),
@@ -351,7 +375,11 @@ impl CoreWorker {
     }
 
     /// Stores an encoded value as a new owned object (inline or in the store).
-    pub(crate) async fn store_value(self: &Arc<Self>, id: ObjectId, encoded: codec::Encoded) -> Result<ObjectValue> {
+    pub(crate) async fn store_value(
+        self: &Arc<Self>,
+        id: ObjectId,
+        encoded: codec::Encoded,
+    ) -> Result<ObjectValue> {
         if encoded.bytes.len() as u64 <= self.config.max_direct_call_object_size_bytes {
             return Ok(ObjectValue::Inline(Bytes::from(encoded.bytes)));
         }
@@ -359,7 +387,11 @@ impl CoreWorker {
     }
 
     /// Writes `parts` back to back as object `id` in the store, and seals it.
-    pub(crate) async fn write_to_store(&self, id: ObjectId, parts: &[&[u8]]) -> Result<ObjectValue> {
+    pub(crate) async fn write_to_store(
+        &self,
+        id: ObjectId,
+        parts: &[&[u8]],
+    ) -> Result<ObjectValue> {
         let size: u64 = parts.iter().map(|p| p.len() as u64).sum();
         let offset = match self.raylet.call(Request::CreateObject { id, size }).await? {
             Response::ObjectLocation { offset, .. } => offset,
@@ -375,13 +407,19 @@ impl CoreWorker {
     }
 
     /// Creates an owned object from a value and returns its reference.
-    pub(crate) async fn put_object<T: serde::Serialize + 'static>(self: &Arc<Self>, value: &T) -> Result<ObjectRefInfo> {
+    pub(crate) async fn put_object<T: serde::Serialize + 'static>(
+        self: &Arc<Self>,
+        value: &T,
+    ) -> Result<ObjectRefInfo> {
         let id = ObjectId::new();
         let threshold = self.config.max_direct_call_object_size_bytes as usize;
         let (stored, contains) = match codec::raw_parts(value) {
             Some((tag, payload)) if payload.len() + codec::RAW_HEADER_BYTES > threshold => {
                 let header = codec::raw_header(tag, payload.len());
-                (self.write_to_store(id, &[&header, payload]).await?, Vec::new())
+                (
+                    self.write_to_store(id, &[&header, payload]).await?,
+                    Vec::new(),
+                )
             }
             _ => {
                 let encoded = codec::encode(value)?;
@@ -404,7 +442,9 @@ impl CoreWorker {
                 let conn = conn.clone();
                 self.rt.spawn(async move {
                     let response = match core.wait_owned(object_id).await {
-                        Ok((value, contained)) => Response::Object(ReturnObject { value, contained }),
+                        Ok((value, contained)) => {
+                            Response::Object(ReturnObject { value, contained })
+                        }
                         Err(e) => Response::Error(e),
                     };
                     conn.respond(id, response);
@@ -531,7 +571,8 @@ impl CoreWorker {
                     let contained = encoded.contained;
                     keep_alive.extend(encoded.keep_alive);
                     let bytes = encoded.bytes;
-                    let value = self.block_on(async move { core.write_to_store(id, &[&bytes]).await })?;
+                    let value =
+                        self.block_on(async move { core.write_to_store(id, &[&bytes]).await })?;
                     // Owned with one count, which the task takes over from
                     // the (never created) handle.
                     self.refs.add_owned(id, ValueState::Ready(value), contained);

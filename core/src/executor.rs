@@ -76,7 +76,9 @@ pub(crate) fn handle(core: &Arc<CoreWorker>, conn: &Connection, id: Option<u64>,
                 conn.respond(id, response);
             });
         }
-        Request::ActorCall { caller, seq, spec, .. } => {
+        Request::ActorCall {
+            caller, seq, spec, ..
+        } => {
             let expected = {
                 let mut seqs = core.executor.next_seq.lock();
                 let next = seqs.entry(caller).or_default();
@@ -194,7 +196,9 @@ impl CoreWorker {
         };
         let instance = match created {
             Ok(i) => i,
-            Err(CallError::App { message, kind }) => return Err(failed(format!("{kind:?}: {message}"))),
+            Err(CallError::App { message, kind }) => {
+                return Err(failed(format!("{kind:?}: {message}")))
+            }
             Err(CallError::Runtime(e)) => return Err(failed(e.to_string())),
         };
         self.register_borrows().await?;
@@ -202,12 +206,10 @@ impl CoreWorker {
         let (tx, rx) = mpsc::unbounded_channel();
         let permits = Arc::new(Semaphore::new(spec.options.max_concurrency.max(1) as usize));
         tracing::info!(actor = %spec.actor_id, class = %spec.class, "actor constructed");
-        *self.executor.actor.lock() = Some(ActorInstance {
-            spec,
-            mailbox: tx,
-        });
+        *self.executor.actor.lock() = Some(ActorInstance { spec, mailbox: tx });
         let core = self.clone();
-        self.rt.spawn(async move { core.serve_actor(class, cell, permits, rx).await });
+        self.rt
+            .spawn(async move { core.serve_actor(class, cell, permits, rx).await });
         Ok(())
     }
 
@@ -250,7 +252,11 @@ impl CoreWorker {
     /// The actor this worker serves, if any (for logs).
     #[allow(dead_code)]
     pub(crate) fn actor_class(&self) -> Option<String> {
-        self.executor.actor.lock().as_ref().map(|a| a.spec.class.clone())
+        self.executor
+            .actor
+            .lock()
+            .as_ref()
+            .map(|a| a.spec.class.clone())
     }
 }
 

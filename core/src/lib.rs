@@ -118,7 +118,7 @@ pub use actor::{get_actor, get_actor_in, kill, Actor, ActorHandle, ActorRef};
 pub use api::{
     cluster_resources, get, get_async, get_many, get_many_timeout, get_timeout, get_view, init,
     is_initialized, object_store_stats, put, put_async, runtime_context, shutdown, wait,
-    RuntimeContext,
+    RuntimeContext, WaitResult,
 };
 pub use codec::Element;
 pub use config::Config;

@@ -19,7 +19,11 @@ pub(crate) fn new_session_dir(temp_dir: &Path) -> Result<PathBuf> {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let name = format!("session_{secs}_{}_{:04x}", std::process::id(), rand_suffix());
+    let name = format!(
+        "session_{secs}_{}_{:04x}",
+        std::process::id(),
+        rand_suffix()
+    );
     let dir = temp_dir.join(&name);
     std::fs::create_dir_all(dir.join("logs"))
         .map_err(|e| Error::io(format!("create session directory {}", dir.display()), e))?;
@@ -37,7 +41,11 @@ fn rand_suffix() -> u16 {
 /// program installed its own subscriber.
 pub(crate) fn init_file_logging(session_dir: &Path, file_name: &str) {
     let path = session_dir.join("logs").join(file_name);
-    let Ok(file) = std::fs::OpenOptions::new().create(true).append(true).open(&path) else {
+    let Ok(file) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+    else {
         return;
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("PRISM_LOG")

@@ -207,6 +207,9 @@ pub(crate) fn positive(what: &str, value: f64) -> Result<f64> {
     if value.is_finite() && value > 0.0 {
         Ok(value)
     } else {
-        Err(Error::invalid(what, format!("must be a positive number, got {value}")))
+        Err(Error::invalid(
+            what,
+            format!("must be a positive number, got {value}"),
+        ))
     }
 }

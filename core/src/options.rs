@@ -22,7 +22,8 @@ impl Resources {
             if !(allow_zero && value == 0.0) {
                 positive(&format!("{name} request"), value)?;
             }
-            let q = Quantity::from_f64(name, value).map_err(|e| Error::invalid(name, e.to_string()))?;
+            let q =
+                Quantity::from_f64(name, value).map_err(|e| Error::invalid(name, e.to_string()))?;
             set.set(name, q);
             Ok(())
         };
@@ -214,7 +215,9 @@ impl ActorOptions {
         }
         Ok(messages::ActorOptions {
             name: self.name,
-            namespace: self.namespace.unwrap_or_else(|| default_namespace.to_string()),
+            namespace: self
+                .namespace
+                .unwrap_or_else(|| default_namespace.to_string()),
             max_concurrency: self.max_concurrency,
             resources: self.resources.to_set(0.0)?,
         })
@@ -229,16 +232,23 @@ mod tests {
     fn zero_or_negative_resource_requests_are_rejected_by_name() {
         let err = TaskOptions::new().num_gpus(-1.0).shape().unwrap_err();
         assert!(err.to_string().contains("GPU request"), "{err}");
-        let err = TaskOptions::new().resource("disk", 0.0).shape().unwrap_err();
+        let err = TaskOptions::new()
+            .resource("disk", 0.0)
+            .shape()
+            .unwrap_err();
         assert!(err.to_string().contains("disk request"), "{err}");
-        assert!(TaskOptions::new().num_cpus(0.0).shape().is_ok(), "zero CPUs is a valid request");
+        assert!(
+            TaskOptions::new().num_cpus(0.0).shape().is_ok(),
+            "zero CPUs is a valid request"
+        );
     }
 
     #[test]
     fn actor_options_take_defaults_only_where_unset() {
-        let o = ActorOptions::new()
-            .name("a")
-            .or(ActorOptions::new().name("b").max_concurrency(4).num_cpus(1.0));
+        let o = ActorOptions::new().name("a").or(ActorOptions::new()
+            .name("b")
+            .max_concurrency(4)
+            .num_cpus(1.0));
         assert_eq!(o.name.as_deref(), Some("a"));
         assert_eq!(o.max_concurrency, 4);
         assert_eq!(o.resources.num_cpus, Some(1.0));

@@ -125,7 +125,10 @@ impl Args {
     }
 
     /// Decodes argument `i` as a `T` (once).
-    pub fn take<T: DeserializeOwned + 'static>(&mut self, i: usize) -> std::result::Result<T, CallError> {
+    pub fn take<T: DeserializeOwned + 'static>(
+        &mut self,
+        i: usize,
+    ) -> std::result::Result<T, CallError> {
         let loaded = self
             .items
             .get_mut(i)
@@ -176,7 +179,9 @@ pub(crate) fn make_view<E: Element>(loaded: Loaded) -> Result<View<E>> {
             // Pinned and in bounds while `pin` lives; it moves into the view.
             let bytes = unsafe { std::slice::from_raw_parts(ptr as *const u8, len) };
             match codec::raw_payload(bytes) {
-                Some((tag, payload)) if tag == E::TAG => Ok(View::shared(payload.as_ptr(), payload.len(), pin)),
+                Some((tag, payload)) if tag == E::TAG => {
+                    Ok(View::shared(payload.as_ptr(), payload.len(), pin))
+                }
                 _ => Err(not_a_buffer()),
             }
         }
@@ -197,12 +202,16 @@ pub fn app_error<E: std::fmt::Display>(err: E) -> CallError {
 }
 
 /// Downcasts an actor instance.
-pub fn actor_ref<A: 'static>(instance: &(dyn Any + Send + Sync)) -> std::result::Result<&A, CallError> {
+pub fn actor_ref<A: 'static>(
+    instance: &(dyn Any + Send + Sync),
+) -> std::result::Result<&A, CallError> {
     instance.downcast_ref::<A>().ok_or_else(wrong_class::<A>)
 }
 
 /// Downcasts an actor instance mutably.
-pub fn actor_mut<A: 'static>(instance: &mut (dyn Any + Send + Sync)) -> std::result::Result<&mut A, CallError> {
+pub fn actor_mut<A: 'static>(
+    instance: &mut (dyn Any + Send + Sync),
+) -> std::result::Result<&mut A, CallError> {
     instance.downcast_mut::<A>().ok_or_else(wrong_class::<A>)
 }
 
@@ -259,7 +268,11 @@ pub(crate) fn panic_error(e: tokio::task::JoinError) -> CallError {
 }
 
 /// Submits a task (used by generated `function::remote`).
-pub fn submit_task<R>(function: &str, options: TaskOptions, args: Vec<Result<Arg>>) -> Result<ObjectRef<R>> {
+pub fn submit_task<R>(
+    function: &str,
+    options: TaskOptions,
+    args: Vec<Result<Arg>>,
+) -> Result<ObjectRef<R>> {
     let core = current()?;
     let shape = options.shape()?;
     core.check_feasible(&shape)?;

@@ -74,7 +74,10 @@ impl Entry {
     }
 
     fn unused(&self) -> bool {
-        self.local == 0 && self.submitted == 0 && self.contained_in == 0 && self.borrowers.is_empty()
+        self.local == 0
+            && self.submitted == 0
+            && self.contained_in == 0
+            && self.borrowers.is_empty()
     }
 }
 
@@ -160,7 +163,10 @@ impl RefTable {
         }
         let mut e = if self.is_mine(&info.owner) {
             // A handle to an owned object that was already freed.
-            Entry::new(None, ValueState::Failed(Error::ObjectNotFound { object_id: info.id }))
+            Entry::new(
+                None,
+                ValueState::Failed(Error::ObjectNotFound { object_id: info.id }),
+            )
         } else {
             self.unregistered.lock().push(info.clone());
             Entry::new(Some(info.owner.clone()), ValueState::Pending)
@@ -215,12 +221,19 @@ impl RefTable {
     }
 
     /// An owned object's value arrived (a task answered).
-    pub(crate) fn set_value(&self, id: ObjectId, value: ValueState, contains: Vec<ObjectRefInfo>) -> Vec<Release> {
+    pub(crate) fn set_value(
+        &self,
+        id: ObjectId,
+        value: ValueState,
+        contains: Vec<ObjectRefInfo>,
+    ) -> Vec<Release> {
         let mut entries = self.entries.lock();
         let Some(e) = entries.get_mut(&id) else {
             // Freed while the task ran: drop what it produced.
             return match value {
-                ValueState::Ready(ObjectValue::InStore { .. }) => vec![Release::DeleteFromStore(id)],
+                ValueState::Ready(ObjectValue::InStore { .. }) => {
+                    vec![Release::DeleteFromStore(id)]
+                }
                 _ => Vec::new(),
             };
         };
@@ -285,7 +298,11 @@ impl RefTable {
 
     /// Number of objects this process owns (for tests and metrics).
     pub(crate) fn num_owned(&self) -> usize {
-        self.entries.lock().values().filter(|e| e.owner.is_none()).count()
+        self.entries
+            .lock()
+            .values()
+            .filter(|e| e.owner.is_none())
+            .count()
     }
 
     fn update(&self, id: ObjectId, change: impl FnOnce(&mut Entry)) -> Vec<Release> {
@@ -301,7 +318,9 @@ impl RefTable {
             if !unused {
                 continue;
             }
-            let Some(e) = entries.remove(&id) else { continue };
+            let Some(e) = entries.remove(&id) else {
+                continue;
+            };
             match (&e.owner, &e.value) {
                 (None, ValueState::Ready(ObjectValue::InStore { .. })) => {
                     out.push(Release::DeleteFromStore(id))
@@ -342,11 +361,21 @@ mod tests {
     fn an_owned_object_lives_while_a_task_uses_it_and_a_borrower_holds_it() {
         let t = RefTable::new("me".into());
         let id = ObjectId::new();
-        t.add_owned(id, ValueState::Ready(ObjectValue::InStore { size: 10 }), vec![]);
+        t.add_owned(
+            id,
+            ValueState::Ready(ObjectValue::InStore { size: 10 }),
+            vec![],
+        );
         t.add_submitted(&[id]);
-        assert!(t.remove_local(id).is_empty(), "a submitted task still needs it");
+        assert!(
+            t.remove_local(id).is_empty(),
+            "a submitted task still needs it"
+        );
         t.add_borrower(&[id], &"other".to_string());
-        assert!(t.remove_submitted(&[id]).is_empty(), "a borrower still holds it");
+        assert!(
+            t.remove_submitted(&[id]).is_empty(),
+            "a borrower still holds it"
+        );
         assert_eq!(
             t.remove_borrower(&[id], &"other".to_string()),
             vec![Release::DeleteFromStore(id)]
@@ -359,8 +388,16 @@ mod tests {
         let t = RefTable::new("me".into());
         let inner = ObjectId::new();
         let outer = ObjectId::new();
-        t.add_owned(inner, ValueState::Ready(ObjectValue::InStore { size: 1 }), vec![]);
-        t.add_owned(outer, ValueState::Ready(ObjectValue::Inline(Bytes::new())), vec![info(inner, "me")]);
+        t.add_owned(
+            inner,
+            ValueState::Ready(ObjectValue::InStore { size: 1 }),
+            vec![],
+        );
+        t.add_owned(
+            outer,
+            ValueState::Ready(ObjectValue::Inline(Bytes::new())),
+            vec![info(inner, "me")],
+        );
         assert!(t.remove_local(inner).is_empty());
         assert_eq!(t.remove_local(outer), vec![Release::DeleteFromStore(inner)]);
         assert_eq!(t.num_owned(), 0);

@@ -77,7 +77,10 @@ impl CoreWorker {
     }
 
     /// Waits for every reference argument and inlines the small ones.
-    pub(crate) async fn resolve_args(self: &Arc<Self>, args: Vec<ArgSpec>) -> Result<Vec<ArgSpec>, Error> {
+    pub(crate) async fn resolve_args(
+        self: &Arc<Self>,
+        args: Vec<ArgSpec>,
+    ) -> Result<Vec<ArgSpec>, Error> {
         let mut out = Vec::with_capacity(args.len());
         for arg in args {
             let resolved = match arg {
@@ -104,21 +107,32 @@ impl CoreWorker {
     /// Matches queued tasks with idle workers and asks for more leases.
     fn pump(self: &Arc<Self>, shape: &ResourceSet, queue: &mut ShapeQueue) {
         while !queue.tasks.is_empty() {
-            let Some(worker) = queue.idle.pop() else { break };
-            let Some(task) = queue.tasks.pop_front() else { break };
+            let Some(worker) = queue.idle.pop() else {
+                break;
+            };
+            let Some(task) = queue.tasks.pop_front() else {
+                break;
+            };
             self.run_on(shape.clone(), worker, task);
         }
         while queue.requesting < queue.tasks.len().min(MAX_LEASE_REQUESTS_PER_SHAPE) {
             queue.requesting += 1;
             let core = self.clone();
             let shape = shape.clone();
-            self.rt.spawn(async move { core.request_lease(shape).await });
+            self.rt
+                .spawn(async move { core.request_lease(shape).await });
         }
     }
 
     async fn request_lease(self: &Arc<Self>, shape: ResourceSet) {
         let granted = async {
-            match self.raylet.call(Request::RequestLease { shape: shape.clone() }).await? {
+            match self
+                .raylet
+                .call(Request::RequestLease {
+                    shape: shape.clone(),
+                })
+                .await?
+            {
                 Response::Lease {
                     lease_id,
                     worker_id,
@@ -209,7 +223,9 @@ impl CoreWorker {
             tokio::time::sleep(hold).await;
             let expired: Vec<LeasedWorker> = {
                 let mut shapes = core.submitter.shapes.lock();
-                let Some(queue) = shapes.get_mut(&shape) else { return };
+                let Some(queue) = shapes.get_mut(&shape) else {
+                    return;
+                };
                 let (old, keep): (Vec<_>, Vec<_>) = queue
                     .idle
                     .drain(..)
@@ -218,18 +234,26 @@ impl CoreWorker {
                 old
             };
             for w in expired {
-                let _ = core.raylet.notify(Request::ReturnLease { lease_id: w.lease_id });
+                let _ = core.raylet.notify(Request::ReturnLease {
+                    lease_id: w.lease_id,
+                });
             }
         });
     }
 
     /// Records a task's outcome on its return object and releases its args.
-    pub(crate) fn finish_task(self: &Arc<Self>, submission: &Submission, result: Result<prism_protocol::messages::ReturnObject, Error>) {
+    pub(crate) fn finish_task(
+        self: &Arc<Self>,
+        submission: &Submission,
+        result: Result<prism_protocol::messages::ReturnObject, Error>,
+    ) {
         let (value, contained) = match result {
             Ok(ret) => (ValueState::Ready(ret.value), ret.contained),
             Err(e) => (ValueState::Failed(e), Vec::new()),
         };
-        let mut releases = self.refs.set_value(submission.spec.return_id, value, contained);
+        let mut releases = self
+            .refs
+            .set_value(submission.spec.return_id, value, contained);
         releases.extend(self.refs.remove_submitted(&submission.held));
         self.apply_releases(releases);
     }
@@ -239,7 +263,9 @@ impl CoreWorker {
         let mut shapes = self.submitter.shapes.lock();
         for queue in shapes.values_mut() {
             for w in queue.idle.drain(..) {
-                let _ = self.raylet.notify(Request::ReturnLease { lease_id: w.lease_id });
+                let _ = self.raylet.notify(Request::ReturnLease {
+                    lease_id: w.lease_id,
+                });
             }
         }
     }

@@ -27,7 +27,11 @@ struct Options {
 fn parse_options(attr: TokenStream, allow_actor: bool) -> syn::Result<Options> {
     let mut o = Options::default();
     let parser = syn::meta::parser(|meta| {
-        let key = meta.path.get_ident().map(|i| i.to_string()).unwrap_or_default();
+        let key = meta
+            .path
+            .get_ident()
+            .map(|i| i.to_string())
+            .unwrap_or_default();
         match key.as_str() {
             "name" => o.name = Some(meta.value()?.parse()?),
             "num_cpus" => o.num_cpus = Some(meta.value()?.parse()?),
@@ -74,7 +78,10 @@ fn params(sig: &Signature) -> syn::Result<Vec<Param>> {
                 ));
             }
             if let Type::ImplTrait(_) = &*pt.ty {
-                return Err(syn::Error::new(pt.ty.span(), "`impl Trait` parameters cannot be sent to another process"));
+                return Err(syn::Error::new(
+                    pt.ty.span(),
+                    "`impl Trait` parameters cannot be sent to another process",
+                ));
             }
             let _ = matches!(&*pt.pat, Pat::Ident(_));
             out.push(Param {
@@ -170,13 +177,18 @@ pub fn remote(attr: TokenStream, item: TokenStream) -> TokenStream {
         Err(e) => return e.to_compile_error().into(),
     };
     let func = parse_macro_input!(item as ItemFn);
-    expand_remote(options, func).unwrap_or_else(|e| e.to_compile_error()).into()
+    expand_remote(options, func)
+        .unwrap_or_else(|e| e.to_compile_error())
+        .into()
 }
 
 fn expand_remote(options: Options, func: ItemFn) -> syn::Result<Tokens> {
     let sig = &func.sig;
     if !sig.generics.params.is_empty() {
-        return Err(syn::Error::new(sig.generics.span(), "remote functions cannot be generic: each is registered once, by name"));
+        return Err(syn::Error::new(
+            sig.generics.span(),
+            "remote functions cannot be generic: each is registered once, by name",
+        ));
     }
     let vis = &func.vis;
     let fn_name = &sig.ident;
@@ -267,7 +279,9 @@ pub fn actor(attr: TokenStream, item: TokenStream) -> TokenStream {
         return expand_actor_struct(options, s).into();
     }
     let imp = parse_macro_input!(item as ItemImpl);
-    expand_actor_impl(imp).unwrap_or_else(|e| e.to_compile_error()).into()
+    expand_actor_impl(imp)
+        .unwrap_or_else(|e| e.to_compile_error())
+        .into()
 }
 
 fn expand_actor_struct(o: Options, s: ItemStruct) -> Tokens {
@@ -325,13 +339,19 @@ enum Receiver {
 fn expand_actor_impl(imp: ItemImpl) -> syn::Result<Tokens> {
     let self_ty = &imp.self_ty;
     let Type::Path(tp) = &**self_ty else {
-        return Err(syn::Error::new(self_ty.span(), "#[prism::actor] goes on `impl MyActor { ... }`"));
+        return Err(syn::Error::new(
+            self_ty.span(),
+            "#[prism::actor] goes on `impl MyActor { ... }`",
+        ));
     };
     let Some(last) = tp.path.segments.last() else {
         return Err(syn::Error::new(self_ty.span(), "expected a type name"));
     };
     if imp.trait_.is_some() || !imp.generics.params.is_empty() {
-        return Err(syn::Error::new(imp.span(), "#[prism::actor] goes on an inherent, non-generic impl block"));
+        return Err(syn::Error::new(
+            imp.span(),
+            "#[prism::actor] goes on an inherent, non-generic impl block",
+        ));
     }
     let handle = format_ident!("{}Handle", last.ident);
     let mut constructor = None;
@@ -341,7 +361,11 @@ fn expand_actor_impl(imp: ItemImpl) -> syn::Result<Tokens> {
         let ImplItem::Fn(f) = item else { continue };
         let sig = &f.sig;
         let receiver = sig.inputs.first().and_then(|a| match a {
-            FnArg::Receiver(r) if r.reference.is_some() => Some(if r.mutability.is_some() { Receiver::Mut } else { Receiver::Ref }),
+            FnArg::Receiver(r) if r.reference.is_some() => Some(if r.mutability.is_some() {
+                Receiver::Mut
+            } else {
+                Receiver::Ref
+            }),
             _ => None,
         });
         let params = params(sig)?;

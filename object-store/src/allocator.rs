@@ -112,7 +112,11 @@ mod tests {
         a.free(x, 100);
         a.free(z, 100);
         assert_eq!(a.used(), 0);
-        assert_eq!(a.allocate(1024), Some(0), "the whole space must be one range again");
+        assert_eq!(
+            a.allocate(1024),
+            Some(0),
+            "the whole space must be one range again"
+        );
     }
 
     #[test]

@@ -114,7 +114,9 @@ pub enum Error {
         actual: String,
     },
     /// The worker process running a task died before answering.
-    #[error("the worker running {function} ({worker}, pid {pid}) died before it answered: {reason}")]
+    #[error(
+        "the worker running {function} ({worker}, pid {pid}) died before it answered: {reason}"
+    )]
     WorkerDied {
         /// The function that was running.
         function: String,
@@ -126,7 +128,9 @@ pub enum Error {
         reason: String,
     },
     /// No node of the cluster could ever satisfy a resource request.
-    #[error("no node can ever satisfy the resource request {shape}: the cluster has {total} in all")]
+    #[error(
+        "no node can ever satisfy the resource request {shape}: the cluster has {total} in all"
+    )]
     Infeasible {
         /// The requested shape.
         shape: String,

@@ -74,7 +74,7 @@ impl Quantity {
 
     /// Whether this is an exact whole number.
     pub fn is_whole(self) -> bool {
-        self.0 % Self::SCALE == 0
+        self.0.is_multiple_of(Self::SCALE)
     }
 
     /// Whether it is zero.
@@ -82,14 +82,17 @@ impl Quantity {
         self.0 == 0
     }
 
-    /// Addition.
-    pub fn add(self, other: Quantity) -> Quantity {
-        Quantity(self.0 + other.0)
-    }
-
     /// Subtraction that stops at zero.
     pub fn saturating_sub(self, other: Quantity) -> Quantity {
         Quantity(self.0.saturating_sub(other.0))
+    }
+}
+
+impl std::ops::Add for Quantity {
+    type Output = Quantity;
+
+    fn add(self, other: Quantity) -> Quantity {
+        Quantity(self.0 + other.0)
     }
 }
 
@@ -147,7 +150,7 @@ impl ResourceSet {
     /// Adds `other` entry by entry.
     pub fn add(&mut self, other: &ResourceSet) {
         for (k, v) in other.iter() {
-            let sum = self.get(k).add(v);
+            let sum = self.get(k) + v;
             self.set(k, sum);
         }
     }
@@ -192,11 +195,11 @@ mod tests {
     #[test]
     fn halves_add_up_to_exactly_one() {
         let half = Quantity::from_f64(GPU, 0.5).unwrap();
-        assert_eq!(half.add(half), Quantity::whole(1));
+        assert_eq!(half + half, Quantity::whole(1));
         let tenth = Quantity::from_f64(CPU, 0.1).unwrap();
         let mut total = Quantity::ZERO;
         for _ in 0..10 {
-            total = total.add(tenth);
+            total = total + tenth;
         }
         assert_eq!(total, Quantity::whole(1));
     }

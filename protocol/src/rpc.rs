@@ -278,8 +278,8 @@ pub fn serve(
     make_handler: impl Fn() -> Arc<dyn Handler> + Send + 'static,
 ) -> Result<tokio::task::JoinHandle<()>, Error> {
     let _ = std::fs::remove_file(path);
-    let listener =
-        UnixListener::bind(path).map_err(|e| Error::io(format!("listen on {}", path.display()), e))?;
+    let listener = UnixListener::bind(path)
+        .map_err(|e| Error::io(format!("listen on {}", path.display()), e))?;
     Ok(tokio::spawn(async move {
         loop {
             match listener.accept().await {
@@ -320,7 +320,9 @@ mod tests {
         let conn = Connection::connect(&path, Arc::new(Echo)).await.unwrap();
         for _ in 0..100 {
             let r = conn
-                .call(Request::GetObject { id: ObjectId::new() })
+                .call(Request::GetObject {
+                    id: ObjectId::new(),
+                })
                 .await
                 .unwrap();
             assert!(matches!(r, Response::ObjectLocation { offset: 1, size: 2 }));

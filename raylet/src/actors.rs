@@ -23,7 +23,10 @@ impl Node {
             .clone()
             .map(|n| (spec.options.namespace.clone(), n));
         if let Some((namespace, name)) = &name {
-            if state.named_actors.contains_key(&(namespace.clone(), name.clone())) {
+            if state
+                .named_actors
+                .contains_key(&(namespace.clone(), name.clone()))
+            {
                 return Err(Error::ActorNameTaken {
                     name: name.clone(),
                     namespace: namespace.clone(),
@@ -57,7 +60,12 @@ impl Node {
     }
 
     /// A worker was leased for an actor: tell it to run the constructor.
-    pub(crate) fn start_actor_on(self: &Arc<Self>, state: &mut State, actor_id: ActorId, worker_id: WorkerId) {
+    pub(crate) fn start_actor_on(
+        self: &Arc<Self>,
+        state: &mut State,
+        actor_id: ActorId,
+        worker_id: WorkerId,
+    ) {
         let Some(entry) = state.actors.get_mut(&actor_id) else {
             return;
         };
@@ -112,7 +120,13 @@ impl Node {
         }
     }
 
-    pub(crate) fn get_actor(&self, actor_id: ActorId, wait: bool, conn: &Connection, request: Option<u64>) {
+    pub(crate) fn get_actor(
+        &self,
+        actor_id: ActorId,
+        wait: bool,
+        conn: &Connection,
+        request: Option<u64>,
+    ) {
         let mut state = self.state.lock();
         match state.actors.get_mut(&actor_id) {
             None => conn.respond(
@@ -155,7 +169,10 @@ impl Node {
                 reason: "no such actor in the control store".into(),
             });
         };
-        let pid = entry.worker.and_then(|w| state.workers.get(&w)).map(|w| w.pid);
+        let pid = entry
+            .worker
+            .and_then(|w| state.workers.get(&w))
+            .map(|w| w.pid);
         let pending = entry.worker.is_none();
         self.actor_died(&mut state, actor_id, "killed by prism::kill".into());
         if pending {

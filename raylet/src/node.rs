@@ -11,13 +11,13 @@
 
 use crate::resources::{Allocation, NodeResources};
 use crate::RayletConfig;
+use parking_lot::Mutex;
 use prism_object_store::{ObjectTable, Segment};
 use prism_protocol::error::Error;
 use prism_protocol::ids::{ActorId, JobId, LeaseId, NodeId, WorkerId};
 use prism_protocol::messages::{ActorInfo, Registration, Response};
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::Connection;
-use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -116,9 +116,11 @@ pub(crate) struct Node {
 impl Node {
     pub(crate) fn new(config: RayletConfig, socket: PathBuf) -> Result<Arc<Node>, Error> {
         let node_id = NodeId::new();
-        let store_path = config
-            .shm_dir
-            .join(format!("prism-store-{}-{}", std::process::id(), node_id.0 as u64));
+        let store_path = config.shm_dir.join(format!(
+            "prism-store-{}-{}",
+            std::process::id(),
+            node_id.0 as u64
+        ));
         let segment = Segment::create(&store_path, config.object_store_bytes)?;
         Ok(Arc::new(Node {
             node_id,
@@ -169,7 +171,9 @@ impl Node {
         let mut spare_starting: HashMap<(JobId, Vec<u32>), usize> = HashMap::new();
         for w in state.workers.values() {
             if w.usage == WorkerUse::Starting {
-                *spare_starting.entry((w.job, w.gpu_ids.clone())).or_default() += 1;
+                *spare_starting
+                    .entry((w.job, w.gpu_ids.clone()))
+                    .or_default() += 1;
             }
         }
         while let Some(pending) = state.pending.pop_front() {
@@ -196,7 +200,8 @@ impl Node {
                     let spare = spare_starting.entry(key).or_default();
                     if *spare > 0 {
                         *spare -= 1;
-                    } else if self.task_workers_of(state, pending.job) < self.config.max_workers_per_job
+                    } else if self.task_workers_of(state, pending.job)
+                        < self.config.max_workers_per_job
                         || matches!(pending.lease_for, LeaseFor::Actor(_))
                     {
                         self.start_worker(state, pending.job, gpu_ids);

@@ -113,7 +113,7 @@ impl NodeResources {
     pub fn release(&mut self, allocation: &Allocation) {
         for (id, share) in &allocation.gpus {
             if let Some(slot) = self.gpu_free.get_mut(*id as usize) {
-                *slot = slot.add(*share);
+                *slot = *slot + *share;
             }
         }
         self.available.add(&allocation.shape);

@@ -5,11 +5,11 @@
 //! that a peer that disconnects (or dies) leaves no pins or leases behind.
 
 use crate::node::{Job, LeaseFor, Node, PendingLease};
+use parking_lot::Mutex;
 use prism_protocol::error::Error;
 use prism_protocol::ids::{JobId, ObjectId};
 use prism_protocol::messages::{Request, Response};
 use prism_protocol::rpc::{Connection, Handler};
-use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -8,11 +8,11 @@
 //! `logs/worker-<id>.out|.err` and (by default) to the driver's terminal.
 
 use crate::node::{Job, Node, Worker, WorkerUse};
+use parking_lot::Mutex;
 use prism_protocol::error::Error;
 use prism_protocol::ids::{JobId, WorkerId};
 use prism_protocol::messages::{Request, Stream};
 use prism_protocol::rpc::Connection;
-use parking_lot::Mutex;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -47,7 +47,12 @@ impl Node {
         tracing::info!(job = %job_id, "job ended; its workers were stopped");
     }
 
-    pub(crate) fn start_worker(self: &Arc<Self>, state: &mut crate::node::State, job_id: JobId, gpu_ids: Vec<u32>) {
+    pub(crate) fn start_worker(
+        self: &Arc<Self>,
+        state: &mut crate::node::State,
+        job_id: JobId,
+        gpu_ids: Vec<u32>,
+    ) {
         let Some(job) = state.jobs.get(&job_id) else {
             return;
         };
@@ -58,6 +63,9 @@ impl Node {
             .env("PRISM_WORKER_ID", worker_id.0.to_string())
             .env("PRISM_RAYLET_SOCKET", &self.socket)
             .env("PRISM_SESSION_DIR", &self.config.session_dir)
+            .env("PRISM_STORE_PATH", self.segment.path())
+            .env("PRISM_NODE_ID", self.node_id.0.to_string())
+            .env("PRISM_JOB_ID", job_id.0.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -79,11 +87,23 @@ impl Node {
         let driver = job.log_to_driver.then(|| job.driver.clone());
         if let Some(out) = child.stdout.take() {
             let path = logs.join(format!("worker-{}.out", worker_id.0 as u64));
-            tokio::spawn(forward_lines(out, path, Stream::Stdout, label.clone(), driver.clone()));
+            tokio::spawn(forward_lines(
+                out,
+                path,
+                Stream::Stdout,
+                label.clone(),
+                driver.clone(),
+            ));
         }
         if let Some(err) = child.stderr.take() {
             let path = logs.join(format!("worker-{}.err", worker_id.0 as u64));
-            tokio::spawn(forward_lines(err, path, Stream::Stderr, label.clone(), driver));
+            tokio::spawn(forward_lines(
+                err,
+                path,
+                Stream::Stderr,
+                label.clone(),
+                driver,
+            ));
         }
         state.workers.insert(
             worker_id,
@@ -156,7 +176,9 @@ impl Node {
             let pool = state
                 .workers
                 .values()
-                .filter(|w| w.job == worker.job && matches!(w.usage, WorkerUse::Idle | WorkerUse::Starting))
+                .filter(|w| {
+                    w.job == worker.job && matches!(w.usage, WorkerUse::Idle | WorkerUse::Starting)
+                })
                 .count();
             if pool < self.config.prestart_workers {
                 self.start_worker(&mut state, worker.job, Vec::new());

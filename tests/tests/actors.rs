@@ -16,7 +16,9 @@ struct Log {
 #[prism::actor]
 impl Log {
     fn new() -> Self {
-        Log { entries: Vec::new() }
+        Log {
+            entries: Vec::new(),
+        }
     }
 
     fn append(&mut self, caller: u32, seq: u32) -> usize {
@@ -44,7 +46,8 @@ fn append_from_task(log: ActorHandle<Log>, caller: u32, count: u32) -> usize {
     for seq in 0..count {
         last = Some(log.append(caller, seq).expect("a task can call an actor"));
     }
-    last.map(|r| prism::get(&r).expect("and get the result")).unwrap_or(0)
+    last.map(|r| prism::get(&r).expect("and get the result"))
+        .unwrap_or(0)
 }
 
 #[prism::remote]
@@ -132,10 +135,21 @@ fn calls_from_several_callers_each_run_in_the_order_sent() {
     let entries = prism::get(&log.entries().unwrap()).unwrap();
     assert_eq!(entries.len(), 5 * per_caller as usize);
     for caller in [0, 1, 2, 10, 11] {
-        let seqs: Vec<u32> = entries.iter().filter(|(c, _)| *c == caller).map(|(_, s)| *s).collect();
-        assert_eq!(seqs, (0..per_caller).collect::<Vec<_>>(), "caller {caller}'s calls ran out of order");
+        let seqs: Vec<u32> = entries
+            .iter()
+            .filter(|(c, _)| *c == caller)
+            .map(|(_, s)| *s)
+            .collect();
+        assert_eq!(
+            seqs,
+            (0..per_caller).collect::<Vec<_>>(),
+            "caller {caller}'s calls ran out of order"
+        );
     }
-    assert_eq!(prism::get(&log.len_async().unwrap()).unwrap(), entries.len());
+    assert_eq!(
+        prism::get(&log.len_async().unwrap()).unwrap(),
+        entries.len()
+    );
 }
 
 #[test]
@@ -153,7 +167,10 @@ fn max_concurrency_runs_calls_at_the_same_time() {
     let gate = Gate::remote().unwrap();
     let calls: Vec<ObjectRef<bool>> = (0..4).map(|_| gate.rendezvous(4).unwrap()).collect();
     let met = prism::get_many(&calls).unwrap();
-    assert!(met.iter().all(|m| *m), "4 calls must be inside at once with max_concurrency = 4: {met:?}");
+    assert!(
+        met.iter().all(|m| *m),
+        "4 calls must be inside at once with max_concurrency = 4: {met:?}"
+    );
 }
 
 #[test]
@@ -165,7 +182,8 @@ fn named_actors_are_found_by_name_and_names_are_unique_per_namespace() {
     assert_eq!(found.id(), log.id());
     assert_eq!(prism::get(&found.entries().unwrap()).unwrap(), vec![(7, 0)]);
 
-    let clash = Log::remote_with(ActorOptions::new().name("shared-log").namespace("ns-a")).unwrap_err();
+    let clash =
+        Log::remote_with(ActorOptions::new().name("shared-log").namespace("ns-a")).unwrap_err();
     assert!(matches!(clash, Error::ActorNameTaken { .. }), "{clash}");
     // Another namespace is another name space.
     Log::remote_with(ActorOptions::new().name("shared-log").namespace("ns-b")).unwrap();
@@ -192,7 +210,8 @@ fn a_failed_constructor_fails_every_call_with_an_actor_error() {
     cluster();
     let bad = Picky::remote(0).unwrap();
     for _ in 0..2 {
-        let err = prism::get_timeout(&bad.capacity().unwrap(), Duration::from_secs(30)).unwrap_err();
+        let err =
+            prism::get_timeout(&bad.capacity().unwrap(), Duration::from_secs(30)).unwrap_err();
         assert!(
             matches!(&err, Error::ActorCreationFailed { message, .. } if message.contains("capacity must be positive")),
             "{err}"
@@ -210,5 +229,9 @@ fn each_actor_lives_in_its_own_process() {
     let pa = prism::get(&a.pid().unwrap()).unwrap();
     let pb = prism::get(&b.pid().unwrap()).unwrap();
     assert_ne!(pa, pb, "two actors must not share a process");
-    assert_ne!(pa, std::process::id(), "an actor must not run in the driver");
+    assert_ne!(
+        pa,
+        std::process::id(),
+        "an actor must not run in the driver"
+    );
 }

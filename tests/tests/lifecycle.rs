@@ -46,7 +46,11 @@ fn a_bad_environment_value_stops_init_with_key_value_and_type() {
         return;
     }
     let status = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "a_bad_environment_value_stops_init_with_key_value_and_type", "--nocapture"])
+        .args([
+            "--exact",
+            "a_bad_environment_value_stops_init_with_key_value_and_type",
+            "--nocapture",
+        ])
         .env("PRISM_LIFECYCLE_CHILD", "1")
         .env("PRISM_NUM_CPUS", "lots")
         .status()

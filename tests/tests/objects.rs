@@ -29,12 +29,17 @@ fn sum_in_place(values: View<f32>) -> (f64, bool, u64) {
 
 #[prism::remote]
 fn sum_refs(refs: Vec<ObjectRef<i64>>) -> i64 {
-    refs.iter().map(|r| prism::get(r).expect("a nested ref resolves in the worker")).sum()
+    refs.iter()
+        .map(|r| prism::get(r).expect("a nested ref resolves in the worker"))
+        .sum()
 }
 
 #[prism::remote]
 fn wrap(value: i64) -> Vec<ObjectRef<i64>> {
-    vec![prism::put(value).expect("a worker can put"), prism::put(value + 1).expect("twice")]
+    vec![
+        prism::put(value).expect("a worker can put"),
+        prism::put(value + 1).expect("twice"),
+    ]
 }
 
 #[prism::remote]
@@ -43,7 +48,9 @@ fn length(values: Vec<u8>) -> usize {
 }
 
 fn store_is_empty() -> bool {
-    prism::object_store_stats().map(|s| s.num_objects == 0 && s.used_bytes == 0).unwrap_or(false)
+    prism::object_store_stats()
+        .map(|s| s.num_objects == 0 && s.used_bytes == 0)
+        .unwrap_or(false)
 }
 
 /// The store is shared by every test in this binary, so tests that count
@@ -72,7 +79,11 @@ fn a_worker_reads_a_100_mb_object_without_copying_it() {
 fn store_usage_returns_to_zero_when_references_are_gone() {
     cluster();
     let _guard = STORE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    must_eventually("the store starts empty", Duration::from_secs(10), store_is_empty);
+    must_eventually(
+        "the store starts empty",
+        Duration::from_secs(10),
+        store_is_empty,
+    );
     let a = prism::put(vec![7u8; 4 << 20]).unwrap();
     let b = prism::put(vec![1.0f64; 1 << 20]).unwrap();
     let used = prism::object_store_stats().unwrap();
@@ -85,17 +96,29 @@ fn store_usage_returns_to_zero_when_references_are_gone() {
     assert_eq!(prism::get(&len).unwrap(), 4 << 20);
     assert_eq!(view.len(), 1 << 20);
     drop(view);
-    must_eventually("store usage returns to zero", Duration::from_secs(10), store_is_empty);
+    must_eventually(
+        "store usage returns to zero",
+        Duration::from_secs(10),
+        store_is_empty,
+    );
 }
 
 #[test]
 fn large_arguments_and_results_go_through_the_store_and_are_freed() {
     cluster();
     let _guard = STORE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    must_eventually("the store starts empty", Duration::from_secs(10), store_is_empty);
+    must_eventually(
+        "the store starts empty",
+        Duration::from_secs(10),
+        store_is_empty,
+    );
     let n = prism::get(&length::remote(vec![3u8; 1 << 20]).unwrap()).unwrap();
     assert_eq!(n, 1 << 20);
-    must_eventually("the argument's copy is freed", Duration::from_secs(10), store_is_empty);
+    must_eventually(
+        "the argument's copy is freed",
+        Duration::from_secs(10),
+        store_is_empty,
+    );
 }
 
 #[test]
@@ -119,7 +142,10 @@ fn owned_objects_are_forgotten_when_dropped() {
     assert!(prism::runtime_context().unwrap().num_owned_objects >= before + 100);
     drop(refs);
     let after = prism::runtime_context().unwrap().num_owned_objects;
-    assert!(after <= before + 5, "owned objects were not released: {before} -> {after}");
+    assert!(
+        after <= before + 5,
+        "owned objects were not released: {before} -> {after}"
+    );
 }
 
 #[test]
@@ -131,6 +157,9 @@ fn bytes_and_typed_buffers_round_trip() {
     assert_eq!(prism::get(&prism::put(v.clone()).unwrap()).unwrap(), v);
     let small = prism::put(vec![1.5f64, 2.5]).unwrap();
     let view = prism::get_view(&small).unwrap();
-    assert!(!view.is_zero_copy(), "small objects travel inline and are copied");
+    assert!(
+        !view.is_zero_copy(),
+        "small objects travel inline and are copied"
+    );
     assert_eq!(&*view, &[1.5, 2.5]);
 }

@@ -6,7 +6,12 @@ use std::time::{Duration, Instant};
 
 #[test]
 fn a_full_store_says_what_was_asked_and_what_is_used() {
-    prism::init(prism::Config::default().num_cpus(1).object_store_memory(8 << 20)).unwrap();
+    prism::init(
+        prism::Config::default()
+            .num_cpus(1)
+            .object_store_memory(8 << 20),
+    )
+    .unwrap();
     let first = prism::put(vec![1u8; 6 << 20]).unwrap();
     let err = prism::put(vec![2u8; 6 << 20]).unwrap_err();
     match &err {

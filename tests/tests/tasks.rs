@@ -98,9 +98,15 @@ fn tasks_take_values_and_refs_and_return_values() {
     let seven = add::remote(&three, 4).unwrap();
     assert_eq!(prism::get(&seven).unwrap(), 7);
     let put = prism::put(10i64).unwrap();
-    assert_eq!(prism::get(&add::remote(&put, three.clone()).unwrap()).unwrap(), 13);
+    assert_eq!(
+        prism::get(&add::remote(&put, three.clone()).unwrap()).unwrap(),
+        13
+    );
     assert_eq!(prism::get(&add_async::remote(20, 22).unwrap()).unwrap(), 42);
-    assert_eq!(prism::get(&submits_nested::remote(21).unwrap()).unwrap(), 42);
+    assert_eq!(
+        prism::get(&submits_nested::remote(21).unwrap()).unwrap(),
+        42
+    );
 }
 
 #[test]
@@ -130,7 +136,10 @@ fn a_hundred_thousand_element_array_round_trips() {
     let expected: Vec<f64> = values.into_iter().rev().collect();
     assert_eq!(back, expected);
     let ints: Vec<i64> = (0..100_000).collect();
-    assert_eq!(prism::get(&sum_all::remote(ints).unwrap()).unwrap(), 4_999_950_000);
+    assert_eq!(
+        prism::get(&sum_all::remote(ints).unwrap()).unwrap(),
+        4_999_950_000
+    );
 }
 
 #[test]
@@ -145,7 +154,11 @@ fn wait_keeps_input_order_in_both_lists() {
         .collect();
     let (ready, pending) = prism::wait(&refs, 3, Some(Duration::from_secs(20))).unwrap();
     let ready_values: Vec<i64> = ready.iter().map(|r| prism::get(r).unwrap()).collect();
-    assert_eq!(ready_values, vec![1, 3, 4], "ready refs must keep input order");
+    assert_eq!(
+        ready_values,
+        vec![1, 3, 4],
+        "ready refs must keep input order"
+    );
     assert_eq!(pending, vec![refs[0].clone(), refs[2].clone()]);
     let (all, none) = prism::wait(&refs, 5, None).unwrap();
     assert_eq!(all, refs);
@@ -156,7 +169,7 @@ fn wait_keeps_input_order_in_both_lists() {
 fn wait_rejects_more_returns_than_refs_and_duplicates() {
     cluster();
     let r = add::remote(1, 1).unwrap();
-    let err = prism::wait(&[r.clone()], 2, None).unwrap_err();
+    let err = prism::wait(std::slice::from_ref(&r), 2, None).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     let err = prism::wait(&[r.clone(), r], 1, None).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
@@ -199,7 +212,10 @@ fn a_panic_reaches_the_caller_with_message_function_and_worker() {
 #[test]
 fn an_err_return_is_a_typed_failure_with_its_display() {
     cluster();
-    assert_eq!(prism::get(&lookup::remote("answer".to_string()).unwrap()).unwrap(), 42);
+    assert_eq!(
+        prism::get(&lookup::remote("answer".to_string()).unwrap()).unwrap(),
+        42
+    );
     let err = prism::get(&lookup::remote("question".to_string()).unwrap()).unwrap_err();
     assert!(
         matches!(&err, Error::TaskFailed { kind: FailureKind::Error, message, .. } if message == "no such key: question"),
@@ -212,7 +228,10 @@ fn a_failed_dependency_fails_the_dependent_task() {
     cluster();
     let bad = panics::remote("upstream".to_string()).unwrap();
     let err = prism::get(&add::remote(&bad, 1).unwrap()).unwrap_err();
-    assert!(matches!(&err, Error::TaskFailed { message, .. } if message == "upstream"), "{err}");
+    assert!(
+        matches!(&err, Error::TaskFailed { message, .. } if message == "upstream"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -230,7 +249,8 @@ fn an_unknown_function_name_is_a_clear_error() {
 #[test]
 fn a_worker_that_dies_mid_task_gives_an_error_not_a_hang() {
     cluster();
-    let err = prism::get_timeout(&exits_midway::remote().unwrap(), Duration::from_secs(30)).unwrap_err();
+    let err =
+        prism::get_timeout(&exits_midway::remote().unwrap(), Duration::from_secs(30)).unwrap_err();
     assert!(matches!(err, Error::WorkerDied { .. }), "{err}");
     // The pool recovers.
     assert_eq!(prism::get(&add::remote(3, 3).unwrap()).unwrap(), 6);
@@ -242,7 +262,10 @@ fn an_infeasible_request_fails_at_once_naming_shape_and_total() {
     let err = add::remote_with(TaskOptions::new().num_cpus(64.0), 1, 1).unwrap_err();
     let text = err.to_string();
     assert!(matches!(err, Error::Infeasible { .. }), "{text}");
-    assert!(text.contains("CPU: 64") && text.contains("CPU: 2"), "{text}");
+    assert!(
+        text.contains("CPU: 64") && text.contains("CPU: 2"),
+        "{text}"
+    );
     let err = add::remote_with(TaskOptions::new().resource("unicorn", 1.0), 1, 1).unwrap_err();
     assert!(err.to_string().contains("unicorn"), "{err}");
 }
@@ -260,7 +283,10 @@ fn zero_or_negative_resources_are_rejected() {
 fn gpu_tasks_see_their_devices_and_fractions_share_one() {
     cluster();
     let whole = prism::get(&visible_gpus::remote().unwrap()).unwrap();
-    assert!(whole == "0" || whole == "1", "CUDA_VISIBLE_DEVICES was {whole:?}");
+    assert!(
+        whole == "0" || whole == "1",
+        "CUDA_VISIBLE_DEVICES was {whole:?}"
+    );
     let halves: Vec<String> = (0..4)
         .map(|_| half_gpu::remote().unwrap())
         .collect::<Vec<_>>()
@@ -280,7 +306,10 @@ fn custom_resources_schedule_and_the_name_option_registers() {
 #[test]
 fn objectrefs_can_be_awaited_from_async_code() {
     cluster();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let v = rt.block_on(async {
         let r = add::remote(5, 6).unwrap();
         let a = (&r).await.unwrap();
@@ -294,14 +323,23 @@ fn objectrefs_can_be_awaited_from_async_code() {
 fn worker_output_is_captured_in_the_session_logs() {
     cluster();
     let marker = format!("marker-{}", std::process::id());
-    assert_eq!(prism::get(&prints::remote(marker.clone()).unwrap()).unwrap(), 1);
+    assert_eq!(
+        prism::get(&prints::remote(marker.clone()).unwrap()).unwrap(),
+        1
+    );
     let logs = prism::runtime_context().unwrap().session_dir.join("logs");
-    must_eventually("the marker reaches a worker .out file", Duration::from_secs(10), || {
-        std::fs::read_dir(&logs).unwrap().flatten().any(|e| {
-            e.file_name().to_string_lossy().ends_with(".out")
-                && std::fs::read_to_string(e.path()).unwrap_or_default().contains(&marker)
-        })
-    });
+    must_eventually(
+        "the marker reaches a worker .out file",
+        Duration::from_secs(10),
+        || {
+            std::fs::read_dir(&logs).unwrap().flatten().any(|e| {
+                e.file_name().to_string_lossy().ends_with(".out")
+                    && std::fs::read_to_string(e.path())
+                        .unwrap_or_default()
+                        .contains(&marker)
+            })
+        },
+    );
     assert!(std::fs::read_dir(&logs)
         .unwrap()
         .flatten()
