@@ -134,7 +134,13 @@ fn every_operation_and_type_matches_an_f64_reference_over_shared_memory() {
     run_matrix("shm", 2..=8);
 }
 
-fn failure_case(role: &str, transport: &str, world: usize, ranks: &[usize], expect_ok: &[usize]) {
+fn failure_case(
+    role: &str,
+    transport: &str,
+    world: usize,
+    ranks: &[usize],
+    expect_ok: &[usize],
+) -> Vec<String> {
     let env = [
         ("PRISM_COLLECTIVE_TRANSPORT", transport.to_string()),
         ("PRISM_COLLECTIVE_TIMEOUT_MS", "2000".to_string()),
@@ -145,6 +151,7 @@ fn failure_case(role: &str, transport: &str, world: usize, ranks: &[usize], expe
             assert_eq!(*code, Some(0), "{role} over {transport}: rank {rank} must see an error within the timeout; its output:\n{log}");
         }
     }
+    results.into_iter().map(|(_, _, log)| log).collect()
 }
 
 #[test]
@@ -166,8 +173,15 @@ fn a_peer_that_never_joins_fails_the_rendezvous_within_the_timeout() {
 
 #[test]
 fn ranks_that_call_different_collectives_get_a_mismatch_error() {
-    failure_case("mismatch", "tcp", 2, &[0, 1], &[0, 1]);
-    failure_case("mismatch", "shm", 2, &[0, 1], &[0, 1]);
+    for transport in ["tcp", "shm"] {
+        let logs = failure_case("mismatch", transport, 2, &[0, 1], &[0, 1]);
+        // The first rank to read the other's header names both calls; the
+        // other may see that rank abort first.
+        assert!(
+            logs.iter().any(|log| log.contains("MISMATCH")),
+            "over {transport}, some rank must report the mismatch; outputs:\n{logs:#?}"
+        );
+    }
 }
 
 // ----------------------------------------------------------------- rank side
@@ -540,8 +554,9 @@ fn role_mismatch() {
         started,
         g.all_reduce(&mut buf, ReduceOp::Sum),
     );
-    assert!(
-        matches!(err, CollectiveError::CallMismatch { .. }),
-        "{err:?}"
-    );
+    match err {
+        CollectiveError::CallMismatch { .. } => println!("MISMATCH reported"),
+        CollectiveError::PeerDisconnected { .. } | CollectiveError::GroupAborted { .. } => {}
+        other => panic!("unexpected error kind: {other:?}"),
+    }
 }

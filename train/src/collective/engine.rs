@@ -8,7 +8,10 @@
 //! still arriving.
 //!
 //! One thread runs the loop: each round it moves at most one chunk per link
-//! and direction, and when nothing moved it sleeps in [`Mesh::wait`]. Every
+//! and direction, sends first (so that a call's headers are out before any
+//! header is checked, and a rank that fails on a mismatch has still told its
+//! peers what it called), and when nothing moved it sleeps in
+//! [`Mesh::wait`]. Every
 //! round checks the deadline, so no call outlives its timeout by more than
 //! one wait slice (at most 100 ms).
 
@@ -49,6 +52,35 @@ pub(crate) unsafe fn run<T: Element>(
         for peer in 0..n {
             let mut want_read = false;
             let mut want_write = false;
+            // Send: as far as the dependency allows, one chunk per round.
+            while let Some(item) = plan.sends[peer].get(next_send[peer]) {
+                if item.sent == item.len {
+                    next_send[peer] += 1;
+                    continue;
+                }
+                finished = false;
+                let allowed = match item.after {
+                    Some((p, i)) => plan.recvs[p][i].done,
+                    None => item.len,
+                };
+                if allowed <= item.sent {
+                    break; // Waiting on a receive, which has its own interest.
+                }
+                let end = allowed.min(item.sent + chunk);
+                let src = std::slice::from_raw_parts(item.ptr.add(item.sent), end - item.sent);
+                let wrote = mesh.link(peer).try_write(src)?;
+                if wrote == 0 {
+                    want_write = true;
+                    break;
+                }
+                progressed = true;
+                let item = &mut plan.sends[peer][next_send[peer]];
+                item.sent += wrote;
+                if item.sent == item.len {
+                    next_send[peer] += 1;
+                }
+                break;
+            }
             // Receive: at most one chunk per round.
             while let Some(item) = plan.recvs[peer].get_mut(next_recv[peer]) {
                 if item.done == item.len {
@@ -83,35 +115,6 @@ pub(crate) unsafe fn run<T: Element>(
                         check_header(peer, plan.signature, bytes)?;
                     }
                     next_recv[peer] += 1;
-                }
-                break;
-            }
-            // Send: as far as the dependency allows, one chunk per round.
-            while let Some(item) = plan.sends[peer].get(next_send[peer]) {
-                if item.sent == item.len {
-                    next_send[peer] += 1;
-                    continue;
-                }
-                finished = false;
-                let allowed = match item.after {
-                    Some((p, i)) => plan.recvs[p][i].done,
-                    None => item.len,
-                };
-                if allowed <= item.sent {
-                    break; // Waiting on a receive, which has its own interest.
-                }
-                let end = allowed.min(item.sent + chunk);
-                let src = std::slice::from_raw_parts(item.ptr.add(item.sent), end - item.sent);
-                let wrote = mesh.link(peer).try_write(src)?;
-                if wrote == 0 {
-                    want_write = true;
-                    break;
-                }
-                progressed = true;
-                let item = &mut plan.sends[peer][next_send[peer]];
-                item.sent += wrote;
-                if item.sent == item.len {
-                    next_send[peer] += 1;
                 }
                 break;
             }

@@ -480,12 +480,14 @@ impl ShmMesh {
         })
     }
 
-    fn ready(&self, interest: &[Interest]) -> bool {
-        interest.iter().any(|i| {
-            self.links[i.peer].as_ref().is_some_and(|l| {
-                (i.read && l.inbound.readable() > 0) || (i.write && l.out.writable() > 0)
-            })
+    fn link_ready(&self, i: &Interest) -> bool {
+        self.links[i.peer].as_ref().is_some_and(|l| {
+            (i.read && l.inbound.readable() > 0) || (i.write && l.out.writable() > 0)
         })
+    }
+
+    fn ready(&self, interest: &[Interest]) -> bool {
+        interest.iter().any(|i| self.link_ready(i))
     }
 
     fn aborted_by(&self) -> Option<usize> {
@@ -495,42 +497,44 @@ impl ShmMesh {
         }
     }
 
-    /// The first peer whose control connection has closed.
-    fn departed_peer(&self) -> Option<usize> {
-        for (peer, s) in self.control.iter().enumerate() {
-            let Some(s) = s else { continue };
-            let mut b = [0u8; 1];
-            // SAFETY: peeking one byte into a local buffer.
-            let r = unsafe {
-                libc::recv(
-                    s.as_raw_fd(),
-                    b.as_mut_ptr() as *mut libc::c_void,
-                    1,
-                    libc::MSG_PEEK | libc::MSG_DONTWAIT,
-                )
-            };
-            if r == 0 {
-                return Some(peer);
-            }
-            if r < 0 {
-                let kind = std::io::Error::last_os_error().kind();
-                if !matches!(
-                    kind,
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
-                ) {
-                    return Some(peer);
-                }
-            }
+    /// Whether `peer`'s control connection has closed (it exited).
+    fn departed(&self, peer: usize) -> bool {
+        let Some(s) = self.control[peer].as_ref() else {
+            return false;
+        };
+        let mut b = [0u8; 1];
+        // SAFETY: peeking one byte into a local buffer.
+        let r = unsafe {
+            libc::recv(
+                s.as_raw_fd(),
+                b.as_mut_ptr() as *mut libc::c_void,
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        if r == 0 {
+            return true;
         }
-        None
+        r < 0
+            && !matches!(
+                std::io::Error::last_os_error().kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+            )
     }
 
-    fn check_group(&self) -> Result<()> {
+    /// Fails if the group was aborted, or if a peer this rank is waiting on
+    /// has exited without leaving the bytes it needs. A peer that finished
+    /// its part and exited is not an error: its bytes stay in the mapping.
+    fn check_group(&self, interest: &[Interest]) -> Result<()> {
         if let Some(by) = self.aborted_by() {
             return Err(CollectiveError::GroupAborted { by });
         }
-        if let Some(peer) = self.departed_peer() {
-            return Err(CollectiveError::PeerDisconnected { peer });
+        for i in interest {
+            // Departure first, readiness second: bytes written before the
+            // exit are visible by the time the exit is.
+            if self.departed(i.peer) && !self.link_ready(i) {
+                return Err(CollectiveError::PeerDisconnected { peer: i.peer });
+            }
         }
         Ok(())
     }
@@ -561,7 +565,10 @@ impl Mesh for ShmMesh {
         }
         // Sleep in slices of at most 10 ms, checking between them that the
         // group is alive; the caller checks the deadline.
-        self.check_group()?;
+        if self.ready(interest) {
+            return Ok(());
+        }
+        self.check_group(interest)?;
         let slice = remaining(deadline).min(Duration::from_millis(10));
         if slice.is_zero() {
             return Ok(());
@@ -575,7 +582,7 @@ impl Mesh for ShmMesh {
         if self.ready(interest) {
             return Ok(());
         }
-        self.check_group()
+        self.check_group(interest)
     }
 
     fn abort(&mut self) {

@@ -374,8 +374,12 @@ impl Mesh for TcpMesh {
     }
 
     fn abort(&mut self) {
+        // Write side only: what peers already sent stays readable here, and
+        // closing with unread bytes would reset the connection and destroy
+        // what this rank sent last (often the header that explains the
+        // failure).
         for link in self.links.iter().flatten() {
-            let _ = link.stream.shutdown(Shutdown::Both);
+            let _ = link.stream.shutdown(Shutdown::Write);
         }
     }
 

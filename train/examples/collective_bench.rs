@@ -1,0 +1,223 @@
+//! All-reduce benchmark: time, algorithm bandwidth and bus bandwidth.
+//!
+//! ```text
+//! cargo run --release -p prism-train --example collective_bench -- \
+//!     [--worlds 2,4] [--min-bytes 4096] [--max-bytes 268435456] \
+//!     [--transport auto|tcp|shm] [--dtype f32]
+//! ```
+//!
+//! Starts itself once per rank on this host for each world size, all-reduces
+//! (sum) f32 buffers from `--min-bytes` to `--max-bytes` (×4 per step), and
+//! prints per size the median time of one call, algbw = bytes / time and
+//! busbw = algbw × 2(n-1)/n (as nccl-tests define it). It also measures a
+//! single-threaded memcpy of the largest size into touched memory: the
+//! ceiling for shared memory on this machine.
+//!
+//! Output rows are whitespace separated and start with `prism`, so a script
+//! can join them with other implementations (see bench/collective/).
+
+use prism_train::collective::{ProcessGroup, ReduceOp};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+struct Args {
+    worlds: Vec<usize>,
+    min_bytes: usize,
+    max_bytes: usize,
+    transport: String,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        worlds: vec![2, 4],
+        min_bytes: 4096,
+        max_bytes: 256 << 20,
+        transport: "auto".to_string(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let number = |v: &str| {
+            v.parse::<usize>()
+                .map_err(|_| format!("{flag} {v}: not a number"))
+        };
+        match flag.as_str() {
+            "--worlds" => {
+                args.worlds = value.split(',').map(number).collect::<Result<_, _>>()?;
+            }
+            "--min-bytes" => args.min_bytes = number(&value)?,
+            "--max-bytes" => args.max_bytes = number(&value)?,
+            "--transport" => args.transport = value,
+            _ => {
+                return Err(format!(
+                    "unknown flag {flag}; see the example's doc comment"
+                ))
+            }
+        }
+    }
+    Ok(args)
+}
+
+fn sizes(min: usize, max: usize) -> Vec<usize> {
+    let mut v = Vec::new();
+    let mut s = min.max(4);
+    while s <= max {
+        v.push(s);
+        s *= 4;
+    }
+    v
+}
+
+fn iterations(bytes: usize) -> usize {
+    match bytes {
+        b if b <= 1 << 20 => 100,
+        b if b <= 16 << 20 => 20,
+        b if b <= 64 << 20 => 8,
+        _ => 5,
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// One rank: all sizes, rank 0 prints `RESULT bytes seconds`.
+fn run_rank(args: &Args) -> Result<(), String> {
+    let group = ProcessGroup::from_env().map_err(|e| e.to_string())?;
+    let n = group.world_size();
+    for bytes in sizes(args.min_bytes, args.max_bytes) {
+        let mut buf = vec![1.0f32; bytes / 4];
+        group
+            .all_reduce(&mut buf, ReduceOp::Sum)
+            .map_err(|e| e.to_string())?;
+        if buf[0] != n as f32 || buf[buf.len() - 1] != n as f32 {
+            return Err(format!(
+                "wrong result at {bytes} bytes: {} instead of {n}",
+                buf[0]
+            ));
+        }
+        group
+            .all_reduce(&mut buf, ReduceOp::Sum)
+            .map_err(|e| e.to_string())?;
+        group.barrier().map_err(|e| e.to_string())?;
+        let mut times = Vec::new();
+        for _ in 0..iterations(bytes) {
+            let t = Instant::now();
+            group
+                .all_reduce(&mut buf, ReduceOp::Sum)
+                .map_err(|e| e.to_string())?;
+            times.push(t.elapsed().as_secs_f64());
+        }
+        if group.rank() == 0 {
+            println!("RESULT {bytes} {:.9} {}", median(times), group.transport());
+        }
+    }
+    group.barrier().map_err(|e| e.to_string())
+}
+
+fn memcpy_gbps(bytes: usize) -> f64 {
+    let src = vec![1u8; bytes];
+    let mut dst = vec![2u8; bytes];
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        dst.copy_from_slice(&src);
+        std::hint::black_box(&mut dst);
+        times.push(t.elapsed().as_secs_f64());
+    }
+    bytes as f64 / median(times) / 1e9
+}
+
+fn run_world(args: &Args, world: usize) -> Result<Vec<(usize, f64, String)>, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let mut children = Vec::new();
+    for rank in 0..world {
+        let child = Command::new(&exe)
+            .args(std::env::args().skip(1))
+            .env("RANK", rank.to_string())
+            .env("WORLD_SIZE", world.to_string())
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", port.to_string())
+            .env("PRISM_COLLECTIVE_TRANSPORT", &args.transport)
+            .stdout(if rank == 0 {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        children.push(child);
+    }
+    let mut rows = Vec::new();
+    let mut failed = None;
+    for (rank, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            eprintln!(
+                "collective_bench: rank {rank} of world {world} failed: {}",
+                out.status
+            );
+            failed = Some(format!("world {world} failed"));
+        }
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if let ["RESULT", bytes, secs, transport] = f.as_slice() {
+                let bytes = bytes.parse().map_err(|_| "bad RESULT line".to_string())?;
+                let secs = secs.parse().map_err(|_| "bad RESULT line".to_string())?;
+                rows.push((bytes, secs, transport.to_string()));
+            }
+        }
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(rows),
+    }
+}
+
+fn main() {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("collective_bench: {e}");
+            std::process::exit(2);
+        }
+    };
+    if std::env::var_os("RANK").is_some() {
+        if let Err(e) = run_rank(&args) {
+            eprintln!("collective_bench rank: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    let ceiling = memcpy_gbps(args.max_bytes.max(1 << 20));
+    println!(
+        "# memcpy {} bytes single-threaded: {ceiling:.2} GB/s",
+        args.max_bytes
+    );
+    println!("# impl  transport  world  bytes  time_us  algbw_GBps  busbw_GBps");
+    let started = Instant::now();
+    for &world in &args.worlds {
+        match run_world(&args, world) {
+            Ok(rows) => {
+                for (bytes, secs, transport) in rows {
+                    let algbw = bytes as f64 / secs / 1e9;
+                    let busbw = algbw * 2.0 * (world as f64 - 1.0) / world as f64;
+                    println!(
+                        "prism  {transport:<4}  {world}  {bytes:>10}  {:>10.1}  {algbw:>8.3}  {busbw:>8.3}",
+                        secs * 1e6
+                    );
+                }
+            }
+            Err(e) => {
+                eprintln!("collective_bench: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+    println!("# done in {:.1} s", started.elapsed().as_secs_f64());
+}
