@@ -204,7 +204,16 @@ pub fn put<T: Serialize + Send + Sync + 'static>(value: T) -> Result<ObjectRef<T
     let core = current()?;
     let c = core.clone();
     let value = Arc::new(value);
-    let info = core.block_on(async move { c.put_object(&*value).await })?;
+    let info = core.block_on(async move {
+        let info = c.put_object(&*value).await;
+        // Freeing a large buffer (unmapping its pages) costs as much as
+        // copying it; do it off the caller's path.
+        let threshold = c.config.max_direct_call_object_size_bytes as usize;
+        if crate::codec::raw_parts(&*value).is_some_and(|(_, p)| p.len() > threshold) {
+            std::thread::spawn(move || drop(value));
+        }
+        info
+    })?;
     Ok(ObjectRef::from_counted(info, &core))
 }
 

@@ -14,6 +14,9 @@ use std::path::{Path, PathBuf};
 #[derive(Debug)]
 pub struct Segment {
     map: MmapRaw,
+    /// End of the highest range this process has written: pages below it
+    /// are already backed, so only writes beyond it are prefaulted.
+    written_up_to: std::sync::atomic::AtomicU64,
     path: PathBuf,
     owner: bool,
 }
@@ -41,6 +44,7 @@ impl Segment {
             .map_err(|e| Error::io(format!("map object store at {}", path.display()), e))?;
         Ok(Segment {
             map,
+            written_up_to: Default::default(),
             path: path.to_path_buf(),
             owner: true,
         })
@@ -57,6 +61,7 @@ impl Segment {
             .map_err(|e| Error::io(format!("map object store at {}", path.display()), e))?;
         Ok(Segment {
             map,
+            written_up_to: Default::default(),
             path: path.to_path_buf(),
             owner: false,
         })
@@ -101,6 +106,13 @@ impl Segment {
     /// The caller must own the range (created, not yet sealed).
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), Error> {
         let dst = self.ptr(offset, data.len() as u64)?;
+        let end = offset + data.len() as u64;
+        let seen = self
+            .written_up_to
+            .fetch_max(end, std::sync::atomic::Ordering::Relaxed);
+        if data.len() >= PREFAULT_MIN_BYTES && end > seen {
+            prefault_for_write(dst, data.len());
+        }
         // The range is in bounds and, by the store protocol, written by no
         // one else until sealed.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
@@ -116,6 +128,26 @@ impl Segment {
     pub unsafe fn slice(&self, offset: u64, len: u64) -> Result<&[u8], Error> {
         let ptr = self.ptr(offset, len)?;
         Ok(std::slice::from_raw_parts(ptr, len as usize))
+    }
+}
+
+/// Writes at least this large ask the kernel for all their pages at once.
+const PREFAULT_MIN_BYTES: usize = 1 << 20;
+
+/// Populates the pages under `[ptr, ptr + len)` in one system call
+/// (`MADV_POPULATE_WRITE`, Linux 5.14+) instead of one page fault per 4 KiB
+/// during the copy: on fresh shared memory that is the difference between
+/// about 1 and several GB/s. On older kernels the call fails and the copy
+/// simply faults pages in as before.
+fn prefault_for_write(ptr: *mut u8, len: usize) {
+    const MADV_POPULATE_WRITE: libc::c_int = 23;
+    let page = 4096usize;
+    let start = (ptr as usize) & !(page - 1);
+    let end = (ptr as usize + len).div_ceil(page) * page;
+    // SAFETY: the range lies inside our own shared mapping (bounds were
+    // checked by the caller); madvise does not change its contents.
+    unsafe {
+        libc::madvise(start as *mut libc::c_void, end - start, MADV_POPULATE_WRITE);
     }
 }
 
