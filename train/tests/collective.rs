@@ -7,7 +7,7 @@
 
 use half::{bf16, f16};
 use prism_train::collective::{
-    segment_range, CollectiveConfig, CollectiveError, DataType, Element, GroupOptions,
+    segment_range, staged, CollectiveConfig, CollectiveError, DataType, Element, GroupOptions,
     ProcessGroup, ReduceOp,
 };
 use std::process::{Child, Command, Stdio};
@@ -393,6 +393,48 @@ impl Matrix {
                 );
             }
         }
+        for len in [1, self.world + 1, 3001] {
+            for g in groups {
+                // The staged (device-memory) path on its CPU twin.
+                for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max] {
+                    let case = self.next_case();
+                    let mut dev = staged::HostBuffer::new(inputs::<T>(rank, case, len, op));
+                    staged::all_reduce(g, &mut dev, op)
+                        .unwrap_or_else(|e| panic!("staged all_reduce {dt} {op} len {len}: {e}"));
+                    for (i, v) in dev.into_inner().iter().enumerate() {
+                        must_match(
+                            &format!("staged all_reduce {dt} {op} len {len} [{i}]"),
+                            *v,
+                            reference::<T>(world, case, i, op),
+                        );
+                    }
+                }
+                let case = self.next_case();
+                let root = (case as usize) % world;
+                let mut dev = staged::HostBuffer::new(inputs::<T>(rank, case, len, ReduceOp::Max));
+                staged::broadcast(g, &mut dev, root)
+                    .unwrap_or_else(|e| panic!("staged broadcast {dt} len {len}: {e}"));
+                assert_eq!(
+                    dev.into_inner(),
+                    inputs::<T>(root, case, len, ReduceOp::Max),
+                    "staged broadcast {dt} len {len} root {root}"
+                );
+                // all_to_all: block j of rank r goes to block r of rank j.
+                let case = self.next_case();
+                let mine = inputs::<T>(rank, case, len * world, ReduceOp::Min);
+                let mut out = vec![T::from_f64(0.0); len * world];
+                g.all_to_all(&mine, &mut out)
+                    .unwrap_or_else(|e| panic!("all_to_all {dt} len {len}: {e}"));
+                for j in 0..world {
+                    let theirs = inputs::<T>(j, case, len * world, ReduceOp::Min);
+                    assert_eq!(
+                        out[j * len..(j + 1) * len],
+                        theirs[rank * len..(rank + 1) * len],
+                        "all_to_all {dt} len {len}: block from rank {j}"
+                    );
+                }
+            }
+        }
         // Non-blocking calls keep their order, also around a blocking one.
         let g = groups[0];
         let cases: Vec<u64> = (0..3).map(|_| self.next_case()).collect();
@@ -435,6 +477,7 @@ fn role_matrix() {
         shm_ring_bytes: 4160,
         shm_side_ring_bytes: 640,
         tcp_socket_buffer_bytes: 16 * 1024,
+        device_chunk_bytes: 4096,
         ..base
     };
     let b = must_join(b_config, "PRISM_TEST_SECOND_PORT", "matrix-b");

@@ -50,6 +50,11 @@ pub struct CollectiveConfig {
     /// SO_SNDBUF and SO_RCVBUF for TCP links. 4 MiB keeps a loopback or LAN
     /// pipe full.
     pub tcp_socket_buffer_bytes: usize,
+    /// Piece size for collectives on device memory (see `staged`): each
+    /// piece is copied to pinned host memory while the previous one is on
+    /// the network. 4 MiB: large enough for full PCIe speed, small enough to
+    /// overlap well.
+    pub device_chunk_bytes: usize,
     /// Which transport to use.
     pub transport: TransportChoice,
 }
@@ -64,6 +69,7 @@ impl Default for CollectiveConfig {
             shm_side_ring_bytes: 256 * 1024,
             shm_spin_us: 50,
             tcp_socket_buffer_bytes: 4 * 1024 * 1024,
+            device_chunk_bytes: 4 * 1024 * 1024,
             transport: TransportChoice::Auto,
         }
     }
@@ -110,6 +116,11 @@ impl CollectiveConfig {
             &lookup,
             "PRISM_COLLECTIVE_TCP_SOCKET_BUFFER_BYTES",
             &mut c.tcp_socket_buffer_bytes,
+        )?;
+        number(
+            &lookup,
+            "PRISM_COLLECTIVE_DEVICE_CHUNK_BYTES",
+            &mut c.device_chunk_bytes,
         )?;
         if let Some(value) = lookup("PRISM_COLLECTIVE_TRANSPORT") {
             c.transport = match value.as_str() {

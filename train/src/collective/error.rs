@@ -30,6 +30,8 @@ pub enum OpKind {
     Broadcast,
     /// [`barrier`](crate::collective::ProcessGroup::barrier).
     Barrier,
+    /// [`all_to_all`](crate::collective::ProcessGroup::all_to_all).
+    AllToAll,
 }
 
 impl OpKind {
@@ -38,12 +40,13 @@ impl OpKind {
     }
 
     pub(crate) fn from_code(code: u8) -> Option<OpKind> {
-        const ALL: [OpKind; 5] = [
+        const ALL: [OpKind; 6] = [
             OpKind::AllReduce,
             OpKind::ReduceScatter,
             OpKind::AllGather,
             OpKind::Broadcast,
             OpKind::Barrier,
+            OpKind::AllToAll,
         ];
         ALL.get(code as usize).copied()
     }
@@ -57,6 +60,7 @@ impl fmt::Display for OpKind {
             OpKind::AllGather => "all_gather",
             OpKind::Broadcast => "broadcast",
             OpKind::Barrier => "barrier",
+            OpKind::AllToAll => "all_to_all",
         })
     }
 }

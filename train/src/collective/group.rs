@@ -234,6 +234,26 @@ impl Shared {
         self.execute(|call| ops::broadcast(call, buf, root))
     }
 
+    fn all_to_all<T: Element>(&self, input: &[T], output: &mut [T]) -> Result<()> {
+        let n = self.world_size;
+        if input.len() % n != 0 || output.len() != input.len() {
+            return Err(CollectiveError::BufferLength {
+                op: OpKind::AllToAll,
+                expected: input.len().div_ceil(n) * n,
+                actual: if input.len() % n != 0 {
+                    input.len()
+                } else {
+                    output.len()
+                },
+            });
+        }
+        if n == 1 {
+            output.copy_from_slice(input);
+            return Ok(());
+        }
+        self.execute(|call| ops::all_to_all(call, input, output))
+    }
+
     fn barrier(&self) -> Result<()> {
         if self.world_size == 1 {
             return Ok(());
@@ -492,6 +512,20 @@ impl ProcessGroup {
     pub fn barrier(&self) -> Result<()> {
         self.shared.wait_idle(OpKind::Barrier)?;
         self.shared.barrier()
+    }
+
+    /// Exchanges blocks: `input` and `output` are `world_size` equal blocks;
+    /// block `j` of this rank's `input` becomes block `i` (this rank's index)
+    /// of rank `j`'s `output`. The transpose that a device-side reduction (or
+    /// a mixture-of-experts layer) needs.
+    pub fn all_to_all<T: Element>(&self, input: &[T], output: &mut [T]) -> Result<()> {
+        self.shared.wait_idle(OpKind::AllToAll)?;
+        self.shared.all_to_all(input, output)
+    }
+
+    /// The configuration this group was formed with.
+    pub fn config(&self) -> &CollectiveConfig {
+        &self.shared.config
     }
 
     /// [`all_reduce`](Self::all_reduce) on the group's thread; the buffer

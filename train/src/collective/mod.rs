@@ -46,6 +46,7 @@ mod group;
 mod ops;
 mod plan;
 mod rendezvous;
+pub mod staged;
 mod transport;
 
 pub use config::{CollectiveConfig, TransportChoice};

@@ -190,6 +190,32 @@ pub(crate) fn broadcast<T: Element>(call: &mut Call<'_>, buf: &mut [T], root: us
     call.run::<T>(&mut plan, ReduceOp::Sum)
 }
 
+pub(crate) fn all_to_all<T: Element>(
+    call: &mut Call<'_>,
+    input: &[T],
+    output: &mut [T],
+) -> Result<()> {
+    let (rank, n) = (call.rank, call.world_size);
+    let block = input.len() / n;
+    output[rank * block..(rank + 1) * block]
+        .copy_from_slice(&input[rank * block..(rank + 1) * block]);
+    let sig = call.signature::<T>(OpKind::AllToAll, None, 0, input.len());
+    let mut plan = Plan::new(n, sig);
+    let bytes = block * std::mem::size_of::<T>();
+    // SAFETY: both buffers hold n blocks (checked by the caller).
+    unsafe {
+        plan::all_to_all(
+            &mut plan,
+            rank,
+            n,
+            input.as_ptr() as *const u8,
+            output.as_mut_ptr() as *mut u8,
+            bytes,
+        )
+    };
+    call.run::<T>(&mut plan, ReduceOp::Sum)
+}
+
 pub(crate) fn barrier(call: &mut Call<'_>) -> Result<()> {
     let sig = call.signature::<u8>(OpKind::Barrier, None, 0, 0);
     let mut plan = Plan::new(call.world_size, sig);

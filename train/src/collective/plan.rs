@@ -284,6 +284,29 @@ pub(crate) unsafe fn broadcast(
     }
 }
 
+/// Every rank sends block `peer` of `input` to `peer` and receives `peer`'s
+/// block for this rank into block `peer` of `output`; blocks are `bytes`
+/// long. The caller copies its own block.
+///
+/// # Safety
+///
+/// `input` and `output` must hold n blocks each.
+pub(crate) unsafe fn all_to_all(
+    plan: &mut Plan,
+    rank: usize,
+    n: usize,
+    input: *const u8,
+    output: *mut u8,
+    bytes: usize,
+) {
+    for peer in (0..n).filter(|p| *p != rank) {
+        plan.header_to(peer);
+        plan.send(peer, input.add(peer * bytes), bytes, None);
+        plan.header_from(peer);
+        plan.recv(peer, output.add(peer * bytes), bytes, RecvAction::Copy);
+    }
+}
+
 /// Headers to and from every peer.
 pub(crate) fn barrier(plan: &mut Plan, rank: usize, n: usize) {
     for peer in (0..n).filter(|p| *p != rank) {
