@@ -1,7 +1,7 @@
 //! Prism's per-node shared-memory object store.
 //!
-//! One file under `/dev/shm` holds every large object on a node. The raylet
-//! creates it and owns the [`ObjectTable`] (which bytes belong to which
+//! One shared-memory file (a `memfd`) holds every large object on a node.
+//! The raylet creates it and owns the [`ObjectTable`] (which bytes belong to which
 //! object, who is reading what); every process on the node maps the same
 //! file with [`Segment::open`] and reads or writes object bytes in place, so
 //! a value is written once and read without a copy.

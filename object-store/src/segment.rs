@@ -18,7 +18,8 @@ pub struct Segment {
     /// are already backed, so only writes beyond it are prefaulted.
     written_up_to: std::sync::atomic::AtomicU64,
     path: PathBuf,
-    owner: bool,
+    /// The creator keeps the memfd open so others can open it by path.
+    _file: Option<std::fs::File>,
 }
 
 // The mapping is plain shared memory; synchronisation of object contents is
@@ -27,26 +28,34 @@ unsafe impl Send for Segment {}
 unsafe impl Sync for Segment {}
 
 impl Segment {
-    /// Creates (or truncates) the segment file with `capacity` bytes and maps
-    /// it. Pages are allocated lazily by the kernel as they are first
-    /// written. The file is removed when this value drops.
-    pub fn create(path: &Path, capacity: u64) -> Result<Segment, Error> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)
-            .map_err(|e| Error::io(format!("create object store at {}", path.display()), e))?;
+    /// Creates an anonymous shared-memory file (`memfd`) of `capacity`
+    /// bytes and maps it. Pages are allocated lazily as they are first
+    /// written. Other processes open it through [`Segment::path`]
+    /// (`/proc/<pid>/fd/<n>`); the memory goes back to the system when the
+    /// last process holding it exits, however it exits, so nothing is left
+    /// behind in `/dev/shm`. `name` shows in `/proc/<pid>/maps`.
+    pub fn create(name: &str, capacity: u64) -> Result<Segment, Error> {
+        use std::os::fd::FromRawFd;
+        let c_name =
+            std::ffi::CString::new(name).map_err(|e| Error::io("name the object store", e))?;
+        // SAFETY: c_name is a valid C string; the flags are plain bits.
+        let fd = unsafe { libc::memfd_create(c_name.as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(Error::io(
+                "create the object store (memfd_create)",
+                std::io::Error::last_os_error(),
+            ));
+        }
+        // SAFETY: fd was just returned by memfd_create and is owned by no one else.
+        let file = unsafe { std::fs::File::from_raw_fd(fd) };
         file.set_len(capacity.max(1))
-            .map_err(|e| Error::io(format!("size object store at {}", path.display()), e))?;
-        let map = MmapRaw::map_raw(&file)
-            .map_err(|e| Error::io(format!("map object store at {}", path.display()), e))?;
+            .map_err(|e| Error::io(format!("size the object store to {capacity} bytes"), e))?;
+        let map = MmapRaw::map_raw(&file).map_err(|e| Error::io("map the object store", e))?;
         Ok(Segment {
             map,
             written_up_to: Default::default(),
-            path: path.to_path_buf(),
-            owner: true,
+            path: PathBuf::from(format!("/proc/{}/fd/{fd}", std::process::id())),
+            _file: Some(file),
         })
     }
 
@@ -63,7 +72,7 @@ impl Segment {
             map,
             written_up_to: Default::default(),
             path: path.to_path_buf(),
-            owner: false,
+            _file: None,
         })
     }
 
@@ -148,13 +157,5 @@ fn prefault_for_write(ptr: *mut u8, len: usize) {
     // checked by the caller); madvise does not change its contents.
     unsafe {
         libc::madvise(start as *mut libc::c_void, end - start, MADV_POPULATE_WRITE);
-    }
-}
-
-impl Drop for Segment {
-    fn drop(&mut self) {
-        if self.owner {
-            let _ = std::fs::remove_file(&self.path);
-        }
     }
 }

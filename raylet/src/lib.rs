@@ -39,8 +39,6 @@ pub struct RayletConfig {
     pub resources: ResourceSet,
     /// Object store capacity in bytes.
     pub object_store_bytes: u64,
-    /// Where the shared-memory segment file goes (`/dev/shm` on Linux).
-    pub shm_dir: PathBuf,
     /// Workers started for each driver as soon as it registers.
     pub prestart_workers: usize,
     /// The most task workers one job may have at once (actors not counted).
@@ -56,7 +54,6 @@ impl RayletConfig {
             session_dir,
             resources,
             object_store_bytes: store_bytes,
-            shm_dir: PathBuf::from("/dev/shm"),
             prestart_workers: cpus as usize,
             max_workers_per_job: (cpus as usize * 4).max(8),
         }

@@ -116,12 +116,8 @@ pub(crate) struct Node {
 impl Node {
     pub(crate) fn new(config: RayletConfig, socket: PathBuf) -> Result<Arc<Node>, Error> {
         let node_id = NodeId::new();
-        let store_path = config.shm_dir.join(format!(
-            "prism-store-{}-{}",
-            std::process::id(),
-            node_id.0 as u64
-        ));
-        let segment = Segment::create(&store_path, config.object_store_bytes)?;
+        let segment =
+            Segment::create(&format!("prism-store-{node_id}"), config.object_store_bytes)?;
         Ok(Arc::new(Node {
             node_id,
             store: Mutex::new(ObjectTable::new(config.object_store_bytes)),
