@@ -39,6 +39,8 @@
 //! aborts the group on every rank; see [`CollectiveError`].
 
 mod config;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 mod element;
 mod engine;
 mod error;
