@@ -282,6 +282,17 @@ pub fn get_many_timeout<T: DeserializeOwned + Send + 'static>(
     get_many_inner(refs, Some(timeout))
 }
 
+/// The async form of [`get_many`].
+pub async fn get_many_async<T: DeserializeOwned + Send + 'static>(
+    refs: &[ObjectRef<T>],
+) -> Result<Vec<T>> {
+    let mut out = Vec::with_capacity(refs.len());
+    for r in refs {
+        out.push(get_async(r).await?);
+    }
+    Ok(out)
+}
+
 fn get_many_inner<T: DeserializeOwned + Send + 'static>(
     refs: &[ObjectRef<T>],
     timeout: Option<Duration>,
@@ -290,13 +301,7 @@ fn get_many_inner<T: DeserializeOwned + Send + 'static>(
     let refs: Vec<ObjectRef<T>> = refs.to_vec();
     core.block_on(async move {
         let total = refs.len();
-        let all = async {
-            let mut out = Vec::with_capacity(refs.len());
-            for r in &refs {
-                out.push(get_async(r).await?);
-            }
-            Ok(out)
-        };
+        let all = get_many_async(&refs);
         match timeout {
             None => all.await,
             Some(t) => match tokio::time::timeout(t, all).await {
@@ -338,7 +343,18 @@ pub type WaitResult<T> = (Vec<ObjectRef<T>>, Vec<ObjectRef<T>>);
 /// `num_returns` larger than `refs.len()`, or duplicate refs, are
 /// [`Error::InvalidArgument`]. A failed task counts as ready (its `get`
 /// gives the error).
-pub fn wait<T>(
+pub fn wait<T: 'static>(
+    refs: &[ObjectRef<T>],
+    num_returns: usize,
+    timeout: Option<Duration>,
+) -> Result<WaitResult<T>> {
+    let core = current()?;
+    let refs = refs.to_vec();
+    core.block_on(async move { wait_async(&refs, num_returns, timeout).await })
+}
+
+/// The async form of [`wait`].
+pub async fn wait_async<T>(
     refs: &[ObjectRef<T>],
     num_returns: usize,
     timeout: Option<Duration>,
@@ -358,9 +374,7 @@ pub fn wait<T>(
     }
     let core = current()?;
     let infos: Vec<ObjectRefInfo> = refs.iter().map(|r| r.info().clone()).collect();
-    let c = core.clone();
-    let ready =
-        core.block_on(async move { Ok(wait_ready(c, infos, num_returns, timeout).await) })?;
+    let ready = wait_ready(core, infos, num_returns, timeout).await;
     let (mut yes, mut no) = (Vec::new(), Vec::new());
     for (r, is_ready) in refs.iter().zip(ready) {
         if is_ready {

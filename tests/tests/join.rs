@@ -1,0 +1,105 @@
+//! A second driver joins a running cluster through PRISM_ADDRESS, and
+//! requests wait until their resources are free.
+
+mod common;
+
+use common::cluster;
+use std::time::{Duration, Instant};
+
+#[prism::remote]
+fn square(x: i64) -> i64 {
+    x * x
+}
+
+/// Holds the cluster's only "special" unit for a while; returns when it
+/// started and ended, in ms since the Unix epoch.
+#[prism::remote(resource("special", 1.0))]
+fn hold_special(ms: u64) -> (u128, u128) {
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0)
+    };
+    let start = now();
+    std::thread::sleep(Duration::from_millis(ms));
+    (start, now())
+}
+
+#[test]
+fn a_second_driver_joins_through_prism_address() {
+    if std::env::var_os("PRISM_JOIN_CHILD").is_some() {
+        // The child: a driver of its own job on the parent's cluster.
+        prism::init(prism::Config::default()).expect("joins the running cluster");
+        assert_eq!(prism::get(&square::remote(12).unwrap()).unwrap(), 144);
+        prism::shutdown();
+        return;
+    }
+    cluster();
+    let session = prism::runtime_context().unwrap().session_dir;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_second_driver_joins_through_prism_address",
+            "--nocapture",
+        ])
+        .env("PRISM_JOIN_CHILD", "1")
+        .env("PRISM_ADDRESS", &session)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the joining driver did not finish within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "the joining driver failed: {status}");
+}
+
+#[test]
+fn joining_an_address_where_nothing_runs_is_a_clear_error() {
+    if std::env::var_os("PRISM_JOIN_CHILD").is_some() {
+        return;
+    }
+    // Checked in a child so this process's own cluster is untouched.
+    if std::env::var_os("PRISM_JOIN_NOWHERE").is_some() {
+        let err = prism::init(prism::Config::default()).unwrap_err();
+        assert!(err.to_string().contains("is it running?"), "{err}");
+        return;
+    }
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "joining_an_address_where_nothing_runs_is_a_clear_error",
+            "--nocapture",
+        ])
+        .env("PRISM_JOIN_NOWHERE", "1")
+        .env("PRISM_ADDRESS", "/nonexistent/prism/raylet.sock")
+        .status()
+        .unwrap();
+    assert!(status.success(), "the child failed: {status}");
+}
+
+#[test]
+fn tasks_wait_until_their_resources_are_free() {
+    if std::env::var_os("PRISM_JOIN_CHILD").is_some() {
+        return;
+    }
+    cluster();
+    // The node has one "special": three tasks that each need it must run
+    // one after another, never overlapping.
+    let refs: Vec<_> = (0..3).map(|_| hold_special::remote(200).unwrap()).collect();
+    let mut spans = prism::get_many(&refs).unwrap();
+    spans.sort();
+    for pair in spans.windows(2) {
+        assert!(
+            pair[0].1 <= pair[1].0,
+            "tasks holding the only unit overlapped: {spans:?}"
+        );
+    }
+}
