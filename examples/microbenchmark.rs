@@ -184,6 +184,8 @@ fn main() -> prism::Result<()> {
     );
 
     let big = prism::put(mb100)?;
+    // Let the put's buffer be freed first (it is unmapped in the background).
+    std::thread::sleep(Duration::from_millis(200));
     let start = Instant::now();
     let view = prism::get_view(&big)?;
     report(
