@@ -228,6 +228,8 @@ async fn get_with(
     core: Arc<CoreWorker>,
     info: ObjectRefInfo,
 ) -> Result<crate::core_worker::Loaded> {
+    let ready_here = core.refs.is_mine(&info.owner) && core.refs.is_ready(info.id);
+    let _waiting = (!ready_here).then(|| core.waiting());
     core.fetch(&info).await
 }
 
@@ -374,7 +376,8 @@ pub async fn wait_async<T>(
     }
     let core = current()?;
     let infos: Vec<ObjectRefInfo> = refs.iter().map(|r| r.info().clone()).collect();
-    let ready = wait_ready(core, infos, num_returns, timeout).await;
+    let _waiting = core.waiting();
+    let ready = wait_ready(core.clone(), infos, num_returns, timeout).await;
     let (mut yes, mut no) = (Vec::new(), Vec::new());
     for (r, is_ready) in refs.iter().zip(ready) {
         if is_ready {

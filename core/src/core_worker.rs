@@ -69,6 +69,9 @@ pub(crate) struct CoreWorker {
     pub(crate) executor: crate::executor::ExecutorState,
     peers: Mutex<HashMap<Address, Connection>>,
     listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Gets and waits in progress (workers tell the raylet when this leaves
+    /// or returns to zero).
+    waiting: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for CoreWorker {
@@ -178,6 +181,7 @@ impl CoreWorker {
             executor: Default::default(),
             peers: Mutex::new(HashMap::new()),
             listener: Mutex::new(None),
+            waiting: Default::default(),
             config: s.config,
         });
         s.handler.bind(&core);
@@ -492,6 +496,48 @@ impl Loaded {
             Loaded::Inline(b) => b,
             // Pinned, sealed, in bounds (checked by Segment::ptr).
             Loaded::Stored { ptr, len, .. } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
+        }
+    }
+}
+
+/// Marks this worker as waiting for objects while it lives: a worker that
+/// waits lends its task's CPUs back to the raylet, so the tasks it waits for
+/// can be scheduled even when every CPU is leased (nested `get`s).
+pub(crate) struct WaitGuard {
+    core: Option<Arc<CoreWorker>>,
+}
+
+impl CoreWorker {
+    /// A guard for a get or wait that may block.
+    pub(crate) fn waiting(self: &Arc<Self>) -> WaitGuard {
+        if self.role != Role::Worker {
+            return WaitGuard { core: None };
+        }
+        if self
+            .waiting
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            == 0
+        {
+            let _ = self.raylet.notify(Request::WorkerBlocked { blocked: true });
+        }
+        WaitGuard {
+            core: Some(self.clone()),
+        }
+    }
+}
+
+impl Drop for WaitGuard {
+    fn drop(&mut self) {
+        if let Some(core) = &self.core {
+            if core
+                .waiting
+                .fetch_sub(1, std::sync::atomic::Ordering::SeqCst)
+                == 1
+            {
+                let _ = core
+                    .raylet
+                    .notify(Request::WorkerBlocked { blocked: false });
+            }
         }
     }
 }

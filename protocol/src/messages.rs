@@ -239,6 +239,13 @@ pub enum Request {
     },
     /// Current store usage.
     GetStoreStats,
+    /// A worker running a task started (`true`) or stopped (`false`)
+    /// waiting for objects; while waiting it lends its CPUs back, so the
+    /// tasks it waits for can run (notification).
+    WorkerBlocked {
+        /// Waiting or not.
+        blocked: bool,
+    },
     /// Schedule an actor.
     CreateActor(ActorSpec),
     /// Look an actor up; with `wait`, answer once it is no longer pending.

@@ -62,6 +62,11 @@ impl Quantity {
         Ok(Quantity((value * Self::SCALE as f64).round() as u64))
     }
 
+    /// A raw count of ten-thousandths.
+    pub const fn from_units(units: u64) -> Quantity {
+        Quantity(units)
+    }
+
     /// The raw count of ten-thousandths.
     pub fn units(self) -> u64 {
         self.0

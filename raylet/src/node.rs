@@ -16,7 +16,7 @@ use prism_object_store::{ObjectTable, Segment};
 use prism_protocol::error::Error;
 use prism_protocol::ids::{ActorId, JobId, LeaseId, NodeId, WorkerId};
 use prism_protocol::messages::{ActorInfo, Registration, Response};
-use prism_protocol::resources::ResourceSet;
+use prism_protocol::resources::{ResourceSet, CPU};
 use prism_protocol::rpc::Connection;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -49,6 +49,8 @@ pub(crate) struct Worker {
     pub(crate) address: Option<String>,
     pub(crate) usage: WorkerUse,
     pub(crate) label: Arc<Mutex<String>>,
+    /// Waiting in `get` for other tasks' results.
+    pub(crate) blocked: bool,
 }
 
 /// Who a lease is for.
@@ -77,6 +79,8 @@ pub(crate) struct Lease {
     pub(crate) allocation: Allocation,
     /// The connection that holds it (None for actors).
     pub(crate) holder: Option<u64>,
+    /// Its CPUs are lent back while its worker is blocked.
+    pub(crate) lent: Option<ResourceSet>,
 }
 
 #[derive(Debug)]
@@ -162,6 +166,7 @@ impl Node {
         if state.shutting_down {
             return;
         }
+        tracing::trace!(pending = state.pending.len(), available = %state.resources.available(), "schedule");
         let mut still_pending = VecDeque::new();
         // Workers being started, per (job, devices), not yet promised to a request.
         let mut spare_starting: HashMap<(JobId, Vec<u32>), usize> = HashMap::new();
@@ -213,7 +218,7 @@ impl Node {
         state
             .workers
             .values()
-            .filter(|w| w.job == job && !matches!(w.usage, WorkerUse::Actor(_)))
+            .filter(|w| w.job == job && !w.blocked && !matches!(w.usage, WorkerUse::Actor(_)))
             .count()
     }
 
@@ -247,6 +252,7 @@ impl Node {
                         worker: worker_id,
                         allocation,
                         holder: Some(conn_id),
+                        lent: None,
                     },
                 );
                 conn.respond(request, response);
@@ -259,6 +265,7 @@ impl Node {
                         worker: worker_id,
                         allocation,
                         holder: None,
+                        lent: None,
                     },
                 );
                 self.start_actor_on(state, actor_id, worker_id);
@@ -270,7 +277,7 @@ impl Node {
     pub(crate) fn return_lease(self: &Arc<Self>, lease_id: LeaseId) {
         let mut state = self.state.lock();
         if let Some(lease) = state.leases.remove(&lease_id) {
-            state.resources.release(&lease.allocation);
+            release_lease(&mut state, &lease);
             if let Some(w) = state.workers.get_mut(&lease.worker) {
                 if w.usage == WorkerUse::Leased(lease_id) {
                     w.usage = WorkerUse::Idle;
@@ -291,7 +298,7 @@ impl Node {
             .collect();
         for lease_id in held {
             if let Some(lease) = state.leases.remove(&lease_id) {
-                state.resources.release(&lease.allocation);
+                release_lease(&mut state, &lease);
                 if let Some(w) = state.workers.get_mut(&lease.worker) {
                     w.usage = WorkerUse::Idle;
                 }
@@ -303,4 +310,49 @@ impl Node {
         });
         self.schedule(&mut state);
     }
+}
+
+impl Node {
+    /// A leased worker started or stopped waiting for objects: its CPUs are
+    /// lent to other tasks meanwhile, so nested `get`s cannot deadlock a
+    /// full node.
+    pub(crate) fn set_blocked(self: &Arc<Self>, worker_id: WorkerId, blocked: bool) {
+        let mut state = self.state.lock();
+        let State {
+            workers,
+            leases,
+            resources,
+            ..
+        } = &mut *state;
+        let Some(worker) = workers.get_mut(&worker_id) else {
+            return;
+        };
+        tracing::debug!(worker = %worker_id, blocked, usage = ?worker.usage, "worker blocked state");
+        worker.blocked = blocked;
+        let WorkerUse::Leased(lease_id) = worker.usage else {
+            return;
+        };
+        let Some(lease) = leases.get_mut(&lease_id) else {
+            return;
+        };
+        match (blocked, lease.lent.take()) {
+            (true, None) => {
+                let mut cpu = ResourceSet::new();
+                cpu.set(CPU, lease.allocation.shape.get(CPU));
+                resources.lend(&cpu);
+                lease.lent = Some(cpu);
+            }
+            (false, Some(cpu)) => resources.take_back(&cpu),
+            (_, still) => lease.lent = still,
+        }
+        self.schedule(&mut state);
+    }
+}
+
+/// Returns a lease's resources, taking back first what its worker lent.
+pub(crate) fn release_lease(state: &mut State, lease: &Lease) {
+    if let Some(cpu) = &lease.lent {
+        state.resources.take_back(cpu);
+    }
+    state.resources.release(&lease.allocation);
 }

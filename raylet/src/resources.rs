@@ -7,6 +7,7 @@
 
 use prism_protocol::error::Error;
 use prism_protocol::resources::{Quantity, ResourceSet, GPU};
+use std::collections::BTreeMap;
 
 /// What a granted request holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,10 +26,15 @@ impl Allocation {
 }
 
 /// Totals and what is free.
+///
+/// `available` is signed: a worker that blocks in `get` lends its CPUs back
+/// (so the tasks it waits for can run), and takes them back when it wakes
+/// even if that oversubscribes the node for a while; new leases wait until
+/// the balance is positive again.
 #[derive(Debug)]
 pub struct NodeResources {
     total: ResourceSet,
-    available: ResourceSet,
+    available: BTreeMap<String, i64>,
     gpu_free: Vec<Quantity>,
 }
 
@@ -37,7 +43,10 @@ impl NodeResources {
     pub fn new(total: ResourceSet) -> Self {
         let gpus = total.get(GPU).units() / Quantity::SCALE;
         NodeResources {
-            available: total.clone(),
+            available: total
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.units() as i64))
+                .collect(),
             gpu_free: vec![Quantity::whole(1); gpus as usize],
             total,
         }
@@ -48,9 +57,35 @@ impl NodeResources {
         &self.total
     }
 
-    /// What is free now.
-    pub fn available(&self) -> &ResourceSet {
-        &self.available
+    /// What is free now (an oversubscribed resource shows as zero).
+    pub fn available(&self) -> ResourceSet {
+        let mut set = ResourceSet::new();
+        for (k, v) in &self.available {
+            set.set(k.clone(), Quantity::from_units((*v).max(0) as u64));
+        }
+        set
+    }
+
+    fn fits(&self, shape: &ResourceSet) -> bool {
+        shape
+            .iter()
+            .all(|(k, v)| self.available.get(k).copied().unwrap_or(0) >= v.units() as i64)
+    }
+
+    fn adjust(&mut self, shape: &ResourceSet, sign: i64) {
+        for (k, v) in shape.iter() {
+            *self.available.entry(k.to_string()).or_default() += sign * v.units() as i64;
+        }
+    }
+
+    /// A blocked worker lends back `shape` (its CPUs) until it wakes.
+    pub fn lend(&mut self, shape: &ResourceSet) {
+        self.adjust(shape, 1);
+    }
+
+    /// A woken worker takes back what it lent, even past zero.
+    pub fn take_back(&mut self, shape: &ResourceSet) {
+        self.adjust(shape, -1);
     }
 
     /// Rejects shapes this node could never run, naming the shape and the total.
@@ -74,7 +109,7 @@ impl NodeResources {
 
     /// Takes `shape` if it fits now.
     pub fn try_allocate(&mut self, shape: &ResourceSet) -> Option<Allocation> {
-        if !self.available.contains(shape) {
+        if !self.fits(shape) {
             return None;
         }
         let gpu = shape.get(GPU);
@@ -102,7 +137,7 @@ impl NodeResources {
             let slot = &mut self.gpu_free[*id as usize];
             *slot = slot.saturating_sub(*share);
         }
-        self.available.subtract(shape);
+        self.adjust(shape, -1);
         Some(Allocation {
             shape: shape.clone(),
             gpus,
@@ -116,7 +151,7 @@ impl NodeResources {
                 *slot = *slot + *share;
             }
         }
-        self.available.add(&allocation.shape);
+        self.adjust(&allocation.shape, 1);
     }
 }
 
@@ -145,7 +180,25 @@ mod tests {
         r.release(&a);
         r.release(&b);
         r.release(&c);
-        assert_eq!(r.available(), r.total());
+        assert_eq!(&r.available(), r.total());
+    }
+
+    #[test]
+    fn a_blocked_worker_lends_its_cpu_and_may_oversubscribe_when_it_wakes() {
+        let mut r = NodeResources::new(shape(1.0, 0.0));
+        let a = r.try_allocate(&shape(1.0, 0.0)).unwrap();
+        r.lend(&shape(1.0, 0.0));
+        let b = r
+            .try_allocate(&shape(1.0, 0.0))
+            .expect("the lent CPU runs another task");
+        r.take_back(&shape(1.0, 0.0));
+        assert!(
+            r.try_allocate(&shape(0.5, 0.0)).is_none(),
+            "oversubscribed: nothing fits"
+        );
+        r.release(&b);
+        r.release(&a);
+        assert_eq!(&r.available(), r.total());
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use crate::node::{Job, LeaseFor, Node, PendingLease};
 use parking_lot::Mutex;
 use prism_protocol::error::Error;
-use prism_protocol::ids::{JobId, ObjectId};
+use prism_protocol::ids::{JobId, ObjectId, WorkerId};
 use prism_protocol::messages::{Request, Response};
 use prism_protocol::rpc::{Connection, Handler};
 use std::collections::HashMap;
@@ -20,7 +20,7 @@ static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 enum Role {
     Unregistered,
     Driver(JobId),
-    Worker(JobId),
+    Worker(JobId, WorkerId),
 }
 
 struct ClientHandler {
@@ -42,7 +42,7 @@ pub(crate) fn handler(node: &Arc<Node>) -> Arc<dyn Handler> {
 impl ClientHandler {
     fn job(&self) -> Result<JobId, Error> {
         match *self.role.lock() {
-            Role::Driver(j) | Role::Worker(j) => Ok(j),
+            Role::Driver(j) | Role::Worker(j, _) => Ok(j),
             Role::Unregistered => Err(Error::Protocol {
                 message: "register with the raylet before using it".into(),
             }),
@@ -78,7 +78,7 @@ impl ClientHandler {
                 worker_id, address, ..
             } => {
                 let job = node.register_worker(worker_id, address, conn.clone())?;
-                *self.role.lock() = Role::Worker(job);
+                *self.role.lock() = Role::Worker(job, worker_id);
                 Ok(Response::Registered(node.registration(job)))
             }
             Request::ReturnLease { lease_id } => {
@@ -123,6 +123,12 @@ impl ClientHandler {
                 Ok(Response::Ok)
             }
             Request::GetStoreStats => Ok(Response::StoreStats(node.store.lock().stats())),
+            Request::WorkerBlocked { blocked } => {
+                if let Role::Worker(_, worker_id) = *self.role.lock() {
+                    node.set_blocked(worker_id, blocked);
+                }
+                Ok(Response::Ok)
+            }
             Request::CreateActor(spec) => {
                 node.create_actor(self.job()?, spec)?;
                 Ok(Response::Ok)
@@ -138,7 +144,7 @@ impl ClientHandler {
                 let state = node.state.lock();
                 Ok(Response::ClusterResources {
                     total: state.resources.total().clone(),
-                    available: state.resources.available().clone(),
+                    available: state.resources.available(),
                 })
             }
             other => Err(Error::Protocol {

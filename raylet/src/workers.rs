@@ -115,6 +115,7 @@ impl Node {
                 address: None,
                 usage: WorkerUse::Starting,
                 label,
+                blocked: false,
             },
         );
         tracing::debug!(worker = %worker_id, pid, job = %job_id, "worker started");
@@ -169,7 +170,7 @@ impl Node {
             _ => None,
         };
         if let Some(lease) = lease.and_then(|id| state.leases.remove(&id)) {
-            state.resources.release(&lease.allocation);
+            crate::node::release_lease(&mut state, &lease);
         }
         // Keep the job's pool at its prestart size.
         if state.jobs.contains_key(&worker.job) && !state.shutting_down {

@@ -345,3 +345,31 @@ fn worker_output_is_captured_in_the_session_logs() {
         .flatten()
         .any(|e| e.file_name().to_string_lossy().starts_with("driver-")));
 }
+
+#[prism::remote]
+fn fan_out(depth: u32) -> u64 {
+    if depth == 0 {
+        return 1;
+    }
+    let children: Vec<ObjectRef<u64>> = (0..2)
+        .map(|_| fan_out::remote(depth - 1).expect("submit a child"))
+        .collect();
+    prism::get_many(&children)
+        .expect("children finish")
+        .into_iter()
+        .sum()
+}
+
+#[test]
+fn nested_gets_do_not_deadlock_a_full_node() {
+    cluster();
+    // 2 + 4 + 8 tasks each block in get while holding one of the node's two
+    // CPUs; blocked workers lend their CPUs back so the leaves can run.
+    let leaves = prism::get_timeout(&fan_out::remote(3).unwrap(), Duration::from_secs(60)).unwrap();
+    assert_eq!(leaves, 8);
+    let refs: Vec<_> = (0..4).map(|_| fan_out::remote(2).unwrap()).collect();
+    assert_eq!(
+        prism::get_many_timeout(&refs, Duration::from_secs(60)).unwrap(),
+        vec![4; 4]
+    );
+}
