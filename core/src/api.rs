@@ -112,6 +112,8 @@ async fn start_driver(
                 / prism_protocol::resources::Quantity::SCALE;
             let mut raylet_config = RayletConfig::local(session_dir, cpus, config.store_capacity());
             raylet_config.resources = resources;
+            raylet_config.idle_worker_timeout =
+                Duration::from_millis(config.idle_worker_timeout_ms);
             let raylet = Raylet::start(raylet_config).await?;
             (raylet.socket_path().to_path_buf(), Some(raylet))
         }

@@ -78,6 +78,10 @@ config_table! {
     /// How long a submitter keeps an idle leased worker before giving it
     /// back; a short hold makes back-to-back calls skip the lease round trip.
     lease_idle_ms: u64 = 20;
+    /// Workers beyond the prestarted pool (started for a burst of tasks)
+    /// are stopped after being idle this long; starting one again costs a
+    /// few milliseconds, an idle one a few MiB.
+    idle_worker_timeout_ms: u64 = 10_000;
     /// How long `init` waits for the raylet and the first workers.
     startup_timeout_ms: u64 = 30_000;
 }

@@ -43,6 +43,8 @@ pub struct RayletConfig {
     pub prestart_workers: usize,
     /// The most task workers one job may have at once (actors not counted).
     pub max_workers_per_job: usize,
+    /// Idle workers beyond `prestart_workers` are stopped after this long.
+    pub idle_worker_timeout: std::time::Duration,
 }
 
 impl RayletConfig {
@@ -56,6 +58,7 @@ impl RayletConfig {
             object_store_bytes: store_bytes,
             prestart_workers: cpus as usize,
             max_workers_per_job: (cpus as usize * 4).max(8),
+            idle_worker_timeout: std::time::Duration::from_secs(10),
         }
     }
 }
@@ -82,6 +85,17 @@ impl Raylet {
         let node = Node::new(config, socket.clone())?;
         let serving = node.clone();
         let server = prism_protocol::rpc::serve(&socket, move || server::handler(&serving))?;
+        let reaping = Arc::downgrade(&node);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                match reaping.upgrade() {
+                    Some(node) => node.reap_idle_workers(),
+                    None => return,
+                }
+            }
+        });
         tracing::info!(socket = %socket.display(), node = %node.node_id, "raylet started");
         Ok(Raylet {
             node,

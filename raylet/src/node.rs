@@ -51,6 +51,15 @@ pub(crate) struct Worker {
     pub(crate) label: Arc<Mutex<String>>,
     /// Waiting in `get` for other tasks' results.
     pub(crate) blocked: bool,
+    /// When it last became idle.
+    pub(crate) idle_since: std::time::Instant,
+}
+
+impl Worker {
+    pub(crate) fn set_idle(&mut self) {
+        self.usage = WorkerUse::Idle;
+        self.idle_since = std::time::Instant::now();
+    }
 }
 
 /// Who a lease is for.
@@ -280,7 +289,7 @@ impl Node {
             release_lease(&mut state, &lease);
             if let Some(w) = state.workers.get_mut(&lease.worker) {
                 if w.usage == WorkerUse::Leased(lease_id) {
-                    w.usage = WorkerUse::Idle;
+                    w.set_idle();
                 }
             }
             self.schedule(&mut state);
@@ -300,7 +309,7 @@ impl Node {
             if let Some(lease) = state.leases.remove(&lease_id) {
                 release_lease(&mut state, &lease);
                 if let Some(w) = state.workers.get_mut(&lease.worker) {
-                    w.usage = WorkerUse::Idle;
+                    w.set_idle();
                 }
             }
         }

@@ -13,6 +13,7 @@ use prism_protocol::error::Error;
 use prism_protocol::ids::{JobId, WorkerId};
 use prism_protocol::messages::{Request, Stream};
 use prism_protocol::rpc::Connection;
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -116,6 +117,7 @@ impl Node {
                 usage: WorkerUse::Starting,
                 label,
                 blocked: false,
+                idle_since: std::time::Instant::now(),
             },
         );
         tracing::debug!(worker = %worker_id, pid, job = %job_id, "worker started");
@@ -145,7 +147,7 @@ impl Node {
         };
         worker.conn = Some(conn);
         worker.address = Some(address);
-        worker.usage = WorkerUse::Idle;
+        worker.set_idle();
         let job = worker.job;
         self.schedule(&mut state);
         Ok(job)
@@ -188,12 +190,59 @@ impl Node {
         self.schedule(&mut state);
     }
 
-    /// Stops every worker process (shutdown).
+    /// Stops workers beyond the prestarted pool that have been idle for
+    /// `idle_worker_timeout` (a burst of tasks can grow the pool).
+    pub(crate) fn reap_idle_workers(&self) {
+        let state = self.state.lock();
+        let mut kept: HashMap<JobId, usize> = HashMap::new();
+        let mut idle: Vec<&Worker> = state
+            .workers
+            .values()
+            .filter(|w| w.usage == WorkerUse::Idle)
+            .collect();
+        // Keep the most recently used ones.
+        idle.sort_by_key(|w| std::cmp::Reverse(w.idle_since));
+        let mut victims = Vec::new();
+        for w in idle {
+            let n = kept.entry(w.job).or_default();
+            if *n < self.config.prestart_workers
+                || w.idle_since.elapsed() < self.config.idle_worker_timeout
+            {
+                *n += 1;
+            } else {
+                victims.push(w.pid);
+            }
+        }
+        drop(state);
+        for pid in victims {
+            tracing::debug!(pid, "stopping an idle worker beyond the pool size");
+            kill_pid(pid);
+        }
+    }
+
+    /// Stops every worker process (shutdown) and reaps them.
     pub(crate) fn kill_all_workers(&self) {
         let mut state = self.state.lock();
         state.shutting_down = true;
-        for w in state.workers.values() {
-            kill_pid(w.pid);
+        let pids: Vec<u32> = state.workers.values().map(|w| w.pid).collect();
+        drop(state);
+        for &pid in &pids {
+            kill_pid(pid);
+        }
+        // Reap them, so a program that starts and stops clusters collects
+        // no zombies; SIGKILL is immediate, the wait is bounded anyway.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
+        let mut left = pids;
+        while !left.is_empty() && std::time::Instant::now() < deadline {
+            left.retain(|&pid| {
+                let mut status = 0;
+                // SAFETY: waitpid on our own child with a valid out pointer.
+                let r = unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) };
+                r == 0
+            });
+            if !left.is_empty() {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
         }
     }
 }

@@ -103,3 +103,57 @@ fn tasks_wait_until_their_resources_are_free() {
         );
     }
 }
+
+#[prism::remote]
+fn pid_after(ms: u64) -> u32 {
+    std::thread::sleep(Duration::from_millis(ms));
+    std::process::id()
+}
+
+#[test]
+fn workers_started_for_a_burst_are_stopped_when_idle() {
+    if std::env::var_os("PRISM_JOIN_CHILD").is_some() {
+        return;
+    }
+    if std::env::var_os("PRISM_IDLE_CHILD").is_none() {
+        // In a child, with a short idle timeout, so this binary's shared
+        // cluster keeps its defaults.
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "workers_started_for_a_burst_are_stopped_when_idle",
+                "--nocapture",
+            ])
+            .env("PRISM_IDLE_CHILD", "1")
+            .env("PRISM_IDLE_WORKER_TIMEOUT_MS", "300")
+            .status()
+            .unwrap();
+        assert!(status.success(), "the child failed: {status}");
+        return;
+    }
+    prism::init(prism::Config::default().num_cpus(2)).unwrap();
+    let zero_cpu = prism::TaskOptions::new().num_cpus(0.0);
+    let refs: Vec<_> = (0..6)
+        .map(|_| pid_after::remote_with(zero_cpu.clone(), 300).unwrap())
+        .collect();
+    let pids: std::collections::HashSet<u32> =
+        prism::get_many(&refs).unwrap().into_iter().collect();
+    assert!(
+        pids.len() > 2,
+        "six concurrent zero-CPU tasks should have grown the pool: {pids:?}"
+    );
+    let alive = |pid: &u32| std::path::Path::new(&format!("/proc/{pid}")).exists();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let n = pids.iter().filter(|p| alive(p)).count();
+        if n <= 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{n} workers still alive; idle ones beyond the pool must stop"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    prism::shutdown();
+}
