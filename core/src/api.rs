@@ -203,26 +203,35 @@ pub fn is_initialized() -> bool {
 /// # Ok::<(), prism::Error>(())
 /// ```
 pub fn put<T: Serialize + Send + Sync + 'static>(value: T) -> Result<ObjectRef<T>> {
+    let r = put_ref(&value)?;
+    // Freeing a large buffer (unmapping its pages) costs about as much as
+    // copying it; do it off the caller's path.
+    if crate::codec::raw_parts(&value).is_some_and(|(_, p)| p.len() > 1 << 20) {
+        std::thread::spawn(move || drop(value));
+    }
+    Ok(r)
+}
+
+/// [`put`] from a reference: the value is copied into the store (or
+/// encoded), and stays the caller's.
+///
+/// ```no_run
+/// # prism::init(prism::Config::default())?;
+/// let weights = vec![0.0f32; 10_000_000];
+/// let r = prism::put_ref(&weights)?; // one copy into shared memory
+/// println!("stored as {}", r.id());
+/// # Ok::<(), prism::Error>(())
+/// ```
+pub fn put_ref<T: Serialize + 'static>(value: &T) -> Result<ObjectRef<T>> {
     let core = current()?;
-    let c = core.clone();
-    let value = Arc::new(value);
-    let info = core.block_on(async move {
-        let info = c.put_object(&*value).await;
-        // Freeing a large buffer (unmapping its pages) costs as much as
-        // copying it; do it off the caller's path.
-        let threshold = c.config.max_direct_call_object_size_bytes as usize;
-        if crate::codec::raw_parts(&*value).is_some_and(|(_, p)| p.len() > threshold) {
-            std::thread::spawn(move || drop(value));
-        }
-        info
-    })?;
+    let info = core.put_object(value)?;
     Ok(ObjectRef::from_counted(info, &core))
 }
 
 /// The async form of [`put`].
 pub async fn put_async<T: Serialize + Send + Sync + 'static>(value: T) -> Result<ObjectRef<T>> {
     let core = current()?;
-    let info = core.put_object(&value).await?;
+    let info = core.put_object_async(&value).await?;
     Ok(ObjectRef::from_counted(info, &core))
 }
 
@@ -342,7 +351,9 @@ pub fn get_view<E: Element>(r: &ObjectRef<Vec<E>>) -> Result<View<E>> {
 pub type WaitResult<T> = (Vec<ObjectRef<T>>, Vec<ObjectRef<T>>);
 
 /// Waits until `num_returns` of `refs` are ready or `timeout` passes, and
-/// returns `(ready, not_ready)`, each in the order of `refs`, as Ray does.
+/// returns `(ready, not_ready)`, each in the order of `refs`, as Ray does:
+/// `ready` holds at most `num_returns` refs (the first ready ones), the
+/// others are in `not_ready`, ready or not.
 ///
 /// `num_returns` larger than `refs.len()`, or duplicate refs, are
 /// [`Error::InvalidArgument`]. A failed task counts as ready (its `get`
@@ -380,9 +391,11 @@ pub async fn wait_async<T>(
     let infos: Vec<ObjectRefInfo> = refs.iter().map(|r| r.info().clone()).collect();
     let _waiting = core.waiting();
     let ready = wait_ready(core.clone(), infos, num_returns, timeout).await;
+    // As in Ray: at most `num_returns` refs are reported ready, the first
+    // ready ones in input order; the rest stay in the second list.
     let (mut yes, mut no) = (Vec::new(), Vec::new());
     for (r, is_ready) in refs.iter().zip(ready) {
-        if is_ready {
+        if is_ready && yes.len() < num_returns {
             yes.push(r.clone());
         } else {
             no.push(r.clone());
@@ -401,12 +414,19 @@ async fn wait_ready(
     let mut count = 0;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut waiting = tokio::task::JoinSet::new();
+    let mut not_ready = Vec::new();
     for (i, info) in infos.into_iter().enumerate() {
         if core.refs.is_mine(&info.owner) && core.refs.is_ready(info.id) {
             ready[i] = true;
             count += 1;
-            continue;
+        } else {
+            not_ready.push((i, info));
         }
+    }
+    if count >= num_returns {
+        return ready;
+    }
+    for (i, info) in not_ready {
         let core = core.clone();
         let tx = tx.clone();
         waiting.spawn(async move {

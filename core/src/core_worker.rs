@@ -390,6 +390,22 @@ impl CoreWorker {
         self.write_to_store(id, &[&encoded.bytes]).await
     }
 
+    async fn create_in_store(raylet: Connection, id: ObjectId, size: u64) -> Result<u64> {
+        match raylet.call(Request::CreateObject { id, size }).await? {
+            Response::ObjectLocation { offset, .. } => Ok(offset),
+            other => Err(other.unexpected("CreateObject")),
+        }
+    }
+
+    fn write_parts(&self, offset: u64, parts: &[&[u8]]) -> Result<()> {
+        let mut at = offset;
+        for p in parts {
+            self.segment.write(at, p)?;
+            at += p.len() as u64;
+        }
+        Ok(())
+    }
+
     /// Writes `parts` back to back as object `id` in the store, and seals it.
     pub(crate) async fn write_to_store(
         &self,
@@ -397,21 +413,63 @@ impl CoreWorker {
         parts: &[&[u8]],
     ) -> Result<ObjectValue> {
         let size: u64 = parts.iter().map(|p| p.len() as u64).sum();
-        let offset = match self.raylet.call(Request::CreateObject { id, size }).await? {
-            Response::ObjectLocation { offset, .. } => offset,
-            other => return Err(other.unexpected("CreateObject")),
-        };
-        let mut at = offset;
-        for p in parts {
-            self.segment.write(at, p)?;
-            at += p.len() as u64;
-        }
+        let offset = Self::create_in_store(self.raylet.clone(), id, size).await?;
+        self.write_parts(offset, parts)?;
         self.raylet.call(Request::SealObject { id }).await?;
         Ok(ObjectValue::InStore { size })
     }
 
+    /// [`CoreWorker::write_to_store`] from synchronous code: the copy runs
+    /// on the calling thread, only the two store requests go through the
+    /// runtime.
+    pub(crate) fn write_to_store_blocking(
+        &self,
+        id: ObjectId,
+        parts: &[&[u8]],
+    ) -> Result<ObjectValue> {
+        let size: u64 = parts.iter().map(|p| p.len() as u64).sum();
+        let offset = self.block_on(Self::create_in_store(self.raylet.clone(), id, size))?;
+        self.write_parts(offset, parts)?;
+        let raylet = self.raylet.clone();
+        self.block_on(async move { raylet.call(Request::SealObject { id }).await.map(|_| ()) })?;
+        Ok(ObjectValue::InStore { size })
+    }
+
     /// Creates an owned object from a value and returns its reference.
-    pub(crate) async fn put_object<T: serde::Serialize + 'static>(
+    pub(crate) fn put_object<T: serde::Serialize + 'static>(
+        self: &Arc<Self>,
+        value: &T,
+    ) -> Result<ObjectRefInfo> {
+        let id = ObjectId::new();
+        let threshold = self.config.max_direct_call_object_size_bytes as usize;
+        let (stored, contains) = match codec::raw_parts(value) {
+            Some((tag, payload)) if payload.len() + codec::RAW_HEADER_BYTES > threshold => {
+                let header = codec::raw_header(tag, payload.len());
+                (
+                    self.write_to_store_blocking(id, &[&header, payload])?,
+                    Vec::new(),
+                )
+            }
+            _ => {
+                let encoded = codec::encode(value)?;
+                let contains = encoded.contained.clone();
+                let stored = if encoded.bytes.len() <= threshold {
+                    ObjectValue::Inline(Bytes::from(encoded.bytes))
+                } else {
+                    self.write_to_store_blocking(id, &[&encoded.bytes])?
+                };
+                (stored, contains)
+            }
+        };
+        self.refs.add_owned(id, ValueState::Ready(stored), contains);
+        Ok(ObjectRefInfo {
+            id,
+            owner: self.address().clone(),
+        })
+    }
+
+    /// The async form of [`CoreWorker::put_object`].
+    pub(crate) async fn put_object_async<T: serde::Serialize + 'static>(
         self: &Arc<Self>,
         value: &T,
     ) -> Result<ObjectRefInfo> {

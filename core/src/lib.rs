@@ -117,8 +117,8 @@ pub use private as __private;
 pub use actor::{get_actor, get_actor_in, kill, Actor, ActorHandle, ActorRef};
 pub use api::{
     cluster_resources, get, get_async, get_many, get_many_async, get_many_timeout, get_timeout,
-    get_view, init, is_initialized, object_store_stats, put, put_async, runtime_context, shutdown,
-    wait, wait_async, RuntimeContext, WaitResult,
+    get_view, init, is_initialized, object_store_stats, put, put_async, put_ref, runtime_context,
+    shutdown, wait, wait_async, RuntimeContext, WaitResult,
 };
 pub use codec::Element;
 pub use config::Config;
