@@ -47,8 +47,10 @@ pub struct CollectiveConfig {
     /// microseconds. 50 us covers a typical hand-off; spinning is skipped when
     /// there are more ranks than CPUs.
     pub shm_spin_us: u64,
-    /// SO_SNDBUF and SO_RCVBUF for TCP links. 4 MiB keeps a loopback or LAN
-    /// pipe full.
+    /// SO_SNDBUF and SO_RCVBUF for TCP links; 0 leaves the kernel's
+    /// auto-tuning. 4 MiB keeps a loopback or LAN pipe full. Much smaller
+    /// values (tens of KiB) run into delayed ACKs and stall for 40 ms at a
+    /// time.
     pub tcp_socket_buffer_bytes: usize,
     /// Piece size for collectives on device memory (see `staged`): each
     /// piece is copied to pinned host memory while the previous one is on

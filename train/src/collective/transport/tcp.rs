@@ -302,16 +302,11 @@ impl TcpMesh {
                 .set_nodelay(true)
                 .and_then(|_| stream.set_nonblocking(true))
                 .map_err(|e| CollectiveError::io(Some(peer), "configuring a peer socket", e))?;
-            set_buffer(
-                stream.as_raw_fd(),
-                libc::SO_SNDBUF,
-                config.tcp_socket_buffer_bytes,
-            );
-            set_buffer(
-                stream.as_raw_fd(),
-                libc::SO_RCVBUF,
-                config.tcp_socket_buffer_bytes,
-            );
+            if config.tcp_socket_buffer_bytes > 0 {
+                let fd = stream.as_raw_fd();
+                set_buffer(fd, libc::SO_SNDBUF, config.tcp_socket_buffer_bytes);
+                set_buffer(fd, libc::SO_RCVBUF, config.tcp_socket_buffer_bytes);
+            }
             links.push(Some(TcpLink {
                 peer,
                 stream,
