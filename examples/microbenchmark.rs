@@ -1,27 +1,191 @@
-//! Measures what the core costs: cluster start, first task, task and actor
-//! call rates, small puts and gets, large puts, zero-copy gets, and the
-//! memory of an idle node. Prints one `name value unit` line per figure.
+//! Prism's side of Ray's microbenchmark (`ray microbenchmark`), row for
+//! row: each figure does what the Ray row of the same name does (same
+//! value sizes, batch sizes and number of clients), plus the figures Ray's
+//! suite lacks (cluster start and stop, first task, actor creation, a
+//! 100 MB get in a worker, memory of an idle node). Prints one
+//! `name value unit` line per figure.
 //!
-//! Run: `cargo run --release --example microbenchmark [--quick]`
+//! Run: `cargo run --release --example microbenchmark [-- --quick]`
+//! (`--quick` runs each row briefly: a smoke run, not a measurement).
+//! `PRISM_BENCH_ROWS=pattern` runs only rows whose name contains it.
 
+use prism::{ActorOptions, ObjectRef, View};
 use std::time::{Duration, Instant};
 
+/// The small value every task and call returns, as Ray's `b"ok"`.
+fn ok() -> Vec<u8> {
+    b"ok".to_vec()
+}
+
 #[prism::remote]
-fn noop() -> u8 {
+fn small_value() -> Vec<u8> {
+    ok()
+}
+
+#[prism::remote]
+fn do_put_small() -> u8 {
+    for _ in 0..100 {
+        prism::put(0u64).expect("put");
+    }
     0
 }
 
-#[prism::actor]
-struct Echo;
+#[prism::remote]
+fn do_put() -> u8 {
+    for _ in 0..10 {
+        // 10 Mi int64 zeros = 80 MiB, as Ray's np.zeros(10 * 1024 * 1024).
+        prism::put(vec![0i64; 10 * 1024 * 1024]).expect("put");
+    }
+    0
+}
+
+#[prism::remote]
+fn create_object_containing_ref() -> Vec<ObjectRef<u64>> {
+    (0..10_000)
+        .map(|_| prism::put(1u64).expect("put"))
+        .collect()
+}
+
+#[prism::remote]
+fn sum_view(values: View<f32>) -> f64 {
+    values.iter().map(|v| *v as f64).sum()
+}
+
+/// Ray's `Actor` (num_cpus=0).
+#[prism::actor(num_cpus = 0)]
+struct Actor;
 
 #[prism::actor]
-impl Echo {
+impl Actor {
     fn new() -> Self {
-        Echo
+        Actor
     }
 
-    fn ping(&self) -> u8 {
+    fn small_value(&self) -> Vec<u8> {
+        ok()
+    }
+
+    fn small_value_arg(&self, _x: u64) -> Vec<u8> {
+        ok()
+    }
+
+    fn small_value_batch(&self, n: u32) -> u8 {
+        let refs: Vec<_> = (0..n)
+            .map(|_| small_value::remote().expect("submit"))
+            .collect();
+        prism::get_many(&refs).expect("get");
         0
+    }
+}
+
+/// Ray's `AsyncActor`: async methods; Ray runs up to 1000 at once.
+#[prism::actor(max_concurrency = 1000)]
+struct AsyncActor;
+
+#[prism::actor]
+impl AsyncActor {
+    fn new() -> Self {
+        AsyncActor
+    }
+
+    async fn small_value(&self) -> Vec<u8> {
+        ok()
+    }
+}
+
+/// Ray's `Client` (num_cpus=0): calls a list of server actors.
+#[prism::actor(num_cpus = 0)]
+struct Client {
+    servers: Vec<prism::ActorHandle<Actor>>,
+}
+
+#[prism::actor]
+impl Client {
+    fn new(servers: Vec<prism::ActorHandle<Actor>>) -> Self {
+        Client { servers }
+    }
+
+    fn small_value_batch(&self, n: u32) -> u8 {
+        let mut refs = Vec::new();
+        for s in &self.servers {
+            refs.extend((0..n).map(|_| s.small_value().expect("call")));
+        }
+        prism::get_many(&refs).expect("get");
+        0
+    }
+
+    fn small_value_batch_arg(&self, n: u32) -> u8 {
+        let x = prism::put(0u64).expect("put");
+        let mut refs = Vec::new();
+        for s in &self.servers {
+            refs.extend((0..n).map(|_| s.small_value_arg(&x).expect("call")));
+        }
+        prism::get_many(&refs).expect("get");
+        0
+    }
+}
+
+#[prism::remote]
+fn work(actors: Vec<prism::ActorHandle<Actor>>, n: u32) -> u8 {
+    let refs: Vec<_> = (0..n as usize)
+        .map(|i| actors[i % actors.len()].small_value().expect("call"))
+        .collect();
+    prism::get_many(&refs).expect("get");
+    0
+}
+
+struct Bench {
+    quick: bool,
+    filter: Option<String>,
+}
+
+impl Bench {
+    fn wants(&self, name: &str) -> bool {
+        self.filter
+            .as_ref()
+            .is_none_or(|f| name.contains(f.as_str()))
+    }
+
+    /// Runs `f` repeatedly, like Ray's `timeit`: a warm-up, then trials of
+    /// a fixed duration; prints the mean rate of `multiplier` operations
+    /// per call of `f`.
+    fn timeit(
+        &self,
+        name: &str,
+        multiplier: f64,
+        mut f: impl FnMut() -> prism::Result<()>,
+    ) -> prism::Result<()> {
+        if !self.wants(name) {
+            return Ok(());
+        }
+        let (warmup, trial, trials) = if self.quick {
+            (Duration::from_millis(20), Duration::from_millis(100), 1)
+        } else {
+            (Duration::from_millis(500), Duration::from_secs(2), 3)
+        };
+        let start = Instant::now();
+        f()?;
+        while start.elapsed() < warmup {
+            f()?;
+        }
+        let mut rates = Vec::new();
+        for _ in 0..trials {
+            let start = Instant::now();
+            let mut calls = 0u64;
+            while calls == 0 || start.elapsed() < trial {
+                f()?;
+                calls += 1;
+            }
+            rates.push(calls as f64 * multiplier / start.elapsed().as_secs_f64());
+        }
+        let mean = rates.iter().sum::<f64>() / rates.len() as f64;
+        let unit = if name.ends_with("gigabytes") {
+            "GB_per_s"
+        } else {
+            "per_s"
+        };
+        println!("{name} {mean:.3} {unit}");
+        Ok(())
     }
 }
 
@@ -29,179 +193,246 @@ fn report(name: &str, value: f64, unit: &str) {
     println!("{name} {value:.3} {unit}");
 }
 
-fn rate(n: usize, elapsed: Duration) -> f64 {
-    n as f64 / elapsed.as_secs_f64()
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
 }
 
-/// Proportional set size of this process and its children, in MiB.
-fn pss_mib_of_tree() -> f64 {
-    let me = std::process::id();
-    let mut total_kib = 0u64;
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0.0;
-    };
-    for e in entries.flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let ppid: u32 = stat
-            .rsplit(')')
-            .next()
-            .and_then(|rest| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse().ok())
-            .unwrap_or(0);
-        if pid != me && ppid != me {
-            continue;
-        }
-        let rollup =
-            std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
-        total_kib += rollup
-            .lines()
-            .find(|l| l.starts_with("Pss:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
-    }
-    total_kib as f64 / 1024.0
-}
-
-fn count_children() -> usize {
+fn children_of_me() -> Vec<u32> {
     let me = std::process::id().to_string();
-    std::fs::read_dir("/proc")
-        .map(|d| {
-            d.flatten()
-                .filter(|e| {
-                    let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-                    stat.rsplit(')')
-                        .next()
-                        .and_then(|r| r.split_whitespace().nth(1))
-                        == Some(me.as_str())
-                })
-                .count()
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_string_lossy().parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let ppid = stat
+                .rsplit(')')
+                .next()?
+                .split_whitespace()
+                .nth(1)?
+                .to_string();
+            (ppid == me).then_some(pid)
         })
+        .collect()
+}
+
+fn pss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("Pss:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
         .unwrap_or(0)
 }
 
 #[prism::main]
 fn main() -> prism::Result<()> {
-    let quick = std::env::args().any(|a| a == "--quick");
-    let scale = if quick { 10 } else { 1 };
+    let b = Bench {
+        quick: std::env::args().any(|a| a == "--quick"),
+        filter: std::env::var("PRISM_BENCH_ROWS")
+            .ok()
+            .filter(|s| !s.is_empty()),
+    };
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2);
+    let n_cpu = (cpus / 2).max(1);
 
     let start = Instant::now();
     prism::init(prism::Config::default())?;
-    report("cluster_start", start.elapsed().as_secs_f64() * 1e3, "ms");
-
-    let start = Instant::now();
-    prism::get(&noop::remote()?)?;
-    report(
-        "first_task_latency",
-        start.elapsed().as_secs_f64() * 1e3,
-        "ms",
-    );
-
-    let start = Instant::now();
-    let echo = Echo::remote()?;
-    prism::get(&echo.ping()?)?;
-    report(
-        "actor_creation_plus_first_call",
-        start.elapsed().as_secs_f64() * 1e3,
-        "ms",
-    );
-
-    let n = 5000 / scale;
-    let start = Instant::now();
-    for _ in 0..n {
-        prism::get(&noop::remote()?)?;
-    }
-    report(
-        "single_client_tasks_sync",
-        rate(n, start.elapsed()),
-        "per_s",
-    );
-
-    let start = Instant::now();
-    let refs = (0..n)
-        .map(|_| noop::remote())
-        .collect::<prism::Result<Vec<_>>>()?;
-    prism::get_many(&refs)?;
-    report(
-        "single_client_tasks_async",
-        rate(n, start.elapsed()),
-        "per_s",
-    );
-
-    let start = Instant::now();
-    for _ in 0..n {
-        prism::get(&echo.ping()?)?;
-    }
-    report("1_1_actor_calls_sync", rate(n, start.elapsed()), "per_s");
-
-    let start = Instant::now();
-    let refs = (0..n)
-        .map(|_| echo.ping())
-        .collect::<prism::Result<Vec<_>>>()?;
-    prism::get_many(&refs)?;
-    report("1_1_actor_calls_async", rate(n, start.elapsed()), "per_s");
-
-    let m = 20_000 / scale;
-    let start = Instant::now();
-    let small = (0..m)
-        .map(|i| prism::put(i as u64))
-        .collect::<prism::Result<Vec<_>>>()?;
-    report("single_client_put_calls", rate(m, start.elapsed()), "per_s");
-
-    let start = Instant::now();
-    for r in &small {
-        prism::get(r)?;
-    }
-    report("single_client_get_calls", rate(m, start.elapsed()), "per_s");
-    drop(small);
-
-    let mb100: Vec<u8> = (0..100_000_000u32).map(|i| i as u8).collect();
-    let rounds = if quick { 2 } else { 10 };
-    let mut first = 0.0;
-    let mut best = Duration::MAX;
-    for i in 0..rounds {
-        let value = mb100.clone();
-        let start = Instant::now();
-        let r = prism::put(value)?;
-        let took = start.elapsed();
-        if i == 0 {
-            first = 0.1 / took.as_secs_f64();
-        } else {
-            best = best.min(took);
-        }
-        drop(r);
-        // Give the store the delete before the next put.
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    report("put_100mb_first_gigabytes", first, "GB_per_s");
-    report(
-        "put_100mb_reused_pages_gigabytes",
-        0.1 / best.as_secs_f64(),
-        "GB_per_s",
-    );
-
-    let big = prism::put(mb100)?;
-    // Let the put's buffer be freed first (it is unmapped in the background).
-    std::thread::sleep(Duration::from_millis(200));
-    let start = Instant::now();
-    let view = prism::get_view(&big)?;
-    report(
-        "get_100mb_view_latency",
-        start.elapsed().as_secs_f64() * 1e3,
-        "ms",
-    );
-    drop(view);
-    drop(big);
-
-    std::thread::sleep(Duration::from_millis(200));
+    let started = start.elapsed();
+    // Let the prestarted workers come up before measuring an idle node.
+    std::thread::sleep(Duration::from_millis(300));
+    let children = children_of_me();
+    let pss: u64 = pss_kib(std::process::id()) + children.iter().map(|p| pss_kib(*p)).sum::<u64>();
+    report("cluster_start", ms(started), "ms");
     report(
         "idle_node_processes",
-        (1 + count_children()) as f64,
+        (1 + children.len()) as f64,
         "processes",
     );
-    report("idle_node_pss", pss_mib_of_tree(), "MiB");
+    report("idle_node_pss", pss as f64 / 1024.0, "MiB");
+
+    let start = Instant::now();
+    prism::get(&small_value::remote()?)?;
+    report("first_task_latency", ms(start.elapsed()), "ms");
+
+    let start = Instant::now();
+    let first = Actor::remote()?;
+    prism::get(&first.small_value()?)?;
+    report("actor_creation_plus_first_call", ms(start.elapsed()), "ms");
+    drop(first);
+
+    if b.wants("get_100mb_in_worker") {
+        let data: Vec<f32> = (0..25_000_000u32).map(|i| (i % 7) as f32).collect();
+        let big = prism::put_ref(&data)?;
+        prism::get(&sum_view::remote(&big)?)?;
+        let start = Instant::now();
+        prism::get(&sum_view::remote(&big)?)?;
+        report("get_100mb_in_worker_ms", ms(start.elapsed()), "ms");
+        let random: Vec<f32> = {
+            let mut state = 0x2545_F491_4F6C_DD1Du64;
+            (0..25_000_000)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    (state >> 40) as f32
+                })
+                .collect()
+        };
+        let start = Instant::now();
+        let r = prism::put_ref(&random)?;
+        report(
+            "put_100mb_random_gigabytes",
+            0.1 / start.elapsed().as_secs_f64(),
+            "GB_per_s",
+        );
+        drop(r);
+    }
+
+    let value = prism::put(0u64)?;
+    b.timeit("single_client_get_calls", 1.0, || {
+        prism::get(&value).map(|_| ())
+    })?;
+    b.timeit("single_client_put_calls", 1.0, || {
+        prism::put(0u64).map(|_| ())
+    })?;
+    b.timeit("multi_client_put_calls", 1000.0, || {
+        let refs = (0..10)
+            .map(|_| do_put_small::remote())
+            .collect::<prism::Result<Vec<_>>>()?;
+        prism::get_many(&refs).map(|_| ())
+    })?;
+    if b.wants("single_client_put_gigabytes") {
+        // 100 Mi int64 zeros = 800 MiB, put from a borrowed buffer each time.
+        let arr = vec![0i64; 100 * 1024 * 1024];
+        b.timeit("single_client_put_gigabytes", 8.0 * 0.1, || {
+            prism::put_ref(&arr).map(|_| ())
+        })?;
+    }
+    b.timeit("single_client_tasks_and_get_batch", 1.0, || {
+        let refs = (0..1000)
+            .map(|_| small_value::remote())
+            .collect::<prism::Result<Vec<_>>>()?;
+        prism::get_many(&refs).map(|_| ())
+    })?;
+    b.timeit("multi_client_put_gigabytes", 10.0 * 8.0 * 0.1, || {
+        let refs = (0..10)
+            .map(|_| do_put::remote())
+            .collect::<prism::Result<Vec<_>>>()?;
+        prism::get_many(&refs).map(|_| ())
+    })?;
+    if b.wants("single_client_get_object_containing_10k_refs") {
+        let containing = create_object_containing_ref::remote()?;
+        b.timeit("single_client_get_object_containing_10k_refs", 1.0, || {
+            prism::get(&containing).map(|_| ())
+        })?;
+    }
+    b.timeit("single_client_wait_1k_refs", 1.0, || {
+        let mut not_ready = (0..1000)
+            .map(|_| small_value::remote())
+            .collect::<prism::Result<Vec<_>>>()?;
+        for _ in 0..1000 {
+            let (_ready, rest) = prism::wait(&not_ready, 1, None)?;
+            not_ready = rest;
+        }
+        Ok(())
+    })?;
+    b.timeit("single_client_tasks_sync", 1.0, || {
+        prism::get(&small_value::remote()?).map(|_| ())
+    })?;
+    b.timeit("single_client_tasks_async", 1000.0, || {
+        let refs = (0..1000)
+            .map(|_| small_value::remote())
+            .collect::<prism::Result<Vec<_>>>()?;
+        prism::get_many(&refs).map(|_| ())
+    })?;
+    if b.wants("multi_client_tasks_async") {
+        let (n, m) = (10_000u32, 4);
+        let actors = (0..m)
+            .map(|_| Actor::remote())
+            .collect::<prism::Result<Vec<_>>>()?;
+        b.timeit("multi_client_tasks_async", (n * m) as f64, || {
+            let refs = actors
+                .iter()
+                .map(|a| a.small_value_batch(n))
+                .collect::<prism::Result<Vec<_>>>()?;
+            prism::get_many(&refs).map(|_| ())
+        })?;
+    }
+    let a = Actor::remote()?;
+    b.timeit("1_1_actor_calls_sync", 1.0, || {
+        prism::get(&a.small_value()?).map(|_| ())
+    })?;
+    b.timeit("1_1_actor_calls_async", 1000.0, || {
+        let refs = (0..1000)
+            .map(|_| a.small_value())
+            .collect::<prism::Result<Vec<_>>>()?;
+        prism::get_many(&refs).map(|_| ())
+    })?;
+    let concurrent = Actor::remote_with(ActorOptions::new().max_concurrency(16))?;
+    b.timeit("1_1_actor_calls_concurrent", 1000.0, || {
+        let refs = (0..1000)
+            .map(|_| concurrent.small_value())
+            .collect::<prism::Result<Vec<_>>>()?;
+        prism::get_many(&refs).map(|_| ())
+    })?;
+    if b.wants("1_n_actor_calls_async") {
+        let n = 5000u32;
+        let servers = (0..n_cpu)
+            .map(|_| Actor::remote())
+            .collect::<prism::Result<Vec<_>>>()?;
+        let client = Client::remote(servers)?;
+        b.timeit("1_n_actor_calls_async", (n as usize * n_cpu) as f64, || {
+            prism::get(&client.small_value_batch(n)?).map(|_| ())
+        })?;
+    }
+    if b.wants("n_n_actor_calls_async") {
+        let (n, m) = (5000u32, 4);
+        let actors = (0..n_cpu)
+            .map(|_| Actor::remote())
+            .collect::<prism::Result<Vec<_>>>()?;
+        b.timeit("n_n_actor_calls_async", (n * m) as f64, || {
+            let refs = (0..m)
+                .map(|_| work::remote(actors.clone(), n))
+                .collect::<prism::Result<Vec<_>>>()?;
+            prism::get_many(&refs).map(|_| ())
+        })?;
+    }
+    if b.wants("n_n_actor_calls_with_arg_async") {
+        let n = 1000u32;
+        let clients = (0..n_cpu)
+            .map(|_| Client::remote(vec![Actor::remote()?]))
+            .collect::<prism::Result<Vec<_>>>()?;
+        b.timeit(
+            "n_n_actor_calls_with_arg_async",
+            (n as usize * clients.len()) as f64,
+            || {
+                let refs = clients
+                    .iter()
+                    .map(|c| c.small_value_batch_arg(n))
+                    .collect::<prism::Result<Vec<_>>>()?;
+                prism::get_many(&refs).map(|_| ())
+            },
+        )?;
+    }
+    let async_actor = AsyncActor::remote()?;
+    b.timeit("1_1_async_actor_calls_sync", 1.0, || {
+        prism::get(&async_actor.small_value()?).map(|_| ())
+    })?;
+    b.timeit("1_1_async_actor_calls_async", 1000.0, || {
+        let refs = (0..1000)
+            .map(|_| async_actor.small_value())
+            .collect::<prism::Result<Vec<_>>>()?;
+        prism::get_many(&refs).map(|_| ())
+    })?;
+
+    let start = Instant::now();
+    prism::shutdown();
+    report("cluster_shutdown", ms(start.elapsed()), "ms");
     Ok(())
 }
