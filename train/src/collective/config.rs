@@ -43,9 +43,9 @@ pub struct CollectiveConfig {
     /// Capacity of each shared-memory ring between ranks that are not ring
     /// neighbours (used only by the small-message path). 256 KiB.
     pub shm_side_ring_bytes: usize,
-    /// How long a rank spins on shared memory before sleeping on a futex, in
-    /// microseconds. 50 us covers a typical hand-off; spinning is skipped when
-    /// there are more ranks than CPUs.
+    /// How long a rank polls shared memory (yielding its CPU between polls)
+    /// before sleeping on a futex, in microseconds. 50 us covers a typical
+    /// hand-off between ranks.
     pub shm_spin_us: u64,
     /// SO_SNDBUF and SO_RCVBUF for TCP links; 0 leaves the kernel's
     /// auto-tuning. 4 MiB keeps a loopback or LAN pipe full. Much smaller

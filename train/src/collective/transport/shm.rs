@@ -462,14 +462,7 @@ impl ShmMesh {
         for s in control.iter().flatten() {
             let _ = s.set_nonblocking(true);
         }
-        let cpus = std::thread::available_parallelism()
-            .map(|c| c.get())
-            .unwrap_or(1);
-        let spin = if n <= cpus {
-            Duration::from_micros(config.shm_spin_us)
-        } else {
-            Duration::ZERO
-        };
+        let spin = Duration::from_micros(config.shm_spin_us);
         Ok(ShmMesh {
             rank,
             my_bell: bell(rank),
@@ -549,29 +542,19 @@ impl Mesh for ShmMesh {
     }
 
     fn wait(&mut self, interest: &[Interest], deadline: Instant) -> Result<()> {
-        if !self.spin.is_zero() {
-            let until = Instant::now() + self.spin;
-            let mut spins = 0u32;
-            loop {
-                if self.ready(interest) {
-                    return Ok(());
-                }
-                std::hint::spin_loop();
-                spins += 1;
-                if spins % 64 == 0 && Instant::now() >= until {
-                    break;
-                }
+        // Poll for up to `spin`, giving the CPU away between polls: when the
+        // peer we wait for shares our CPU (more ranks than cores, or other
+        // load) it runs at once; when it does not, a yield returns at once
+        // and this is a spin. Either way it beats a futex round trip, which
+        // costs both sides a system call and a wake-up.
+        let until = Instant::now() + self.spin;
+        for polls in 0u32.. {
+            if self.ready(interest) {
+                return Ok(());
             }
-        } else {
-            // More ranks than CPUs: the peer we wait for probably needs this
-            // CPU, so hand it over a few times before sleeping (a futex
-            // round trip costs both sides a system call; on 2 cores with 4
-            // ranks this doubles small-message throughput).
-            for _ in 0..8 {
-                if self.ready(interest) {
-                    return Ok(());
-                }
-                std::thread::yield_now();
+            std::thread::yield_now();
+            if polls >= 8 && polls % 8 == 0 && Instant::now() >= until {
+                break;
             }
         }
         // Sleep in slices of at most 10 ms, checking between them that the
