@@ -1,32 +1,50 @@
 //! The executing side: running pushed tasks, constructing an actor and
 //! serving its calls.
 //!
+//! # Threads
+//!
+//! A worker's main thread is its *executor thread*: once the worker has
+//! registered, it runs jobs from a queue, one at a time, as Ray's workers
+//! do. The connection reader posts each task there directly, so a task costs
+//! one hand-off in and one out; synchronous functions run right there, async
+//! ones are driven to completion there with `block_on`, and anything else
+//! the call needs (fetching arguments from the store or their owners,
+//! storing a large result) is awaited from that thread too. Because the
+//! executor thread is not a runtime thread, user code on it may block,
+//! including in a nested `prism::get`.
+//!
 //! # Actor calls
 //!
-//! Calls are queued in arrival order as the connection reader hands them
-//! over (so each caller's order is kept), and a dispatcher starts them under
-//! a semaphore of `max_concurrency` permits: with one permit a call starts
-//! only after the previous one finished. Methods taking `&mut self` hold
-//! the instance's write lock, `&self` methods a read lock, so concurrent
-//! calls never alias a mutable borrow.
+//! An actor with `max_concurrency` 1 runs every call on the executor thread
+//! in arrival order, so each caller's calls run one at a time in the order
+//! sent. With a larger `max_concurrency`, calls are started in arrival order
+//! under a semaphore of that many permits: async methods as tasks on the
+//! runtime, synchronous ones on blocking threads. Methods taking
+//! `&mut self` hold the instance's write lock, `&self` methods a read lock.
 //!
 //! # Panics
 //!
-//! A panic in a task, a method or a constructor is caught (the call runs as
-//! its own tokio task) and returned to the caller as
-//! [`Error::TaskFailed`] with kind `Panic`; the worker lives on. The panic
-//! message is also printed to the worker's stderr, which reaches the
-//! driver's terminal.
+//! A panic in a task, a method or a constructor is caught and returned to
+//! the caller as [`Error::TaskFailed`] with kind `Panic`; the worker lives
+//! on. The panic message is also printed to the worker's stderr, which
+//! reaches the driver's terminal.
 
 use crate::core_worker::{CoreWorker, Loaded};
 use crate::private::{self, ActorCell, ActorClass, Args, CallError, CallResult, Invocation};
 use crate::{Error, Result};
+use bytes::Bytes;
 use parking_lot::Mutex;
-use prism_protocol::messages::{ActorSpec, ArgSpec, Request, Response, ReturnObject, TaskSpec};
+use prism_protocol::messages::{
+    ActorSpec, ArgSpec, ObjectValue, Request, Response, ReturnObject, TaskSpec,
+};
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use tokio::sync::{mpsc, Semaphore};
+
+/// Work for the executor thread.
+pub(crate) type Job = Box<dyn FnOnce() + Send>;
 
 struct MailItem {
     conn: Connection,
@@ -35,27 +53,51 @@ struct MailItem {
 }
 
 struct ActorInstance {
-    spec: ActorSpec,
-    mailbox: mpsc::UnboundedSender<MailItem>,
+    class: &'static ActorClass,
+    cell: Arc<ActorCell>,
+    /// Calls of actors with `max_concurrency` above 1 go through here.
+    mailbox: Option<mpsc::UnboundedSender<MailItem>>,
 }
 
 /// What a worker process is serving.
 #[derive(Default)]
 pub(crate) struct ExecutorState {
+    jobs: Mutex<Option<std::sync::mpsc::Sender<Job>>>,
     actor: Mutex<Option<ActorInstance>>,
     next_seq: Mutex<HashMap<prism_protocol::ids::WorkerId, u64>>,
+}
+
+impl ExecutorState {
+    /// Installs the executor thread's queue.
+    pub(crate) fn set_queue(&self, tx: std::sync::mpsc::Sender<Job>) {
+        *self.jobs.lock() = Some(tx);
+    }
+
+    fn post(&self, job: Job) -> Result<()> {
+        match self.jobs.lock().as_ref() {
+            Some(tx) => tx.send(job).map_err(|_| Error::Protocol {
+                message: "the executor thread has stopped".into(),
+            }),
+            None => Err(Error::Protocol {
+                message: "this process does not execute tasks (it is a driver)".into(),
+            }),
+        }
+    }
 }
 
 /// Handles task, actor and lifecycle requests.
 pub(crate) fn handle(core: &Arc<CoreWorker>, conn: &Connection, id: Option<u64>, request: Request) {
     match request {
         Request::PushTask(spec) => {
-            let core = core.clone();
-            let conn = conn.clone();
-            core.rt.clone().spawn(async move {
-                let response = core.run_task(spec).await;
-                conn.respond(id, response);
-            });
+            let c = core.clone();
+            let reply = conn.clone();
+            let posted = core.executor.post(Box::new(move || {
+                let response = c.run_task_here(&spec);
+                reply.respond(id, response);
+            }));
+            if let Err(e) = posted {
+                conn.respond(id, Response::Error(e));
+            }
         }
         Request::BecomeActor(spec) => {
             let core = core.clone();
@@ -89,22 +131,11 @@ pub(crate) fn handle(core: &Arc<CoreWorker>, conn: &Connection, id: Option<u64>,
             if seq != expected {
                 tracing::warn!(%caller, seq, expected, "actor call arrived out of order");
             }
-            let actor = core.executor.actor.lock();
-            match actor.as_ref() {
-                Some(instance) => {
-                    let _ = instance.mailbox.send(MailItem {
-                        conn: conn.clone(),
-                        request: id,
-                        spec,
-                    });
-                }
-                None => conn.respond(
-                    id,
-                    Response::Error(Error::Protocol {
-                        message: "this worker is not an actor".into(),
-                    }),
-                ),
-            }
+            core.enqueue_actor_call(MailItem {
+                conn: conn.clone(),
+                request: id,
+                spec,
+            });
         }
         other => conn.respond(
             id,
@@ -127,15 +158,64 @@ impl CoreWorker {
         Ok(Args::new(loaded))
     }
 
-    async fn run_task(self: &Arc<Self>, spec: TaskSpec) -> Response {
+    /// Fetches arguments from the executor thread; inline ones need no I/O.
+    fn fetch_args_here(self: &Arc<Self>, args: &[ArgSpec]) -> Result<Args> {
+        if args.iter().all(|a| matches!(a, ArgSpec::Value(_))) {
+            let inline = args
+                .iter()
+                .map(|a| match a {
+                    ArgSpec::Value(b) => Loaded::Inline(b.clone()),
+                    ArgSpec::Ref(_) => unreachable!("checked above"),
+                })
+                .collect();
+            return Ok(Args::new(inline));
+        }
+        let core = self.clone();
+        let args = args.to_vec();
+        self.rt.block_on(async move { core.fetch_args(args).await })
+    }
+
+    /// Runs an invocation on this (non-runtime) thread, catching panics.
+    fn invoke_here(&self, invocation: Invocation) -> CallResult {
+        let outcome = match invocation {
+            Invocation::Blocking(f) => std::panic::catch_unwind(AssertUnwindSafe(f)),
+            Invocation::Async(fut) => {
+                std::panic::catch_unwind(AssertUnwindSafe(|| self.rt.block_on(fut)))
+            }
+        };
+        outcome.unwrap_or_else(|payload| Err(private::panic_payload_error(payload)))
+    }
+
+    /// Runs a task on the executor thread and builds its reply.
+    fn run_task_here(self: &Arc<Self>, spec: &TaskSpec) -> Response {
         let Some(function) = private::find_function(&spec.function) else {
             return Response::Error(self.unknown(&spec.function));
         };
-        let result = match self.fetch_args(spec.args.clone()).await {
-            Ok(args) => run_invocation((function.invoke)(args)).await,
+        let result = match self.fetch_args_here(&spec.args) {
+            Ok(args) => self.invoke_here((function.invoke)(args)),
             Err(e) => Err(CallError::Runtime(e)),
         };
-        self.finish_call(&spec, result).await
+        self.finish_here(spec, result)
+    }
+
+    /// [`CoreWorker::finish_call`] from the executor thread, without the
+    /// runtime when the result is small and refers to no objects.
+    fn finish_here(self: &Arc<Self>, spec: &TaskSpec, result: CallResult) -> Response {
+        if let Ok(encoded) = &result {
+            let small = encoded.bytes.len() as u64 <= self.config.max_direct_call_object_size_bytes;
+            if small && encoded.contained.is_empty() && !self.refs.has_unregistered() {
+                if let Ok(encoded) = result {
+                    return Response::Object(ReturnObject {
+                        value: ObjectValue::Inline(Bytes::from(encoded.bytes)),
+                        contained: Vec::new(),
+                    });
+                }
+            }
+        }
+        let core = self.clone();
+        let spec = spec.clone();
+        self.rt
+            .block_on(async move { core.finish_call(&spec, result).await })
     }
 
     fn unknown(&self, name: &str) -> Error {
@@ -203,44 +283,106 @@ impl CoreWorker {
         };
         self.register_borrows().await?;
         let cell: Arc<ActorCell> = Arc::new(tokio::sync::RwLock::new(instance));
-        let (tx, rx) = mpsc::unbounded_channel();
-        let permits = Arc::new(Semaphore::new(spec.options.max_concurrency.max(1) as usize));
-        tracing::info!(actor = %spec.actor_id, class = %spec.class, "actor constructed");
-        *self.executor.actor.lock() = Some(ActorInstance { spec, mailbox: tx });
-        let core = self.clone();
-        self.rt
-            .spawn(async move { core.serve_actor(class, cell, permits, rx).await });
+        let concurrency = spec.options.max_concurrency.max(1) as usize;
+        let mailbox = (concurrency > 1).then(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let permits = Arc::new(Semaphore::new(concurrency));
+            let core = self.clone();
+            let cell = cell.clone();
+            self.rt
+                .spawn(async move { core.serve_concurrent_actor(class, cell, permits, rx).await });
+            tx
+        });
+        tracing::info!(actor = %spec.actor_id, class = %spec.class, concurrency, "actor constructed");
+        *self.executor.actor.lock() = Some(ActorInstance {
+            class,
+            cell,
+            mailbox,
+        });
         Ok(())
     }
 
-    async fn serve_actor(
+    fn enqueue_actor_call(self: &Arc<Self>, item: MailItem) {
+        let actor = self.executor.actor.lock();
+        let Some(instance) = actor.as_ref() else {
+            item.conn.respond(
+                item.request,
+                Response::Error(Error::Protocol {
+                    message: "this worker is not an actor".into(),
+                }),
+            );
+            return;
+        };
+        if let Some(mailbox) = &instance.mailbox {
+            let _ = mailbox.send(item);
+            return;
+        }
+        let (class, cell) = (instance.class, instance.cell.clone());
+        drop(actor);
+        let core = self.clone();
+        let posted = self.executor.post(Box::new(move || {
+            let result = core.build_actor_call(class, cell, &item.spec, |core, args| {
+                core.fetch_args_here(args)
+            });
+            let result = match result {
+                Ok(invocation) => core.invoke_here(invocation),
+                Err(e) => Err(CallError::Runtime(e)),
+            };
+            let response = core.finish_here(&item.spec, result);
+            item.conn.respond(item.request, response);
+        }));
+        if let Err(e) = posted {
+            tracing::error!(error = %e, "cannot run an actor call");
+        }
+    }
+
+    /// Resolves a call's method and arguments into an invocation.
+    fn build_actor_call(
+        self: &Arc<Self>,
+        class: &'static ActorClass,
+        cell: Arc<ActorCell>,
+        spec: &TaskSpec,
+        fetch: impl FnOnce(&Arc<Self>, &[ArgSpec]) -> Result<Args>,
+    ) -> Result<Invocation> {
+        let prefix_len = class.name.len() + 2;
+        let method = spec
+            .function
+            .get(prefix_len..)
+            .filter(|_| spec.function.starts_with(class.name))
+            .ok_or_else(|| self.unknown(&spec.function))?;
+        let args = fetch(self, &spec.args)?;
+        (class.dispatch)(cell, method, args).ok_or_else(|| self.unknown(&spec.function))
+    }
+
+    async fn serve_concurrent_actor(
         self: Arc<Self>,
         class: &'static ActorClass,
         cell: Arc<ActorCell>,
         permits: Arc<Semaphore>,
         mut rx: mpsc::UnboundedReceiver<MailItem>,
     ) {
-        let prefix = format!("{}::", class.name);
         while let Some(item) = rx.recv().await {
             let Ok(permit) = permits.clone().acquire_owned().await else {
                 return;
             };
             let core = self.clone();
             let cell = cell.clone();
-            let method = item.spec.function.strip_prefix(&prefix).map(str::to_string);
             tokio::spawn(async move {
-                let result = match method {
-                    None => Err(CallError::Runtime(core.unknown(&item.spec.function))),
-                    Some(method) => match core.fetch_args(item.spec.args.clone()).await {
-                        Err(e) => Err(CallError::Runtime(e)),
-                        Ok(args) => match (class.dispatch)(cell, &method, args) {
-                            None => Err(CallError::Runtime(core.unknown(&item.spec.function))),
-                            Some(fut) => match tokio::spawn(fut).await {
-                                Ok(r) => r,
-                                Err(e) => Err(private::panic_error(e)),
-                            },
-                        },
-                    },
+                let args = match core.fetch_args(item.spec.args.clone()).await {
+                    Ok(args) => Ok(args),
+                    Err(e) => Err(e),
+                };
+                let invocation = args.and_then(|args| {
+                    core.build_actor_call(class, cell, &item.spec, move |_, _| Ok(args))
+                });
+                let result = match invocation {
+                    Err(e) => Err(CallError::Runtime(e)),
+                    Ok(Invocation::Blocking(f)) => tokio::task::spawn_blocking(f)
+                        .await
+                        .unwrap_or_else(|e| Err(private::panic_error(e))),
+                    Ok(Invocation::Async(fut)) => tokio::spawn(fut)
+                        .await
+                        .unwrap_or_else(|e| Err(private::panic_error(e))),
                 };
                 let response = core.finish_call(&item.spec, result).await;
                 drop(permit);
@@ -248,22 +390,4 @@ impl CoreWorker {
             });
         }
     }
-
-    /// The actor this worker serves, if any (for logs).
-    #[allow(dead_code)]
-    pub(crate) fn actor_class(&self) -> Option<String> {
-        self.executor
-            .actor
-            .lock()
-            .as_ref()
-            .map(|a| a.spec.class.clone())
-    }
-}
-
-async fn run_invocation(invocation: Invocation) -> CallResult {
-    let joined = match invocation {
-        Invocation::Blocking(f) => tokio::task::spawn_blocking(f).await,
-        Invocation::Async(fut) => tokio::spawn(fut).await,
-    };
-    joined.unwrap_or_else(|e| Err(private::panic_error(e)))
 }

@@ -61,8 +61,8 @@ pub struct ActorClass {
     pub name: &'static str,
     /// Runs the constructor (on a blocking thread).
     pub construct: fn(Args) -> std::result::Result<Box<dyn Any + Send + Sync>, CallError>,
-    /// Starts a method call; `None` for an unknown method.
-    pub dispatch: fn(Arc<ActorCell>, &str, Args) -> Option<BoxFuture<CallResult>>,
+    /// Builds a method call; `None` for an unknown method.
+    pub dispatch: fn(Arc<ActorCell>, &str, Args) -> Option<Invocation>,
 }
 
 /// Every `#[prism::remote]` function in the binary.
@@ -221,41 +221,42 @@ fn wrong_class<A>() -> CallError {
     })
 }
 
-/// Runs a synchronous `&self` method on a blocking thread.
-pub async fn call_ref<A, F>(cell: Arc<ActorCell>, f: F) -> CallResult
+/// A synchronous `&self` method call (run on a thread that may block).
+pub fn call_ref<A, F>(cell: Arc<ActorCell>, f: F) -> Invocation
 where
     A: Send + Sync + 'static,
     F: FnOnce(&A) -> CallResult + Send + 'static,
 {
-    let guard = cell.read_owned().await;
-    run_blocking(move || f(actor_ref::<A>(&**guard)?)).await
+    Invocation::Blocking(Box::new(move || {
+        let guard = cell.blocking_read();
+        f(actor_ref::<A>(&**guard)?)
+    }))
 }
 
-/// Runs a synchronous `&mut self` method on a blocking thread.
-pub async fn call_mut<A, F>(cell: Arc<ActorCell>, f: F) -> CallResult
+/// A synchronous `&mut self` method call (run on a thread that may block).
+pub fn call_mut<A, F>(cell: Arc<ActorCell>, f: F) -> Invocation
 where
     A: Send + Sync + 'static,
     F: FnOnce(&mut A) -> CallResult + Send + 'static,
 {
-    let mut guard = cell.write_owned().await;
-    run_blocking(move || f(actor_mut::<A>(&mut **guard)?)).await
+    Invocation::Blocking(Box::new(move || {
+        let mut guard = cell.blocking_write();
+        f(actor_mut::<A>(&mut **guard)?)
+    }))
 }
 
-async fn run_blocking(f: impl FnOnce() -> CallResult + Send + 'static) -> CallResult {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(r) => r,
-        Err(e) => Err(panic_error(e)),
-    }
-}
-
-/// The failure for a task that panicked.
+/// The failure for a task that panicked (as a tokio task).
 pub(crate) fn panic_error(e: tokio::task::JoinError) -> CallError {
     if !e.is_panic() {
         return CallError::Runtime(Error::Protocol {
             message: "the call was cancelled".into(),
         });
     }
-    let payload = e.into_panic();
+    panic_payload_error(e.into_panic())
+}
+
+/// The failure for a caught panic payload.
+pub(crate) fn panic_payload_error(payload: Box<dyn Any + Send>) -> CallError {
     let message = payload
         .downcast_ref::<&str>()
         .map(|s| s.to_string())

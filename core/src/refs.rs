@@ -279,6 +279,11 @@ impl RefTable {
         std::mem::take(&mut *self.unregistered.lock())
     }
 
+    /// Whether some deserialized borrows still await registration.
+    pub(crate) fn has_unregistered(&self) -> bool {
+        !self.unregistered.lock().is_empty()
+    }
+
     /// Marks borrows as known to their owners. Returns those whose entries
     /// were already dropped meanwhile: their borrow must be ended at once.
     pub(crate) fn registered(&self, infos: &[ObjectRefInfo]) -> Vec<Release> {

@@ -86,6 +86,7 @@ fn run() -> Result<()> {
         .build()
         .map_err(|e| Error::io("start the worker's runtime", e))?;
     let handle = rt.handle().clone();
+    let (jobs_tx, jobs) = std::sync::mpsc::channel::<crate::executor::Job>();
     rt.block_on(async move {
         let handler = CoreHandler::default();
         let raylet = Connection::connect(&raylet_socket, Arc::new(handler.clone())).await?;
@@ -101,6 +102,7 @@ fn run() -> Result<()> {
             raylet: raylet.clone(),
             handler,
         })?;
+        core.executor.set_queue(jobs_tx);
         core_worker::set_current(Some(core.clone()));
         fetch_cluster_total(&core).await?;
         raylet
@@ -111,10 +113,16 @@ fn run() -> Result<()> {
             })
             .await?;
         tracing::info!(worker = %worker_id, "worker ready");
-        // Serve until the raylet goes away (raylet_gone exits the process).
-        std::future::pending::<()>().await;
-        Ok(())
-    })
+        Ok::<(), Error>(())
+    })?;
+    // This thread is now the executor thread; the runtime's threads serve
+    // connections. The process ends when the raylet goes away
+    // (raylet_gone exits it).
+    while let Ok(job) = jobs.recv() {
+        job();
+    }
+    drop(rt);
+    Ok(())
 }
 
 /// Caches the cluster's total resources for feasibility checks.

@@ -391,37 +391,44 @@ fn expand_actor_impl(imp: ItemImpl) -> syn::Result<Tokens> {
                 self.actor.call(#method_name, #args)
             }
         });
-        let body = match (sig.asyncness.is_some(), receiver) {
+        let arm = match (sig.asyncness.is_some(), receiver) {
             (false, Receiver::Ref) => quote! {
                 ::prism::__private::call_ref::<#self_ty, _>(__prism_cell, move |this| {
+                    let mut __prism_args = __prism_args;
+                    #takes
                     let __prism_ret = this.#method(#(#idents),*);
                     #convert
-                }).await
+                })
             },
             (false, Receiver::Mut) => quote! {
                 ::prism::__private::call_mut::<#self_ty, _>(__prism_cell, move |this| {
+                    let mut __prism_args = __prism_args;
+                    #takes
                     let __prism_ret = this.#method(#(#idents),*);
                     #convert
-                }).await
+                })
             },
             (true, Receiver::Ref) => quote! {
-                let guard = __prism_cell.read().await;
-                let this = ::prism::__private::actor_ref::<#self_ty>(&**guard)?;
-                let __prism_ret = this.#method(#(#idents),*).await;
-                #convert
+                ::prism::__private::Invocation::Async(::std::boxed::Box::pin(async move {
+                    #takes
+                    let guard = __prism_cell.read().await;
+                    let this = ::prism::__private::actor_ref::<#self_ty>(&**guard)?;
+                    let __prism_ret = this.#method(#(#idents),*).await;
+                    #convert
+                }))
             },
             (true, Receiver::Mut) => quote! {
-                let mut guard = __prism_cell.write().await;
-                let this = ::prism::__private::actor_mut::<#self_ty>(&mut **guard)?;
-                let __prism_ret = this.#method(#(#idents),*).await;
-                #convert
+                ::prism::__private::Invocation::Async(::std::boxed::Box::pin(async move {
+                    #takes
+                    let mut guard = __prism_cell.write().await;
+                    let this = ::prism::__private::actor_mut::<#self_ty>(&mut **guard)?;
+                    let __prism_ret = this.#method(#(#idents),*).await;
+                    #convert
+                }))
             },
         };
         dispatch_arms.push(quote! {
-            #method_name => ::core::option::Option::Some(::std::boxed::Box::pin(async move {
-                #takes
-                #body
-            })),
+            #method_name => ::core::option::Option::Some(#arm),
         });
     }
     let Some((ctor_params, ctor_is_result)) = constructor else {
@@ -485,7 +492,7 @@ fn expand_actor_impl(imp: ItemImpl) -> syn::Result<Tokens> {
                 __prism_cell: ::std::sync::Arc<::prism::__private::ActorCell>,
                 method: &str,
                 mut __prism_args: ::prism::__private::Args,
-            ) -> ::core::option::Option<::prism::__private::BoxFuture<::prism::__private::CallResult>> {
+            ) -> ::core::option::Option<::prism::__private::Invocation> {
                 match method {
                     #(#dispatch_arms)*
                     _ => ::core::option::Option::None,

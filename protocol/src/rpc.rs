@@ -66,10 +66,18 @@ pub trait Handler: Send + Sync + 'static {
     fn closed(&self, _conn: &Connection) {}
 }
 
+/// What to do with the answer to a request.
+enum Waiter {
+    /// Hand it to a waiting future.
+    Channel(oneshot::Sender<Response>),
+    /// Run this on the reader task (or at close, with `Disconnected`).
+    Callback(Box<dyn FnOnce(Result<Response, Error>) + Send>),
+}
+
 struct Inner {
     peer: String,
     outgoing: mpsc::UnboundedSender<Vec<u8>>,
-    pending: Mutex<HashMap<u64, oneshot::Sender<Response>>>,
+    pending: Mutex<HashMap<u64, Waiter>>,
     next_id: AtomicU64,
     closed: AtomicBool,
 }
@@ -158,8 +166,13 @@ impl Connection {
     fn mark_closed(&self) {
         self.inner.closed.store(true, Ordering::SeqCst);
         let pending: Vec<_> = self.inner.pending.lock().drain().collect();
-        // Dropping the senders wakes every waiting call with Disconnected.
-        drop(pending);
+        // Dropping the senders wakes every waiting call with Disconnected;
+        // callbacks are told so.
+        for (_, waiter) in pending {
+            if let Waiter::Callback(f) = waiter {
+                f(Err(self.disconnected()));
+            }
+        }
     }
 
     /// Who is on the other side.
@@ -201,19 +214,40 @@ impl Connection {
         if self.is_closed() {
             return Err(self.disconnected());
         }
-        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        self.inner.pending.lock().insert(id, tx);
+        self.send_request(request, Waiter::Channel(tx))?;
+        Ok(rx)
+    }
+
+    /// Sends a request; `on_answer` runs on the connection's reader task
+    /// when the answer arrives (with `Response::Error` turned into `Err`),
+    /// or with [`Error::Disconnected`] if the connection closes first. No
+    /// task is spawned per call. If sending fails, `Err` is returned and
+    /// `on_answer` is dropped without running.
+    pub fn call_with(
+        &self,
+        request: Request,
+        on_answer: impl FnOnce(Result<Response, Error>) + Send + 'static,
+    ) -> Result<(), Error> {
+        self.send_request(request, Waiter::Callback(Box::new(on_answer)))
+    }
+
+    fn send_request(&self, request: Request, waiter: Waiter) -> Result<(), Error> {
+        if self.is_closed() {
+            return Err(self.disconnected());
+        }
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        self.inner.pending.lock().insert(id, waiter);
         if let Err(e) = self.send_frame(&Frame::Request { id, body: request }) {
             self.inner.pending.lock().remove(&id);
             return Err(e);
         }
-        if self.is_closed() {
-            // Closed between the check and the insert: make sure we fail.
-            self.inner.pending.lock().remove(&id);
+        if self.is_closed() && self.inner.pending.lock().remove(&id).is_some() {
+            // Closed between the check and the insert, and mark_closed did
+            // not see this waiter: fail here.
             return Err(self.disconnected());
         }
-        Ok(rx)
+        Ok(())
     }
 
     /// Sends a request that wants no answer.
@@ -262,8 +296,12 @@ async fn read_loop(
             Frame::Notify(body) => handler.handle(conn, None, body),
             Frame::Response { id, body } => {
                 let waiter = conn.inner.pending.lock().remove(&id);
-                if let Some(tx) = waiter {
-                    let _ = tx.send(body);
+                match waiter {
+                    Some(Waiter::Channel(tx)) => {
+                        let _ = tx.send(body);
+                    }
+                    Some(Waiter::Callback(f)) => f(body.into_result()),
+                    None => {}
                 }
             }
         }
