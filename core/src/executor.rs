@@ -368,10 +368,7 @@ impl CoreWorker {
             let core = self.clone();
             let cell = cell.clone();
             tokio::spawn(async move {
-                let args = match core.fetch_args(item.spec.args.clone()).await {
-                    Ok(args) => Ok(args),
-                    Err(e) => Err(e),
-                };
+                let args = core.fetch_args(item.spec.args.clone()).await;
                 let invocation = args.and_then(|args| {
                     core.build_actor_call(class, cell, &item.spec, move |_, _| Ok(args))
                 });
