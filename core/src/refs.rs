@@ -265,6 +265,16 @@ impl RefTable {
         }
     }
 
+    /// An owned object's value if it is there now (`None` while pending).
+    pub(crate) fn value_now(&self, id: ObjectId) -> Option<Result<ObjectValue, Error>> {
+        match self.entries.lock().get(&id).map(|e| &e.value) {
+            None => Some(Err(Error::ObjectNotFound { object_id: id })),
+            Some(ValueState::Ready(v)) => Some(Ok(v.clone())),
+            Some(ValueState::Failed(e)) => Some(Err(e.clone())),
+            Some(ValueState::Pending) => None,
+        }
+    }
+
     /// Whether an owned object's value is ready (or failed), without waiting.
     pub(crate) fn is_ready(&self, id: ObjectId) -> bool {
         matches!(

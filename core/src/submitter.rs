@@ -61,19 +61,49 @@ pub(crate) struct Submitter {
 }
 
 impl CoreWorker {
-    /// Resolves, queues and eventually runs a task.
-    pub(crate) fn submit_task(self: &Arc<Self>, shape: ResourceSet, submission: Submission) {
-        let core = self.clone();
-        self.rt.spawn(async move {
-            match core.resolve_args(submission.spec.args.clone()).await {
-                Ok(args) => {
-                    let mut submission = submission;
-                    submission.spec.args = args;
-                    core.enqueue(shape, submission);
-                }
-                Err(e) => core.finish_task(&submission, Err(e)),
+    /// Resolves, queues and eventually runs a task. When every argument is
+    /// a value or a ready object this happens on the calling thread, and the
+    /// task may be on its way to a worker before this returns.
+    pub(crate) fn submit_task(self: &Arc<Self>, shape: ResourceSet, mut submission: Submission) {
+        match self.resolve_args_now(&mut submission.spec.args) {
+            Ok(true) => self.enqueue(shape, submission),
+            Err(e) => self.finish_task(&submission, Err(e)),
+            Ok(false) => {
+                let core = self.clone();
+                self.rt.spawn(async move {
+                    match core.resolve_args(submission.spec.args.clone()).await {
+                        Ok(args) => {
+                            let mut submission = submission;
+                            submission.spec.args = args;
+                            core.enqueue(shape, submission);
+                        }
+                        Err(e) => core.finish_task(&submission, Err(e)),
+                    }
+                });
             }
-        });
+        }
+    }
+
+    /// Inlines arguments whose objects are ready here; `Ok(false)` if some
+    /// are still being computed (nothing is changed then).
+    pub(crate) fn resolve_args_now(&self, args: &mut [ArgSpec]) -> Result<bool, Error> {
+        let mut resolved = Vec::new();
+        for (i, arg) in args.iter().enumerate() {
+            let ArgSpec::Ref(info) = arg else { continue };
+            if !self.refs.is_mine(&info.owner) {
+                continue; // the executor asks the owner
+            }
+            match self.refs.value_now(info.id) {
+                Some(Ok(ObjectValue::Inline(bytes))) => resolved.push((i, bytes)),
+                Some(Ok(ObjectValue::InStore { .. })) => {}
+                Some(Err(e)) => return Err(e),
+                None => return Ok(false),
+            }
+        }
+        for (i, bytes) in resolved {
+            args[i] = ArgSpec::Value(bytes);
+        }
+        Ok(true)
     }
 
     /// Waits for every reference argument and inlines the small ones.
@@ -101,11 +131,26 @@ impl CoreWorker {
         let mut shapes = self.submitter.shapes.lock();
         let queue = shapes.entry(shape.clone()).or_default();
         queue.tasks.push_back(submission);
-        self.pump(&shape, queue);
+        let ready = self.pump(&shape, queue);
+        drop(shapes);
+        self.dispatch_all(&shape, ready);
     }
 
-    /// Matches queued tasks with idle workers and asks for more leases.
-    fn pump(self: &Arc<Self>, shape: &ResourceSet, queue: &mut ShapeQueue) {
+    fn dispatch_all(self: &Arc<Self>, shape: &ResourceSet, ready: Vec<(LeasedWorker, Submission)>) {
+        for (worker, task) in ready {
+            self.dispatch(shape.clone(), worker, task);
+        }
+    }
+
+    /// Matches queued tasks with idle workers (returned, to be dispatched
+    /// once the queue's lock is released) and asks for more leases.
+    #[must_use]
+    fn pump(
+        self: &Arc<Self>,
+        shape: &ResourceSet,
+        queue: &mut ShapeQueue,
+    ) -> Vec<(LeasedWorker, Submission)> {
+        let mut ready = Vec::new();
         while !queue.tasks.is_empty() {
             let Some(worker) = queue.idle.pop() else {
                 break;
@@ -113,7 +158,7 @@ impl CoreWorker {
             let Some(task) = queue.tasks.pop_front() else {
                 break;
             };
-            self.run_on(shape.clone(), worker, task);
+            ready.push((worker, task));
         }
         while queue.requesting < queue.tasks.len().min(MAX_LEASE_REQUESTS_PER_SHAPE) {
             queue.requesting += 1;
@@ -122,6 +167,7 @@ impl CoreWorker {
             self.rt
                 .spawn(async move { core.request_lease(shape).await });
         }
+        ready
     }
 
     async fn request_lease(self: &Arc<Self>, shape: ResourceSet) {
@@ -158,7 +204,9 @@ impl CoreWorker {
         match granted {
             Ok(worker) => {
                 queue.idle.push(worker);
-                self.pump(&shape, queue);
+                let ready = self.pump(&shape, queue);
+                drop(shapes);
+                self.dispatch_all(&shape, ready);
                 self.schedule_idle_return(&shape);
             }
             Err(e) => {
@@ -173,45 +221,60 @@ impl CoreWorker {
         }
     }
 
-    fn run_on(self: &Arc<Self>, shape: ResourceSet, worker: LeasedWorker, first: Submission) {
+    /// Pushes a task to a leased worker. The answer is handled on the
+    /// connection's reader task, which also sends the shape's next queued
+    /// task to the same worker: no task is spawned per call.
+    fn dispatch(self: &Arc<Self>, shape: ResourceSet, worker: LeasedWorker, task: Submission) {
         let core = self.clone();
-        self.rt.spawn(async move {
-            let mut task = first;
-            loop {
-                let outcome = worker.conn.call(Request::PushTask(task.spec.clone())).await;
-                let worker_died = matches!(outcome, Err(Error::Disconnected { .. }));
-                let result = match outcome {
-                    Ok(Response::Object(ret)) => Ok(ret),
-                    Ok(other) => Err(other.unexpected("PushTask")),
-                    Err(Error::Disconnected { .. }) => Err(Error::WorkerDied {
-                        function: task.spec.function.clone(),
-                        worker: worker.worker_id,
-                        pid: worker.pid,
-                        reason: "the connection to the worker closed mid-task (the process exited or was killed)".into(),
-                    }),
-                    Err(e) => Err(e),
-                };
-                core.finish_task(&task, result);
-                let mut shapes = core.submitter.shapes.lock();
-                let queue = shapes.entry(shape.clone()).or_default();
-                if worker_died {
-                    // The raylet frees the lease when it sees the exit.
-                    core.pump(&shape, queue);
-                    return;
-                }
-                match queue.tasks.pop_front() {
-                    Some(next) => task = next,
-                    None => {
-                        let mut idle = worker.clone();
-                        idle.idle_since = Instant::now();
-                        queue.idle.push(idle);
-                        drop(shapes);
-                        core.schedule_idle_return(&shape);
-                        return;
-                    }
-                }
-            }
+        let conn = worker.conn.clone();
+        let request = Request::PushTask(task.spec.clone());
+        conn.call_with(request, move |outcome| {
+            core.on_task_reply(shape, worker, task, outcome)
         });
+    }
+
+    fn on_task_reply(
+        self: &Arc<Self>,
+        shape: ResourceSet,
+        worker: LeasedWorker,
+        task: Submission,
+        outcome: Result<Response, Error>,
+    ) {
+        let worker_died = matches!(outcome, Err(Error::Disconnected { .. }));
+        let result = match outcome {
+            Ok(Response::Object(ret)) => Ok(ret),
+            Ok(other) => Err(other.unexpected("PushTask")),
+            Err(Error::Disconnected { .. }) => Err(Error::WorkerDied {
+                function: task.spec.function.clone(),
+                worker: worker.worker_id,
+                pid: worker.pid,
+                reason: "the connection to the worker closed mid-task (the process exited or was killed)".into(),
+            }),
+            Err(e) => Err(e),
+        };
+        self.finish_task(&task, result);
+        let mut shapes = self.submitter.shapes.lock();
+        let queue = shapes.entry(shape.clone()).or_default();
+        if worker_died {
+            // The raylet frees the lease when it sees the exit.
+            let ready = self.pump(&shape, queue);
+            drop(shapes);
+            self.dispatch_all(&shape, ready);
+            return;
+        }
+        match queue.tasks.pop_front() {
+            Some(next) => {
+                drop(shapes);
+                self.dispatch(shape, worker, next);
+            }
+            None => {
+                let mut idle = worker;
+                idle.idle_since = Instant::now();
+                queue.idle.push(idle);
+                drop(shapes);
+                self.schedule_idle_return(&shape);
+            }
+        }
     }
 
     /// Gives back workers that stayed idle for `lease_idle_ms`.

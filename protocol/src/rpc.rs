@@ -219,17 +219,36 @@ impl Connection {
         Ok(rx)
     }
 
-    /// Sends a request; `on_answer` runs on the connection's reader task
-    /// when the answer arrives (with `Response::Error` turned into `Err`),
-    /// or with [`Error::Disconnected`] if the connection closes first. No
-    /// task is spawned per call. If sending fails, `Err` is returned and
-    /// `on_answer` is dropped without running.
+    /// Sends a request; `on_answer` runs exactly once: on the connection's
+    /// reader task when the answer arrives (with `Response::Error` turned
+    /// into `Err`), with [`Error::Disconnected`] if the connection closes
+    /// first, or right here with the error if the request cannot be sent.
+    /// No task is spawned per call.
     pub fn call_with(
         &self,
         request: Request,
         on_answer: impl FnOnce(Result<Response, Error>) + Send + 'static,
-    ) -> Result<(), Error> {
-        self.send_request(request, Waiter::Callback(Box::new(on_answer)))
+    ) {
+        if self.is_closed() {
+            on_answer(Err(self.disconnected()));
+            return;
+        }
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        self.inner
+            .pending
+            .lock()
+            .insert(id, Waiter::Callback(Box::new(on_answer)));
+        let failed = match self.send_frame(&Frame::Request { id, body: request }) {
+            Err(e) => Some(e),
+            Ok(()) if self.is_closed() => Some(self.disconnected()),
+            Ok(()) => None,
+        };
+        if let Some(e) = failed {
+            // Run it here unless mark_closed already did.
+            if let Some(Waiter::Callback(f)) = self.inner.pending.lock().remove(&id) {
+                f(Err(e));
+            }
+        }
     }
 
     fn send_request(&self, request: Request, waiter: Waiter) -> Result<(), Error> {
