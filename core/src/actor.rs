@@ -19,7 +19,6 @@ use prism_protocol::messages::{ActorSpec, ActorState, Request, Response, TaskSpe
 use serde::{Deserialize, Serialize};
 use std::marker::PhantomData;
 use std::sync::Arc;
-use tokio::sync::mpsc;
 
 /// Implemented by `#[prism::actor]` for an actor's struct.
 pub trait Actor: Send + Sync + 'static {
@@ -64,7 +63,8 @@ impl ActorRef {
             return_id,
             caller: core.address().clone(),
         };
-        core.actor_client(self).send(Submission { spec, held });
+        let client = core.actor_client(self);
+        core.send_actor_call(&client, Submission { spec, held });
         Ok(r)
     }
 }
@@ -167,7 +167,7 @@ pub fn create_actor<A: Actor>(
     };
     // The constructor's arguments are released once the actor is up.
     let client = core.actor_client(&raw);
-    client.release_after_start(held);
+    client.release_after_start(&core, held);
     Ok(ActorHandle::from_ref(raw))
 }
 
@@ -223,23 +223,41 @@ pub fn kill<A: Actor>(actor: &ActorHandle<A>) -> Result<()> {
     })
 }
 
-enum ClientMessage {
-    Call(Submission),
-    ReleaseAfterStart(Vec<ObjectId>),
+/// The calling side of one actor in this process.
+///
+/// A call is written to the actor's connection at once, from the calling
+/// thread, when the actor's address is known, its arguments are ready and
+/// no earlier call is still waiting; otherwise it joins the backlog, which
+/// one drain task sends in order. Either way calls leave in submission
+/// order under the state lock, numbered by `seq`.
+pub(crate) struct ActorClient {
+    actor: ActorRef,
+    state: parking_lot::Mutex<ClientState>,
 }
 
-/// The calling side of one actor in this process.
-pub(crate) struct ActorClient {
-    tx: mpsc::UnboundedSender<ClientMessage>,
+#[derive(Default)]
+struct ClientState {
+    /// The actor's connection, once it is alive.
+    conn: Option<prism_protocol::rpc::Connection>,
+    /// Why calls fail, once it is known to be dead.
+    dead: Option<Error>,
+    seq: u64,
+    backlog: std::collections::VecDeque<Submission>,
+    draining: bool,
+    /// Constructor arguments, released once the actor is up.
+    ctor_held: Vec<ObjectId>,
 }
 
 impl ActorClient {
-    fn send(&self, submission: Submission) {
-        let _ = self.tx.send(ClientMessage::Call(submission));
-    }
-
-    fn release_after_start(&self, held: Vec<ObjectId>) {
-        let _ = self.tx.send(ClientMessage::ReleaseAfterStart(held));
+    fn release_after_start(&self, core: &Arc<CoreWorker>, held: Vec<ObjectId>) {
+        let mut state = self.state.lock();
+        if state.conn.is_some() || state.dead.is_some() {
+            drop(state);
+            let releases = core.refs.remove_submitted(&held);
+            core.apply_releases(releases);
+        } else {
+            state.ctor_held.extend(held);
+        }
     }
 }
 
@@ -249,57 +267,136 @@ impl CoreWorker {
         if let Some(c) = clients.get(&actor.actor_id) {
             return c.clone();
         }
-        let (tx, rx) = mpsc::unbounded_channel();
-        let client = Arc::new(ActorClient { tx });
+        let client = Arc::new(ActorClient {
+            actor: actor.clone(),
+            state: parking_lot::Mutex::new(ClientState {
+                draining: true,
+                ..Default::default()
+            }),
+        });
         clients.insert(actor.actor_id, client.clone());
+        // The drain task first learns where the actor is (or why it died).
         let core = self.clone();
-        let actor = actor.clone();
+        let c = client.clone();
         self.rt
-            .spawn(async move { core.drive_actor_client(actor, rx).await });
+            .spawn(async move { core.drain_actor_calls(c).await });
         client
     }
 
-    async fn actor_state(&self, actor_id: ActorId, wait: bool) -> Result<ActorState> {
-        match self
-            .raylet
-            .call(Request::GetActor { actor_id, wait })
-            .await?
-        {
-            Response::Actor(info) => Ok(info.state),
-            other => Err(other.unexpected("GetActor")),
+    /// Sends a call now if nothing is ahead of it, else queues it.
+    fn send_actor_call(self: &Arc<Self>, client: &Arc<ActorClient>, mut submission: Submission) {
+        let mut state = client.state.lock();
+        if let Some(e) = state.dead.clone() {
+            drop(state);
+            self.finish_task(&submission, Err(e));
+            return;
+        }
+        let ready_now = !state.draining && state.conn.is_some();
+        if ready_now {
+            match self.resolve_args_now(&mut submission.spec.args) {
+                Ok(true) => {
+                    self.write_actor_call(client, &mut state, submission);
+                    return;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    drop(state);
+                    self.finish_task(&submission, Err(e));
+                    return;
+                }
+            }
+        }
+        state.backlog.push_back(submission);
+        if !state.draining {
+            state.draining = true;
+            let core = self.clone();
+            let c = client.clone();
+            self.rt
+                .spawn(async move { core.drain_actor_calls(c).await });
         }
     }
 
-    async fn drive_actor_client(
-        self: Arc<Self>,
-        actor: ActorRef,
-        mut rx: mpsc::UnboundedReceiver<ClientMessage>,
+    /// Writes one call to the actor's connection (under the state lock, so
+    /// calls leave in order); its answer is handled on the reader task.
+    fn write_actor_call(
+        self: &Arc<Self>,
+        client: &Arc<ActorClient>,
+        state: &mut ClientState,
+        submission: Submission,
     ) {
-        let connection = match self.actor_state(actor.actor_id, true).await {
-            Ok(ActorState::Alive { address, .. }) => self.peer(&address).await,
-            Ok(ActorState::Dead(e)) => Err(e),
-            Ok(ActorState::Pending) => Err(Error::Protocol {
-                message: "the control store answered a waiting lookup with a pending actor".into(),
-            }),
-            Err(e) => Err(e),
+        let Some(conn) = state.conn.clone() else {
+            return;
         };
-        let mut seq = 0u64;
-        while let Some(message) = rx.recv().await {
-            let mut submission = match message {
-                ClientMessage::ReleaseAfterStart(held) => {
-                    let releases = self.refs.remove_submitted(&held);
-                    self.apply_releases(releases);
-                    continue;
-                }
-                ClientMessage::Call(s) => s,
+        let seq = state.seq;
+        state.seq += 1;
+        let request = Request::ActorCall {
+            actor_id: client.actor.actor_id,
+            caller: self.worker_id,
+            seq,
+            spec: submission.spec.clone(),
+        };
+        let core = self.clone();
+        let actor = client.actor.clone();
+        conn.call_with(request, move |outcome| match outcome {
+            Ok(Response::Object(ret)) => core.finish_task(&submission, Ok(ret)),
+            Ok(other) => core.finish_task(&submission, Err(other.unexpected("ActorCall"))),
+            Err(Error::Disconnected { .. }) => {
+                // Ask the control store why, off the reader task.
+                let c = core.clone();
+                core.rt.spawn(async move {
+                    let e = c.why_actor_died(&actor).await;
+                    c.finish_task(&submission, Err(e));
+                });
+            }
+            Err(e) => core.finish_task(&submission, Err(e)),
+        });
+    }
+
+    /// Sends the backlog in order, resolving arguments as needed; on first
+    /// run, also finds the actor.
+    async fn drain_actor_calls(self: Arc<Self>, client: Arc<ActorClient>) {
+        let needs_lookup = {
+            let state = client.state.lock();
+            state.conn.is_none() && state.dead.is_none()
+        };
+        if needs_lookup {
+            let found = match self.actor_state(client.actor.actor_id, true).await {
+                Ok(ActorState::Alive { address, .. }) => self.peer(&address).await,
+                Ok(ActorState::Dead(e)) => Err(e),
+                Ok(ActorState::Pending) => Err(Error::Protocol {
+                    message: "the control store answered a waiting lookup with a pending actor"
+                        .into(),
+                }),
+                Err(e) => Err(e),
             };
-            let conn = match &connection {
-                Ok(conn) => conn.clone(),
-                Err(e) => {
-                    self.finish_task(&submission, Err(e.clone()));
-                    continue;
+            let held = {
+                let mut state = client.state.lock();
+                match found {
+                    Ok(conn) => state.conn = Some(conn),
+                    Err(e) => state.dead = Some(e),
+                }
+                std::mem::take(&mut state.ctor_held)
+            };
+            let releases = self.refs.remove_submitted(&held);
+            self.apply_releases(releases);
+        }
+        loop {
+            let next = {
+                let mut state = client.state.lock();
+                match state.backlog.pop_front() {
+                    Some(s) => s,
+                    None => {
+                        state.draining = false;
+                        return;
+                    }
                 }
             };
+            let mut submission = next;
+            let dead = client.state.lock().dead.clone();
+            if let Some(e) = dead {
+                self.finish_task(&submission, Err(e));
+                continue;
+            }
             match self
                 .resolve_args(std::mem::take(&mut submission.spec.args))
                 .await
@@ -310,33 +407,19 @@ impl CoreWorker {
                     continue;
                 }
             }
-            let pending = conn.start_call(Request::ActorCall {
-                actor_id: actor.actor_id,
-                caller: self.worker_id,
-                seq,
-                spec: submission.spec.clone(),
-            });
-            seq += 1;
-            let core = self.clone();
-            let actor = actor.clone();
-            self.rt.spawn(async move {
-                let outcome = match pending {
-                    Ok(rx) => match rx.await {
-                        Ok(resp) => resp.into_result(),
-                        Err(_) => Err(Error::Disconnected {
-                            peer: actor.class.clone(),
-                        }),
-                    },
-                    Err(e) => Err(e),
-                };
-                let result = match outcome {
-                    Ok(Response::Object(ret)) => Ok(ret),
-                    Ok(other) => Err(other.unexpected("ActorCall")),
-                    Err(Error::Disconnected { .. }) => Err(core.why_actor_died(&actor).await),
-                    Err(e) => Err(e),
-                };
-                core.finish_task(&submission, result);
-            });
+            let mut state = client.state.lock();
+            self.write_actor_call(&client, &mut state, submission);
+        }
+    }
+
+    async fn actor_state(&self, actor_id: ActorId, wait: bool) -> Result<ActorState> {
+        match self
+            .raylet
+            .call(Request::GetActor { actor_id, wait })
+            .await?
+        {
+            Response::Actor(info) => Ok(info.state),
+            other => Err(other.unexpected("GetActor")),
         }
     }
 

@@ -53,8 +53,8 @@ fn store_is_empty() -> bool {
         .unwrap_or(false)
 }
 
-/// The store is shared by every test in this binary, so tests that count
-/// store usage run one at a time.
+/// The store and the driver's reference table are shared by every test in
+/// this binary, and some tests count what they hold: they run one at a time.
 static STORE_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
@@ -124,6 +124,7 @@ fn large_arguments_and_results_go_through_the_store_and_are_freed() {
 #[test]
 fn refs_nested_in_values_stay_alive_and_resolve_anywhere() {
     cluster();
+    let _guard = STORE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let inner: Vec<ObjectRef<i64>> = (0..10).map(|i| prism::put(i).unwrap()).collect();
     let outer = prism::put(inner.clone()).unwrap();
     drop(inner);
@@ -137,6 +138,7 @@ fn refs_nested_in_values_stay_alive_and_resolve_anywhere() {
 #[test]
 fn owned_objects_are_forgotten_when_dropped() {
     cluster();
+    let _guard = STORE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let before = prism::runtime_context().unwrap().num_owned_objects;
     let refs: Vec<ObjectRef<i64>> = (0..100).map(|i| prism::put(i).unwrap()).collect();
     assert!(prism::runtime_context().unwrap().num_owned_objects >= before + 100);
@@ -151,6 +153,7 @@ fn owned_objects_are_forgotten_when_dropped() {
 #[test]
 fn bytes_and_typed_buffers_round_trip() {
     cluster();
+    let _guard = STORE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let b = bytes::Bytes::from(vec![9u8; 300_000]);
     assert_eq!(prism::get(&prism::put(b.clone()).unwrap()).unwrap(), b);
     let v: Vec<i32> = (0..200_000).collect();

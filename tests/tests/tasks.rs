@@ -164,7 +164,11 @@ fn wait_keeps_input_order_in_both_lists() {
     assert_eq!(all, refs);
     assert!(none.is_empty());
     let (one, rest) = prism::wait(&refs, 1, None).unwrap();
-    assert_eq!(one, vec![refs[0].clone()], "at most num_returns refs are ready, the first in order");
+    assert_eq!(
+        one,
+        vec![refs[0].clone()],
+        "at most num_returns refs are ready, the first in order"
+    );
     assert_eq!(rest, refs[1..].to_vec());
 }
 
