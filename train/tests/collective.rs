@@ -312,7 +312,7 @@ impl Matrix {
 
     fn lengths(&self) -> Vec<usize> {
         let n = self.world;
-        let mut v = vec![1, n + 1, 2 * n + 3, 1031, 3001];
+        let mut v = vec![0, 1, n + 1, 2 * n + 3, 1031, 3001];
         if n > 1 {
             v.push(n - 1);
         }

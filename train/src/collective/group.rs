@@ -636,3 +636,56 @@ impl<R> Work<R> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_can_be_shared_between_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<ProcessGroup>();
+        fn assert_send<T: Send>() {}
+        assert_send::<Work<Vec<f32>>>();
+    }
+
+    #[test]
+    fn bad_options_are_refused_before_any_network_activity() {
+        let err =
+            ProcessGroup::join(GroupOptions::new(3, 3, "127.0.0.1:1")).expect_err("rank 3 of 3");
+        assert!(matches!(
+            err,
+            CollectiveError::InvalidRank {
+                rank: 3,
+                world_size: 3
+            }
+        ));
+        let err =
+            ProcessGroup::join(GroupOptions::new(0, 2, "127.0.0.1:1").group_name("two words"))
+                .expect_err("a name with a space");
+        assert!(matches!(err, CollectiveError::InvalidGroupName { .. }));
+    }
+
+    #[test]
+    fn a_group_of_one_checks_its_arguments_and_copies() {
+        let group = ProcessGroup::join(GroupOptions::new(0, 1, "127.0.0.1:0"))
+            .expect("a group of one needs no peers");
+        let mut out = vec![0i64; 3];
+        group.all_gather(&[1, 2, 3], &mut out).expect("same length");
+        assert_eq!(out, [1, 2, 3]);
+        assert!(matches!(
+            group.all_gather(&[1i64], &mut out),
+            Err(CollectiveError::BufferLength { .. })
+        ));
+        assert!(matches!(
+            group.broadcast(&mut out, 1),
+            Err(CollectiveError::InvalidRoot { .. })
+        ));
+        assert_eq!(
+            group
+                .reduce_scatter(&mut out, ReduceOp::Sum)
+                .expect("no-op"),
+            0..3
+        );
+    }
+}
