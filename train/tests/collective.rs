@@ -119,7 +119,7 @@ fn run_matrix(transport: &str, worlds: std::ops::RangeInclusive<usize>) {
     for world in worlds {
         let ranks: Vec<usize> = (0..world).collect();
         let env = [("PRISM_COLLECTIVE_TRANSPORT", transport.to_string())];
-        let results = run_ranks("matrix", world, &ranks, &env, Duration::from_secs(120));
+        let results = run_ranks("matrix", world, &ranks, &env, Duration::from_secs(300));
         must_all_succeed(&results, &format!("{transport} matrix, world {world}"));
     }
 }
@@ -144,6 +144,7 @@ fn failure_case(
     let env = [
         ("PRISM_COLLECTIVE_TRANSPORT", transport.to_string()),
         ("PRISM_COLLECTIVE_TIMEOUT_MS", "2000".to_string()),
+        ("PRISM_TEST_JOIN_TIMEOUT_MS", "60000".to_string()),
     ];
     let results = run_ranks(role, world, ranks, &env, Duration::from_secs(30));
     for (rank, code, log) in &results {
@@ -505,13 +506,27 @@ fn timeout_config() -> CollectiveConfig {
     CollectiveConfig::from_env().expect("the parent sets valid overrides")
 }
 
+/// Joins with a generous timeout (process start-up on a loaded machine is
+/// not what these tests measure), then bounds each call by the short one.
+fn must_join_then_shorten(name: &str) -> ProcessGroup {
+    let short = timeout_config().timeout();
+    let long = CollectiveConfig {
+        timeout_ms: env_usize("PRISM_TEST_JOIN_TIMEOUT_MS") as u64,
+        ..timeout_config()
+    };
+    let g = must_join(long, "MASTER_PORT", name);
+    g.set_timeout(short);
+    g
+}
+
 fn must_fail_in_time<R: std::fmt::Debug>(
     what: &str,
     started: Instant,
     result: Result<R, CollectiveError>,
 ) -> CollectiveError {
     let elapsed = started.elapsed();
-    let limit = timeout_config().timeout() + Duration::from_millis(1500);
+    // Slack for a loaded machine: the point is "not a hang".
+    let limit = timeout_config().timeout() + Duration::from_millis(3000);
     let err = match result {
         Ok(v) => panic!("{what} must fail, got {v:?}"),
         Err(e) => e,
@@ -525,10 +540,18 @@ fn must_fail_in_time<R: std::fmt::Debug>(
 }
 
 fn role_dies() {
-    let g = must_join(timeout_config(), "MASTER_PORT", "dies");
+    let g = must_join(
+        CollectiveConfig {
+            timeout_ms: env_usize("PRISM_TEST_JOIN_TIMEOUT_MS") as u64,
+            ..timeout_config()
+        },
+        "MASTER_PORT",
+        "dies",
+    );
     let mut buf = vec![1.0f32; 1 << 20];
     g.all_reduce(&mut buf, ReduceOp::Sum)
         .expect("the first all_reduce, before anyone dies");
+    g.set_timeout(timeout_config().timeout());
     assert_eq!(buf[0], 3.0);
     if g.rank() == 2 {
         std::process::exit(3);
@@ -558,7 +581,7 @@ fn role_dies() {
 }
 
 fn role_stalls() {
-    let g = must_join(timeout_config(), "MASTER_PORT", "stalls");
+    let g = must_join_then_shorten("stalls");
     if g.rank() == 2 {
         std::thread::sleep(Duration::from_secs(20));
         return;
@@ -589,7 +612,7 @@ fn role_never_joins() {
 }
 
 fn role_mismatch() {
-    let g = must_join(timeout_config(), "MASTER_PORT", "mismatch");
+    let g = must_join_then_shorten("mismatch");
     let mut buf = vec![1i32; 10 + g.rank()];
     let started = Instant::now();
     let err = must_fail_in_time(

@@ -11,6 +11,7 @@ use super::transport::Mesh;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -139,6 +140,8 @@ struct Shared {
     rank: usize,
     world_size: usize,
     config: CollectiveConfig,
+    /// The bound on each call; starts as `config.timeout_ms`.
+    timeout_ms: AtomicU64,
     transport: &'static str,
     state: Mutex<State>,
     /// Non-blocking calls queued or running.
@@ -153,6 +156,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
+    fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms.load(Ordering::Relaxed))
+    }
+
     fn execute<R>(&self, f: impl FnOnce(&mut Call<'_>) -> Result<R>) -> Result<R> {
         let mut guard = lock(&self.state);
         let state = &mut *guard;
@@ -171,7 +178,8 @@ impl Shared {
             rank: self.rank,
             world_size: self.world_size,
             seq: state.seq,
-            deadline: Instant::now() + self.config.timeout(),
+            deadline: Instant::now() + self.timeout(),
+            timeout: self.timeout(),
         };
         let result = f(&mut call);
         if let Err(e) = &result {
@@ -266,14 +274,14 @@ impl Shared {
     fn wait_idle(&self, op: OpKind) -> Result<()> {
         let mut pending = lock(&self.pending);
         // Each queued call is bounded by the timeout; allow all of them.
-        let bound = self.config.timeout() * (*pending as u32 + 1) + Duration::from_secs(1);
+        let bound = self.timeout() * (*pending as u32 + 1) + Duration::from_secs(1);
         let until = Instant::now() + bound;
         while *pending > 0 {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(CollectiveError::Timeout {
                     op,
-                    timeout: self.config.timeout(),
+                    timeout: self.timeout(),
                 });
             }
             pending = self
@@ -437,6 +445,7 @@ impl ProcessGroup {
         let shared = Arc::new(Shared {
             rank,
             world_size,
+            timeout_ms: AtomicU64::new(config.timeout_ms),
             config,
             transport,
             state: Mutex::new(State {
@@ -521,6 +530,27 @@ impl ProcessGroup {
     pub fn all_to_all<T: Element>(&self, input: &[T], output: &mut [T]) -> Result<()> {
         self.shared.wait_idle(OpKind::AllToAll)?;
         self.shared.all_to_all(input, output)
+    }
+
+    /// Sets the bound on each later call (the rendezvous used the
+    /// configured timeout). Every rank should set the same value.
+    ///
+    /// ```
+    /// # use prism_train::collective::{GroupOptions, ProcessGroup};
+    /// # use std::time::Duration;
+    /// let group = ProcessGroup::join(GroupOptions::new(0, 1, "127.0.0.1:0"))?;
+    /// group.set_timeout(Duration::from_secs(30));
+    /// assert_eq!(group.timeout(), Duration::from_secs(30));
+    /// # Ok::<(), prism_train::collective::CollectiveError>(())
+    /// ```
+    pub fn set_timeout(&self, timeout: Duration) {
+        let ms = timeout.as_millis().min(u64::MAX as u128) as u64;
+        self.shared.timeout_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// The bound on each call.
+    pub fn timeout(&self) -> Duration {
+        self.shared.timeout()
     }
 
     /// The configuration this group was formed with.

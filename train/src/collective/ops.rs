@@ -8,7 +8,7 @@ use super::error::{CollectiveError, OpKind, OpSignature, Result};
 use super::plan::{self, segment_range, Plan, RingPhases};
 use super::transport::Mesh;
 use std::ops::Range;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// What every collective needs to know about its group and call.
 pub(crate) struct Call<'a> {
@@ -18,6 +18,8 @@ pub(crate) struct Call<'a> {
     pub(crate) world_size: usize,
     pub(crate) seq: u32,
     pub(crate) deadline: Instant,
+    /// The timeout `deadline` came from, for error messages.
+    pub(crate) timeout: Duration,
 }
 
 impl Call<'_> {
@@ -49,7 +51,7 @@ impl Call<'_> {
                 op,
                 self.config.chunk_bytes,
                 self.deadline,
-                self.config.timeout(),
+                self.timeout,
             )
         }
     }
