@@ -490,6 +490,15 @@ impl ProcessGroup {
     }
 
     /// Replaces every element of `buf` with its reduction over all ranks.
+    ///
+    /// ```
+    /// # use prism_train::collective::{GroupOptions, ProcessGroup, ReduceOp};
+    /// # let group = ProcessGroup::join(GroupOptions::new(0, 1, "127.0.0.1:0"))?;
+    /// let mut grads = vec![0.25f32, -1.0, 4.0];
+    /// group.all_reduce(&mut grads, ReduceOp::Mean)?; // the mean over ranks
+    /// # assert_eq!(grads, [0.25, -1.0, 4.0]);
+    /// # Ok::<(), prism_train::collective::CollectiveError>(())
+    /// ```
     pub fn all_reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
         self.shared.wait_idle(OpKind::AllReduce)?;
         self.shared.all_reduce(buf, op)
@@ -499,6 +508,16 @@ impl ProcessGroup {
     /// returned range, [`segment_range`](super::segment_range)`(buf.len(),
     /// world_size, rank)`) fully reduced; the rest of `buf` holds partial
     /// results.
+    ///
+    /// ```
+    /// # use prism_train::collective::{GroupOptions, ProcessGroup, ReduceOp};
+    /// # let group = ProcessGroup::join(GroupOptions::new(0, 1, "127.0.0.1:0"))?;
+    /// let mut buf = vec![1i64; 10];
+    /// let mine = group.reduce_scatter(&mut buf, ReduceOp::Sum)?;
+    /// let my_part = &buf[mine]; // reduced over all ranks
+    /// # assert_eq!(my_part.len(), 10);
+    /// # Ok::<(), prism_train::collective::CollectiveError>(())
+    /// ```
     pub fn reduce_scatter<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<Range<usize>> {
         self.shared.wait_idle(OpKind::ReduceScatter)?;
         self.shared.reduce_scatter(buf, op)
@@ -506,18 +525,47 @@ impl ProcessGroup {
 
     /// Fills `output` (`world_size * input.len()` elements) with every rank's
     /// `input`, in rank order.
+    ///
+    /// ```
+    /// # use prism_train::collective::{GroupOptions, ProcessGroup};
+    /// # let group = ProcessGroup::join(GroupOptions::new(0, 1, "127.0.0.1:0"))?;
+    /// let mine = [group.rank() as u8; 4];
+    /// let mut all = vec![0u8; 4 * group.world_size()];
+    /// group.all_gather(&mine, &mut all)?;
+    /// # assert_eq!(all, [0u8; 4]);
+    /// # Ok::<(), prism_train::collective::CollectiveError>(())
+    /// ```
     pub fn all_gather<T: Element>(&self, input: &[T], output: &mut [T]) -> Result<()> {
         self.shared.wait_idle(OpKind::AllGather)?;
         self.shared.all_gather(input, output)
     }
 
     /// Copies `root`'s `buf` into every other rank's `buf`.
+    ///
+    /// ```
+    /// # use prism_train::collective::{GroupOptions, ProcessGroup};
+    /// # let group = ProcessGroup::join(GroupOptions::new(0, 1, "127.0.0.1:0"))?;
+    /// let mut weights = vec![0.0f64; 8];
+    /// if group.rank() == 0 {
+    ///     weights.fill(0.5);
+    /// }
+    /// group.broadcast(&mut weights, 0)?;
+    /// assert_eq!(weights, [0.5; 8]);
+    /// # Ok::<(), prism_train::collective::CollectiveError>(())
+    /// ```
     pub fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<()> {
         self.shared.wait_idle(OpKind::Broadcast)?;
         self.shared.broadcast(buf, root)
     }
 
     /// Returns once every rank has entered the barrier.
+    ///
+    /// ```
+    /// # use prism_train::collective::{GroupOptions, ProcessGroup};
+    /// # let group = ProcessGroup::join(GroupOptions::new(0, 1, "127.0.0.1:0"))?;
+    /// group.barrier()?;
+    /// # Ok::<(), prism_train::collective::CollectiveError>(())
+    /// ```
     pub fn barrier(&self) -> Result<()> {
         self.shared.wait_idle(OpKind::Barrier)?;
         self.shared.barrier()
@@ -527,6 +575,17 @@ impl ProcessGroup {
     /// block `j` of this rank's `input` becomes block `i` (this rank's index)
     /// of rank `j`'s `output`. The transpose that a device-side reduction (or
     /// a mixture-of-experts layer) needs.
+    ///
+    /// ```
+    /// # use prism_train::collective::{GroupOptions, ProcessGroup};
+    /// # let group = ProcessGroup::join(GroupOptions::new(0, 1, "127.0.0.1:0"))?;
+    /// let n = group.world_size();
+    /// let input: Vec<i32> = (0..2 * n as i32).collect(); // n blocks of 2
+    /// let mut output = vec![0; 2 * n];
+    /// group.all_to_all(&input, &mut output)?;
+    /// # assert_eq!(output, input);
+    /// # Ok::<(), prism_train::collective::CollectiveError>(())
+    /// ```
     pub fn all_to_all<T: Element>(&self, input: &[T], output: &mut [T]) -> Result<()> {
         self.shared.wait_idle(OpKind::AllToAll)?;
         self.shared.all_to_all(input, output)
@@ -560,6 +619,17 @@ impl ProcessGroup {
 
     /// [`all_reduce`](Self::all_reduce) on the group's thread; the buffer
     /// comes back from [`Work::wait`].
+    ///
+    /// ```
+    /// # use prism_train::collective::{GroupOptions, ProcessGroup, ReduceOp};
+    /// # let group = ProcessGroup::join(GroupOptions::new(0, 1, "127.0.0.1:0"))?;
+    /// let first = group.all_reduce_async(vec![1.0f32; 1024], ReduceOp::Sum);
+    /// let second = group.all_reduce_async(vec![2.0f32; 1024], ReduceOp::Sum);
+    /// // ... backward pass of the next layer here ...
+    /// let (first, second) = (first.wait()?, second.wait()?);
+    /// # assert_eq!((first[0], second[0]), (1.0, 2.0));
+    /// # Ok::<(), prism_train::collective::CollectiveError>(())
+    /// ```
     pub fn all_reduce_async<T: Element>(&self, mut buf: Vec<T>, op: ReduceOp) -> Work<Vec<T>> {
         self.submit(move |shared| shared.all_reduce(&mut buf, op).map(|()| buf))
     }
