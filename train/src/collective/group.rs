@@ -373,6 +373,55 @@ fn random_u64() -> u64 {
     h.finish()
 }
 
+/// Rendezvous, one TCP connection per pair, then the transport: shared
+/// memory when every rank is on this host (unless TCP is forced), TCP
+/// otherwise.
+fn connect(
+    rank: usize,
+    world_size: usize,
+    group_name: &str,
+    config: &CollectiveConfig,
+    rendezvous: &dyn Rendezvous,
+    deadline: Instant,
+) -> Result<Box<dyn Mesh>> {
+    let listener = tcp::bind_data_listener()?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| CollectiveError::io(None, "reading the peer listener address", e))?
+        .port();
+    let me = PeerRecord {
+        rank,
+        data_addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port),
+        host_id: local_host_id(),
+        pid: std::process::id(),
+        nonce: random_u64(),
+    };
+    let table = rendezvous.exchange(group_name, world_size, me, deadline)?;
+    if table.len() != world_size || table.iter().enumerate().any(|(i, r)| r.rank != i) {
+        return Err(CollectiveError::Protocol {
+            peer: 0,
+            detail: "rendezvous returned an incomplete table",
+        });
+    }
+    let nonce = table[0].nonce;
+    let streams = tcp::connect_mesh(rank, &table, listener, deadline)?;
+    let one_host = table.iter().all(|r| r.host_id == table[0].host_id);
+    Ok(match (config.transport, one_host) {
+        (TransportChoice::Tcp, _) | (TransportChoice::Auto, false) => {
+            Box::new(TcpMesh::new(streams, config)?)
+        }
+        (TransportChoice::Auto | TransportChoice::SharedMemory, true) => {
+            Box::new(ShmMesh::new(rank, nonce, streams, config, deadline)?)
+        }
+        (TransportChoice::SharedMemory, false) => {
+            return Err(CollectiveError::TransportUnavailable {
+                transport: "shm",
+                reason: "the ranks are not all on one host",
+            })
+        }
+    })
+}
+
 impl ProcessGroup {
     /// Joins the group described by `options`, meeting at its master address
     /// (rank 0 listens there). Returns once every rank has joined and every
@@ -400,48 +449,13 @@ impl ProcessGroup {
             ..
         } = options;
         let deadline = Instant::now() + config.timeout();
-        let (mesh, transport): (Option<Box<dyn Mesh>>, &'static str) = if world_size == 1 {
-            (None, "local")
+        let mesh = if world_size == 1 {
+            None
         } else {
-            let listener = tcp::bind_data_listener()?;
-            let port = listener
-                .local_addr()
-                .map_err(|e| CollectiveError::io(None, "reading the peer listener address", e))?
-                .port();
-            let me = PeerRecord {
-                rank,
-                data_addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port),
-                host_id: local_host_id(),
-                pid: std::process::id(),
-                nonce: random_u64(),
-            };
-            let table = rendezvous.exchange(&group_name, world_size, me, deadline)?;
-            if table.len() != world_size || table.iter().enumerate().any(|(i, r)| r.rank != i) {
-                return Err(CollectiveError::Protocol {
-                    peer: 0,
-                    detail: "rendezvous returned an incomplete table",
-                });
-            }
-            let nonce = table[0].nonce;
-            let streams = tcp::connect_mesh(rank, &table, listener, deadline)?;
-            let one_host = table.iter().all(|r| r.host_id == table[0].host_id);
-            let mesh: Box<dyn Mesh> = match (config.transport, one_host) {
-                (TransportChoice::Tcp, _) | (TransportChoice::Auto, false) => {
-                    Box::new(TcpMesh::new(streams, &config)?)
-                }
-                (TransportChoice::Auto | TransportChoice::SharedMemory, true) => {
-                    Box::new(ShmMesh::new(rank, nonce, streams, &config, deadline)?)
-                }
-                (TransportChoice::SharedMemory, false) => {
-                    return Err(CollectiveError::TransportUnavailable {
-                        transport: "shm",
-                        reason: "the ranks are not all on one host",
-                    })
-                }
-            };
-            let name = mesh.name();
-            (Some(mesh), name)
+            let mesh = connect(rank, world_size, &group_name, &config, rendezvous, deadline)?;
+            Some(mesh)
         };
+        let transport = mesh.as_ref().map_or("local", |m| m.name());
         let shared = Arc::new(Shared {
             rank,
             world_size,
