@@ -16,10 +16,23 @@
 //! one wait slice (at most 100 ms).
 
 use super::element::{combine_bytes_into, Element, ReduceOp};
-use super::error::{CollectiveError, OpKind, OpSignature, Result};
+use super::error::{CollectiveError, OpSignature, Result};
 use super::plan::{decode_header, Plan, RecvAction};
 use super::transport::{Interest, Mesh};
 use std::time::{Duration, Instant};
+
+/// What one link direction did in a round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    /// Nothing left to move in this direction.
+    Done,
+    /// Bytes moved.
+    Moved,
+    /// The transport could not take or give bytes now.
+    WouldBlock,
+    /// A send waits on a receive from another link.
+    Waiting,
+}
 
 /// Runs `plan` to completion. `T` and `op` say how `Reduce` receives
 /// combine.
@@ -39,90 +52,24 @@ pub(crate) unsafe fn run<T: Element>(
     timeout: Duration,
 ) -> Result<()> {
     let n = plan.sends.len();
-    let elem = std::mem::size_of::<T>();
     let chunk = (chunk_bytes / 64).max(1) * 64;
     let mut next_send = vec![0usize; n];
     let mut next_recv = vec![0usize; n];
     let mut interest: Vec<Interest> = Vec::with_capacity(n);
-    let kind: OpKind = plan.signature.kind;
     loop {
         let mut progressed = false;
         let mut finished = true;
         interest.clear();
         for peer in 0..n {
-            let mut want_read = false;
-            let mut want_write = false;
-            // Send: as far as the dependency allows, one chunk per round.
-            while let Some(item) = plan.sends[peer].get(next_send[peer]) {
-                if item.sent == item.len {
-                    next_send[peer] += 1;
-                    continue;
-                }
-                finished = false;
-                let allowed = match item.after {
-                    Some((p, i)) => plan.recvs[p][i].done,
-                    None => item.len,
-                };
-                if allowed <= item.sent {
-                    break; // Waiting on a receive, which has its own interest.
-                }
-                let end = allowed.min(item.sent + chunk);
-                let src = std::slice::from_raw_parts(item.ptr.add(item.sent), end - item.sent);
-                let wrote = mesh.link(peer).try_write(src)?;
-                if wrote == 0 {
-                    want_write = true;
-                    break;
-                }
-                progressed = true;
-                let item = &mut plan.sends[peer][next_send[peer]];
-                item.sent += wrote;
-                if item.sent == item.len {
-                    next_send[peer] += 1;
-                }
-                break;
-            }
-            // Receive: at most one chunk per round.
-            while let Some(item) = plan.recvs[peer].get_mut(next_recv[peer]) {
-                if item.done == item.len {
-                    next_recv[peer] += 1;
-                    continue;
-                }
-                finished = false;
-                let link = mesh.link(peer);
-                let want = (item.len - item.done).min(chunk);
-                let got = match item.action {
-                    RecvAction::Copy | RecvAction::Header => {
-                        let dst = std::slice::from_raw_parts_mut(item.ptr.add(item.done), want);
-                        link.try_read_into(dst)?
-                    }
-                    RecvAction::Reduce => {
-                        let base = item.ptr.add(item.done) as *mut T;
-                        link.try_read_with(want, elem, &mut |bytes: &[u8]| {
-                            let dst = std::slice::from_raw_parts_mut(base, bytes.len() / elem);
-                            combine_bytes_into(dst, bytes, op);
-                        })?
-                    }
-                };
-                if got == 0 {
-                    want_read = true;
-                    break;
-                }
-                item.done += got;
-                progressed = true;
-                if item.done == item.len {
-                    if item.action == RecvAction::Header {
-                        let bytes = std::slice::from_raw_parts(item.ptr, item.len);
-                        check_header(peer, plan.signature, bytes)?;
-                    }
-                    next_recv[peer] += 1;
-                }
-                break;
-            }
-            if want_read || want_write {
+            let sent = pump_send(mesh, plan, peer, &mut next_send[peer], chunk)?;
+            let received = pump_recv::<T>(mesh, plan, peer, &mut next_recv[peer], chunk, op)?;
+            finished &= sent == Step::Done && received == Step::Done;
+            progressed |= sent == Step::Moved || received == Step::Moved;
+            if sent == Step::WouldBlock || received == Step::WouldBlock {
                 interest.push(Interest {
                     peer,
-                    read: want_read,
-                    write: want_write,
+                    read: received == Step::WouldBlock,
+                    write: sent == Step::WouldBlock,
                 });
             }
         }
@@ -130,12 +77,107 @@ pub(crate) unsafe fn run<T: Element>(
             return Ok(());
         }
         if Instant::now() >= deadline {
-            return Err(CollectiveError::Timeout { op: kind, timeout });
+            return Err(CollectiveError::Timeout {
+                op: plan.signature.kind,
+                timeout,
+            });
         }
         if !progressed {
             mesh.wait(&interest, deadline)?;
         }
     }
+}
+
+/// Sends at most one chunk of `peer`'s current send item, as far as its
+/// dependency allows.
+///
+/// # Safety
+///
+/// As for [`run`].
+unsafe fn pump_send(
+    mesh: &mut dyn Mesh,
+    plan: &mut Plan,
+    peer: usize,
+    next: &mut usize,
+    chunk: usize,
+) -> Result<Step> {
+    while let Some(item) = plan.sends[peer].get(*next) {
+        if item.sent == item.len {
+            *next += 1;
+            continue;
+        }
+        let allowed = match item.after {
+            Some((p, i)) => plan.recvs[p][i].done,
+            None => item.len,
+        };
+        if allowed <= item.sent {
+            return Ok(Step::Waiting);
+        }
+        let end = allowed.min(item.sent + chunk);
+        let src = std::slice::from_raw_parts(item.ptr.add(item.sent), end - item.sent);
+        let wrote = mesh.link(peer).try_write(src)?;
+        if wrote == 0 {
+            return Ok(Step::WouldBlock);
+        }
+        let item = &mut plan.sends[peer][*next];
+        item.sent += wrote;
+        if item.sent == item.len {
+            *next += 1;
+        }
+        return Ok(Step::Moved);
+    }
+    Ok(Step::Done)
+}
+
+/// Receives at most one chunk of `peer`'s current receive item, copying or
+/// combining it into place; checks a header once it is complete.
+///
+/// # Safety
+///
+/// As for [`run`].
+unsafe fn pump_recv<T: Element>(
+    mesh: &mut dyn Mesh,
+    plan: &mut Plan,
+    peer: usize,
+    next: &mut usize,
+    chunk: usize,
+    op: ReduceOp,
+) -> Result<Step> {
+    let elem = std::mem::size_of::<T>();
+    while let Some(item) = plan.recvs[peer].get_mut(*next) {
+        if item.done == item.len {
+            *next += 1;
+            continue;
+        }
+        let link = mesh.link(peer);
+        let want = (item.len - item.done).min(chunk);
+        let got = match item.action {
+            RecvAction::Copy | RecvAction::Header => {
+                let dst = std::slice::from_raw_parts_mut(item.ptr.add(item.done), want);
+                link.try_read_into(dst)?
+            }
+            RecvAction::Reduce => {
+                let base = item.ptr.add(item.done) as *mut T;
+                link.try_read_with(want, elem, &mut |bytes: &[u8]| {
+                    let dst = std::slice::from_raw_parts_mut(base, bytes.len() / elem);
+                    combine_bytes_into(dst, bytes, op);
+                })?
+            }
+        };
+        if got == 0 {
+            return Ok(Step::WouldBlock);
+        }
+        item.done += got;
+        if item.done == item.len {
+            if item.action == RecvAction::Header {
+                let bytes = std::slice::from_raw_parts(item.ptr, item.len);
+                check_header(peer, plan.signature, bytes)?;
+            }
+            *next += 1;
+        }
+        return Ok(Step::Moved);
+    }
+    Ok(Step::Done)
 }
 
 fn check_header(peer: usize, ours: OpSignature, bytes: &[u8]) -> Result<()> {
