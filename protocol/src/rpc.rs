@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncReadExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 
@@ -76,6 +76,11 @@ enum Waiter {
 
 struct Inner {
     peer: String,
+    /// The socket's write side, shared by direct writers and the writer task.
+    write_half: Arc<tokio::net::unix::OwnedWriteHalf>,
+    /// Frames handed to the writer task and not yet fully written; direct
+    /// writes happen only when this is zero, under its lock.
+    queued: Arc<Mutex<usize>>,
     outgoing: mpsc::UnboundedSender<Vec<u8>>,
     pending: Mutex<HashMap<u64, Waiter>>,
     next_id: AtomicU64,
@@ -123,31 +128,46 @@ impl Connection {
     /// Wraps an accepted or connected stream and starts its reader and writer.
     pub fn start(stream: UnixStream, peer: String, handler: Arc<dyn Handler>) -> Connection {
         let (read_half, write_half) = stream.into_split();
+        let write_half = Arc::new(write_half);
+        let queued = Arc::new(Mutex::new(0usize));
         let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
         let conn = Connection {
             inner: Arc::new(Inner {
                 peer,
+                write_half: write_half.clone(),
+                queued: queued.clone(),
                 outgoing: tx,
                 pending: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(1),
                 closed: AtomicBool::new(false),
             }),
         };
+        // The writer task holds no Connection: when the last one drops, the
+        // channel closes, the task ends and the socket's write side closes.
         tokio::spawn(async move {
-            let mut writer = BufWriter::with_capacity(64 * 1024, write_half);
-            while let Some(buf) = rx.recv().await {
-                if writer.write_all(&buf).await.is_err() {
-                    return;
-                }
-                // Batch whatever else is already queued into the same write.
+            // Frames that could not be written at once: write them in
+            // order, several per system call, waiting for the socket to
+            // drain when it is full.
+            while let Some(first) = rx.recv().await {
+                let mut batch = first;
+                let mut frames = 1;
                 while let Ok(more) = rx.try_recv() {
-                    if writer.write_all(&more).await.is_err() {
-                        return;
+                    batch.extend_from_slice(&more);
+                    frames += 1;
+                }
+                let mut written = 0;
+                while written < batch.len() {
+                    match write_half.try_write(&batch[written..]) {
+                        Ok(n) => written += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            if write_half.writable().await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(_) => return,
                     }
                 }
-                if writer.flush().await.is_err() {
-                    return;
-                }
+                *queued.lock() -= frames;
             }
         });
         let reader_conn = conn.clone();
@@ -185,11 +205,25 @@ impl Connection {
         self.inner.closed.load(Ordering::SeqCst)
     }
 
+    /// Writes a frame from the calling thread when nothing is queued ahead
+    /// of it (saving a wake-up of the writer task), else queues it.
     fn send_frame(&self, frame: &Frame) -> Result<(), Error> {
         let buf = encode_frame(frame)?;
+        let mut queued = self.inner.queued.lock();
+        let rest = if *queued == 0 {
+            match self.inner.write_half.try_write(&buf) {
+                Ok(n) if n == buf.len() => return Ok(()),
+                Ok(n) => buf[n..].to_vec(),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => buf,
+                Err(_) => return Err(self.disconnected()),
+            }
+        } else {
+            buf
+        };
+        *queued += 1;
         self.inner
             .outgoing
-            .send(buf)
+            .send(rest)
             .map_err(|_| self.disconnected())
     }
 
@@ -362,6 +396,15 @@ mod tests {
         fn handle(&self, conn: &Connection, id: Option<u64>, request: Request) {
             let body = match request {
                 Request::GetObject { id: _ } => Response::ObjectLocation { offset: 1, size: 2 },
+                // A reply far larger than a socket buffer: written in parts.
+                Request::GetObjectStatus { id: _ } => {
+                    Response::Object(crate::messages::ReturnObject {
+                        value: crate::messages::ObjectValue::Inline(bytes::Bytes::from(
+                            vec![7u8; 8 << 20],
+                        )),
+                        contained: Vec::new(),
+                    })
+                }
                 _ => Response::Ok,
             };
             conn.respond(id, body);
@@ -383,6 +426,27 @@ mod tests {
                 .await
                 .unwrap();
             assert!(matches!(r, Response::ObjectLocation { offset: 1, size: 2 }));
+        }
+        // Several large answers in flight at once arrive whole and in one piece each.
+        let calls: Vec<_> = (0..4)
+            .map(|_| {
+                conn.start_call(Request::GetObjectStatus {
+                    id: ObjectId::new(),
+                })
+                .unwrap()
+            })
+            .collect();
+        for rx in calls {
+            match rx.await.unwrap() {
+                Response::Object(ret) => match ret.value {
+                    crate::messages::ObjectValue::Inline(b) => {
+                        assert_eq!(b.len(), 8 << 20);
+                        assert!(b.iter().all(|x| *x == 7));
+                    }
+                    other => panic!("unexpected value {other:?}"),
+                },
+                other => panic!("unexpected reply {other:?}"),
+            }
         }
         server.abort();
         drop(server);
