@@ -1,18 +1,27 @@
-"""Joins collective_bench and gloo_allreduce.py rows into one markdown table."""
+"""Joins collective_bench and gloo_allreduce.py rows (bench/collective/out/)
+into one markdown table, keeping each implementation's fastest run per
+(world, size)."""
 
+import glob
+import os
 import sys
 
 
-def rows(path):
-    out, comments = {}, []
-    for line in open(path):
-        if line.startswith("#"):
-            comments.append(line.strip())
-            continue
-        f = line.split()
-        if len(f) == 7:
-            out[(int(f[2]), int(f[3]))] = (f[1], float(f[4]), float(f[6]))
-    return out, comments
+def best_rows(pattern):
+    best, comments = {}, []
+    for path in sorted(glob.glob(pattern)):
+        for line in open(path):
+            if line.startswith("#"):
+                comments.append(line.strip())
+                continue
+            f = line.split()
+            if len(f) != 7:
+                continue
+            key = (int(f[2]), int(f[3]))
+            row = (f[1], float(f[4]), float(f[6]))
+            if key not in best or row[1] < best[key][1]:
+                best[key] = row
+    return best, comments
 
 
 def human(n):
@@ -22,16 +31,19 @@ def human(n):
     return f"{n} B"
 
 
-prism, pc = rows(sys.argv[1])
-gloo, gc = rows(sys.argv[2])
-for c in pc + gc:
+out = sys.argv[1]
+prism, pc = best_rows(os.path.join(out, "prism.*.txt"))
+gloo, gc = best_rows(os.path.join(out, "gloo.*.txt"))
+for c in sorted(set(c for c in pc + gc if "memcpy" in c or "torch" in c)):
     print(c)
+if os.path.exists(os.path.join(out, "load.txt")):
+    print(open(os.path.join(out, "load.txt")).read().rstrip())
 print()
 print("| world | size | prism time (us) | prism busbw (GB/s) | gloo time (us) | gloo busbw (GB/s) | busbw ratio |")
 print("|---|---|---|---|---|---|---|")
 for key in sorted(prism):
     world, nbytes = key
-    transport, pt, pb = prism[key]
+    _, pt, pb = prism[key]
     if key in gloo:
         _, gt, gb = gloo[key]
         print(f"| {world} | {human(nbytes)} | {pt:.1f} | {pb:.3f} | {gt:.1f} | {gb:.3f} | {pb / gb:.1f}x |")
