@@ -182,9 +182,11 @@ impl<T> DerefMut for PinnedHost<T> {
 
 impl<T> Drop for PinnedHost<T> {
     fn drop(&mut self) {
-        let _ = self.ctx.bind_to_thread();
-        // SAFETY: allocated by malloc_host in `new`; no copy is in flight
-        // (the staged algorithms wait for their copies before returning).
+        // A staged call that failed half-way may leave copies in flight into
+        // or out of this memory: let the device finish before freeing it.
+        let _ = self.ctx.synchronize();
+        // SAFETY: allocated by malloc_host in `new`; nothing is in flight
+        // after the synchronisation above.
         unsafe {
             let _ = result::free_host(self.ptr as *mut std::ffi::c_void);
         }
