@@ -8,7 +8,7 @@
 use half::{bf16, f16};
 use prism_train::collective::{
     segment_range, staged, CollectiveConfig, CollectiveError, DataType, Element, GroupOptions,
-    ProcessGroup, ReduceOp,
+    ProcessGroup, ReduceOp, TransportChoice,
 };
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -485,7 +485,7 @@ fn role_matrix() {
     let world = a.world_size();
     if world > 1 {
         let expected = match transport {
-            prism_train::collective::TransportChoice::Tcp => "tcp",
+            TransportChoice::Tcp => "tcp",
             _ => "shm",
         };
         assert_eq!(a.transport(), expected);
@@ -624,5 +624,53 @@ fn role_mismatch() {
         CollectiveError::CallMismatch { .. } => println!("MISMATCH reported"),
         CollectiveError::PeerDisconnected { .. } | CollectiveError::GroupAborted { .. } => {}
         other => panic!("unexpected error kind: {other:?}"),
+    }
+}
+
+/// Threads of one process form a group too; random lengths through tiny
+/// rings and chunks shake out wrap-around and flow-control bugs quickly.
+#[test]
+fn random_lengths_through_tiny_rings_stay_correct_over_both_transports() {
+    for transport in [TransportChoice::Tcp, TransportChoice::SharedMemory] {
+        let port = free_port();
+        let world = 3;
+        let handles: Vec<_> = (0..world)
+            .map(|rank| {
+                std::thread::spawn(move || {
+                    let config = CollectiveConfig {
+                        small_message_bytes: 256,
+                        chunk_bytes: 4096,
+                        shm_ring_bytes: 704,
+                        shm_side_ring_bytes: 64,
+                        tcp_socket_buffer_bytes: 64 * 1024,
+                        transport,
+                        timeout_ms: 60_000,
+                        ..CollectiveConfig::default()
+                    };
+                    let g = ProcessGroup::join(
+                        GroupOptions::new(rank, world, format!("127.0.0.1:{port}")).config(config),
+                    )
+                    .unwrap_or_else(|e| panic!("rank {rank} must join: {e}"));
+                    for case in 0..400u64 {
+                        let len = (splitmix(case) % 5000) as usize;
+                        let mut buf = inputs::<u8>(rank, case, len, ReduceOp::Sum);
+                        g.all_reduce(&mut buf, ReduceOp::Sum)
+                            .unwrap_or_else(|e| panic!("case {case} len {len}: {e}"));
+                        for (i, v) in buf.iter().enumerate() {
+                            must_match(
+                                &format!("{transport:?} case {case} len {len} [{i}]"),
+                                *v,
+                                reference::<u8>(world, case, i, ReduceOp::Sum),
+                            );
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            if let Err(panic) = h.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
     }
 }
