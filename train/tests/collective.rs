@@ -674,3 +674,56 @@ fn random_lengths_through_tiny_rings_stay_correct_over_both_transports() {
         }
     }
 }
+
+#[derive(Debug, Default)]
+struct MemoryStore(std::sync::Mutex<std::collections::HashMap<String, String>>);
+
+impl prism_train::collective::KvStore for MemoryStore {
+    fn put(&self, key: &str, value: &str) -> prism_train::collective::Result<()> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.to_string(), value.to_string());
+        Ok(())
+    }
+    fn get(&self, key: &str) -> prism_train::collective::Result<Option<String>> {
+        Ok(self
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .cloned())
+    }
+}
+
+/// The swap the Trainer will make: the same group, formed through a
+/// key-value store instead of a master port.
+#[test]
+fn a_group_forms_through_a_key_value_store() {
+    use prism_train::collective::KvRendezvous;
+    let store = std::sync::Arc::new(KvRendezvous::new(
+        MemoryStore::default(),
+        "127.0.0.1".parse().expect("literal address"),
+    ));
+    let world = 3;
+    let handles: Vec<_> = (0..world)
+        .map(|rank| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let options = GroupOptions::new(rank, world, "unused:0")
+                    .group_name("kv-test")
+                    .timeout(Duration::from_secs(30));
+                let g = ProcessGroup::join_with(options, &*store)
+                    .unwrap_or_else(|e| panic!("rank {rank} must join through the store: {e}"));
+                let mut buf = vec![rank as i64 + 1; 100];
+                g.all_reduce(&mut buf, ReduceOp::Sum).expect("all_reduce");
+                assert_eq!(buf, vec![6i64; 100]);
+            })
+        })
+        .collect();
+    for h in handles {
+        if let Err(panic) = h.join() {
+            std::panic::resume_unwind(panic);
+        }
+    }
+}

@@ -21,8 +21,9 @@
 //! Ranks meet through a [`Rendezvous`]. [`TcpRendezvous`] is torch's
 //! `env://`: rank 0 listens at `MASTER_ADDR:MASTER_PORT`
 //! ([`ProcessGroup::from_env`] reads those with `RANK` and `WORLD_SIZE`).
-//! Forming groups through the cluster's control store is another
-//! implementation of the same trait, given to [`ProcessGroup::join_with`].
+//! Forming groups through the cluster's control store is
+//! [`KvRendezvous`] over a [`KvStore`] (two methods, `put` and `get`), given
+//! to [`ProcessGroup::join_with`].
 //!
 //! # Algorithms and transports
 //!
@@ -56,4 +57,4 @@ pub use element::{DataType, Element, ReduceOp};
 pub use error::{CollectiveError, OpKind, OpSignature, Result};
 pub use group::{GroupOptions, ProcessGroup, Work, MAX_WORLD_SIZE};
 pub use plan::segment_range;
-pub use rendezvous::{PeerRecord, Rendezvous, TcpRendezvous};
+pub use rendezvous::{KvRendezvous, KvStore, PeerRecord, Rendezvous, TcpRendezvous};

@@ -40,7 +40,10 @@ pub struct PeerRecord {
 /// One step that turns every rank's [`PeerRecord`] into the full table.
 ///
 /// Implementations must return the records sorted by rank, one per rank, or
-/// an error by `deadline`.
+/// an error by `deadline`. A record's `data_addr` arrives with an
+/// unspecified IP; the implementation replaces it with an address the other
+/// ranks can reach (as [`TcpRendezvous`] does with the address it saw, and
+/// [`KvRendezvous`] with the one it was given).
 pub trait Rendezvous: Send + Sync + fmt::Debug {
     /// Publishes `me` for the group `group_name` of `world_size` ranks and
     /// returns every rank's record.
@@ -405,6 +408,110 @@ impl Rendezvous for TcpRendezvous {
             self.serve(group_name, world_size, me, deadline)
         } else {
             self.join(group_name, world_size, me, deadline)
+        }
+    }
+}
+
+/// A key-value store that every rank can reach, such as the cluster's
+/// control store: the only thing a store-backed rendezvous needs.
+pub trait KvStore: Send + Sync + fmt::Debug {
+    /// Stores `value` under `key`, replacing any earlier value.
+    fn put(&self, key: &str, value: &str) -> Result<()>;
+    /// The value under `key`, if any.
+    fn get(&self, key: &str) -> Result<Option<String>>;
+}
+
+/// Rendezvous through a [`KvStore`]: each rank puts its record under
+/// `prism/collective/<group>/<rank>` and polls for the others'.
+///
+/// Keys are not deleted, so give every run its own group name (a job id in
+/// it), or a rank may meet the records of a finished run.
+///
+/// ```
+/// use prism_train::collective::{GroupOptions, KvRendezvous, KvStore, ProcessGroup};
+/// use std::collections::HashMap;
+/// use std::sync::Mutex;
+///
+/// #[derive(Debug, Default)]
+/// struct Memory(Mutex<HashMap<String, String>>);
+///
+/// impl KvStore for Memory {
+///     fn put(&self, key: &str, value: &str) -> prism_train::collective::Result<()> {
+///         self.0.lock().unwrap().insert(key.into(), value.into());
+///         Ok(())
+///     }
+///     fn get(&self, key: &str) -> prism_train::collective::Result<Option<String>> {
+///         Ok(self.0.lock().unwrap().get(key).cloned())
+///     }
+/// }
+///
+/// let rendezvous = KvRendezvous::new(Memory::default(), "127.0.0.1".parse().unwrap());
+/// let group = ProcessGroup::join_with(GroupOptions::new(0, 1, "unused:0"), &rendezvous)?;
+/// assert_eq!(group.world_size(), 1);
+/// # Ok::<(), prism_train::collective::CollectiveError>(())
+/// ```
+#[derive(Debug)]
+pub struct KvRendezvous<S> {
+    store: S,
+    advertise: IpAddr,
+}
+
+impl<S: KvStore> KvRendezvous<S> {
+    /// Rendezvous through `store`; this rank tells the others to reach it at
+    /// `advertise`.
+    pub fn new(store: S, advertise: IpAddr) -> Self {
+        KvRendezvous { store, advertise }
+    }
+}
+
+impl<S: KvStore> Rendezvous for KvRendezvous<S> {
+    fn exchange(
+        &self,
+        group_name: &str,
+        world_size: usize,
+        me: PeerRecord,
+        deadline: Instant,
+    ) -> Result<Vec<PeerRecord>> {
+        let start = Instant::now();
+        let key = |rank: usize| format!("prism/collective/{group_name}/{rank}");
+        let mut me = me;
+        if me.data_addr.ip().is_unspecified() {
+            me.data_addr.set_ip(self.advertise);
+        }
+        let row = format!(
+            "{} {} {} {} {}",
+            me.rank, me.data_addr, me.host_id, me.pid, me.nonce
+        );
+        self.store.put(&key(me.rank), &row)?;
+        let mut table: Vec<Option<PeerRecord>> = vec![None; world_size];
+        let mut backoff = Duration::from_millis(1);
+        // Bounded by the deadline.
+        loop {
+            for (rank, slot) in table.iter_mut().enumerate().filter(|(_, s)| s.is_none()) {
+                if let Some(value) = self.store.get(&key(rank))? {
+                    let record = parse_record(&value).filter(|r| r.rank == rank).ok_or(
+                        CollectiveError::Protocol {
+                            peer: rank,
+                            detail: "malformed rendezvous record in the store",
+                        },
+                    )?;
+                    *slot = Some(record);
+                }
+            }
+            let joined = table.iter().filter(|s| s.is_some()).count();
+            if joined == world_size {
+                return Ok(table.into_iter().flatten().collect());
+            }
+            if Instant::now() >= deadline {
+                return Err(CollectiveError::RendezvousTimeout {
+                    master: format!("key-value store, group {group_name}"),
+                    joined,
+                    world_size,
+                    timeout: deadline.saturating_duration_since(start),
+                });
+            }
+            std::thread::sleep(backoff.min(remaining(deadline)));
+            backoff = (backoff * 2).min(Duration::from_millis(50));
         }
     }
 }
