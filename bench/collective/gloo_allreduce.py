@@ -4,7 +4,10 @@ calls, a barrier, then the median of single calls on rank 0.
 
 Prints rows `gloo  tcp  <world>  <bytes>  <time_us>  <algbw>  <busbw>`.
 
-    python gloo_allreduce.py --worlds 2,4 --min-bytes 4096 --max-bytes 268435456
+    python gloo_allreduce.py --worlds 2,4 --min-bytes 4096 --max-bytes 268435456 [--device cuda]
+
+With --device cuda the tensors live on GPU 0 (every rank shares it) and gloo
+stages them through host memory itself.
 """
 
 import argparse
@@ -36,13 +39,13 @@ def sizes(lo, hi):
         s *= 4
 
 
-def rank_main(rank, world, port, lo, hi, queue):
+def rank_main(rank, world, port, lo, hi, queue, device):
     torch.set_num_threads(1)
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
     )
     for nbytes in sizes(lo, hi):
-        t = torch.ones(nbytes // 4, dtype=torch.float32)
+        t = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
         dist.all_reduce(t)
         assert t[0].item() == world, "gloo all_reduce gave a wrong sum"
         dist.all_reduce(t)
@@ -51,6 +54,8 @@ def rank_main(rank, world, port, lo, hi, queue):
         for _ in range(iterations(nbytes)):
             start = time.perf_counter()
             dist.all_reduce(t)
+            if device == "cuda":
+                torch.cuda.synchronize()
             times.append(time.perf_counter() - start)
         if rank == 0:
             queue.put((nbytes, statistics.median(times)))
@@ -69,6 +74,7 @@ def main():
     p.add_argument("--worlds", default="2,4")
     p.add_argument("--min-bytes", type=int, default=4096)
     p.add_argument("--max-bytes", type=int, default=256 << 20)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     a = p.parse_args()
     ctx = mp.get_context("spawn")
     print(f"# torch {torch.__version__} gloo", flush=True)
@@ -76,7 +82,10 @@ def main():
         queue = ctx.Queue()
         port = free_port()
         procs = [
-            ctx.Process(target=rank_main, args=(r, world, port, a.min_bytes, a.max_bytes, queue))
+            ctx.Process(
+                target=rank_main,
+                args=(r, world, port, a.min_bytes, a.max_bytes, queue, a.device),
+            )
             for r in range(world)
         ]
         for proc in procs:
@@ -91,7 +100,8 @@ def main():
             nbytes, secs = queue.get()
             algbw = nbytes / secs / 1e9
             busbw = algbw * 2 * (world - 1) / world
-            print(f"gloo   tcp   {world}  {nbytes:>10}  {secs * 1e6:>10.1f}  {algbw:>8.3f}  {busbw:>8.3f}", flush=True)
+            label = "gloo-cuda" if a.device == "cuda" else "gloo  "
+            print(f"{label} tcp   {world}  {nbytes:>10}  {secs * 1e6:>10.1f}  {algbw:>8.3f}  {busbw:>8.3f}", flush=True)
 
 
 if __name__ == "__main__":
