@@ -3,7 +3,7 @@
 //! [`CudaCollectives`] owns a CUDA context, two streams (device-to-host and
 //! host-to-device plus kernels) and the reduction kernels, compiled at run
 //! time with NVRTC for each element type. It runs the staged algorithms of
-//! [`staged`](super::staged) on a [`CudaSlice`]: pinned host staging, copies
+//! [`staged`] on a [`CudaSlice`]: pinned host staging, copies
 //! on their own streams so they overlap the network, and the reduction on the
 //! device.
 //!
