@@ -366,6 +366,7 @@ impl CoreWorker {
                     other => return Err(other.unexpected("GetObject")),
                 };
                 let ptr = self.segment.ptr(offset, size)?;
+                self.segment.prefault(offset, size);
                 Ok(Loaded::Stored {
                     ptr,
                     len: size as usize,

@@ -4,6 +4,7 @@ use memmap2::MmapRaw;
 use prism_protocol::Error;
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A mapping of the node's object segment.
 ///
@@ -14,9 +15,9 @@ use std::path::{Path, PathBuf};
 #[derive(Debug)]
 pub struct Segment {
     map: MmapRaw,
-    /// End of the highest range this process has written: pages below it
-    /// are already backed, so only writes beyond it are prefaulted.
-    written_up_to: std::sync::atomic::AtomicU64,
+    /// One bit per 2 MiB chunk this process has already mapped in (see
+    /// [`Segment::prefault`]).
+    mapped_chunks: Vec<AtomicU64>,
     path: PathBuf,
     /// The creator keeps the memfd open so others can open it by path.
     _file: Option<std::fs::File>,
@@ -52,8 +53,8 @@ impl Segment {
             .map_err(|e| Error::io(format!("size the object store to {capacity} bytes"), e))?;
         let map = MmapRaw::map_raw(&file).map_err(|e| Error::io("map the object store", e))?;
         Ok(Segment {
+            mapped_chunks: chunk_bitmap(map.len() as u64),
             map,
-            written_up_to: Default::default(),
             path: PathBuf::from(format!("/proc/{}/fd/{fd}", std::process::id())),
             _file: Some(file),
         })
@@ -69,8 +70,8 @@ impl Segment {
         let map = MmapRaw::map_raw(&file)
             .map_err(|e| Error::io(format!("map object store at {}", path.display()), e))?;
         Ok(Segment {
+            mapped_chunks: chunk_bitmap(map.len() as u64),
             map,
-            written_up_to: Default::default(),
             path: path.to_path_buf(),
             _file: None,
         })
@@ -115,13 +116,7 @@ impl Segment {
     /// The caller must own the range (created, not yet sealed).
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), Error> {
         let dst = self.ptr(offset, data.len() as u64)?;
-        let end = offset + data.len() as u64;
-        let seen = self
-            .written_up_to
-            .fetch_max(end, std::sync::atomic::Ordering::Relaxed);
-        if data.len() >= PREFAULT_MIN_BYTES && end > seen {
-            prefault_for_write(dst, data.len());
-        }
+        self.prefault(offset, data.len() as u64);
         // The range is in bounds and, by the store protocol, written by no
         // one else until sealed.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
@@ -140,8 +135,47 @@ impl Segment {
     }
 }
 
-/// Writes at least this large ask the kernel for all their pages at once.
-const PREFAULT_MIN_BYTES: usize = 1 << 20;
+/// Ranges at least this large ask the kernel for all their pages at once.
+const PREFAULT_MIN_BYTES: u64 = 1 << 20;
+/// Granularity of the record of what this process has mapped in.
+const CHUNK_BYTES: u64 = 2 << 20;
+
+fn chunk_bitmap(len: u64) -> Vec<AtomicU64> {
+    (0..len.div_ceil(CHUNK_BYTES).div_ceil(64))
+        .map(|_| AtomicU64::new(0))
+        .collect()
+}
+
+impl Segment {
+    /// Maps in the pages of a large range this process has not touched yet,
+    /// with one system call, before it is copied to or read from: the
+    /// alternative is one page fault per 4 KiB during the copy, which costs
+    /// more than the copy itself (and on fresh shared memory the kernel
+    /// must also allocate and zero the pages). Chunks already mapped in by
+    /// this process are skipped.
+    pub fn prefault(&self, offset: u64, len: u64) {
+        if len < PREFAULT_MIN_BYTES || offset.checked_add(len).is_none_or(|end| end > self.len()) {
+            return;
+        }
+        let first = offset / CHUNK_BYTES;
+        let last = (offset + len - 1) / CHUNK_BYTES;
+        let mut missing = None::<(u64, u64)>;
+        for chunk in first..=last {
+            let word = &self.mapped_chunks[(chunk / 64) as usize];
+            let bit = 1u64 << (chunk % 64);
+            if word.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
+                missing = Some(missing.map_or((chunk, chunk), |(a, _)| (a, chunk)));
+            }
+        }
+        if let Some((a, b)) = missing {
+            let start = (a * CHUNK_BYTES).max(offset);
+            let end = ((b + 1) * CHUNK_BYTES).min(offset + len);
+            // In bounds: checked above.
+            let ptr = unsafe { self.map.as_mut_ptr().add(start as usize) };
+            prefault_for_write(ptr, (end - start) as usize);
+        }
+    }
+}
 
 /// Populates the pages under `[ptr, ptr + len)` in one system call
 /// (`MADV_POPULATE_WRITE`, Linux 5.14+) instead of one page fault per 4 KiB
