@@ -363,9 +363,46 @@ pub fn wait<T: 'static>(
     num_returns: usize,
     timeout: Option<Duration>,
 ) -> Result<WaitResult<T>> {
+    check_wait_args(refs, num_returns)?;
     let core = current()?;
+    // Enough already ready here: answer without the runtime.
+    let infos = refs.iter().map(|r| r.info());
+    if let Some(ready) = core.refs.ready_now(infos, num_returns) {
+        return Ok(split_ready(refs, &ready));
+    }
     let refs = refs.to_vec();
     core.block_on(async move { wait_async(&refs, num_returns, timeout).await })
+}
+
+fn check_wait_args<T>(refs: &[ObjectRef<T>], num_returns: usize) -> Result<()> {
+    if num_returns > refs.len() {
+        return Err(Error::invalid(
+            "num_returns",
+            format!("{num_returns} is more than the {} refs given", refs.len()),
+        ));
+    }
+    let mut seen = std::collections::HashSet::with_capacity(refs.len());
+    if let Some(dup) = refs.iter().find(|r| !seen.insert(r.id())) {
+        return Err(Error::invalid(
+            "refs",
+            format!("{} appears more than once", dup.id()),
+        ));
+    }
+    Ok(())
+}
+
+/// As in Ray: at most `num_returns` refs are reported ready (`ready` marks
+/// exactly those), the rest stay in the second list, in input order.
+fn split_ready<T>(refs: &[ObjectRef<T>], ready: &[bool]) -> WaitResult<T> {
+    let (mut yes, mut no) = (Vec::new(), Vec::with_capacity(refs.len()));
+    for (r, is_ready) in refs.iter().zip(ready) {
+        if *is_ready {
+            yes.push(r.clone());
+        } else {
+            no.push(r.clone());
+        }
+    }
+    (yes, no)
 }
 
 /// The async form of [`wait`].
@@ -374,34 +411,19 @@ pub async fn wait_async<T>(
     num_returns: usize,
     timeout: Option<Duration>,
 ) -> Result<WaitResult<T>> {
-    if num_returns > refs.len() {
-        return Err(Error::invalid(
-            "num_returns",
-            format!("{num_returns} is more than the {} refs given", refs.len()),
-        ));
-    }
-    let mut seen = std::collections::HashSet::new();
-    if let Some(dup) = refs.iter().find(|r| !seen.insert(r.id())) {
-        return Err(Error::invalid(
-            "refs",
-            format!("{} appears more than once", dup.id()),
-        ));
-    }
+    check_wait_args(refs, num_returns)?;
     let core = current()?;
     let infos: Vec<ObjectRefInfo> = refs.iter().map(|r| r.info().clone()).collect();
     let _waiting = core.waiting();
-    let ready = wait_ready(core.clone(), infos, num_returns, timeout).await;
-    // As in Ray: at most `num_returns` refs are reported ready, the first
-    // ready ones in input order; the rest stay in the second list.
-    let (mut yes, mut no) = (Vec::new(), Vec::new());
-    for (r, is_ready) in refs.iter().zip(ready) {
-        if is_ready && yes.len() < num_returns {
-            yes.push(r.clone());
-        } else {
-            no.push(r.clone());
+    let mut ready = wait_ready(core.clone(), infos, num_returns, timeout).await;
+    let mut count = 0;
+    for flag in ready.iter_mut() {
+        if *flag {
+            count += 1;
+            *flag = count <= num_returns;
         }
     }
-    Ok((yes, no))
+    Ok(split_ready(refs, &ready))
 }
 
 async fn wait_ready(

@@ -367,6 +367,39 @@ impl CoreWorker {
             };
             let core = self.clone();
             let cell = cell.clone();
+            let inline = item
+                .spec
+                .args
+                .iter()
+                .all(|a| matches!(a, ArgSpec::Value(_)));
+            if inline {
+                // Arguments at hand: start the call right here, with no
+                // task in between (a sync method on a blocking thread, an
+                // async one as a task).
+                match core.build_actor_call(class, cell, &item.spec, |c, a| c.fetch_args_here(a)) {
+                    Ok(Invocation::Blocking(f)) => {
+                        tokio::task::spawn_blocking(move || {
+                            let result = core.invoke_here(Invocation::Blocking(f));
+                            let response = core.finish_here(&item.spec, result);
+                            drop(permit);
+                            item.conn.respond(item.request, response);
+                        });
+                    }
+                    Ok(Invocation::Async(fut)) => {
+                        tokio::spawn(async move {
+                            let result = private::CatchUnwind(fut).await;
+                            let response = core.finish_call(&item.spec, result).await;
+                            drop(permit);
+                            item.conn.respond(item.request, response);
+                        });
+                    }
+                    Err(e) => {
+                        drop(permit);
+                        item.conn.respond(item.request, Response::Error(e));
+                    }
+                }
+                continue;
+            }
             tokio::spawn(async move {
                 let args = core.fetch_args(item.spec.args.clone()).await;
                 let invocation = args.and_then(|args| {
@@ -377,9 +410,7 @@ impl CoreWorker {
                     Ok(Invocation::Blocking(f)) => tokio::task::spawn_blocking(f)
                         .await
                         .unwrap_or_else(|e| Err(private::panic_error(e))),
-                    Ok(Invocation::Async(fut)) => tokio::spawn(fut)
-                        .await
-                        .unwrap_or_else(|e| Err(private::panic_error(e))),
+                    Ok(Invocation::Async(fut)) => private::CatchUnwind(fut).await,
                 };
                 let response = core.finish_call(&item.spec, result).await;
                 drop(permit);

@@ -297,3 +297,22 @@ pub fn submit_task<R>(
 pub fn enter_worker_mode_if_requested() {
     crate::worker::enter_if_requested();
 }
+
+/// Runs a future, turning a panic while polling it into a `CallError`
+/// (so an async call needs no extra task just to catch panics).
+pub(crate) struct CatchUnwind(pub(crate) BoxFuture<CallResult>);
+
+impl Future for CatchUnwind {
+    type Output = CallResult;
+
+    fn poll(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<CallResult> {
+        let inner = self.0.as_mut();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.poll(cx))) {
+            Ok(poll) => poll,
+            Err(payload) => std::task::Poll::Ready(Err(panic_payload_error(payload))),
+        }
+    }
+}

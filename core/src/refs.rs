@@ -275,6 +275,31 @@ impl RefTable {
         }
     }
 
+    /// Under one lock: which of `infos` are owned here and ready, marking
+    /// at most `need` of them (the first in order); `None` if fewer than
+    /// `need` are ready.
+    pub(crate) fn ready_now<'a>(
+        &self,
+        infos: impl Iterator<Item = &'a ObjectRefInfo>,
+        need: usize,
+    ) -> Option<Vec<bool>> {
+        let entries = self.entries.lock();
+        let mut count = 0;
+        let flags: Vec<bool> = infos
+            .map(|info| {
+                let ready = count < need
+                    && self.is_mine(&info.owner)
+                    && matches!(
+                        entries.get(&info.id).map(|e| &e.value),
+                        Some(ValueState::Ready(_) | ValueState::Failed(_))
+                    );
+                count += ready as usize;
+                ready
+            })
+            .collect();
+        (count >= need).then_some(flags)
+    }
+
     /// Whether an owned object's value is ready (or failed), without waiting.
     pub(crate) fn is_ready(&self, id: ObjectId) -> bool {
         matches!(
