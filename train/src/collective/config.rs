@@ -28,10 +28,11 @@ pub struct CollectiveConfig {
     /// slow rank to finish a training step before the others give up, short
     /// enough that a dead job is noticed.
     pub timeout_ms: u64,
-    /// all_reduce and broadcast of at most this many bytes take the
-    /// latency-optimal path (one round: every rank sends its whole buffer to
-    /// every other); above it, the bandwidth-optimal ring. 64 KiB: below it a
-    /// ring's 2(n-1) round trips cost more than the extra bytes.
+    /// all_reduce, reduce_scatter, all_gather and broadcast of at most this
+    /// many bytes (the whole buffer) take the latency-optimal path (one
+    /// round: every rank sends each peer what it needs); above it, the
+    /// bandwidth-optimal ring or chain. 64 KiB: below it a ring's 2(n-1)
+    /// round trips cost more than the extra bytes.
     pub small_message_bytes: usize,
     /// Largest piece the pipeline moves in one step. 256 KiB: big enough to
     /// amortise a system call, small enough to stay in L2 and to let the next

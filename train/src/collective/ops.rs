@@ -5,7 +5,7 @@ use super::config::CollectiveConfig;
 use super::element::{as_bytes, combine_into, finish_mean, Element, ReduceOp};
 use super::engine;
 use super::error::{CollectiveError, OpKind, OpSignature, Result};
-use super::plan::{self, segment_range, Plan, RingPhases};
+use super::plan::{self, segment_range, Plan, RecvAction, RingPhases};
 use super::transport::Mesh;
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -120,20 +120,59 @@ pub(crate) fn reduce_scatter<T: Element>(
     let sig = call.signature::<T>(OpKind::ReduceScatter, Some(op), 0, buf.len());
     let mut plan = Plan::new(n, sig);
     let segments: Vec<Range<usize>> = (0..n).map(|k| segment_range(buf.len(), n, k)).collect();
-    // SAFETY: the segments partition `buf`.
-    unsafe {
-        plan::ring(
-            &mut plan,
-            rank,
-            n,
-            buf.as_mut_ptr() as *mut u8,
-            std::mem::size_of::<T>(),
-            &segments,
-            RingPhases::ReduceScatter,
-        )
-    };
-    call.run::<T>(&mut plan, op)?;
     let mine = segments[rank].clone();
+    let elem = std::mem::size_of::<T>();
+    if std::mem::size_of_val(buf) <= call.config.small_message_bytes {
+        // Direct: segment k goes straight to rank k; this rank combines the
+        // n copies of its own segment in rank order.
+        let m = mine.len();
+        let mut slots: Vec<T> = Vec::with_capacity(n * m);
+        for _ in 0..n {
+            slots.extend_from_slice(&buf[mine.clone()]);
+        }
+        let base = buf.as_ptr() as *const u8;
+        let slots_ptr = slots.as_mut_ptr() as *mut u8;
+        for peer in (0..n).filter(|p| *p != rank) {
+            let theirs = &segments[peer];
+            plan.header_to(peer);
+            // SAFETY: `theirs` lies in `buf`; slot `peer` holds `m` values.
+            unsafe {
+                plan.send(
+                    peer,
+                    base.add(theirs.start * elem),
+                    theirs.len() * elem,
+                    None,
+                );
+                plan.header_from(peer);
+                plan.recv(
+                    peer,
+                    slots_ptr.add(peer * m * elem),
+                    m * elem,
+                    RecvAction::Copy,
+                );
+            }
+        }
+        call.run::<T>(&mut plan, op)?;
+        let out = &mut buf[mine.clone()];
+        out.copy_from_slice(&slots[..m]);
+        for k in 1..n {
+            combine_into(out, &slots[k * m..(k + 1) * m], op);
+        }
+    } else {
+        // SAFETY: the segments partition `buf`.
+        unsafe {
+            plan::ring(
+                &mut plan,
+                rank,
+                n,
+                buf.as_mut_ptr() as *mut u8,
+                elem,
+                &segments,
+                RingPhases::ReduceScatter,
+            )
+        };
+        call.run::<T>(&mut plan, op)?;
+    }
     finish_mean(&mut buf[mine.clone()], op, n);
     Ok(mine)
 }
@@ -155,6 +194,16 @@ pub(crate) fn all_gather<T: Element>(
     output[rank * len..(rank + 1) * len].copy_from_slice(input);
     let sig = call.signature::<T>(OpKind::AllGather, None, 0, len);
     let mut plan = Plan::new(n, sig);
+    let elem = std::mem::size_of::<T>();
+    if std::mem::size_of_val(output) <= call.config.small_message_bytes {
+        // Direct: this rank's block to every peer, every peer's block into
+        // its place, in one round.
+        let base = output.as_mut_ptr() as *mut u8;
+        let block = std::mem::size_of_val(input);
+        // SAFETY: `output` holds n blocks of `block` bytes.
+        unsafe { plan::direct_exchange(&mut plan, rank, n, base.add(rank * block), base, block) };
+        return call.run::<T>(&mut plan, ReduceOp::Sum);
+    }
     let segments: Vec<Range<usize>> = (0..n).map(|k| k * len..(k + 1) * len).collect();
     // SAFETY: the segments partition `output`.
     unsafe {
@@ -163,7 +212,7 @@ pub(crate) fn all_gather<T: Element>(
             rank,
             n,
             output.as_mut_ptr() as *mut u8,
-            std::mem::size_of::<T>(),
+            elem,
             &segments,
             RingPhases::AllGather,
         )

@@ -12,8 +12,8 @@
 //!
 //! # Algorithms
 //!
-//! - **Ring** (all-reduce above `small_message_bytes`, reduce-scatter,
-//!   all-gather): the buffer is cut into n balanced segments. In the
+//! - **Ring** (all-reduce, reduce-scatter and all-gather above
+//!   `small_message_bytes`): the buffer is cut into n balanced segments. In the
 //!   reduce-scatter phase, step `s` sends segment `r-s-1` to the right and
 //!   combines segment `r-s-2` from the left into place; after n-1 steps rank
 //!   `r` holds the full reduction of segment `r`. The all-gather phase
@@ -21,10 +21,10 @@
 //!   receives 2(n-1)/n of the buffer, the minimum. Every send of step `s`
 //!   waits only on the matching bytes of step `s-1`, so the phases pipeline
 //!   chunk by chunk.
-//! - **Direct** (all-reduce and broadcast up to `small_message_bytes`):
-//!   one round; every rank sends its whole buffer to every rank that needs
-//!   it, and each combines the n inputs in rank order. Latency of one hop
-//!   instead of 2(n-1).
+//! - **Direct** (all-reduce, reduce-scatter, all-gather and broadcast up to
+//!   `small_message_bytes`): one round; every rank sends each peer the part
+//!   of its buffer that peer needs, and each combines the n inputs in rank
+//!   order. Latency of one hop instead of 2(n-1) or n-1.
 //! - **Chain** (broadcast above the threshold): root to root+1 to ..., each
 //!   rank forwarding bytes as they land.
 //! - **Barrier**: headers only, to and from every peer.
