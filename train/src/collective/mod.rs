@@ -8,6 +8,7 @@
 //! | [`all_reduce`](ProcessGroup::all_reduce) | every rank ends with the element-wise sum (mean, min, max, product) of all ranks' buffers |
 //! | [`reduce_scatter`](ProcessGroup::reduce_scatter) | rank `r` ends with the reduction of its segment, [`segment_range`]`(len, n, r)` |
 //! | [`all_gather`](ProcessGroup::all_gather) | every rank ends with all ranks' buffers, concatenated in rank order |
+//! | [`all_to_all`](ProcessGroup::all_to_all) | block `j` of rank `i`'s input becomes block `i` of rank `j`'s output |
 //! | [`broadcast`](ProcessGroup::broadcast) | every rank ends with the root's buffer |
 //! | [`barrier`](ProcessGroup::barrier) | nobody leaves before everybody arrived |
 //!
@@ -33,6 +34,13 @@
 //! rank is on one host they go through shared-memory rings, with no socket
 //! in the way. See the `plan` and `transport` sources, and
 //! `docs/collective.md` for measurements.
+//!
+//! # Device buffers
+//!
+//! [`staged`] runs all-reduce and broadcast on memory the network cannot
+//! reach directly, piece by piece through host memory, with the reduction on
+//! the device; `cuda` (feature `cuda`) plugs in cudarc device buffers, and
+//! [`staged::HostBuffer`] is its CPU twin.
 //!
 //! # Failures and timeouts
 //!
