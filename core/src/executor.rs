@@ -17,9 +17,10 @@
 //!
 //! An actor with `max_concurrency` 1 runs every call on the executor thread
 //! in arrival order, so each caller's calls run one at a time in the order
-//! sent. With a larger `max_concurrency`, calls are started in arrival order
-//! under a semaphore of that many permits: async methods as tasks on the
-//! runtime, synchronous ones on blocking threads. Methods taking
+//! sent. With a larger `max_concurrency` N, synchronous methods run on up to
+//! N call threads of the actor, started in arrival order (threads are
+//! started as calls arrive with none idle, and drain the queue before
+//! sleeping); async methods run as runtime tasks under N permits. Methods taking
 //! `&mut self` hold the instance's write lock, `&self` methods a read lock.
 //!
 //! # Panics
@@ -41,7 +42,7 @@ use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::Semaphore;
 
 /// Work for the executor thread.
 pub(crate) type Job = Box<dyn FnOnce() + Send>;
@@ -55,8 +56,78 @@ struct MailItem {
 struct ActorInstance {
     class: &'static ActorClass,
     cell: Arc<ActorCell>,
-    /// Calls of actors with `max_concurrency` above 1 go through here.
-    mailbox: Option<mpsc::UnboundedSender<MailItem>>,
+    /// Actors with `max_concurrency` above 1: their call threads and the
+    /// permits bounding their async calls.
+    concurrent: Option<Concurrent>,
+}
+
+/// How an actor with `max_concurrency` above 1 runs calls.
+struct Concurrent {
+    /// Synchronous methods run on these threads.
+    threads: Arc<CallThreads>,
+    /// Async methods run as tasks holding one of these.
+    permits: Arc<Semaphore>,
+}
+
+/// Up to `max` threads that run queued calls, started as calls arrive and
+/// nobody is idle; a thread drains the queue before it sleeps, so a burst
+/// of short calls costs few wake-ups.
+struct CallThreads {
+    state: std::sync::Mutex<CallThreadsState>,
+    wake: std::sync::Condvar,
+    max: usize,
+}
+
+struct CallThreadsState {
+    queue: std::collections::VecDeque<Job>,
+    threads: usize,
+    idle: usize,
+}
+
+impl CallThreads {
+    fn new(max: usize) -> Arc<Self> {
+        Arc::new(CallThreads {
+            state: std::sync::Mutex::new(CallThreadsState {
+                queue: Default::default(),
+                threads: 0,
+                idle: 0,
+            }),
+            wake: std::sync::Condvar::new(),
+            max,
+        })
+    }
+
+    fn push(self: &Arc<Self>, job: Job) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.queue.push_back(job);
+        if state.idle > 0 {
+            self.wake.notify_one();
+        } else if state.threads < self.max {
+            state.threads += 1;
+            let pool = self.clone();
+            let started = std::thread::Builder::new()
+                .name("prism-actor-call".into())
+                .spawn(move || pool.run());
+            if started.is_err() {
+                state.threads -= 1;
+            }
+        }
+    }
+
+    fn run(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(job) = state.queue.pop_front() {
+                drop(state);
+                job();
+                state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            state.idle += 1;
+            state = self.wake.wait(state).unwrap_or_else(|e| e.into_inner());
+            state.idle -= 1;
+        }
+    }
 }
 
 /// What a worker process is serving.
@@ -284,20 +355,15 @@ impl CoreWorker {
         self.register_borrows().await?;
         let cell: Arc<ActorCell> = Arc::new(tokio::sync::RwLock::new(instance));
         let concurrency = spec.options.max_concurrency.max(1) as usize;
-        let mailbox = (concurrency > 1).then(|| {
-            let (tx, rx) = mpsc::unbounded_channel();
-            let permits = Arc::new(Semaphore::new(concurrency));
-            let core = self.clone();
-            let cell = cell.clone();
-            self.rt
-                .spawn(async move { core.serve_concurrent_actor(class, cell, permits, rx).await });
-            tx
+        let concurrent = (concurrency > 1).then(|| Concurrent {
+            threads: CallThreads::new(concurrency),
+            permits: Arc::new(Semaphore::new(concurrency)),
         });
         tracing::info!(actor = %spec.actor_id, class = %spec.class, concurrency, "actor constructed");
         *self.executor.actor.lock() = Some(ActorInstance {
             class,
             cell,
-            mailbox,
+            concurrent,
         });
         Ok(())
     }
@@ -313,8 +379,11 @@ impl CoreWorker {
             );
             return;
         };
-        if let Some(mailbox) = &instance.mailbox {
-            let _ = mailbox.send(item);
+        if let Some(concurrent) = &instance.concurrent {
+            let (threads, permits) = (concurrent.threads.clone(), concurrent.permits.clone());
+            let (class, cell) = (instance.class, instance.cell.clone());
+            drop(actor);
+            self.start_concurrent_call(class, cell, threads, permits, item);
             return;
         }
         let (class, cell) = (instance.class, instance.cell.clone());
@@ -354,68 +423,66 @@ impl CoreWorker {
         (class.dispatch)(cell, method, args).ok_or_else(|| self.unknown(&spec.function))
     }
 
-    async fn serve_concurrent_actor(
-        self: Arc<Self>,
+    /// Starts a call of an actor with `max_concurrency` above 1: a sync
+    /// method goes to the actor's call threads, an async one runs as a task
+    /// under the permits. Arguments that must be fetched are fetched first,
+    /// in a task.
+    fn start_concurrent_call(
+        self: &Arc<Self>,
         class: &'static ActorClass,
         cell: Arc<ActorCell>,
+        threads: Arc<CallThreads>,
         permits: Arc<Semaphore>,
-        mut rx: mpsc::UnboundedReceiver<MailItem>,
+        item: MailItem,
     ) {
-        while let Some(item) = rx.recv().await {
-            let Ok(permit) = permits.clone().acquire_owned().await else {
-                return;
-            };
+        let inline = item
+            .spec
+            .args
+            .iter()
+            .all(|a| matches!(a, ArgSpec::Value(_)));
+        if !inline {
             let core = self.clone();
-            let cell = cell.clone();
-            let inline = item
-                .spec
-                .args
-                .iter()
-                .all(|a| matches!(a, ArgSpec::Value(_)));
-            if inline {
-                // Arguments at hand: start the call right here, with no
-                // task in between (a sync method on a blocking thread, an
-                // async one as a task).
-                match core.build_actor_call(class, cell, &item.spec, |c, a| c.fetch_args_here(a)) {
-                    Ok(Invocation::Blocking(f)) => {
-                        tokio::task::spawn_blocking(move || {
-                            let result = core.invoke_here(Invocation::Blocking(f));
-                            let response = core.finish_here(&item.spec, result);
-                            drop(permit);
-                            item.conn.respond(item.request, response);
-                        });
+            self.rt.spawn(async move {
+                match core.fetch_args(item.spec.args.clone()).await {
+                    Ok(args) => {
+                        let built =
+                            core.build_actor_call(class, cell, &item.spec, move |_, _| Ok(args));
+                        core.run_concurrent_call(built, threads, permits, item);
                     }
-                    Ok(Invocation::Async(fut)) => {
-                        tokio::spawn(async move {
-                            let result = private::CatchUnwind(fut).await;
-                            let response = core.finish_call(&item.spec, result).await;
-                            drop(permit);
-                            item.conn.respond(item.request, response);
-                        });
-                    }
-                    Err(e) => {
-                        drop(permit);
-                        item.conn.respond(item.request, Response::Error(e));
-                    }
+                    Err(e) => item.conn.respond(item.request, Response::Error(e)),
                 }
-                continue;
-            }
-            tokio::spawn(async move {
-                let args = core.fetch_args(item.spec.args.clone()).await;
-                let invocation = args.and_then(|args| {
-                    core.build_actor_call(class, cell, &item.spec, move |_, _| Ok(args))
-                });
-                let result = match invocation {
-                    Err(e) => Err(CallError::Runtime(e)),
-                    Ok(Invocation::Blocking(f)) => tokio::task::spawn_blocking(f)
-                        .await
-                        .unwrap_or_else(|e| Err(private::panic_error(e))),
-                    Ok(Invocation::Async(fut)) => private::CatchUnwind(fut).await,
-                };
-                let response = core.finish_call(&item.spec, result).await;
-                drop(permit);
-                item.conn.respond(item.request, response);
             });
+            return;
+        }
+        let built = self.build_actor_call(class, cell, &item.spec, |c, a| c.fetch_args_here(a));
+        self.run_concurrent_call(built, threads, permits, item);
+    }
+
+    fn run_concurrent_call(
+        self: &Arc<Self>,
+        built: Result<Invocation>,
+        threads: Arc<CallThreads>,
+        permits: Arc<Semaphore>,
+        item: MailItem,
+    ) {
+        let core = self.clone();
+        match built {
+            Ok(Invocation::Blocking(f)) => threads.push(Box::new(move || {
+                let result = core.invoke_here(Invocation::Blocking(f));
+                let response = core.finish_here(&item.spec, result);
+                item.conn.respond(item.request, response);
+            })),
+            Ok(Invocation::Async(fut)) => {
+                self.rt.spawn(async move {
+                    let Ok(_permit) = permits.acquire_owned().await else {
+                        return;
+                    };
+                    let result = private::CatchUnwind(fut).await;
+                    let response = core.finish_call(&item.spec, result).await;
+                    item.conn.respond(item.request, response);
+                });
+            }
+            Err(e) => item.conn.respond(item.request, Response::Error(e)),
         }
     }
 }
