@@ -118,10 +118,21 @@ fn must_all_succeed(results: &[(usize, Option<i32>, String)], what: &str) {
 fn run_matrix(transport: &str, worlds: std::ops::RangeInclusive<usize>) {
     for world in worlds {
         let ranks: Vec<usize> = (0..world).collect();
-        let env = [("PRISM_COLLECTIVE_TRANSPORT", transport.to_string())];
+        let mut env = vec![("PRISM_COLLECTIVE_TRANSPORT", transport.to_string())];
+        if transport == "mixed" {
+            env = vec![
+                ("PRISM_COLLECTIVE_TRANSPORT", "auto".to_string()),
+                ("PRISM_TEST_FAKE_HOSTS", "1".to_string()),
+            ];
+        }
         let results = run_ranks("matrix", world, &ranks, &env, Duration::from_secs(300));
         must_all_succeed(&results, &format!("{transport} matrix, world {world}"));
     }
+}
+
+#[test]
+fn every_operation_and_type_matches_an_f64_reference_across_two_fake_hosts() {
+    run_matrix("mixed", 3..=5);
 }
 
 #[test]
@@ -141,11 +152,18 @@ fn failure_case(
     ranks: &[usize],
     expect_ok: &[usize],
 ) -> Vec<String> {
-    let env = [
+    let (transport, fake_hosts) = match transport {
+        "mixed" => ("auto", "1"),
+        other => (other, ""),
+    };
+    let mut env = vec![
         ("PRISM_COLLECTIVE_TRANSPORT", transport.to_string()),
         ("PRISM_COLLECTIVE_TIMEOUT_MS", "2000".to_string()),
         ("PRISM_TEST_JOIN_TIMEOUT_MS", "60000".to_string()),
     ];
+    if !fake_hosts.is_empty() {
+        env.push(("PRISM_TEST_FAKE_HOSTS", fake_hosts.to_string()));
+    }
     let results = run_ranks(role, world, ranks, &env, Duration::from_secs(30));
     for (rank, code, log) in &results {
         if expect_ok.contains(rank) {
@@ -159,12 +177,14 @@ fn failure_case(
 fn a_peer_that_dies_mid_job_gives_every_other_rank_an_error_within_the_timeout() {
     failure_case("dies", "tcp", 3, &[0, 1, 2], &[0, 1]);
     failure_case("dies", "shm", 3, &[0, 1, 2], &[0, 1]);
+    failure_case("dies", "mixed", 4, &[0, 1, 2, 3], &[0, 1, 3]);
 }
 
 #[test]
 fn a_peer_that_stops_calling_gives_the_others_a_timeout_not_a_hang() {
     failure_case("stalls", "tcp", 3, &[0, 1, 2], &[0, 1]);
     failure_case("stalls", "shm", 3, &[0, 1, 2], &[0, 1]);
+    failure_case("stalls", "mixed", 4, &[0, 1, 2, 3], &[0, 1, 3]);
 }
 
 #[test]
@@ -468,7 +488,18 @@ impl Matrix {
 fn role_matrix() {
     let base = CollectiveConfig::from_env().expect("the parent sets valid overrides");
     let transport = base.transport;
-    let a = must_join(base.clone(), "MASTER_PORT", "matrix-a");
+    let rank = env_usize("RANK");
+    let world = env_usize("WORLD_SIZE");
+    // With PRISM_TEST_FAKE_HOSTS the ranks pretend to live on two hosts
+    // (interleaved for the first group, halves for the second), so each
+    // group mixes shared memory and TCP.
+    let fake_hosts = std::env::var_os("PRISM_TEST_FAKE_HOSTS").is_some();
+    let host = |h: usize| fake_hosts.then(|| format!("fake-host-{h}"));
+    let a_config = CollectiveConfig {
+        host_id: host(rank % 2),
+        ..base.clone()
+    };
+    let a = must_join(a_config, "MASTER_PORT", "matrix-a");
     // The second group forces the ring and the chain for every size and uses
     // tiny chunks, rings and socket buffers, so that flow control, wrap-around
     // and partial reads are exercised on small buffers.
@@ -479,17 +510,33 @@ fn role_matrix() {
         shm_side_ring_bytes: 640,
         tcp_socket_buffer_bytes: 16 * 1024,
         device_chunk_bytes: 4096,
+        host_id: host(rank * 2 / world),
         ..base
     };
     let b = must_join(b_config, "PRISM_TEST_SECOND_PORT", "matrix-b");
-    let world = a.world_size();
     if world > 1 {
-        let expected = match transport {
+        // What each group must have chosen, from how many ranks share this
+        // rank's (possibly fake) host.
+        let expected = |same_host: usize| match transport {
             TransportChoice::Tcp => "tcp",
-            _ => "shm",
+            _ if same_host == world => "shm",
+            _ if same_host == 1 => "tcp",
+            _ => "shm+tcp",
         };
-        assert_eq!(a.transport(), expected);
-        assert_eq!(b.transport(), expected);
+        let a_same = if fake_hosts {
+            (0..world).filter(|r| r % 2 == rank % 2).count()
+        } else {
+            world
+        };
+        let b_same = if fake_hosts {
+            (0..world)
+                .filter(|r| r * 2 / world == rank * 2 / world)
+                .count()
+        } else {
+            world
+        };
+        assert_eq!(a.transport(), expected(a_same), "group a, rank {rank}");
+        assert_eq!(b.transport(), expected(b_same), "group b, rank {rank}");
     }
     let mut m = Matrix {
         rank: a.rank(),
@@ -503,7 +550,11 @@ fn role_matrix() {
 }
 
 fn timeout_config() -> CollectiveConfig {
-    CollectiveConfig::from_env().expect("the parent sets valid overrides")
+    let mut config = CollectiveConfig::from_env().expect("the parent sets valid overrides");
+    if std::env::var_os("PRISM_TEST_FAKE_HOSTS").is_some() {
+        config.host_id = Some(format!("fake-host-{}", env_usize("RANK") % 2));
+    }
+    config
 }
 
 /// Joins with a generous timeout (process start-up on a loaded machine is
@@ -552,7 +603,7 @@ fn role_dies() {
     g.all_reduce(&mut buf, ReduceOp::Sum)
         .expect("the first all_reduce, before anyone dies");
     g.set_timeout(timeout_config().timeout());
-    assert_eq!(buf[0], 3.0);
+    assert_eq!(buf[0], g.world_size() as f32);
     if g.rank() == 2 {
         std::process::exit(3);
     }
@@ -583,7 +634,9 @@ fn role_dies() {
 fn role_stalls() {
     let g = must_join_then_shorten("stalls");
     if g.rank() == 2 {
-        std::thread::sleep(Duration::from_secs(20));
+        // Long enough for the others to time out, short enough not to hold
+        // up the test.
+        std::thread::sleep(timeout_config().timeout() * 2 + Duration::from_secs(1));
         return;
     }
     let mut buf = vec![1.0f64; 100_000];

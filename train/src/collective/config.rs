@@ -60,6 +60,11 @@ pub struct CollectiveConfig {
     pub device_chunk_bytes: usize,
     /// Which transport to use.
     pub transport: TransportChoice,
+    /// Overrides this process's host identity (normally the kernel boot id
+    /// plus pid, ipc and mount namespaces). Ranks with equal ids talk over
+    /// shared memory. Only for making processes on one host act as if on
+    /// several (tests, experiments): equal ids on different hosts fail.
+    pub host_id: Option<String>,
 }
 
 impl Default for CollectiveConfig {
@@ -74,6 +79,7 @@ impl Default for CollectiveConfig {
             tcp_socket_buffer_bytes: 4 * 1024 * 1024,
             device_chunk_bytes: 4 * 1024 * 1024,
             transport: TransportChoice::Auto,
+            host_id: None,
         }
     }
 }
@@ -138,6 +144,18 @@ impl CollectiveConfig {
                     })
                 }
             };
+        }
+        if let Some(value) = lookup("PRISM_COLLECTIVE_HOST_ID") {
+            c.host_id = Some(value);
+        }
+        if let Some(id) = &c.host_id {
+            if id.is_empty() || id.len() > 256 || !id.chars().all(|ch| ch.is_ascii_graphic()) {
+                return Err(CollectiveError::InvalidConfig {
+                    key: "PRISM_COLLECTIVE_HOST_ID".into(),
+                    value: id.clone(),
+                    expected: "1 to 256 printable characters without spaces",
+                });
+            }
         }
         if c.chunk_bytes < 4096 {
             return Err(CollectiveError::InvalidConfig {

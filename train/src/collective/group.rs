@@ -5,6 +5,7 @@ use super::element::{Element, ReduceOp};
 use super::error::{CollectiveError, OpKind, Result};
 use super::ops::{self, Call};
 use super::rendezvous::{local_host_id, PeerRecord, Rendezvous, TcpRendezvous};
+use super::transport::hybrid::HybridMesh;
 use super::transport::shm::ShmMesh;
 use super::transport::tcp::{self, TcpMesh};
 use super::transport::Mesh;
@@ -374,8 +375,8 @@ fn random_u64() -> u64 {
 }
 
 /// Rendezvous, one TCP connection per pair, then the transport: shared
-/// memory when every rank is on this host (unless TCP is forced), TCP
-/// otherwise.
+/// memory with the ranks on this host and TCP with the others (unless TCP
+/// is forced).
 fn connect(
     rank: usize,
     world_size: usize,
@@ -389,10 +390,21 @@ fn connect(
         .local_addr()
         .map_err(|e| CollectiveError::io(None, "reading the peer listener address", e))?
         .port();
+    let host_id = match &config.host_id {
+        Some(id) if !id.is_empty() && id.chars().all(|c| c.is_ascii_graphic()) => id.clone(),
+        Some(id) => {
+            return Err(CollectiveError::InvalidConfig {
+                key: "host_id".into(),
+                value: id.clone(),
+                expected: "1 to 256 printable characters without spaces",
+            })
+        }
+        None => local_host_id(),
+    };
     let me = PeerRecord {
         rank,
         data_addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port),
-        host_id: local_host_id(),
+        host_id,
         pid: std::process::id(),
         nonce: random_u64(),
     };
@@ -404,22 +416,36 @@ fn connect(
         });
     }
     let nonce = table[0].nonce;
-    let streams = tcp::connect_mesh(rank, &table, listener, deadline)?;
-    let one_host = table.iter().all(|r| r.host_id == table[0].host_id);
-    Ok(match (config.transport, one_host) {
-        (TransportChoice::Tcp, _) | (TransportChoice::Auto, false) => {
-            Box::new(TcpMesh::new(streams, config)?)
-        }
-        (TransportChoice::Auto | TransportChoice::SharedMemory, true) => {
-            Box::new(ShmMesh::new(rank, nonce, streams, config, deadline)?)
-        }
-        (TransportChoice::SharedMemory, false) => {
+    let mut streams = tcp::connect_mesh(rank, &table, listener, deadline)?;
+    let members: Vec<usize> = (0..world_size)
+        .filter(|p| table[*p].host_id == table[rank].host_id)
+        .collect();
+    let mesh: Box<dyn Mesh> = match config.transport {
+        TransportChoice::Tcp => Box::new(TcpMesh::new(streams, config)?),
+        TransportChoice::SharedMemory if members.len() < world_size => {
             return Err(CollectiveError::TransportUnavailable {
                 transport: "shm",
                 reason: "the ranks are not all on one host",
             })
         }
-    })
+        _ if members.len() == world_size => Box::new(ShmMesh::new(
+            rank, nonce, &members, streams, config, deadline,
+        )?),
+        _ if members.len() == 1 => Box::new(TcpMesh::new(streams, config)?),
+        _ => {
+            // Some peers share this host: shared memory with them, TCP with
+            // the rest. The control streams of local peers go to the
+            // shared-memory mesh.
+            let local: Vec<bool> = (0..world_size).map(|p| members.contains(&p)).collect();
+            let local_streams = (0..world_size)
+                .map(|p| if local[p] { streams[p].take() } else { None })
+                .collect();
+            let shm = ShmMesh::new(rank, nonce, &members, local_streams, config, deadline)?;
+            let tcp = TcpMesh::new(streams, config)?;
+            Box::new(HybridMesh::new(shm, tcp, local))
+        }
+    };
+    Ok(mesh)
 }
 
 impl ProcessGroup {

@@ -3,9 +3,11 @@
 //! A [`Mesh`] holds one ordered, reliable byte stream to and from every other
 //! rank ([`Link`]), all driven without blocking by one thread: the
 //! [`engine`](super::engine) moves what it can on every link, then calls
-//! [`Mesh::wait`] until some link can move again. Two meshes exist:
-//! [`tcp::TcpMesh`] (sockets, between hosts) and [`shm::ShmMesh`] (rings in
-//! one shared mapping, between processes on one host).
+//! [`Mesh::wait`] until some link can move again. Three meshes exist:
+//! [`tcp::TcpMesh`] (sockets, between hosts), [`shm::ShmMesh`] (rings in
+//! one shared mapping, between processes on one host) and
+//! [`hybrid::HybridMesh`] (the first for ranks on other hosts, the second
+//! for ranks on this one).
 //!
 //! Streams carry no framing of their own: both ends know from the call what
 //! bytes come next, and each collective opens with a header that both ends
@@ -14,6 +16,7 @@
 use super::error::Result;
 use std::time::Instant;
 
+pub(crate) mod hybrid;
 pub(crate) mod shm;
 pub(crate) mod tcp;
 

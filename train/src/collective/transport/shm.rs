@@ -64,7 +64,10 @@ fn round_up(v: usize, to: usize) -> usize {
 }
 
 impl Layout {
-    fn new(n: usize, config: &CollectiveConfig) -> Layout {
+    /// The layout for `members` (global ranks, sorted) of a group of
+    /// `world` ranks; indices inside are positions in `members`.
+    fn new(members: &[usize], world: usize, config: &CollectiveConfig) -> Layout {
+        let n = members.len();
         let big = round_up(config.shm_ring_bytes.max(LINE), LINE);
         let small = round_up(config.shm_side_ring_bytes.max(LINE), LINE);
         let mut offset = LINE + n * LINE;
@@ -75,7 +78,9 @@ impl Layout {
                 if src == dst {
                     continue;
                 }
-                let neighbours = (src + 1) % n == dst || (dst + 1) % n == src;
+                // Neighbours on the group's ring get the big rings.
+                let (a, b) = (members[src], members[dst]);
+                let neighbours = (a + 1) % world == b || (b + 1) % world == a;
                 let cap = if neighbours { big } else { small };
                 ring_offsets[src * n + dst] = offset;
                 ring_caps[src * n + dst] = cap;
@@ -357,20 +362,28 @@ fn recv_blocking(
 }
 
 impl ShmMesh {
-    /// Creates (rank 0) or opens (others) the group's mapping, coordinating
-    /// over the already connected TCP `control` streams.
+    /// Creates (the lowest member) or opens (the others) the mapping shared
+    /// by `members`, the ranks on this host (sorted, this rank among them),
+    /// coordinating over the already connected TCP `control` streams
+    /// (indexed by rank; `Some` for every other member).
     pub(crate) fn new(
         rank: usize,
         nonce: u64,
+        members: &[usize],
         control: Vec<Option<TcpStream>>,
         config: &CollectiveConfig,
         deadline: Instant,
     ) -> Result<ShmMesh> {
-        let n = control.len();
-        let layout = Layout::new(n, config);
-        let (map, _unlink) = if rank == 0 {
+        let world = control.len();
+        let layout = Layout::new(members, world, config);
+        let mut local = vec![None; world];
+        for (i, m) in members.iter().enumerate() {
+            local[*m] = Some(i);
+        }
+        let leader = members[0];
+        let (map, _unlink) = if rank == leader {
             let path = PathBuf::from(format!(
-                "/dev/shm/prism-collective-{nonce:016x}-{}",
+                "/dev/shm/prism-collective-{nonce:016x}-{leader}-{}",
                 std::process::id()
             ));
             let file = std::fs::OpenOptions::new()
@@ -400,20 +413,20 @@ impl ShmMesh {
             }
             (map, Some(unlink))
         } else {
-            let Some(master) = control[0].as_ref() else {
-                unreachable!("every rank but 0 has a link to rank 0")
+            let Some(master) = control[leader].as_ref() else {
+                unreachable!("every member has a link to the leader")
             };
             let mut len = [0u8; 4];
-            recv_blocking(master, 0, &mut len, deadline)?;
+            recv_blocking(master, leader, &mut len, deadline)?;
             let len = u32::from_le_bytes(len) as usize;
             if len > 4096 {
                 return Err(CollectiveError::Protocol {
-                    peer: 0,
+                    peer: leader,
                     detail: "shared-memory path too long",
                 });
             }
             let mut name = vec![0u8; len];
-            recv_blocking(master, 0, &mut name, deadline)?;
+            recv_blocking(master, leader, &mut name, deadline)?;
             let path = PathBuf::from(String::from_utf8_lossy(&name).into_owned());
             let file = std::fs::OpenOptions::new()
                 .read(true)
@@ -426,33 +439,40 @@ impl ShmMesh {
                 .len();
             if size < layout.total as u64 {
                 return Err(CollectiveError::Protocol {
-                    peer: 0,
+                    peer: leader,
                     detail: "shared-memory file smaller than this rank's configuration expects; give every rank the same PRISM_COLLECTIVE_SHM_* settings",
                 });
             }
             let map = Mapping::map(&file, layout.total, &path)?;
             if map.atomic_u64(0).load(Ordering::Acquire) != MAGIC {
                 return Err(CollectiveError::Protocol {
-                    peer: 0,
+                    peer: leader,
                     detail: "shared-memory file not initialised",
                 });
             }
-            send_blocking(master, 0, &[1], deadline)?;
+            send_blocking(master, leader, &[1], deadline)?;
             (map, None)
         };
         let map = Arc::new(map);
+        let index = |r: usize| match local[r] {
+            Some(i) => i,
+            None => unreachable!("only members get doorbells and rings"),
+        };
         let bell = |r: usize| Doorbell {
             map: map.clone(),
-            offset: LINE + r * LINE,
+            offset: LINE + index(r) * LINE,
         };
-        let ring = |src: usize, dst: usize| Ring {
-            map: map.clone(),
-            ctl: layout.ring_offsets[src * layout.n + dst],
-            cap: layout.ring_caps[src * layout.n + dst],
+        let ring = |src: usize, dst: usize| {
+            let at = index(src) * layout.n + index(dst);
+            Ring {
+                map: map.clone(),
+                ctl: layout.ring_offsets[at],
+                cap: layout.ring_caps[at],
+            }
         };
-        let links = (0..n)
+        let links = (0..world)
             .map(|peer| {
-                (peer != rank).then(|| ShmLink {
+                (peer != rank && local[peer].is_some()).then(|| ShmLink {
                     out: ring(rank, peer),
                     inbound: ring(peer, rank),
                     peer_bell: bell(peer),
@@ -479,7 +499,7 @@ impl ShmMesh {
         })
     }
 
-    fn ready(&self, interest: &[Interest]) -> bool {
+    pub(crate) fn ready(&self, interest: &[Interest]) -> bool {
         interest.iter().any(|i| self.link_ready(i))
     }
 
@@ -518,7 +538,7 @@ impl ShmMesh {
     /// Fails if the group was aborted, or if a peer this rank is waiting on
     /// has exited without leaving the bytes it needs. A peer that finished
     /// its part and exited is not an error: its bytes stay in the mapping.
-    fn check_group(&self, interest: &[Interest]) -> Result<()> {
+    pub(crate) fn check_group(&self, interest: &[Interest]) -> Result<()> {
         if let Some(by) = self.aborted_by() {
             return Err(CollectiveError::GroupAborted { by });
         }
@@ -610,7 +630,7 @@ mod tests {
             shm_side_ring_bytes: 100,
             ..CollectiveConfig::default()
         };
-        let layout = Layout::new(4, &config);
+        let layout = Layout::new(&[0, 1, 2, 3], 4, &config);
         let mut spans: Vec<(usize, usize)> = Vec::new();
         for src in 0..4 {
             for dst in 0..4 {

@@ -321,15 +321,10 @@ impl TcpMesh {
     }
 }
 
-impl Mesh for TcpMesh {
-    fn link(&mut self, peer: usize) -> &mut dyn Link {
-        match self.links[peer].as_mut() {
-            Some(link) => link,
-            None => unreachable!("plans never address their own rank"),
-        }
-    }
-
-    fn wait(&mut self, interest: &[Interest], deadline: Instant) -> Result<()> {
+impl TcpMesh {
+    /// Sleeps until a socket in `interest` is ready, or for `timeout`.
+    /// Hang-ups and errors show up as failed reads or writes afterwards.
+    pub(crate) fn wait_up_to(&mut self, interest: &[Interest], timeout: Duration) -> Result<()> {
         self.pollfds.clear();
         for i in interest {
             let Some(link) = self.links[i.peer].as_ref() else {
@@ -348,14 +343,18 @@ impl Mesh for TcpMesh {
                 revents: 0,
             });
         }
-        // Wake at least every 100 ms so the caller re-checks its deadline.
-        let ms = remaining(deadline).as_millis().clamp(1, 100) as libc::c_int;
-        // SAFETY: `pollfds` is a valid array of initialised pollfd structs.
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: `pollfds` is a valid array of initialised pollfd structs
+        // and `ts` a valid timeout; no signal mask is changed.
         let r = unsafe {
-            libc::poll(
+            libc::ppoll(
                 self.pollfds.as_mut_ptr(),
                 self.pollfds.len() as libc::nfds_t,
-                ms,
+                &ts,
+                std::ptr::null(),
             )
         };
         if r < 0 {
@@ -364,8 +363,22 @@ impl Mesh for TcpMesh {
                 return Err(CollectiveError::io(None, "waiting on peer sockets", err));
             }
         }
-        // Hang-ups and errors show up as failed reads or writes next round.
         Ok(())
+    }
+}
+
+impl Mesh for TcpMesh {
+    fn link(&mut self, peer: usize) -> &mut dyn Link {
+        match self.links[peer].as_mut() {
+            Some(link) => link,
+            None => unreachable!("plans never address their own rank"),
+        }
+    }
+
+    fn wait(&mut self, interest: &[Interest], deadline: Instant) -> Result<()> {
+        // Wake at least every 100 ms so the caller re-checks its deadline.
+        let slice = remaining(deadline).clamp(Duration::from_millis(1), Duration::from_millis(100));
+        self.wait_up_to(interest, slice)
     }
 
     fn abort(&mut self) {
