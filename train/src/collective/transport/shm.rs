@@ -2,16 +2,19 @@
 //!
 //! # Layout
 //!
-//! Rank 0 creates one file in `/dev/shm`, every rank maps it, and rank 0
-//! unlinks it once all have (so a crash leaves nothing behind). The mapping
-//! holds, each on its own cache lines:
+//! The members of a mesh are the group's ranks on this host (all of them,
+//! or one host's share in a [`hybrid`](super::hybrid) mesh). The lowest
+//! member creates one file in `/dev/shm`, every member maps it, and the
+//! creator unlinks it once all have (so a crash leaves nothing behind). The
+//! mapping holds, each on its own cache lines:
 //!
-//! 1. a group header with the abort flag;
-//! 2. one doorbell per rank (a futex word and a "sleeping" flag);
+//! 1. a header with the abort flag;
+//! 2. one doorbell per member (a futex word and a "sleeping" flag);
 //! 3. one single-producer single-consumer byte ring per ordered pair of
-//!    ranks: a `head` written only by the sender, a `tail` written only by
-//!    the receiver, then the data. Rings between ring neighbours are large
-//!    (`shm_ring_bytes`), the others small (`shm_side_ring_bytes`).
+//!    members: a `head` written only by the sender, a `tail` written only by
+//!    the receiver, then the data. Rings between neighbours on the group's
+//!    ring are large (`shm_ring_bytes`), the others small
+//!    (`shm_side_ring_bytes`).
 //!
 //! # Invariants
 //!
