@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release -p prism-train --example collective_bench -- \
 //!     [--worlds 2,4] [--min-bytes 4096] [--max-bytes 268435456] \
-//!     [--transport auto|tcp|shm] [--dtype f32]
+//!     [--transport auto|tcp|shm] [--pretend-hosts N]
 //! ```
 //!
 //! Starts itself once per rank on this host for each world size, all-reduces
@@ -12,6 +12,10 @@
 //! busbw = algbw × 2(n-1)/n (as nccl-tests define it). It also measures a
 //! single-threaded memcpy of the largest size into touched memory: the
 //! ceiling for shared memory on this machine.
+//!
+//! `--pretend-hosts N` splits the ranks into N pretend hosts (consecutive
+//! ranks together) through `PRISM_COLLECTIVE_HOST_ID`, so a group on one
+//! machine mixes shared memory and TCP as it would across N hosts.
 //!
 //! Output rows are whitespace separated and start with `prism`, so a script
 //! can join them with other implementations (see bench/collective/).
@@ -25,6 +29,7 @@ struct Args {
     min_bytes: usize,
     max_bytes: usize,
     transport: String,
+    pretend_hosts: usize,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -33,6 +38,7 @@ fn parse_args() -> Result<Args, String> {
         min_bytes: 4096,
         max_bytes: 256 << 20,
         transport: "auto".to_string(),
+        pretend_hosts: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -48,6 +54,7 @@ fn parse_args() -> Result<Args, String> {
             "--min-bytes" => args.min_bytes = number(&value)?,
             "--max-bytes" => args.max_bytes = number(&value)?,
             "--transport" => args.transport = value,
+            "--pretend-hosts" => args.pretend_hosts = number(&value)?.max(1),
             _ => {
                 return Err(format!(
                     "unknown flag {flag}; see the example's doc comment"
@@ -137,7 +144,8 @@ fn run_world(args: &Args, world: usize) -> Result<Vec<(usize, f64, String)>, Str
         .port();
     let mut children = Vec::new();
     for rank in 0..world {
-        let child = Command::new(&exe)
+        let mut command = Command::new(&exe);
+        command
             .args(std::env::args().skip(1))
             .env("RANK", rank.to_string())
             .env("WORLD_SIZE", world.to_string())
@@ -148,9 +156,12 @@ fn run_world(args: &Args, world: usize) -> Result<Vec<(usize, f64, String)>, Str
                 Stdio::piped()
             } else {
                 Stdio::null()
-            })
-            .spawn()
-            .map_err(|e| e.to_string())?;
+            });
+        if args.pretend_hosts > 1 {
+            let host = rank * args.pretend_hosts / world;
+            command.env("PRISM_COLLECTIVE_HOST_ID", format!("pretend-host-{host}"));
+        }
+        let child = command.spawn().map_err(|e| e.to_string())?;
         children.push(child);
     }
     let mut rows = Vec::new();

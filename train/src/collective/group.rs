@@ -442,7 +442,8 @@ fn connect(
                 .collect();
             let shm = ShmMesh::new(rank, nonce, &members, local_streams, config, deadline)?;
             let tcp = TcpMesh::new(streams, config)?;
-            Box::new(HybridMesh::new(shm, tcp, local))
+            let spin = Duration::from_micros(config.shm_spin_us);
+            Box::new(HybridMesh::new(shm, tcp, local, spin))
         }
     };
     Ok(mesh)

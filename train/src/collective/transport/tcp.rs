@@ -322,9 +322,10 @@ impl TcpMesh {
 }
 
 impl TcpMesh {
-    /// Sleeps until a socket in `interest` is ready, or for `timeout`.
-    /// Hang-ups and errors show up as failed reads or writes afterwards.
-    pub(crate) fn wait_up_to(&mut self, interest: &[Interest], timeout: Duration) -> Result<()> {
+    /// Sleeps until a socket in `interest` is ready, or for `timeout`;
+    /// returns whether one is. Hang-ups and errors count as ready and show
+    /// up as failed reads or writes afterwards.
+    pub(crate) fn wait_up_to(&mut self, interest: &[Interest], timeout: Duration) -> Result<bool> {
         self.pollfds.clear();
         for i in interest {
             let Some(link) = self.links[i.peer].as_ref() else {
@@ -363,7 +364,7 @@ impl TcpMesh {
                 return Err(CollectiveError::io(None, "waiting on peer sockets", err));
             }
         }
-        Ok(())
+        Ok(r > 0)
     }
 }
 
@@ -378,7 +379,7 @@ impl Mesh for TcpMesh {
     fn wait(&mut self, interest: &[Interest], deadline: Instant) -> Result<()> {
         // Wake at least every 100 ms so the caller re-checks its deadline.
         let slice = remaining(deadline).clamp(Duration::from_millis(1), Duration::from_millis(100));
-        self.wait_up_to(interest, slice)
+        self.wait_up_to(interest, slice).map(|_| ())
     }
 
     fn abort(&mut self) {
