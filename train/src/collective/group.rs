@@ -140,6 +140,9 @@ struct State {
 struct Shared {
     rank: usize,
     world_size: usize,
+    /// The order in which rings visit the ranks: the ranks of each host
+    /// together, so a ring crosses between hosts as few times as it can.
+    ring_order: Vec<usize>,
     config: CollectiveConfig,
     /// The bound on each call; starts as `config.timeout_ms`.
     timeout_ms: AtomicU64,
@@ -178,6 +181,7 @@ impl Shared {
             config: &self.config,
             rank: self.rank,
             world_size: self.world_size,
+            ring_order: &self.ring_order,
             seq: state.seq,
             deadline: Instant::now() + self.timeout(),
             timeout: self.timeout(),
@@ -384,7 +388,7 @@ fn connect(
     config: &CollectiveConfig,
     rendezvous: &dyn Rendezvous,
     deadline: Instant,
-) -> Result<Box<dyn Mesh>> {
+) -> Result<(Box<dyn Mesh>, Vec<usize>)> {
     let listener = tcp::bind_data_listener()?;
     let port = listener
         .local_addr()
@@ -420,6 +424,11 @@ fn connect(
     let members: Vec<usize> = (0..world_size)
         .filter(|p| table[*p].host_id == table[rank].host_id)
         .collect();
+    let order = ring_order(&table);
+    let mut ring_next = vec![0; world_size];
+    for (i, r) in order.iter().enumerate() {
+        ring_next[*r] = order[(i + 1) % world_size];
+    }
     let mesh: Box<dyn Mesh> = match config.transport {
         TransportChoice::Tcp => Box::new(TcpMesh::new(streams, config)?),
         TransportChoice::SharedMemory if members.len() < world_size => {
@@ -429,7 +438,7 @@ fn connect(
             })
         }
         _ if members.len() == world_size => Box::new(ShmMesh::new(
-            rank, nonce, &members, streams, config, deadline,
+            rank, nonce, &members, &ring_next, streams, config, deadline,
         )?),
         _ if members.len() == 1 => Box::new(TcpMesh::new(streams, config)?),
         _ => {
@@ -440,13 +449,41 @@ fn connect(
             let local_streams = (0..world_size)
                 .map(|p| if local[p] { streams[p].take() } else { None })
                 .collect();
-            let shm = ShmMesh::new(rank, nonce, &members, local_streams, config, deadline)?;
+            let shm = ShmMesh::new(
+                rank,
+                nonce,
+                &members,
+                &ring_next,
+                local_streams,
+                config,
+                deadline,
+            )?;
             let tcp = TcpMesh::new(streams, config)?;
             let spin = Duration::from_micros(config.shm_spin_us);
             Box::new(HybridMesh::new(shm, tcp, local, spin))
         }
     };
-    Ok(mesh)
+    Ok((mesh, order))
+}
+
+/// The ranks ordered by host (hosts in order of their lowest rank), then by
+/// rank: every rank computes the same order from the same table.
+fn ring_order(table: &[PeerRecord]) -> Vec<usize> {
+    let mut hosts: Vec<&str> = Vec::new();
+    for record in table {
+        if !hosts.contains(&record.host_id.as_str()) {
+            hosts.push(&record.host_id);
+        }
+    }
+    let host_of = |r: usize| {
+        hosts
+            .iter()
+            .position(|h| *h == table[r].host_id)
+            .unwrap_or(0)
+    };
+    let mut order: Vec<usize> = (0..table.len()).collect();
+    order.sort_by_key(|r| (host_of(*r), *r));
+    order
 }
 
 impl ProcessGroup {
@@ -476,16 +513,18 @@ impl ProcessGroup {
             ..
         } = options;
         let deadline = Instant::now() + config.timeout();
-        let mesh = if world_size == 1 {
-            None
+        let (mesh, ring_order) = if world_size == 1 {
+            (None, vec![0])
         } else {
-            let mesh = connect(rank, world_size, &group_name, &config, rendezvous, deadline)?;
-            Some(mesh)
+            let (mesh, order) =
+                connect(rank, world_size, &group_name, &config, rendezvous, deadline)?;
+            (Some(mesh), order)
         };
         let transport = mesh.as_ref().map_or("local", |m| m.name());
         let shared = Arc::new(Shared {
             rank,
             world_size,
+            ring_order,
             timeout_ms: AtomicU64::new(config.timeout_ms),
             config,
             transport,

@@ -16,6 +16,8 @@ pub(crate) struct Call<'a> {
     pub(crate) config: &'a CollectiveConfig,
     pub(crate) rank: usize,
     pub(crate) world_size: usize,
+    /// The order in which rings visit the ranks (ranks of a host together).
+    pub(crate) ring_order: &'a [usize],
     pub(crate) seq: u32,
     pub(crate) deadline: Instant,
     /// The timeout `deadline` came from, for error messages.
@@ -98,7 +100,7 @@ pub(crate) fn all_reduce<T: Element>(
             plan::ring(
                 &mut plan,
                 rank,
-                n,
+                call.ring_order,
                 buf.as_mut_ptr() as *mut u8,
                 elem,
                 &segments,
@@ -164,7 +166,7 @@ pub(crate) fn reduce_scatter<T: Element>(
             plan::ring(
                 &mut plan,
                 rank,
-                n,
+                call.ring_order,
                 buf.as_mut_ptr() as *mut u8,
                 elem,
                 &segments,
@@ -210,7 +212,7 @@ pub(crate) fn all_gather<T: Element>(
         plan::ring(
             &mut plan,
             rank,
-            n,
+            call.ring_order,
             output.as_mut_ptr() as *mut u8,
             elem,
             &segments,
@@ -231,7 +233,7 @@ pub(crate) fn broadcast<T: Element>(call: &mut Call<'_>, buf: &mut [T], root: us
         plan::broadcast(
             &mut plan,
             rank,
-            n,
+            call.ring_order,
             root,
             buf.as_mut_ptr() as *mut u8,
             bytes,

@@ -25,8 +25,12 @@
 //!   `small_message_bytes`): one round; every rank sends each peer the part
 //!   of its buffer that peer needs, and each combines the n inputs in rank
 //!   order. Latency of one hop instead of 2(n-1) or n-1.
-//! - **Chain** (broadcast above the threshold): root to root+1 to ..., each
-//!   rank forwarding bytes as they land.
+//! - **Chain** (broadcast above the threshold): from the root along the
+//!   ring order, each rank forwarding bytes as they land.
+//!
+//! Rings visit ranks in an order that keeps each host's ranks together
+//! (computed by the group from the rendezvous table), so `r-s-1` above means
+//! "the segment of the rank s+1 places before this one".
 //! - **Barrier**: headers only, to and from every peer.
 //!
 //! Every rank combines in the same order, so all ranks end with bit-identical
@@ -180,7 +184,9 @@ pub(crate) enum RingPhases {
 }
 
 /// Adds the ring over `segments` of the buffer at `base` (element size
-/// `elem`) to `plan`. Segment `k` ends up reduced at rank `k`.
+/// `elem`) to `plan`. Segment `k` ends up reduced at rank `k`. The ring
+/// visits ranks in `order` (a permutation of the ranks, so that ranks on one
+/// host are neighbours).
 ///
 /// # Safety
 ///
@@ -188,36 +194,48 @@ pub(crate) enum RingPhases {
 pub(crate) unsafe fn ring(
     plan: &mut Plan,
     rank: usize,
-    n: usize,
+    order: &[usize],
     base: *mut u8,
     elem: usize,
     segments: &[Range<usize>],
     phases: RingPhases,
 ) {
-    let right = (rank + 1) % n;
-    let left = (rank + n - 1) % n;
+    let n = order.len();
+    let pos = position(order, rank);
+    let right = order[(pos + 1) % n];
+    let left = order[(pos + n - 1) % n];
     plan.header_to(right);
     plan.header_from(left);
+    // Positions, not ranks, move around the ring; the segment a position
+    // carries is the one its rank owns.
     let seg = |k: usize| {
-        let r = &segments[k % n];
+        let r = &segments[order[k % n]];
         (base.add(r.start * elem), r.len() * elem)
     };
     let mut last: Option<usize> = None;
     if phases != RingPhases::AllGather {
         for s in 0..n - 1 {
-            let (p, len) = seg(rank + 2 * n - s - 1);
+            let (p, len) = seg(pos + 2 * n - s - 1);
             plan.send(right, p, len, last.map(|i| (left, i)));
-            let (p, len) = seg(rank + 2 * n - s - 2);
+            let (p, len) = seg(pos + 2 * n - s - 2);
             last = Some(plan.recv(left, p, len, RecvAction::Reduce));
         }
     }
     if phases != RingPhases::ReduceScatter {
         for s in 0..n - 1 {
-            let (p, len) = seg(rank + 2 * n - s);
+            let (p, len) = seg(pos + 2 * n - s);
             plan.send(right, p, len, last.map(|i| (left, i)));
-            let (p, len) = seg(rank + 2 * n - s - 1);
+            let (p, len) = seg(pos + 2 * n - s - 1);
             last = Some(plan.recv(left, p, len, RecvAction::Copy));
         }
+    }
+}
+
+/// Where `rank` sits in `order`.
+fn position(order: &[usize], rank: usize) -> usize {
+    match order.iter().position(|r| *r == rank) {
+        Some(p) => p,
+        None => unreachable!("the ring order is a permutation of the ranks"),
     }
 }
 
@@ -244,7 +262,7 @@ pub(crate) unsafe fn direct_exchange(
 }
 
 /// Broadcast of `bytes` at `buf` from `root`: directly to every rank when
-/// `direct`, else along the chain root, root+1, ...
+/// `direct`, else along the ring `order` starting at the root.
 ///
 /// # Safety
 ///
@@ -252,12 +270,13 @@ pub(crate) unsafe fn direct_exchange(
 pub(crate) unsafe fn broadcast(
     plan: &mut Plan,
     rank: usize,
-    n: usize,
+    order: &[usize],
     root: usize,
     buf: *mut u8,
     bytes: usize,
     direct: bool,
 ) {
+    let n = order.len();
     if direct {
         if rank == root {
             for peer in (0..n).filter(|p| *p != rank) {
@@ -270,15 +289,16 @@ pub(crate) unsafe fn broadcast(
         }
         return;
     }
-    let position = (rank + n - root) % n;
-    let right = (rank + 1) % n;
-    let left = (rank + n - 1) % n;
+    let (pos, root_pos) = (position(order, rank), position(order, root));
+    let distance = (pos + n - root_pos) % n;
+    let right = order[(pos + 1) % n];
+    let left = order[(pos + n - 1) % n];
     let mut landed = None;
-    if position > 0 {
+    if distance > 0 {
         plan.header_from(left);
         landed = Some(plan.recv(left, buf, bytes, RecvAction::Copy));
     }
-    if position < n - 1 {
+    if distance < n - 1 {
         plan.header_to(right);
         plan.send(right, buf, bytes, landed.map(|i| (left, i)));
     }
@@ -363,24 +383,37 @@ mod tests {
         };
         let mut buf = vec![0f32; 10];
         let mut plan = Plan::new(n, sig);
+        // Ranks 0 and 2 on one host, 1 and 3 on another: the ring visits
+        // 0, 2, 1, 3, so rank 1 sends to 3 and receives from 2.
+        let order = [0, 2, 1, 3];
         // SAFETY: the buffer covers every segment.
         unsafe {
             ring(
                 &mut plan,
                 1,
-                n,
+                &order,
                 buf.as_mut_ptr() as *mut u8,
                 4,
                 &segments,
                 RingPhases::Both,
             )
         };
-        for send in &plan.sends[2] {
+        assert!(plan.sends[0].is_empty() && plan.sends[2].is_empty());
+        assert!(plan.recvs[3].is_empty());
+        for send in &plan.sends[3] {
             if let Some((peer, i)) = send.after {
+                assert_eq!(peer, 2);
                 let recv = &plan.recvs[peer][i];
                 assert_eq!((recv.ptr as *const u8, recv.len), (send.ptr, send.len));
             }
         }
-        assert_eq!(plan.sends[2].len(), 1 + 2 * (n - 1));
+        assert_eq!(plan.sends[3].len(), 1 + 2 * (n - 1));
+        // The last reduce-scatter receive is rank 1's own segment.
+        let own = segments[1].clone();
+        let last_reduce = &plan.recvs[2][n - 1];
+        assert_eq!(
+            last_reduce.ptr as usize - buf.as_ptr() as usize,
+            own.start * 4
+        );
     }
 }

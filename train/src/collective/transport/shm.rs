@@ -67,9 +67,10 @@ fn round_up(v: usize, to: usize) -> usize {
 }
 
 impl Layout {
-    /// The layout for `members` (global ranks, sorted) of a group of
-    /// `world` ranks; indices inside are positions in `members`.
-    fn new(members: &[usize], world: usize, config: &CollectiveConfig) -> Layout {
+    /// The layout for `members` (global ranks, sorted); `ring_next[r]` is
+    /// the rank after `r` on the group's ring. Indices inside are positions
+    /// in `members`.
+    fn new(members: &[usize], ring_next: &[usize], config: &CollectiveConfig) -> Layout {
         let n = members.len();
         let big = round_up(config.shm_ring_bytes.max(LINE), LINE);
         let small = round_up(config.shm_side_ring_bytes.max(LINE), LINE);
@@ -83,7 +84,7 @@ impl Layout {
                 }
                 // Neighbours on the group's ring get the big rings.
                 let (a, b) = (members[src], members[dst]);
-                let neighbours = (a + 1) % world == b || (b + 1) % world == a;
+                let neighbours = ring_next[a] == b || ring_next[b] == a;
                 let cap = if neighbours { big } else { small };
                 ring_offsets[src * n + dst] = offset;
                 ring_caps[src * n + dst] = cap;
@@ -373,12 +374,13 @@ impl ShmMesh {
         rank: usize,
         nonce: u64,
         members: &[usize],
+        ring_next: &[usize],
         control: Vec<Option<TcpStream>>,
         config: &CollectiveConfig,
         deadline: Instant,
     ) -> Result<ShmMesh> {
         let world = control.len();
-        let layout = Layout::new(members, world, config);
+        let layout = Layout::new(members, ring_next, config);
         let mut local = vec![None; world];
         for (i, m) in members.iter().enumerate() {
             local[*m] = Some(i);
@@ -633,7 +635,7 @@ mod tests {
             shm_side_ring_bytes: 100,
             ..CollectiveConfig::default()
         };
-        let layout = Layout::new(&[0, 1, 2, 3], 4, &config);
+        let layout = Layout::new(&[0, 1, 2, 3], &[1, 2, 3, 0], &config);
         let mut spans: Vec<(usize, usize)> = Vec::new();
         for src in 0..4 {
             for dst in 0..4 {
