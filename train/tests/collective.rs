@@ -49,6 +49,28 @@ fn run_ranks(
     env: &[(&str, String)],
     limit: Duration,
 ) -> Vec<(usize, Option<i32>, String)> {
+    // The master port is picked free and released before rank 0 binds it;
+    // if something else took it meanwhile, try again with new ports.
+    let mut results = Vec::new();
+    for _attempt in 0..3 {
+        results = run_ranks_once(role, world, ranks, env, limit);
+        let port_taken = results
+            .iter()
+            .any(|(_, _, log)| log.contains("binding the rendezvous master port"));
+        if !port_taken {
+            break;
+        }
+    }
+    results
+}
+
+fn run_ranks_once(
+    role: &str,
+    world: usize,
+    ranks: &[usize],
+    env: &[(&str, String)],
+    limit: Duration,
+) -> Vec<(usize, Option<i32>, String)> {
     let exe = std::env::current_exe().expect("the test binary knows its own path");
     let port = free_port();
     let second_port = free_port();
