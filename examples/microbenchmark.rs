@@ -134,6 +134,41 @@ impl AsyncActor {
     async fn small_value(&self) -> Vec<u8> {
         ok()
     }
+
+    async fn small_value_with_arg(&self, _x: u64) -> Vec<u8> {
+        ok()
+    }
+}
+
+/// Ray's `Client`, for async actors.
+#[prism::actor(num_cpus = 0)]
+struct AsyncClient {
+    servers: Vec<prism::ActorHandle<AsyncActor>>,
+}
+
+#[prism::actor]
+impl AsyncClient {
+    fn new(servers: Vec<prism::ActorHandle<AsyncActor>>) -> Self {
+        AsyncClient { servers }
+    }
+
+    fn small_value_batch(&self, n: u32) -> u8 {
+        let mut refs = Vec::new();
+        for s in &self.servers {
+            refs.extend((0..n).map(|_| s.small_value().expect("call")));
+        }
+        prism::get_many(&refs).expect("get");
+        0
+    }
+}
+
+#[prism::remote]
+fn async_actor_work(actors: Vec<prism::ActorHandle<AsyncActor>>, n: u32) -> u8 {
+    let refs: Vec<_> = (0..n as usize)
+        .map(|i| actors[i % actors.len()].small_value().expect("call"))
+        .collect();
+    prism::get_many(&refs).expect("get");
+    0
 }
 
 /// Ray's `Client` (num_cpus=0): calls a list of server actors.
@@ -230,6 +265,61 @@ impl Bench {
         println!("{name} {mean:.3} {unit}");
         Ok(())
     }
+}
+
+/// The physical floor of a synchronous call: a 64-byte round trip over a
+/// Unix-socket pair between two threads, in microseconds (median of runs).
+fn floor_unix_socket_round_trip_us(rounds: u32) -> f64 {
+    use std::io::{Read, Write};
+    let Ok((mut a, mut b)) = std::os::unix::net::UnixStream::pair() else {
+        return f64::NAN;
+    };
+    let echo = std::thread::spawn(move || {
+        let mut buf = [0u8; 64];
+        while b.read_exact(&mut buf).is_ok() {
+            if b.write_all(&buf).is_err() {
+                break;
+            }
+        }
+    });
+    let mut buf = [7u8; 64];
+    let mut samples = Vec::new();
+    for _ in 0..5 {
+        let start = Instant::now();
+        for _ in 0..rounds {
+            if a.write_all(&buf).is_err() || a.read_exact(&mut buf).is_err() {
+                return f64::NAN;
+            }
+        }
+        samples.push(start.elapsed().as_secs_f64() * 1e6 / rounds as f64);
+    }
+    drop(a);
+    let _ = echo.join();
+    median(samples)
+}
+
+/// The physical floor of a large put: single-threaded memcpy of 256 MiB,
+/// into pages already mapped and into fresh ones, in GB/s (10^9 bytes).
+fn floor_memcpy_gigabytes() -> (f64, f64) {
+    let len = 256 << 20;
+    let src: Vec<u8> = (0..len).map(|i| i as u8).collect();
+    let mut fresh_rates = Vec::new();
+    let mut warm_rates = Vec::new();
+    for _ in 0..3 {
+        let mut dst: Vec<u8> = Vec::with_capacity(len);
+        let start = Instant::now();
+        // SAFETY: dst has capacity for len bytes, all written by the copy.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr(), len);
+            dst.set_len(len);
+        }
+        fresh_rates.push(len as f64 / start.elapsed().as_secs_f64() / 1e9);
+        let start = Instant::now();
+        dst.copy_from_slice(&src);
+        warm_rates.push(len as f64 / start.elapsed().as_secs_f64() / 1e9);
+        std::hint::black_box(&dst);
+    }
+    (median(warm_rates), median(fresh_rates))
 }
 
 fn report(name: &str, value: f64, unit: &str) {
@@ -481,8 +571,51 @@ fn main() -> prism::Result<()> {
         prism::get_many(&refs).map(|_| ())
     })?;
 
+    b.timeit("1_1_async_actor_calls_with_args_async", 1000.0, || {
+        let refs = (0..1000u64)
+            .map(|i| async_actor.small_value_with_arg(i))
+            .collect::<prism::Result<Vec<_>>>()?;
+        prism::get_many(&refs).map(|_| ())
+    })?;
+    if b.wants("1_n_async_actor_calls_async") {
+        let n = 5000u32;
+        let servers = (0..n_cpu)
+            .map(|_| AsyncActor::remote())
+            .collect::<prism::Result<Vec<_>>>()?;
+        let client = AsyncClient::remote(servers)?;
+        b.timeit(
+            "1_n_async_actor_calls_async",
+            (n as usize * n_cpu) as f64,
+            || prism::get(&client.small_value_batch(n)?).map(|_| ()),
+        )?;
+    }
+    if b.wants("n_n_async_actor_calls_async") {
+        let (n, m) = (5000u32, 4);
+        let actors = (0..n_cpu)
+            .map(|_| AsyncActor::remote())
+            .collect::<prism::Result<Vec<_>>>()?;
+        b.timeit("n_n_async_actor_calls_async", (n * m) as f64, || {
+            let refs = (0..m)
+                .map(|_| async_actor_work::remote(actors.clone(), n))
+                .collect::<prism::Result<Vec<_>>>()?;
+            prism::get_many(&refs).map(|_| ())
+        })?;
+    }
+
     let start = Instant::now();
     prism::shutdown();
     report("cluster_shutdown", ms(start.elapsed()), "ms");
+
+    if b.wants("floor") {
+        let rounds = if b.quick { 2_000 } else { 50_000 };
+        report(
+            "floor_unix_socket_round_trip_us",
+            floor_unix_socket_round_trip_us(rounds),
+            "us",
+        );
+        let (warm, fresh) = floor_memcpy_gigabytes();
+        report("floor_memcpy_gigabytes", warm, "GB_per_s");
+        report("floor_memcpy_fresh_pages_gigabytes", fresh, "GB_per_s");
+    }
     Ok(())
 }
