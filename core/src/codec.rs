@@ -167,6 +167,9 @@ pub(crate) fn as_bytes<E: Copy>(v: &[E]) -> &[u8] {
 pub(crate) fn copy_elements<E: Copy>(payload: &[u8]) -> Vec<E> {
     let n = payload.len() / std::mem::size_of::<E>();
     let mut v: Vec<E> = Vec::with_capacity(n);
+    if payload.len() >= HUGE_COPY_BYTES {
+        advise_huge_pages(v.as_mut_ptr() as *mut u8, payload.len());
+    }
     // The destination has room for n elements; every bit pattern is valid
     // for the primitive element types used here.
     unsafe {
@@ -178,6 +181,25 @@ pub(crate) fn copy_elements<E: Copy>(payload: &[u8]) -> Vec<E> {
         v.set_len(n);
     }
     v
+}
+
+/// Copies at least this large ask for transparent huge pages first.
+const HUGE_COPY_BYTES: usize = 4 << 20;
+
+/// A large fresh allocation takes one page fault per 4 KiB as the copy
+/// first touches it, which bounds a large `get` at about 2 GB/s; advising
+/// huge pages for the (page-aligned part of the) range cuts the faults 512
+/// times where the kernel allows it (`madvise` mode), and is ignored where
+/// it does not.
+fn advise_huge_pages(ptr: *mut u8, len: usize) {
+    let start = (ptr as usize).next_multiple_of(4096);
+    let end = (ptr as usize + len) & !4095;
+    if end > start {
+        // SAFETY: advice on memory we own; it does not change its contents.
+        unsafe {
+            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+        }
+    }
 }
 
 /// The header of a raw buffer of `payload_len` bytes.
