@@ -10,6 +10,7 @@
 //! `PRISM_BENCH_ROWS=pattern` runs only rows whose name contains it.
 
 use prism::{ActorOptions, ObjectRef, View};
+use prism_examples::proc_stats::{children, pss_kib};
 use std::time::{Duration, Instant};
 
 /// The small value every task and call returns, as Ray's `b"ok"`.
@@ -330,37 +331,6 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-fn children_of_me() -> Vec<u32> {
-    let me = std::process::id().to_string();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| {
-            let pid: u32 = e.file_name().to_string_lossy().parse().ok()?;
-            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-            let ppid = stat
-                .rsplit(')')
-                .next()?
-                .split_whitespace()
-                .nth(1)?
-                .to_string();
-            (ppid == me).then_some(pid)
-        })
-        .collect()
-}
-
-fn pss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("Pss:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 #[prism::main]
 fn main() -> prism::Result<()> {
     let b = Bench {
@@ -386,7 +356,7 @@ fn main() -> prism::Result<()> {
 
     // Let the prestarted workers settle before measuring an idle node.
     std::thread::sleep(Duration::from_millis(300));
-    let children = children_of_me();
+    let children = children();
     let pss: u64 = pss_kib(std::process::id()) + children.iter().map(|p| pss_kib(*p)).sum::<u64>();
     report(
         "idle_node_processes",

@@ -7,6 +7,7 @@
 //! Run: `cargo run --release --example scaling [-- --quick]`
 
 use prism::{ActorOptions, TaskOptions};
+use prism_examples::proc_stats::{children, field_kib, pss_kib};
 use std::time::{Duration, Instant};
 
 #[prism::remote]
@@ -49,47 +50,6 @@ impl Gate {
     fn ready(&self) -> bool {
         true
     }
-}
-
-fn status_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with(field))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-fn pss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("Pss:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-fn children() -> Vec<u32> {
-    let me = std::process::id().to_string();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| {
-            let pid: u32 = e.file_name().to_string_lossy().parse().ok()?;
-            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-            let ppid = stat
-                .rsplit(')')
-                .next()?
-                .split_whitespace()
-                .nth(1)?
-                .to_string();
-            (ppid == me).then_some(pid)
-        })
-        .collect()
 }
 
 /// Repeats `round` (which does `ops` operations) for at least `span`.
@@ -186,12 +146,12 @@ fn main() -> prism::Result<()> {
     let gate = Gate::remote_with(ActorOptions::new().resource("gate", 1.0))?;
     prism::get(&gate.ready()?)?;
     let me = std::process::id();
-    let rss_before = status_kib(me, "RssAnon:");
+    let rss_before = field_kib(me, "status", "RssAnon:");
     let pending = 10_000;
     let waiting = (0..pending)
         .map(|_| noop::remote_with(TaskOptions::new().num_cpus(0.0).resource("gate", 1.0)))
         .collect::<prism::Result<Vec<_>>>()?;
-    let rss_after = status_kib(me, "RssAnon:");
+    let rss_after = field_kib(me, "status", "RssAnon:");
     println!(
         "memory_per_1000_pending_tasks {:.3} MiB",
         rss_after.saturating_sub(rss_before) as f64 / (pending as f64 / 1000.0) / 1024.0

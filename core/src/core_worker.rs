@@ -436,37 +436,55 @@ impl CoreWorker {
         Ok(ObjectValue::InStore { size })
     }
 
+    /// Decides how a value is stored: inline, or as store parts (a raw
+    /// buffer is not copied here; it is written straight into the store).
+    fn plan_put<'a, T: serde::Serialize + 'static>(&self, value: &'a T) -> Result<PutPlan<'a>> {
+        let threshold = self.config.max_direct_call_object_size_bytes as usize;
+        Ok(match codec::raw_parts(value) {
+            Some((tag, payload)) if payload.len() + codec::RAW_HEADER_BYTES > threshold => {
+                PutPlan::Raw(codec::raw_header(tag, payload.len()), payload)
+            }
+            _ => {
+                let encoded = codec::encode(value)?;
+                if encoded.bytes.len() <= threshold {
+                    PutPlan::Inline(Bytes::from(encoded.bytes), encoded.contained)
+                } else {
+                    PutPlan::Encoded(encoded.bytes, encoded.contained)
+                }
+            }
+        })
+    }
+
+    fn record_put(
+        &self,
+        id: ObjectId,
+        stored: ObjectValue,
+        contains: Vec<ObjectRefInfo>,
+    ) -> ObjectRefInfo {
+        self.refs.add_owned(id, ValueState::Ready(stored), contains);
+        ObjectRefInfo {
+            id,
+            owner: self.address().clone(),
+        }
+    }
+
     /// Creates an owned object from a value and returns its reference.
     pub(crate) fn put_object<T: serde::Serialize + 'static>(
         self: &Arc<Self>,
         value: &T,
     ) -> Result<ObjectRefInfo> {
         let id = ObjectId::new();
-        let threshold = self.config.max_direct_call_object_size_bytes as usize;
-        let (stored, contains) = match codec::raw_parts(value) {
-            Some((tag, payload)) if payload.len() + codec::RAW_HEADER_BYTES > threshold => {
-                let header = codec::raw_header(tag, payload.len());
-                (
-                    self.write_to_store_blocking(id, &[&header, payload])?,
-                    Vec::new(),
-                )
-            }
-            _ => {
-                let encoded = codec::encode(value)?;
-                let contains = encoded.contained.clone();
-                let stored = if encoded.bytes.len() <= threshold {
-                    ObjectValue::Inline(Bytes::from(encoded.bytes))
-                } else {
-                    self.write_to_store_blocking(id, &[&encoded.bytes])?
-                };
-                (stored, contains)
+        let (stored, contains) = match self.plan_put(value)? {
+            PutPlan::Inline(bytes, contains) => (ObjectValue::Inline(bytes), contains),
+            PutPlan::Raw(header, payload) => (
+                self.write_to_store_blocking(id, &[&header, payload])?,
+                Vec::new(),
+            ),
+            PutPlan::Encoded(bytes, contains) => {
+                (self.write_to_store_blocking(id, &[&bytes])?, contains)
             }
         };
-        self.refs.add_owned(id, ValueState::Ready(stored), contains);
-        Ok(ObjectRefInfo {
-            id,
-            owner: self.address().clone(),
-        })
+        Ok(self.record_put(id, stored, contains))
     }
 
     /// The async form of [`CoreWorker::put_object`].
@@ -475,26 +493,17 @@ impl CoreWorker {
         value: &T,
     ) -> Result<ObjectRefInfo> {
         let id = ObjectId::new();
-        let threshold = self.config.max_direct_call_object_size_bytes as usize;
-        let (stored, contains) = match codec::raw_parts(value) {
-            Some((tag, payload)) if payload.len() + codec::RAW_HEADER_BYTES > threshold => {
-                let header = codec::raw_header(tag, payload.len());
-                (
-                    self.write_to_store(id, &[&header, payload]).await?,
-                    Vec::new(),
-                )
-            }
-            _ => {
-                let encoded = codec::encode(value)?;
-                let contains = encoded.contained.clone();
-                (self.store_value(id, encoded).await?, contains)
+        let (stored, contains) = match self.plan_put(value)? {
+            PutPlan::Inline(bytes, contains) => (ObjectValue::Inline(bytes), contains),
+            PutPlan::Raw(header, payload) => (
+                self.write_to_store(id, &[&header, payload]).await?,
+                Vec::new(),
+            ),
+            PutPlan::Encoded(bytes, contains) => {
+                (self.write_to_store(id, &[&bytes]).await?, contains)
             }
         };
-        self.refs.add_owned(id, ValueState::Ready(stored), contains);
-        Ok(ObjectRefInfo {
-            id,
-            owner: self.address().clone(),
-        })
+        Ok(self.record_put(id, stored, contains))
     }
 
     /// Dispatches a request from another process.
@@ -525,6 +534,16 @@ impl CoreWorker {
             other => crate::executor::handle(self, conn, id, other),
         }
     }
+}
+
+/// How a put stores its value.
+enum PutPlan<'a> {
+    /// Small: kept by the owner, with the references inside it.
+    Inline(Bytes, Vec<ObjectRefInfo>),
+    /// A large flat buffer: its header and memory image.
+    Raw([u8; codec::RAW_HEADER_BYTES], &'a [u8]),
+    /// A large encoded value, with the references inside it.
+    Encoded(Vec<u8>, Vec<ObjectRefInfo>),
 }
 
 /// The socket a core worker listens on.
