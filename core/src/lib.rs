@@ -87,6 +87,16 @@
 //! Worker output is printed with a `(pid=…)` or `(Class pid=…)` prefix and
 //! kept in the session's `logs/`.
 //!
+//! # Blocking calls and async code
+//!
+//! The blocking forms (`get`, `get_many`, `wait`, `put`) may be called from
+//! any thread, including inside synchronous remote functions and actor
+//! methods (a task waiting in `get` lends its CPUs back, so nested tasks can
+//! run). Inside `async` functions and methods, use the async forms
+//! (`.await` on an `ObjectRef`, [`get_async`], [`wait_async`],
+//! [`put_async`]): a blocking call there occupies one of the process's
+//! runtime threads until it returns.
+//!
 //! # Errors
 //!
 //! Every fallible call returns [`Result`]; [`Error`] says what went wrong
