@@ -87,11 +87,22 @@ impl std::fmt::Debug for CoreWorker {
 #[derive(Clone, Default)]
 pub(crate) struct CoreHandler {
     cell: Arc<OnceLock<Weak<CoreWorker>>>,
+    /// Borrows registered over this connection by the borrower itself:
+    /// when the connection closes, that process is gone, and so are they.
+    borrows_here: Arc<Mutex<HashMap<Address, Vec<ObjectId>>>>,
 }
 
 impl CoreHandler {
     pub(crate) fn bind(&self, core: &Arc<CoreWorker>) {
         let _ = self.cell.set(Arc::downgrade(core));
+    }
+
+    /// The handler for one more accepted connection.
+    fn for_connection(&self) -> CoreHandler {
+        CoreHandler {
+            cell: self.cell.clone(),
+            borrows_here: Default::default(),
+        }
     }
 }
 
@@ -115,11 +126,28 @@ impl Handler for CoreHandler {
             );
             return;
         };
+        if let Request::AddBorrower {
+            ids,
+            borrower,
+            from_borrower: true,
+        } = &request
+        {
+            self.borrows_here
+                .lock()
+                .entry(borrower.clone())
+                .or_default()
+                .extend(ids.iter().copied());
+        }
         core.handle_request(conn, id, request);
     }
 
     fn closed(&self, conn: &Connection) {
         if let Some(core) = self.cell.get().and_then(Weak::upgrade) {
+            let ended: Vec<(Address, Vec<ObjectId>)> = self.borrows_here.lock().drain().collect();
+            for (borrower, ids) in ended {
+                let releases = core.refs.remove_borrower(&ids, &borrower);
+                core.apply_releases(releases);
+            }
             if core.role == Role::Worker && conn.peer() == core.raylet.peer() {
                 // Our raylet is gone: a worker has nothing left to do.
                 crate::worker::raylet_gone();
@@ -189,7 +217,7 @@ impl CoreWorker {
         let listener = {
             let _guard = core.rt.enter();
             rpc::serve(&address, move || {
-                Arc::new(handler.clone()) as Arc<dyn Handler>
+                Arc::new(handler.for_connection()) as Arc<dyn Handler>
             })?
         };
         *core.listener.lock() = Some(listener);
@@ -279,6 +307,7 @@ impl CoreWorker {
             conn.call(Request::AddBorrower {
                 ids,
                 borrower: self.address().clone(),
+                from_borrower: true,
             })
             .await?;
             let late = self.refs.registered(&infos);
@@ -309,6 +338,7 @@ impl CoreWorker {
                     .call(Request::AddBorrower {
                         ids,
                         borrower: borrower.clone(),
+                        from_borrower: false,
                     })
                     .await?;
             }
@@ -522,7 +552,7 @@ impl CoreWorker {
                     conn.respond(id, response);
                 });
             }
-            Request::AddBorrower { ids, borrower } => {
+            Request::AddBorrower { ids, borrower, .. } => {
                 self.refs.add_borrower(&ids, &borrower);
                 conn.respond(id, Response::Ok);
             }

@@ -310,6 +310,10 @@ pub enum Request {
         ids: Vec<ObjectId>,
         /// The borrowing process.
         borrower: Address,
+        /// The borrower is the sender itself (not a process it lends to):
+        /// if this connection closes, the borrower is gone and its borrows
+        /// end with it.
+        from_borrower: bool,
     },
     /// A borrower dropped its last references (notification).
     RemoveBorrower {

@@ -166,3 +166,50 @@ fn bytes_and_typed_buffers_round_trip() {
     );
     assert_eq!(&*view, &[1.5, 2.5]);
 }
+
+#[prism::actor]
+struct Holder {
+    held: Vec<ObjectRef<Vec<u8>>>,
+}
+
+#[prism::actor]
+impl Holder {
+    fn new() -> Self {
+        Holder { held: Vec::new() }
+    }
+
+    fn hold(&mut self, refs: Vec<ObjectRef<Vec<u8>>>) -> usize {
+        self.held.extend(refs);
+        self.held.len()
+    }
+}
+
+#[test]
+fn a_borrower_that_dies_releases_what_it_borrowed() {
+    cluster();
+    let _guard = STORE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    must_eventually(
+        "the store starts empty",
+        Duration::from_secs(10),
+        store_is_empty,
+    );
+    let holder = Holder::remote().unwrap();
+    let big = prism::put(vec![5u8; 4 << 20]).unwrap();
+    assert_eq!(
+        prism::get(&holder.hold(vec![big.clone()]).unwrap()).unwrap(),
+        1
+    );
+    drop(big);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        prism::object_store_stats().unwrap().num_objects,
+        1,
+        "the actor still borrows the object"
+    );
+    prism::kill(&holder).unwrap();
+    must_eventually(
+        "the object is freed once its only borrower is gone",
+        Duration::from_secs(10),
+        store_is_empty,
+    );
+}
