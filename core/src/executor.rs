@@ -231,14 +231,14 @@ impl CoreWorker {
 
     /// Fetches arguments from the executor thread; inline ones need no I/O.
     fn fetch_args_here(self: &Arc<Self>, args: &[ArgSpec]) -> Result<Args> {
-        if args.iter().all(|a| matches!(a, ArgSpec::Value(_))) {
-            let inline = args
-                .iter()
-                .map(|a| match a {
-                    ArgSpec::Value(b) => Loaded::Inline(b.clone()),
-                    ArgSpec::Ref(_) => unreachable!("checked above"),
-                })
-                .collect();
+        let inline: Vec<Loaded> = args
+            .iter()
+            .filter_map(|a| match a {
+                ArgSpec::Value(b) => Some(Loaded::Inline(b.clone())),
+                ArgSpec::Ref(_) => None,
+            })
+            .collect();
+        if inline.len() == args.len() {
             return Ok(Args::new(inline));
         }
         let core = self.clone();

@@ -57,6 +57,17 @@ fn store_is_empty() -> bool {
 /// this binary, and some tests count what they hold: they run one at a time.
 static STORE_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// Runs the rest of a test alone, starting from an empty store.
+fn alone_with_an_empty_store() -> std::sync::MutexGuard<'static, ()> {
+    let guard = STORE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    must_eventually(
+        "the store starts empty",
+        Duration::from_secs(10),
+        store_is_empty,
+    );
+    guard
+}
+
 #[test]
 fn a_worker_reads_a_100_mb_object_without_copying_it() {
     cluster();
@@ -78,12 +89,7 @@ fn a_worker_reads_a_100_mb_object_without_copying_it() {
 #[test]
 fn store_usage_returns_to_zero_when_references_are_gone() {
     cluster();
-    let _guard = STORE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    must_eventually(
-        "the store starts empty",
-        Duration::from_secs(10),
-        store_is_empty,
-    );
+    let _guard = alone_with_an_empty_store();
     let a = prism::put(vec![7u8; 4 << 20]).unwrap();
     let b = prism::put(vec![1.0f64; 1 << 20]).unwrap();
     let used = prism::object_store_stats().unwrap();
@@ -106,12 +112,7 @@ fn store_usage_returns_to_zero_when_references_are_gone() {
 #[test]
 fn large_arguments_and_results_go_through_the_store_and_are_freed() {
     cluster();
-    let _guard = STORE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    must_eventually(
-        "the store starts empty",
-        Duration::from_secs(10),
-        store_is_empty,
-    );
+    let _guard = alone_with_an_empty_store();
     let n = prism::get(&length::remote(vec![3u8; 1 << 20]).unwrap()).unwrap();
     assert_eq!(n, 1 << 20);
     must_eventually(
@@ -187,12 +188,7 @@ impl Holder {
 #[test]
 fn a_borrower_that_dies_releases_what_it_borrowed() {
     cluster();
-    let _guard = STORE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    must_eventually(
-        "the store starts empty",
-        Duration::from_secs(10),
-        store_is_empty,
-    );
+    let _guard = alone_with_an_empty_store();
     let holder = Holder::remote().unwrap();
     let big = prism::put(vec![5u8; 4 << 20]).unwrap();
     assert_eq!(
