@@ -38,3 +38,4 @@
 #![doc(test(attr(deny(warnings))))]
 
 pub mod collective;
+pub mod portable;
