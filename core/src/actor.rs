@@ -139,7 +139,9 @@ pub fn create_actor<A: Actor>(
     let core = current()?;
     let args = args.into_iter().collect::<Result<Vec<_>>>()?;
     let options = options.into_wire(&core.config.namespace)?;
-    core.check_feasible(&options.resources)?;
+    if options.placement.is_none() {
+        core.check_feasible(&options.resources)?;
+    }
     let (spec_args, held) = core.prepare_args(args)?;
     let actor_id = ActorId::new();
     let spec = ActorSpec {

@@ -499,14 +499,17 @@ pub fn object_store_stats() -> Result<StoreStats> {
 
 /// The cluster's total resources and what is free now.
 pub fn cluster_resources() -> Result<(ResourceSet, ResourceSet)> {
+    match raylet_request(Request::GetClusterResources)? {
+        Response::ClusterResources { total, available } => Ok((total, available)),
+        other => Err(other.unexpected("GetClusterResources")),
+    }
+}
+
+/// Sends one request to this process's raylet and waits for the answer.
+pub(crate) fn raylet_request(request: Request) -> Result<Response> {
     let core = current()?;
     let c = core.clone();
-    core.block_on(async move {
-        match c.raylet.call(Request::GetClusterResources).await? {
-            Response::ClusterResources { total, available } => Ok((total, available)),
-            other => Err(other.unexpected("GetClusterResources")),
-        }
-    })
+    core.block_on(async move { c.raylet.call(request).await })
 }
 
 /// Facts about the running process's place in the cluster.

@@ -110,9 +110,11 @@ mod codec;
 mod config;
 mod core_worker;
 mod executor;
+pub mod kv;
 mod logging;
 mod object_ref;
 mod options;
+mod placement;
 mod refs;
 mod submitter;
 mod view;
@@ -134,9 +136,15 @@ pub use codec::Element;
 pub use config::Config;
 pub use object_ref::{Arg, IntoArg, ObjectRef};
 pub use options::{ActorOptions, TaskOptions};
+pub use placement::{
+    placement_group, remove_placement_group, Bundle, PlacementGroup, PlacementStrategy,
+};
 pub use prism_macros::{actor, main, remote};
 pub use prism_protocol::error::{Error, FailureKind, Result};
-pub use prism_protocol::ids::{ActorId, JobId, NodeId, ObjectId, TaskId, WorkerId};
+pub use prism_protocol::ids::{
+    ActorId, JobId, NodeId, ObjectId, PlacementGroupId, TaskId, WorkerId,
+};
+pub use prism_protocol::messages::PlacementGroupState;
 pub use prism_protocol::messages::StoreStats;
 pub use prism_protocol::resources::{Quantity, ResourceSet};
 pub use view::View;

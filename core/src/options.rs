@@ -1,22 +1,30 @@
 //! Per-call options for tasks and actors.
 
 use crate::object_ref::positive;
+use crate::placement::PlacementGroup;
 use crate::{Error, Result};
-use prism_protocol::messages;
+use prism_protocol::messages::{self, BundleRef};
 use prism_protocol::resources::{Quantity, ResourceSet, CPU, GPU, MEMORY};
 use std::collections::BTreeMap;
 
 /// Resource requests shared by tasks and actors.
 #[derive(Debug, Clone, Default, PartialEq)]
-struct Resources {
-    num_cpus: Option<f64>,
-    num_gpus: Option<f64>,
-    memory: Option<f64>,
-    custom: BTreeMap<String, f64>,
+pub(crate) struct Resources {
+    pub(crate) num_cpus: Option<f64>,
+    pub(crate) num_gpus: Option<f64>,
+    pub(crate) memory: Option<f64>,
+    pub(crate) custom: BTreeMap<String, f64>,
+}
+
+/// What a task's lease asks for: a shape, and where to take it from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct SchedulingKey {
+    pub(crate) shape: ResourceSet,
+    pub(crate) bundle: Option<BundleRef>,
 }
 
 impl Resources {
-    fn to_set(&self, default_cpus: f64) -> Result<ResourceSet> {
+    pub(crate) fn to_set(&self, default_cpus: f64) -> Result<ResourceSet> {
         let mut set = ResourceSet::new();
         let mut put = |name: &str, value: f64, allow_zero: bool| -> Result<()> {
             if !(allow_zero && value == 0.0) {
@@ -60,6 +68,7 @@ impl Resources {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TaskOptions {
     resources: Resources,
+    placement: Option<Result<BundleRef>>,
 }
 
 impl TaskOptions {
@@ -92,9 +101,20 @@ impl TaskOptions {
         self
     }
 
-    /// The resource shape this asks for.
-    pub(crate) fn shape(&self) -> Result<ResourceSet> {
-        self.resources.to_set(1.0)
+    /// Runs the task in bundle `bundle_index` of `group` (`None`: any
+    /// bundle with room), drawing on the group's reservation (Ray's
+    /// `PlacementGroupSchedulingStrategy`).
+    pub fn placement_group(mut self, group: &PlacementGroup, bundle_index: Option<usize>) -> Self {
+        self.placement = Some(group.bundle_ref(bundle_index));
+        self
+    }
+
+    /// The resource shape this asks for, and from where.
+    pub(crate) fn scheduling_key(&self) -> Result<SchedulingKey> {
+        Ok(SchedulingKey {
+            shape: self.resources.to_set(1.0)?,
+            bundle: self.placement.clone().transpose()?,
+        })
     }
 }
 
@@ -133,6 +153,7 @@ pub struct ActorOptions {
     namespace: Option<String>,
     max_concurrency: u32,
     resources: Resources,
+    placement: Option<Result<BundleRef>>,
 }
 
 impl Default for ActorOptions {
@@ -142,6 +163,7 @@ impl Default for ActorOptions {
             namespace: None,
             max_concurrency: 1,
             resources: Resources::default(),
+            placement: None,
         }
     }
 }
@@ -188,10 +210,18 @@ impl ActorOptions {
         self
     }
 
+    /// Places the actor in bundle `bundle_index` of `group` (`None`: any
+    /// bundle with room); its resources come from the group's reservation.
+    pub fn placement_group(mut self, group: &PlacementGroup, bundle_index: Option<usize>) -> Self {
+        self.placement = Some(group.bundle_ref(bundle_index));
+        self
+    }
+
     /// Fills in fields not set here from `defaults` (the struct's attribute).
     pub fn or(mut self, defaults: ActorOptions) -> Self {
         self.name = self.name.or(defaults.name);
         self.namespace = self.namespace.or(defaults.namespace);
+        self.placement = self.placement.or(defaults.placement);
         if self.max_concurrency == 1 {
             self.max_concurrency = defaults.max_concurrency;
         }
@@ -220,6 +250,7 @@ impl ActorOptions {
                 .unwrap_or_else(|| default_namespace.to_string()),
             max_concurrency: self.max_concurrency,
             resources: self.resources.to_set(0.0)?,
+            placement: self.placement.transpose()?,
         })
     }
 }
@@ -230,15 +261,18 @@ mod tests {
 
     #[test]
     fn zero_or_negative_resource_requests_are_rejected_by_name() {
-        let err = TaskOptions::new().num_gpus(-1.0).shape().unwrap_err();
+        let err = TaskOptions::new()
+            .num_gpus(-1.0)
+            .scheduling_key()
+            .unwrap_err();
         assert!(err.to_string().contains("GPU request"), "{err}");
         let err = TaskOptions::new()
             .resource("disk", 0.0)
-            .shape()
+            .scheduling_key()
             .unwrap_err();
         assert!(err.to_string().contains("disk request"), "{err}");
         assert!(
-            TaskOptions::new().num_cpus(0.0).shape().is_ok(),
+            TaskOptions::new().num_cpus(0.0).scheduling_key().is_ok(),
             "zero CPUs is a valid request"
         );
     }

@@ -275,8 +275,10 @@ pub fn submit_task<R>(
     args: Vec<Result<Arg>>,
 ) -> Result<ObjectRef<R>> {
     let core = current()?;
-    let shape = options.shape()?;
-    core.check_feasible(&shape)?;
+    let shape = options.scheduling_key()?;
+    if shape.bundle.is_none() {
+        core.check_feasible(&shape.shape)?;
+    }
     let args = args.into_iter().collect::<Result<Vec<_>>>()?;
     let (spec_args, held) = core.prepare_args(args)?;
     let return_id = ObjectId::new();

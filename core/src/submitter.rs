@@ -17,12 +17,12 @@
 //!    back, so that back-to-back calls skip the lease round trip.
 
 use crate::core_worker::CoreWorker;
+use crate::options::SchedulingKey;
 use crate::refs::ValueState;
 use crate::Error;
 use parking_lot::Mutex;
 use prism_protocol::ids::{LeaseId, ObjectId, WorkerId};
 use prism_protocol::messages::{ArgSpec, ObjectValue, Request, Response, TaskSpec};
-use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::Connection;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -57,14 +57,14 @@ struct ShapeQueue {
 /// The task submitter of one process.
 #[derive(Debug, Default)]
 pub(crate) struct Submitter {
-    shapes: Mutex<HashMap<ResourceSet, ShapeQueue>>,
+    shapes: Mutex<HashMap<SchedulingKey, ShapeQueue>>,
 }
 
 impl CoreWorker {
     /// Resolves, queues and eventually runs a task. When every argument is
     /// a value or a ready object this happens on the calling thread, and the
     /// task may be on its way to a worker before this returns.
-    pub(crate) fn submit_task(self: &Arc<Self>, shape: ResourceSet, mut submission: Submission) {
+    pub(crate) fn submit_task(self: &Arc<Self>, shape: SchedulingKey, mut submission: Submission) {
         match self.resolve_args_now(&mut submission.spec.args) {
             Ok(true) => self.enqueue(shape, submission),
             Err(e) => self.finish_task(&submission, Err(e)),
@@ -127,7 +127,7 @@ impl CoreWorker {
         Ok(out)
     }
 
-    fn enqueue(self: &Arc<Self>, shape: ResourceSet, submission: Submission) {
+    fn enqueue(self: &Arc<Self>, shape: SchedulingKey, submission: Submission) {
         let mut shapes = self.submitter.shapes.lock();
         let queue = shapes.entry(shape.clone()).or_default();
         queue.tasks.push_back(submission);
@@ -136,7 +136,11 @@ impl CoreWorker {
         self.dispatch_all(&shape, ready);
     }
 
-    fn dispatch_all(self: &Arc<Self>, shape: &ResourceSet, ready: Vec<(LeasedWorker, Submission)>) {
+    fn dispatch_all(
+        self: &Arc<Self>,
+        shape: &SchedulingKey,
+        ready: Vec<(LeasedWorker, Submission)>,
+    ) {
         for (worker, task) in ready {
             self.dispatch(shape.clone(), worker, task);
         }
@@ -147,7 +151,7 @@ impl CoreWorker {
     #[must_use]
     fn pump(
         self: &Arc<Self>,
-        shape: &ResourceSet,
+        shape: &SchedulingKey,
         queue: &mut ShapeQueue,
     ) -> Vec<(LeasedWorker, Submission)> {
         let mut ready = Vec::new();
@@ -170,12 +174,13 @@ impl CoreWorker {
         ready
     }
 
-    async fn request_lease(self: &Arc<Self>, shape: ResourceSet) {
+    async fn request_lease(self: &Arc<Self>, shape: SchedulingKey) {
         let granted = async {
             match self
                 .raylet
                 .call(Request::RequestLease {
-                    shape: shape.clone(),
+                    shape: shape.shape.clone(),
+                    bundle: shape.bundle,
                 })
                 .await?
             {
@@ -224,7 +229,7 @@ impl CoreWorker {
     /// Pushes a task to a leased worker. The answer is handled on the
     /// connection's reader task, which also sends the shape's next queued
     /// task to the same worker: no task is spawned per call.
-    fn dispatch(self: &Arc<Self>, shape: ResourceSet, worker: LeasedWorker, task: Submission) {
+    fn dispatch(self: &Arc<Self>, shape: SchedulingKey, worker: LeasedWorker, task: Submission) {
         let core = self.clone();
         let conn = worker.conn.clone();
         let request = Request::PushTask(task.spec.clone());
@@ -235,7 +240,7 @@ impl CoreWorker {
 
     fn on_task_reply(
         self: &Arc<Self>,
-        shape: ResourceSet,
+        shape: SchedulingKey,
         worker: LeasedWorker,
         task: Submission,
         outcome: Result<Response, Error>,
@@ -278,7 +283,7 @@ impl CoreWorker {
     }
 
     /// Gives back workers that stayed idle for `lease_idle_ms`.
-    fn schedule_idle_return(self: &Arc<Self>, shape: &ResourceSet) {
+    fn schedule_idle_return(self: &Arc<Self>, shape: &SchedulingKey) {
         let hold = Duration::from_millis(self.config.lease_idle_ms);
         let core = self.clone();
         let shape = shape.clone();

@@ -137,6 +137,13 @@ pub enum Error {
         /// The cluster's total resources.
         total: String,
     },
+    /// A placement group was removed (or its job ended) before or while
+    /// something was scheduled in it.
+    #[error("placement group {id} was removed; tasks and actors placed in it are stopped. Create a new group to schedule there")]
+    PlacementGroupRemoved {
+        /// The group.
+        id: String,
+    },
     /// The object store has no room left.
     #[error("object store full: asked for {requested} bytes, {used} of {capacity} bytes in use by {num_objects} objects; free some ObjectRefs or raise Config::object_store_memory")]
     ObjectStoreFull {

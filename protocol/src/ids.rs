@@ -92,6 +92,11 @@ define_id!(
     LeaseId,
     "lease"
 );
+define_id!(
+    /// A placement group: bundles of resources reserved together.
+    PlacementGroupId,
+    "pg"
+);
 
 #[cfg(test)]
 mod tests {

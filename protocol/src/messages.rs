@@ -14,7 +14,7 @@
 //! a notification.
 
 use crate::error::Error;
-use crate::ids::{ActorId, JobId, LeaseId, NodeId, ObjectId, TaskId, WorkerId};
+use crate::ids::{ActorId, JobId, LeaseId, NodeId, ObjectId, PlacementGroupId, TaskId, WorkerId};
 use crate::resources::ResourceSet;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -89,6 +89,65 @@ pub struct ActorOptions {
     pub max_concurrency: u32,
     /// Resources held for the actor's lifetime.
     pub resources: ResourceSet,
+    /// The placement-group bundle its resources come from, if any.
+    pub placement: Option<BundleRef>,
+}
+
+/// A bundle of a placement group that a task or actor is scheduled into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct BundleRef {
+    /// The group.
+    pub group: PlacementGroupId,
+    /// The bundle's index, or `None` for any bundle of the group with room.
+    pub index: Option<u32>,
+}
+
+/// How a placement group's bundles are spread over nodes (Ray's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PlacementStrategy {
+    /// As few nodes as possible; spread when one node cannot hold them all.
+    Pack,
+    /// As many nodes as possible, several bundles per node when needed.
+    Spread,
+    /// All bundles on one node, or none.
+    StrictPack,
+    /// Every bundle on a different node, or none.
+    StrictSpread,
+}
+
+/// A request to reserve bundles of resources together.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PlacementGroupSpec {
+    /// The group.
+    pub id: PlacementGroupId,
+    /// An optional name, for tools and logs.
+    pub name: Option<String>,
+    /// The bundles, in index order.
+    pub bundles: Vec<ResourceSet>,
+    /// The strategy.
+    pub strategy: PlacementStrategy,
+}
+
+/// Where a placement group is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PlacementGroupState {
+    /// Waiting for resources.
+    Pending,
+    /// Every bundle reserved.
+    Created,
+    /// Removed; its resources went back to the node.
+    Removed,
+}
+
+/// What the control store says about a placement group.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PlacementGroupInfo {
+    /// The request it was created from.
+    pub spec: PlacementGroupSpec,
+    /// Its state.
+    pub state: PlacementGroupState,
+    /// The GPU devices reserved for each bundle.
+    pub bundle_gpus: Vec<Vec<u32>>,
 }
 
 /// Everything needed to start an actor.
@@ -204,6 +263,8 @@ pub enum Request {
     RequestLease {
         /// The shape.
         shape: ResourceSet,
+        /// The placement-group bundle to take it from, if any.
+        bundle: Option<BundleRef>,
     },
     /// Give a leased worker back.
     ReturnLease {
@@ -269,6 +330,46 @@ pub enum Request {
     },
     /// The cluster's total and available resources.
     GetClusterResources,
+    /// Reserve a placement group (answered once accepted; it may still be
+    /// pending).
+    CreatePlacementGroup(PlacementGroupSpec),
+    /// Look a placement group up; with `wait`, answer once it is no longer
+    /// pending.
+    GetPlacementGroup {
+        /// The group.
+        id: PlacementGroupId,
+        /// Wait until created or removed.
+        wait: bool,
+    },
+    /// Remove a placement group, stopping what runs in it.
+    RemovePlacementGroup {
+        /// The group.
+        id: PlacementGroupId,
+    },
+    /// Store a value in the control store's key-value table.
+    KvPut {
+        /// The key.
+        key: String,
+        /// The value.
+        value: Bytes,
+        /// Replace an existing value (otherwise keep it).
+        overwrite: bool,
+    },
+    /// Read a value of the key-value table.
+    KvGet {
+        /// The key.
+        key: String,
+    },
+    /// Delete a key of the key-value table.
+    KvDelete {
+        /// The key.
+        key: String,
+    },
+    /// The keys of the key-value table that start with `prefix`.
+    KvKeys {
+        /// The prefix.
+        prefix: String,
+    },
 
     // ---- raylet -> worker / driver ----
     /// Run an actor's constructor and serve its calls.
@@ -364,6 +465,14 @@ pub enum Response {
     },
     /// A task's or an object's value.
     Object(ReturnObject),
+    /// A placement group's state.
+    PlacementGroup(PlacementGroupInfo),
+    /// A key-value lookup: the value, if any.
+    KvValue(Option<Bytes>),
+    /// Whether a key-value write or delete changed the table.
+    KvChanged(bool),
+    /// Keys of the key-value table.
+    KvKeys(Vec<String>),
 }
 
 impl Response {

@@ -16,7 +16,7 @@ use std::sync::Arc;
 impl Node {
     pub(crate) fn create_actor(self: &Arc<Self>, job: JobId, spec: ActorSpec) -> Result<(), Error> {
         let mut state = self.state.lock();
-        state.resources.check_feasible(&spec.options.resources)?;
+        state.check_lease_feasible(&spec.options.resources, spec.options.placement)?;
         let name = spec
             .options
             .name
@@ -54,6 +54,7 @@ impl Node {
             shape: spec.options.resources.clone(),
             job,
             lease_for: LeaseFor::Actor(spec.actor_id),
+            bundle: spec.options.placement,
         });
         self.schedule(&mut state);
         Ok(())

@@ -18,6 +18,7 @@
 
 mod actors;
 mod node;
+mod placement;
 mod resources;
 mod server;
 mod workers;

@@ -9,13 +9,14 @@
 //! only the worker is missing, one is started (bounded per job); the
 //! request stays queued until it registers.
 
+use crate::placement::PlacementGroup;
 use crate::resources::{Allocation, NodeResources};
 use crate::RayletConfig;
 use parking_lot::Mutex;
 use prism_object_store::{ObjectTable, Segment};
 use prism_protocol::error::Error;
-use prism_protocol::ids::{ActorId, JobId, LeaseId, NodeId, WorkerId};
-use prism_protocol::messages::{ActorInfo, Registration, Response};
+use prism_protocol::ids::{ActorId, JobId, LeaseId, NodeId, PlacementGroupId, WorkerId};
+use prism_protocol::messages::{ActorInfo, BundleRef, Registration, Response};
 use prism_protocol::resources::{ResourceSet, CPU};
 use prism_protocol::rpc::Connection;
 use std::collections::{HashMap, VecDeque};
@@ -80,6 +81,8 @@ pub(crate) struct PendingLease {
     pub(crate) shape: ResourceSet,
     pub(crate) job: JobId,
     pub(crate) lease_for: LeaseFor,
+    /// The placement-group bundle to draw from instead of the node.
+    pub(crate) bundle: Option<BundleRef>,
 }
 
 #[derive(Debug)]
@@ -90,6 +93,8 @@ pub(crate) struct Lease {
     pub(crate) holder: Option<u64>,
     /// Its CPUs are lent back while its worker is blocked.
     pub(crate) lent: Option<ResourceSet>,
+    /// The bundle (group, index) it was drawn from.
+    pub(crate) bundle: Option<(PlacementGroupId, usize)>,
 }
 
 #[derive(Debug)]
@@ -111,6 +116,9 @@ pub(crate) struct State {
     pub(crate) leases: HashMap<LeaseId, Lease>,
     pub(crate) actors: HashMap<ActorId, ActorEntry>,
     pub(crate) named_actors: HashMap<(String, String), ActorId>,
+    pub(crate) placement_groups: HashMap<PlacementGroupId, PlacementGroup>,
+    /// Groups waiting for resources, in arrival order.
+    pub(crate) pending_groups: VecDeque<PlacementGroupId>,
     pub(crate) shutting_down: bool,
 }
 
@@ -124,6 +132,8 @@ pub(crate) struct Node {
     pub(crate) segment: Segment,
     pub(crate) store: Mutex<ObjectTable>,
     pub(crate) state: Mutex<State>,
+    /// The control store's key-value table.
+    pub(crate) kv: Mutex<HashMap<String, bytes::Bytes>>,
 }
 
 impl Node {
@@ -142,8 +152,11 @@ impl Node {
                 leases: HashMap::new(),
                 actors: HashMap::new(),
                 named_actors: HashMap::new(),
+                placement_groups: HashMap::new(),
+                pending_groups: VecDeque::new(),
                 shutting_down: false,
             }),
+            kv: Mutex::new(HashMap::new()),
             segment,
             socket,
             config,
@@ -163,7 +176,7 @@ impl Node {
     /// Queues a lease request, failing at once if no node could ever fit it.
     pub(crate) fn request_lease(self: &Arc<Self>, pending: PendingLease) -> Result<(), Error> {
         let mut state = self.state.lock();
-        state.resources.check_feasible(&pending.shape)?;
+        state.check_lease_feasible(&pending.shape, pending.bundle)?;
         state.pending.push_back(pending);
         self.schedule(&mut state);
         Ok(())
@@ -176,6 +189,7 @@ impl Node {
             return;
         }
         tracing::trace!(pending = state.pending.len(), available = %state.resources.available(), "schedule");
+        self.schedule_groups(state);
         let mut still_pending = VecDeque::new();
         // Workers being started, per (job, devices), not yet promised to a request.
         let mut spare_starting: HashMap<(JobId, Vec<u32>), usize> = HashMap::new();
@@ -190,9 +204,16 @@ impl Node {
             if !state.jobs.contains_key(&pending.job) {
                 continue; // its driver is gone
             }
-            let Some(allocation) = state.resources.try_allocate(&pending.shape) else {
-                still_pending.push_back(pending);
-                continue;
+            let (allocation, bundle) = match state.allocate(&pending.shape, pending.bundle) {
+                Ok(Some(taken)) => taken,
+                Ok(None) => {
+                    still_pending.push_back(pending);
+                    continue;
+                }
+                Err(e) => {
+                    self.refuse(state, pending, e);
+                    continue;
+                }
             };
             let gpu_ids = allocation.gpu_ids();
             let idle = state
@@ -203,9 +224,9 @@ impl Node {
                 })
                 .map(|(id, _)| *id);
             match idle {
-                Some(worker_id) => self.grant(state, pending, worker_id, allocation),
+                Some(worker_id) => self.grant(state, pending, worker_id, allocation, bundle),
                 None => {
-                    state.resources.release(&allocation);
+                    state.release_to(bundle, &allocation);
                     let key = (pending.job, gpu_ids.clone());
                     let spare = spare_starting.entry(key).or_default();
                     if *spare > 0 {
@@ -237,6 +258,7 @@ impl Node {
         pending: PendingLease,
         worker_id: WorkerId,
         allocation: Allocation,
+        bundle: Option<(PlacementGroupId, usize)>,
     ) {
         let lease_id = LeaseId::new();
         let Some(worker) = state.workers.get_mut(&worker_id) else {
@@ -262,6 +284,7 @@ impl Node {
                         allocation,
                         holder: Some(conn_id),
                         lent: None,
+                        bundle,
                     },
                 );
                 conn.respond(request, response);
@@ -275,6 +298,7 @@ impl Node {
                         allocation,
                         holder: None,
                         lent: None,
+                        bundle,
                     },
                 );
                 self.start_actor_on(state, actor_id, worker_id);
@@ -331,6 +355,7 @@ impl Node {
             workers,
             leases,
             resources,
+            placement_groups,
             ..
         } = &mut *state;
         let Some(worker) = workers.get_mut(&worker_id) else {
@@ -344,14 +369,15 @@ impl Node {
         let Some(lease) = leases.get_mut(&lease_id) else {
             return;
         };
+        let pool = crate::placement::pool_of(resources, placement_groups, lease.bundle);
         match (blocked, lease.lent.take()) {
             (true, None) => {
                 let mut cpu = ResourceSet::new();
                 cpu.set(CPU, lease.allocation.shape.get(CPU));
-                resources.lend(&cpu);
+                pool.lend(&cpu);
                 lease.lent = Some(cpu);
             }
-            (false, Some(cpu)) => resources.take_back(&cpu),
+            (false, Some(cpu)) => pool.take_back(&cpu),
             (_, still) => lease.lent = still,
         }
         self.schedule(&mut state);
@@ -360,8 +386,13 @@ impl Node {
 
 /// Returns a lease's resources, taking back first what its worker lent.
 pub(crate) fn release_lease(state: &mut State, lease: &Lease) {
+    let pool = crate::placement::pool_of(
+        &mut state.resources,
+        &mut state.placement_groups,
+        lease.bundle,
+    );
     if let Some(cpu) = &lease.lent {
-        state.resources.take_back(cpu);
+        pool.take_back(cpu);
     }
-    state.resources.release(&lease.allocation);
+    pool.release(&lease.allocation);
 }

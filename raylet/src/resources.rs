@@ -35,7 +35,8 @@ impl Allocation {
 pub struct NodeResources {
     total: ResourceSet,
     available: BTreeMap<String, i64>,
-    gpu_free: Vec<Quantity>,
+    /// Per device: its id on the node, and the share of it free here.
+    gpu_free: Vec<(u32, Quantity)>,
 }
 
 impl NodeResources {
@@ -47,8 +48,24 @@ impl NodeResources {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.units() as i64))
                 .collect(),
-            gpu_free: vec![Quantity::whole(1); gpus as usize],
+            gpu_free: (0..gpus as u32)
+                .map(|id| (id, Quantity::whole(1)))
+                .collect(),
             total,
+        }
+    }
+
+    /// The pool of one placement-group bundle: exactly what `allocation`
+    /// took from the node, on the same GPU devices.
+    pub fn for_bundle(allocation: &Allocation) -> Self {
+        NodeResources {
+            available: allocation
+                .shape
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.units() as i64))
+                .collect(),
+            gpu_free: allocation.gpus.clone(),
+            total: allocation.shape.clone(),
         }
     }
 
@@ -116,16 +133,16 @@ impl NodeResources {
         let gpus = if gpu.is_zero() {
             Vec::new()
         } else if gpu.units() < Quantity::SCALE {
-            let id = self.gpu_free.iter().position(|free| *free >= gpu)?;
-            vec![(id as u32, gpu)]
+            let slot = self.gpu_free.iter().position(|(_, free)| *free >= gpu)?;
+            vec![(slot, gpu)]
         } else {
             let want = (gpu.units() / Quantity::SCALE) as usize;
-            let ids: Vec<_> = self
+            let ids: Vec<usize> = self
                 .gpu_free
                 .iter()
                 .enumerate()
-                .filter(|(_, free)| **free == Quantity::whole(1))
-                .map(|(i, _)| i as u32)
+                .filter(|(_, (_, free))| *free == Quantity::whole(1))
+                .map(|(slot, _)| slot)
                 .take(want)
                 .collect();
             if ids.len() < want {
@@ -133,10 +150,14 @@ impl NodeResources {
             }
             ids.into_iter().map(|i| (i, Quantity::whole(1))).collect()
         };
-        for (id, share) in &gpus {
-            let slot = &mut self.gpu_free[*id as usize];
-            *slot = slot.saturating_sub(*share);
-        }
+        let gpus = gpus
+            .into_iter()
+            .map(|(slot, share)| {
+                let (id, free) = &mut self.gpu_free[slot];
+                *free = free.saturating_sub(share);
+                (*id, share)
+            })
+            .collect();
         self.adjust(shape, -1);
         Some(Allocation {
             shape: shape.clone(),
@@ -147,8 +168,8 @@ impl NodeResources {
     /// Gives an allocation back.
     pub fn release(&mut self, allocation: &Allocation) {
         for (id, share) in &allocation.gpus {
-            if let Some(slot) = self.gpu_free.get_mut(*id as usize) {
-                *slot = *slot + *share;
+            if let Some((_, free)) = self.gpu_free.iter_mut().find(|(d, _)| d == id) {
+                *free = *free + *share;
             }
         }
         self.adjust(&allocation.shape, 1);
@@ -199,6 +220,25 @@ mod tests {
         r.release(&b);
         r.release(&a);
         assert_eq!(&r.available(), r.total());
+    }
+
+    #[test]
+    fn a_bundle_pool_hands_out_its_own_devices() {
+        let mut node = NodeResources::new(shape(4.0, 2.0));
+        let _first = node.try_allocate(&shape(1.0, 1.0)).unwrap();
+        let bundle = node.try_allocate(&shape(2.0, 1.0)).unwrap();
+        assert_eq!(bundle.gpu_ids(), vec![1]);
+        let mut pool = NodeResources::for_bundle(&bundle);
+        let a = pool.try_allocate(&shape(1.0, 0.5)).unwrap();
+        let b = pool.try_allocate(&shape(1.0, 0.5)).unwrap();
+        assert_eq!((a.gpu_ids(), b.gpu_ids()), (vec![1], vec![1]));
+        assert!(
+            pool.try_allocate(&shape(0.0, 0.5)).is_none(),
+            "the bundle is used up"
+        );
+        pool.release(&a);
+        pool.release(&b);
+        assert_eq!(&pool.available(), pool.total());
     }
 
     #[test]

@@ -147,6 +147,41 @@ impl ClientHandler {
                     available: state.resources.available(),
                 })
             }
+            Request::CreatePlacementGroup(spec) => {
+                node.create_placement_group(self.job()?, spec)?;
+                Ok(Response::Ok)
+            }
+            Request::RemovePlacementGroup { id } => {
+                node.remove_placement_group(id);
+                Ok(Response::Ok)
+            }
+            Request::KvPut {
+                key,
+                value,
+                overwrite,
+            } => {
+                let mut kv = node.kv.lock();
+                let fresh = !kv.contains_key(&key);
+                if fresh || overwrite {
+                    kv.insert(key, value);
+                }
+                Ok(Response::KvChanged(fresh))
+            }
+            Request::KvGet { key } => Ok(Response::KvValue(node.kv.lock().get(&key).cloned())),
+            Request::KvDelete { key } => {
+                Ok(Response::KvChanged(node.kv.lock().remove(&key).is_some()))
+            }
+            Request::KvKeys { prefix } => {
+                let mut keys: Vec<String> = node
+                    .kv
+                    .lock()
+                    .keys()
+                    .filter(|k| k.starts_with(&prefix))
+                    .cloned()
+                    .collect();
+                keys.sort();
+                Ok(Response::KvKeys(keys))
+            }
             other => Err(Error::Protocol {
                 message: format!("the raylet does not serve {other:?}"),
             }),
@@ -158,11 +193,12 @@ impl Handler for ClientHandler {
     fn handle(&self, conn: &Connection, id: Option<u64>, request: Request) {
         match request {
             // Answered later, when a worker or the actor is ready.
-            Request::RequestLease { shape } => {
+            Request::RequestLease { shape, bundle } => {
                 let queued = self.job().and_then(|job| {
                     self.node.request_lease(PendingLease {
                         shape,
                         job,
+                        bundle,
                         lease_for: LeaseFor::Client {
                             conn: conn.clone(),
                             conn_id: self.conn_id,
@@ -175,6 +211,9 @@ impl Handler for ClientHandler {
                 }
             }
             Request::GetActor { actor_id, wait } => self.node.get_actor(actor_id, wait, conn, id),
+            Request::GetPlacementGroup { id: group, wait } => {
+                self.node.get_placement_group(group, wait, conn, id)
+            }
             other => {
                 let response = self.handle_now(conn, other).unwrap_or_else(Response::Error);
                 conn.respond(id, response);

@@ -42,6 +42,7 @@ impl Node {
             .map(|w| w.pid)
             .collect();
         drop(state);
+        self.remove_groups_of(job_id);
         for pid in pids {
             kill_pid(pid);
         }

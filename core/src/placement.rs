@@ -1,0 +1,230 @@
+//! Placement groups: reserve bundles of resources together, then place
+//! tasks and actors into them (Ray's `placement_group`).
+//!
+//! A group is created all at once or waits until the cluster can hold every
+//! bundle; [`PlacementGroup::wait`] and [`PlacementGroup::ready`] say when.
+//! Tasks and actors are placed with
+//! [`TaskOptions::placement_group`](crate::TaskOptions::placement_group) and
+//! [`ActorOptions::placement_group`](crate::ActorOptions::placement_group):
+//! they then draw on their bundle's reservation instead of the node's free
+//! resources. Removing a group stops what runs in it; a group also goes
+//! when its driver exits.
+//!
+//! ```no_run
+//! use prism::{Bundle, PlacementStrategy};
+//! use std::time::Duration;
+//!
+//! #[prism::remote]
+//! fn where_am_i() -> u32 {
+//!     std::process::id()
+//! }
+//!
+//! fn main() -> prism::Result<()> {
+//!     prism::init(prism::Config::default().num_cpus(4))?;
+//!     let bundles = vec![Bundle::new().num_cpus(1.0), Bundle::new().num_cpus(1.0)];
+//!     let pg = prism::placement_group(bundles, PlacementStrategy::Pack)?;
+//!     assert!(pg.wait(Duration::from_secs(10))?, "reserved");
+//!     let opts = prism::TaskOptions::new().placement_group(&pg, Some(1));
+//!     println!("ran in pid {}", prism::get(&where_am_i::remote_with(opts)?)?);
+//!     prism::remove_placement_group(&pg)?;
+//!     Ok(())
+//! }
+//! ```
+
+use crate::api::raylet_request;
+use crate::options::Resources;
+use crate::{Error, Result};
+use prism_protocol::ids::PlacementGroupId;
+pub use prism_protocol::messages::PlacementStrategy;
+use prism_protocol::messages::{
+    BundleRef, PlacementGroupInfo, PlacementGroupSpec, PlacementGroupState, Request, Response,
+};
+use prism_protocol::resources::ResourceSet;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// One bundle of a placement group: resources reserved together on one
+/// node. Start from [`Bundle::new`] (an empty bundle is refused).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Bundle {
+    resources: Resources,
+}
+
+impl Bundle {
+    /// An empty bundle; add at least one resource.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// CPUs in this bundle.
+    pub fn num_cpus(mut self, n: f64) -> Self {
+        self.resources.num_cpus = Some(n);
+        self
+    }
+
+    /// GPUs in this bundle; below 1 it shares one device.
+    pub fn num_gpus(mut self, n: f64) -> Self {
+        self.resources.num_gpus = Some(n);
+        self
+    }
+
+    /// Memory in bytes.
+    pub fn memory(mut self, bytes: f64) -> Self {
+        self.resources.memory = Some(bytes);
+        self
+    }
+
+    /// A custom resource amount.
+    pub fn resource(mut self, name: impl Into<String>, amount: f64) -> Self {
+        self.resources.custom.insert(name.into(), amount);
+        self
+    }
+}
+
+/// A handle to a placement group. Cheap to clone; it can be passed to tasks
+/// and actors (they may place work in it too).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacementGroup {
+    id: PlacementGroupId,
+    bundles: Vec<ResourceSet>,
+    strategy: PlacementStrategy,
+}
+
+/// Reserves `bundles` with `strategy`. Returns at once; the group may still
+/// be waiting for resources (see [`PlacementGroup::wait`]).
+///
+/// # Errors
+///
+/// `InvalidArgument` for no bundles, an empty bundle or a non-positive
+/// amount; `Infeasible` when the cluster could never hold the group (one
+/// node cannot meet `STRICT_SPREAD` with several bundles).
+pub fn placement_group(
+    bundles: Vec<Bundle>,
+    strategy: PlacementStrategy,
+) -> Result<PlacementGroup> {
+    let shapes = bundles
+        .iter()
+        .map(|b| b.resources.to_set(0.0))
+        .collect::<Result<Vec<_>>>()?;
+    let spec = PlacementGroupSpec {
+        id: PlacementGroupId::new(),
+        name: None,
+        bundles: shapes.clone(),
+        strategy,
+    };
+    match raylet_request(Request::CreatePlacementGroup(spec.clone()))? {
+        Response::Ok => Ok(PlacementGroup {
+            id: spec.id,
+            bundles: shapes,
+            strategy,
+        }),
+        other => Err(other.unexpected("CreatePlacementGroup")),
+    }
+}
+
+/// Removes a group: its resources go back, and the tasks and actors
+/// running in it are stopped. Removing it twice is not an error.
+pub fn remove_placement_group(group: &PlacementGroup) -> Result<()> {
+    match raylet_request(Request::RemovePlacementGroup { id: group.id })? {
+        Response::Ok => Ok(()),
+        other => Err(other.unexpected("RemovePlacementGroup")),
+    }
+}
+
+impl PlacementGroup {
+    /// The group's id.
+    pub fn id(&self) -> PlacementGroupId {
+        self.id
+    }
+
+    /// The bundles, in index order.
+    pub fn bundle_specs(&self) -> &[ResourceSet] {
+        &self.bundles
+    }
+
+    /// How many bundles the group has.
+    pub fn bundle_count(&self) -> usize {
+        self.bundles.len()
+    }
+
+    /// The strategy it was created with.
+    pub fn strategy(&self) -> PlacementStrategy {
+        self.strategy
+    }
+
+    /// Waits up to `timeout` for every bundle to be reserved: `true` once
+    /// created, `false` if still pending after `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// `PlacementGroupRemoved` if the group was removed.
+    pub fn wait(&self, timeout: Duration) -> Result<bool> {
+        let core = crate::core_worker::current()?;
+        let c = core.clone();
+        let id = self.id;
+        let info = core.block_on(async move {
+            let ask = c.raylet.call(Request::GetPlacementGroup { id, wait: true });
+            match tokio::time::timeout(timeout, ask).await {
+                Ok(reply) => reply.map(Some),
+                Err(_) => Ok(None),
+            }
+        })?;
+        match info {
+            None => Ok(false),
+            Some(Response::PlacementGroup(info)) => self.created(info),
+            Some(other) => Err(other.unexpected("GetPlacementGroup")),
+        }
+    }
+
+    /// Blocks until the group is created.
+    ///
+    /// # Errors
+    ///
+    /// `PlacementGroupRemoved` if it was removed first.
+    pub fn ready(&self) -> Result<()> {
+        match raylet_request(Request::GetPlacementGroup {
+            id: self.id,
+            wait: true,
+        })? {
+            Response::PlacementGroup(info) => self.created(info).map(|_| ()),
+            other => Err(other.unexpected("GetPlacementGroup")),
+        }
+    }
+
+    /// The group's state now, and the GPU devices of each bundle.
+    pub fn state(&self) -> Result<(PlacementGroupState, Vec<Vec<u32>>)> {
+        match raylet_request(Request::GetPlacementGroup {
+            id: self.id,
+            wait: false,
+        })? {
+            Response::PlacementGroup(info) => Ok((info.state, info.bundle_gpus)),
+            other => Err(other.unexpected("GetPlacementGroup")),
+        }
+    }
+
+    fn created(&self, info: PlacementGroupInfo) -> Result<bool> {
+        match info.state {
+            PlacementGroupState::Created => Ok(true),
+            PlacementGroupState::Pending => Ok(false),
+            PlacementGroupState::Removed => Err(Error::PlacementGroupRemoved {
+                id: self.id.to_string(),
+            }),
+        }
+    }
+
+    /// The wire form of "bundle `index` of this group" (`None`: any).
+    pub(crate) fn bundle_ref(&self, index: Option<usize>) -> Result<BundleRef> {
+        if let Some(i) = index {
+            if i >= self.bundles.len() {
+                return Err(Error::invalid(
+                    "placement_group_bundle_index",
+                    format!("{i}: the group has {} bundles", self.bundles.len()),
+                ));
+            }
+        }
+        Ok(BundleRef {
+            group: self.id,
+            index: index.map(|i| i as u32),
+        })
+    }
+}
