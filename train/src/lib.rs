@@ -38,4 +38,5 @@
 #![doc(test(attr(deny(warnings))))]
 
 pub mod collective;
+pub mod data;
 pub mod portable;
