@@ -40,3 +40,10 @@
 pub mod collective;
 pub mod data;
 pub mod portable;
+mod trainer;
+
+pub use trainer::{
+    get_checkpoint, get_context, get_dataset_shard, get_process_group, report, Checkpoint,
+    CheckpointConfig, CheckpointScoreOrder, Device, FailureConfig, Metrics, RunConfig,
+    ScalingConfig, TrainContext, TrainError, TrainResult, Trainer,
+};
