@@ -40,6 +40,8 @@
 pub mod collective;
 pub mod data;
 pub mod portable;
+#[cfg(feature = "tch")]
+pub mod torch;
 mod trainer;
 
 pub use trainer::{
