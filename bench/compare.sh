@@ -160,7 +160,7 @@ ORDER = [
     "actor_creation_plus_first_call", "get_100mb_in_worker_ms", "put_100mb_random_gigabytes",
     "idle_node_processes", "idle_node_pss",
 ]
-NOT_IN_PRISM = {"placement_group_create_removal"}  # no placement groups yet
+NOT_IN_PRISM = set()
 UNITS = {n: "per_s" for n in ORDER[:20]}
 UNITS.update(single_client_put_gigabytes="GB_per_s", multi_client_put_gigabytes="GB_per_s",
              cluster_start="ms", cluster_shutdown="ms", first_task_latency="ms",

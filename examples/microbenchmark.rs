@@ -345,7 +345,8 @@ fn main() -> prism::Result<()> {
     let n_cpu = (cpus / 2).max(1);
 
     let start = Instant::now();
-    prism::init(prism::Config::default())?;
+    // Ray's placement-group row runs on a cluster with {"custom": 100}.
+    prism::init(prism::Config::default().resource("custom", 100.0))?;
     report("cluster_start", ms(start.elapsed()), "ms");
 
     // Right after init, as Ray's side does: this includes waiting for the
@@ -571,6 +572,26 @@ fn main() -> prism::Result<()> {
             prism::get_many(&refs).map(|_| ())
         })?;
     }
+
+    // Ray's row: 100 groups of one bundle {"custom": 0.001}, created,
+    // waited for, removed.
+    b.timeit("placement_group_create_removal", 100.0, || {
+        let pgs = (0..100)
+            .map(|_| {
+                prism::placement_group(
+                    vec![prism::Bundle::new().resource("custom", 0.001)],
+                    prism::PlacementStrategy::Pack,
+                )
+            })
+            .collect::<prism::Result<Vec<_>>>()?;
+        for pg in &pgs {
+            pg.wait(Duration::from_secs(30))?;
+        }
+        for pg in &pgs {
+            prism::remove_placement_group(pg)?;
+        }
+        Ok(())
+    })?;
 
     let start = Instant::now();
     prism::shutdown();
