@@ -1,10 +1,17 @@
-//! Prism's training library.
+//! Prism's training library: Ray Train for Rust.
 //!
-//! Today it holds the communication layer that keeps data-parallel model
-//! replicas in step: [`collective`], a group of processes that all-reduce,
-//! reduce-scatter, all-gather and broadcast buffers, over TCP between hosts and
-//! over shared memory between processes on one host. The `Trainer` (a worker
-//! group of actors with checkpoints and failure handling) will build on it.
+//! - [`Trainer`] runs a training function data-parallel on a group of
+//!   worker actors placed together, with [`report`]ed metrics kept in the
+//!   run's folder, checkpoints committed whole, and recovery from failed or
+//!   killed workers (Ray Train's `TorchTrainer`; see [`Trainer`] for an
+//!   example and docs/train.md for how it is built).
+//! - [`data`]: datasets for training input, sharded per worker, and a
+//!   distributed sampler.
+//! - `torch` (feature `tch`): `prepare_model` for tch models, averaging
+//!   gradients over the workers in buckets.
+//! - [`collective`]: the process group the workers communicate through:
+//!   all-reduce, reduce-scatter, all-gather and broadcast over TCP between
+//!   hosts and shared memory between processes on one host.
 //!
 //! # A first group
 //!
@@ -29,6 +36,9 @@
 //!
 //! # Feature flags
 //!
+//! - `tch`: the `torch` module (needs libtorch: `scripts/setup-torch.sh`
+//!   installs PyTorch 2.11.0 from PyPI and writes the environment to build
+//!   with).
 //! - `cuda`: all-reduce and broadcast of CUDA device buffers through cudarc,
 //!   with the driver and NVRTC loaded at run time (builds without a CUDA
 //!   toolkit; without a driver the calls return
