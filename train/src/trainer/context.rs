@@ -158,16 +158,20 @@ pub(crate) fn staging_dir(run_dir: &std::path::Path, iteration: u64) -> PathBuf 
 /// becomes visible only once every worker has made this report. The call
 /// returns when the driver has taken the report.
 ///
-/// ```no_run
+/// ```
 /// #[derive(serde::Serialize)]
 /// struct EpochMetrics {
 ///     epoch: u32,
 ///     loss: f64,
 /// }
 ///
-/// # fn inside_a_training_function() -> Result<(), prism_train::TrainError> {
-/// prism_train::report(EpochMetrics { epoch: 3, loss: 0.25 }, None)?;
-/// # Ok(()) }
+/// fn end_of_epoch(epoch: u32, loss: f64) -> Result<(), prism_train::TrainError> {
+///     prism_train::report(EpochMetrics { epoch, loss }, None)
+/// }
+///
+/// // Only a training function run by the Trainer can report.
+/// let err = end_of_epoch(3, 0.25).unwrap_err();
+/// assert!(matches!(err, prism_train::TrainError::NotInWorker("report")));
 /// ```
 ///
 /// # Errors
