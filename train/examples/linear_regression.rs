@@ -18,13 +18,13 @@
 mod progress;
 
 use prism_train::data::Dataset;
-use prism_train::torch::{prepare_model, DdpOptions};
+use prism_train::torch::{iter_torch_batches, prepare_model, DdpOptions};
 use prism_train::{CheckpointConfig, RunConfig, ScalingConfig, Trainer};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Instant;
 use tch::nn::{self, Module, OptimizerConfig};
-use tch::{Kind, Tensor};
+use tch::Kind;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -78,9 +78,10 @@ fn train_loop_per_worker(config: Config) -> Result<(), BoxError> {
     let staging = std::env::temp_dir().join(format!("linear-regression-{}", std::process::id()));
     for epoch in start..config.epochs {
         let mut loss_value = f64::NAN;
-        for batch in shard.iter_batches(config.batch_size, false)? {
-            let x = Tensor::from_slice(&batch.to_f32_vec("x")?).unsqueeze(1);
-            let y = Tensor::from_slice(&batch.to_f32_vec("y")?).unsqueeze(1);
+        for batch in iter_torch_batches(&shard, config.batch_size, false, tch::Device::Cpu)? {
+            let batch = batch?;
+            let x = batch["x"].to_kind(Kind::Float).unsqueeze(1);
+            let y = batch["y"].to_kind(Kind::Float).unsqueeze(1);
             let loss = net.forward(&x).mse_loss(&y, tch::Reduction::Mean);
             opt.zero_grad();
             loss.backward();
