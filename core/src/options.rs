@@ -16,6 +16,38 @@ pub(crate) struct Resources {
     pub(crate) custom: BTreeMap<String, f64>,
 }
 
+/// The resource builder methods shared by [`TaskOptions`], [`ActorOptions`]
+/// and [`Bundle`](crate::Bundle): `$field` is where the type keeps its
+/// [`Resources`], `$who` how its docs name what holds them.
+macro_rules! resource_builders {
+    ($field:ident, $who:literal) => {
+        #[doc = concat!("CPUs ", $who, ".")]
+        pub fn num_cpus(mut self, n: f64) -> Self {
+            self.$field.num_cpus = Some(n);
+            self
+        }
+
+        #[doc = concat!("GPUs ", $who, "; below 1 it shares one device.")]
+        pub fn num_gpus(mut self, n: f64) -> Self {
+            self.$field.num_gpus = Some(n);
+            self
+        }
+
+        #[doc = concat!("Memory in bytes ", $who, ".")]
+        pub fn memory(mut self, bytes: f64) -> Self {
+            self.$field.memory = Some(bytes);
+            self
+        }
+
+        #[doc = concat!("A custom resource amount ", $who, ".")]
+        pub fn resource(mut self, name: impl Into<String>, amount: f64) -> Self {
+            self.$field.custom.insert(name.into(), amount);
+            self
+        }
+    };
+}
+pub(crate) use resource_builders;
+
 /// What a task's lease asks for: a shape, and where to take it from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct SchedulingKey {
@@ -77,29 +109,10 @@ impl TaskOptions {
         Self::default()
     }
 
-    /// CPUs the task holds while it runs (default 1; 0 is allowed).
-    pub fn num_cpus(mut self, n: f64) -> Self {
-        self.resources.num_cpus = Some(n);
-        self
-    }
-
-    /// GPUs the task holds; below 1 it shares one device.
-    pub fn num_gpus(mut self, n: f64) -> Self {
-        self.resources.num_gpus = Some(n);
-        self
-    }
-
-    /// Memory in bytes the task reserves.
-    pub fn memory(mut self, bytes: f64) -> Self {
-        self.resources.memory = Some(bytes);
-        self
-    }
-
-    /// A custom resource amount.
-    pub fn resource(mut self, name: impl Into<String>, amount: f64) -> Self {
-        self.resources.custom.insert(name.into(), amount);
-        self
-    }
+    resource_builders!(
+        resources,
+        "the task holds while it runs (CPUs: default 1, and 0 is allowed)"
+    );
 
     /// Runs the task in bundle `bundle_index` of `group` (`None`: any
     /// bundle with room), drawing on the group's reservation (Ray's
@@ -192,23 +205,7 @@ impl ActorOptions {
         self
     }
 
-    /// CPUs held for the actor's lifetime (default 0).
-    pub fn num_cpus(mut self, n: f64) -> Self {
-        self.resources.num_cpus = Some(n);
-        self
-    }
-
-    /// GPUs held for the actor's lifetime.
-    pub fn num_gpus(mut self, n: f64) -> Self {
-        self.resources.num_gpus = Some(n);
-        self
-    }
-
-    /// A custom resource held for the actor's lifetime.
-    pub fn resource(mut self, name: impl Into<String>, amount: f64) -> Self {
-        self.resources.custom.insert(name.into(), amount);
-        self
-    }
+    resource_builders!(resources, "held for the actor's lifetime (CPUs: default 0)");
 
     /// Places the actor in bundle `bundle_index` of `group` (`None`: any
     /// bundle with room); its resources come from the group's reservation.

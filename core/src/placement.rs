@@ -56,29 +56,7 @@ impl Bundle {
         Self::default()
     }
 
-    /// CPUs in this bundle.
-    pub fn num_cpus(mut self, n: f64) -> Self {
-        self.resources.num_cpus = Some(n);
-        self
-    }
-
-    /// GPUs in this bundle; below 1 it shares one device.
-    pub fn num_gpus(mut self, n: f64) -> Self {
-        self.resources.num_gpus = Some(n);
-        self
-    }
-
-    /// Memory in bytes.
-    pub fn memory(mut self, bytes: f64) -> Self {
-        self.resources.memory = Some(bytes);
-        self
-    }
-
-    /// A custom resource amount.
-    pub fn resource(mut self, name: impl Into<String>, amount: f64) -> Self {
-        self.resources.custom.insert(name.into(), amount);
-        self
-    }
+    crate::options::resource_builders!(resources, "in this bundle");
 }
 
 /// A handle to a placement group. Cheap to clone; it can be passed to tasks

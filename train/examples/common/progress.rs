@@ -1,5 +1,6 @@
-//! Progress on the driver for the training examples: a bar on a terminal,
-//! a line every few epochs otherwise, and a summary table at the end.
+//! What the training examples share: their command-line options, progress
+//! on the driver (a bar on a terminal, a line every few epochs otherwise),
+//! and a summary table at the end.
 
 use prism_train::{Metrics, TrainResult};
 use std::io::{IsTerminal, Write};
@@ -83,4 +84,20 @@ pub fn summary(title: &str, result: &TrainResult, wall_s: f64, rows: &[(&str, St
         println!("| {k:<kw$} | {v:<vw$} |");
     }
     println!("{line}");
+}
+
+/// The value after `--name` on the command line, parsed.
+pub fn arg<T: std::str::FromStr>(name: &str) -> Result<Option<T>, String>
+where
+    T::Err: std::fmt::Display,
+{
+    let args: Vec<String> = std::env::args().collect();
+    let Some(i) = args.iter().position(|a| a == name) else {
+        return Ok(None);
+    };
+    let value = args.get(i + 1).ok_or(format!("{name} needs a value"))?;
+    value
+        .parse()
+        .map(Some)
+        .map_err(|e| format!("{name} {value}: {e}"))
 }
