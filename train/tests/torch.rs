@@ -14,119 +14,23 @@ use prism_train::collective::{GroupOptions, ProcessGroup};
 use prism_train::torch::{
     prepare_model_with, tensor_from_slice, tensor_to_vec, DdpOptions, TorchError,
 };
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tch::nn::{self, Module, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
 
 // ---------------------------------------------------------------- parent side
 
-/// Children that are killed when dropped.
-struct Ranks {
-    children: Vec<(usize, Child)>,
-    logs: Vec<std::path::PathBuf>,
-}
+mod common;
 
-impl Drop for Ranks {
-    fn drop(&mut self) {
-        for (_, child) in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        for log in &self.logs {
-            let _ = std::fs::remove_file(log);
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("the loopback interface must give an ephemeral port")
-}
-
-/// Starts a group of `world` ranks playing `role`; returns each rank's exit
-/// code (None if killed at `limit`) and its output. Retries with a new port
-/// if another process took the master port first.
 fn run_ranks(
     role: &str,
     world: usize,
     env: &[(&str, String)],
     limit: Duration,
 ) -> Vec<(usize, Option<i32>, String)> {
-    let mut results = Vec::new();
-    for _attempt in 0..3 {
-        results = run_ranks_once(role, world, env, limit);
-        let port_taken = results
-            .iter()
-            .any(|(_, _, log)| log.contains("binding the rendezvous master port"));
-        if !port_taken {
-            break;
-        }
-    }
-    results
-}
-
-fn run_ranks_once(
-    role: &str,
-    world: usize,
-    env: &[(&str, String)],
-    limit: Duration,
-) -> Vec<(usize, Option<i32>, String)> {
-    let exe = std::env::current_exe().expect("the test binary knows its own path");
-    let port = free_port();
-    let mut group = Ranks {
-        children: Vec::new(),
-        logs: Vec::new(),
-    };
-    for rank in 0..world {
-        let log = std::env::temp_dir().join(format!(
-            "prism-torch-{}-{role}-{port}-{rank}.log",
-            std::process::id()
-        ));
-        let file = std::fs::File::create(&log).expect("temp dir is writable");
-        let err = file.try_clone().expect("a log file handle clones");
-        let mut cmd = Command::new(&exe);
-        cmd.args(["--exact", "rank_process", "--nocapture", "--test-threads=1"])
-            .env("PRISM_TEST_ROLE", role)
-            .env("RANK", rank.to_string())
-            .env("WORLD_SIZE", world.to_string())
-            .env("MASTER_ADDR", "127.0.0.1")
-            .env("MASTER_PORT", port.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(file))
-            .stderr(Stdio::from(err));
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let child = cmd.spawn().expect("the test binary can start itself");
-        group.children.push((rank, child));
-        group.logs.push(log);
-    }
-    let until = Instant::now() + limit;
-    let mut codes: Vec<Option<Option<i32>>> = vec![None; world];
-    while codes.iter().any(Option::is_none) && Instant::now() < until {
-        for (i, (_, child)) in group.children.iter_mut().enumerate() {
-            if codes[i].is_none() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    codes[i] = Some(status.code());
-                }
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let mut out = Vec::new();
-    for (i, (rank, child)) in group.children.iter_mut().enumerate() {
-        if codes[i].is_none() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let text = std::fs::read_to_string(&group.logs[i]).unwrap_or_default();
-        out.push((*rank, codes[i].flatten(), text));
-    }
-    out
+    let ranks: Vec<usize> = (0..world).collect();
+    common::run_ranks(role, world, &ranks, env, limit)
 }
 
 fn must_all_succeed(world: usize, env: &[(&str, String)], what: &str) {
