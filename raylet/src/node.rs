@@ -262,6 +262,7 @@ impl Node {
     ) {
         let lease_id = LeaseId::new();
         let Some(worker) = state.workers.get_mut(&worker_id) else {
+            state.release_to(bundle, &allocation);
             return;
         };
         match pending.lease_for {
@@ -355,7 +356,6 @@ impl Node {
             workers,
             leases,
             resources,
-            placement_groups,
             ..
         } = &mut *state;
         let Some(worker) = workers.get_mut(&worker_id) else {
@@ -369,15 +369,16 @@ impl Node {
         let Some(lease) = leases.get_mut(&lease_id) else {
             return;
         };
-        let pool = crate::placement::pool_of(resources, placement_groups, lease.bundle);
+        // A blocked worker's CPUs go to the node even when its lease came
+        // from a bundle: the tasks it waits for are not in its group.
         match (blocked, lease.lent.take()) {
             (true, None) => {
                 let mut cpu = ResourceSet::new();
                 cpu.set(CPU, lease.allocation.shape.get(CPU));
-                pool.lend(&cpu);
+                resources.lend(&cpu);
                 lease.lent = Some(cpu);
             }
-            (false, Some(cpu)) => pool.take_back(&cpu),
+            (false, Some(cpu)) => resources.take_back(&cpu),
             (_, still) => lease.lent = still,
         }
         self.schedule(&mut state);
@@ -386,13 +387,13 @@ impl Node {
 
 /// Returns a lease's resources, taking back first what its worker lent.
 pub(crate) fn release_lease(state: &mut State, lease: &Lease) {
-    let pool = crate::placement::pool_of(
-        &mut state.resources,
-        &mut state.placement_groups,
-        lease.bundle,
-    );
+    // Lent CPUs went to the node (the tasks a blocked worker waits for are
+    // not in its group), so they come back from the node.
     if let Some(cpu) = &lease.lent {
-        pool.take_back(cpu);
+        state.resources.take_back(cpu);
     }
-    pool.release(&lease.allocation);
+    state.release_to(lease.bundle, &lease.allocation);
+    if let Some((group, _)) = lease.bundle {
+        state.forget_if_done(group);
+    }
 }

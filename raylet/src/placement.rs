@@ -145,6 +145,29 @@ impl State {
         Ok(None)
     }
 
+    /// Once a removed group has no lease left, its bundles go back to the
+    /// node and the group is forgotten. Until then they stay reserved, so
+    /// nothing new lands on resources (a GPU's memory, say) that a dying
+    /// worker of the group may still hold.
+    pub(crate) fn forget_if_done(&mut self, id: PlacementGroupId) {
+        let removed = self
+            .placement_groups
+            .get(&id)
+            .is_some_and(|g| g.state == PlacementGroupState::Removed);
+        let in_use = self
+            .leases
+            .values()
+            .any(|l| l.bundle.map(|(g, _)| g) == Some(id));
+        if !removed || in_use {
+            return;
+        }
+        if let Some(group) = self.placement_groups.remove(&id) {
+            for (allocation, _) in &group.bundles {
+                self.resources.release(allocation);
+            }
+        }
+    }
+
     /// Gives back what [`State::allocate`] took.
     pub(crate) fn release_to(
         &mut self,
@@ -190,9 +213,12 @@ impl Node {
                 total: "1 node".into(),
             });
         }
-        if !state.resources.total().contains(&sum) {
+        // Every bundle must fit an empty node at once, GPU shares packed
+        // onto devices (three 0.6-GPU bundles do not fit two GPUs).
+        let mut empty = NodeResources::new(state.resources.total().clone());
+        if !spec.bundles.iter().all(|b| empty.try_allocate(b).is_some()) {
             return Err(Error::Infeasible {
-                shape: format!("{sum} (all {} bundles on this node)", spec.bundles.len()),
+                shape: format!("{sum} in {} bundles on one node", spec.bundles.len()),
                 total: state.resources.total().to_string(),
             });
         }
@@ -284,11 +310,8 @@ impl Node {
         }
         group.state = PlacementGroupState::Removed;
         group.wake();
-        let reserved: Vec<Allocation> = group.bundles.iter().map(|(a, _)| a.clone()).collect();
-        for a in &reserved {
-            state.resources.release(a);
-        }
-        // Stop what runs in it; their leases end when the processes exit.
+        // Stop what runs in it; its bundles go back to the node when the
+        // last of their leases ends (State::forget_if_done).
         let mut pids = Vec::new();
         let in_group: Vec<_> = state
             .leases
@@ -320,18 +343,7 @@ impl Node {
         for p in queued {
             self.refuse(&mut state, p, removed(id));
         }
-        // Forget removed groups nothing refers to any more.
-        let State {
-            placement_groups,
-            leases,
-            ..
-        } = &mut *state;
-        placement_groups.retain(|gid, g| {
-            g.state != PlacementGroupState::Removed
-                || leases
-                    .values()
-                    .any(|l| l.bundle.map(|(x, _)| x) == Some(*gid))
-        });
+        state.forget_if_done(id);
         self.schedule(&mut state);
         drop(state);
         for pid in pids {

@@ -26,6 +26,14 @@ fn pid() -> u32 {
     std::process::id()
 }
 
+/// Waits for a task outside any group: a blocked worker of a group lends
+/// its CPU to the node, so this cannot deadlock a node whose CPUs are all
+/// reserved by the group.
+#[prism::remote]
+fn nested_outside() -> u32 {
+    prism::get(&pid::remote().expect("submit from a worker")).expect("the child runs")
+}
+
 #[prism::remote]
 fn kv_roundtrip(key: String) -> Option<Vec<u8>> {
     prism::kv::put(&format!("{key}/from-worker"), b"worker").ok()?;
@@ -158,6 +166,10 @@ fn groups_that_can_never_be_placed_are_refused_by_name() {
     assert!(err.to_string().contains("bundle 0 is empty"), "{err}");
     let err = prism::placement_group(vec![], PlacementStrategy::Pack).unwrap_err();
     assert!(matches!(err, prism::Error::InvalidArgument { .. }), "{err}");
+    // 1.8 GPUs in all, but three 0.6 shares do not pack onto two devices.
+    let shares = (0..3).map(|_| Bundle::new().num_gpus(0.6)).collect();
+    let err = prism::placement_group(shares, PlacementStrategy::Pack).unwrap_err();
+    assert!(matches!(err, prism::Error::Infeasible { .. }), "{err}");
 
     let pg =
         prism::placement_group(vec![Bundle::new().num_cpus(1.0)], PlacementStrategy::Pack).unwrap();
@@ -205,4 +217,30 @@ fn the_key_value_table_is_shared_by_driver_and_workers() {
     assert!(prism::kv::delete(&key).unwrap());
     assert!(!prism::kv::delete(&key).unwrap());
     assert_eq!(prism::kv::get(&key).unwrap(), None);
+}
+
+#[test]
+fn a_blocked_worker_in_a_group_lends_its_cpu_to_work_outside_it() {
+    let _one = serial();
+    cluster();
+    let pg = prism::placement_group(
+        vec![Bundle::new().num_cpus(1.0), Bundle::new().num_cpus(1.0)],
+        PlacementStrategy::Pack,
+    )
+    .unwrap();
+    pg.ready().unwrap();
+    let outer =
+        nested_outside::remote_with(TaskOptions::new().placement_group(&pg, Some(0))).unwrap();
+    let child_pid = prism::get_timeout(&outer, Duration::from_secs(20)).expect("no deadlock");
+    assert!(child_pid > 0);
+    prism::remove_placement_group(&pg).unwrap();
+    // The bundles come back once the group's workers are gone.
+    must_eventually(
+        "the node's CPUs are free again",
+        Duration::from_secs(10),
+        || {
+            let (total, available) = prism::cluster_resources().unwrap();
+            available.get("CPU") == total.get("CPU")
+        },
+    );
 }
