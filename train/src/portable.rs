@@ -23,9 +23,12 @@
 //! let token = PortableFn::new(double as fn(u32) -> u32);
 //! // The token is plain data: it serializes, and in another process of the
 //! // same executable it resolves to `double`.
-//! let f: fn(u32) -> u32 = token.resolve()?;
+//! let text = serde_json::to_string(&token)?;
+//! let token: PortableFn<fn(u32) -> u32> = serde_json::from_str(&text)?;
+//! // SAFETY: the token was made by PortableFn::new in this program.
+//! let f = unsafe { token.resolve() }?;
 //! assert_eq!(f(21), 42);
-//! # Ok::<(), prism_train::portable::PortableFnError>(())
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -35,6 +38,18 @@ use std::sync::OnceLock;
 /// Why a [`PortableFn`] could not be turned back into a function.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PortableFnError {
+    /// The token names a function of another type than the one asked for.
+    #[error("this token holds a {sent}, not a {asked}")]
+    OtherType {
+        /// The type it was made from.
+        sent: String,
+        /// The type asked for.
+        asked: String,
+    },
+    /// This process cannot tell which executable it runs (no
+    /// `/proc/self/exe`), so it cannot check the token.
+    #[error("cannot identify this program's executable (/proc/self/exe): {0}")]
+    UnknownExecutable(String),
     /// The token was made by another executable (or another build of it).
     #[error(
         "this function was sent by another program ({sent}) than the one running here \
@@ -49,6 +64,42 @@ pub enum PortableFnError {
     },
 }
 
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// Function pointer types: the only types a [`PortableFn`] holds (plain
+/// `fn` pointers of up to four arguments).
+pub trait FnPtr: Copy + 'static + sealed::Sealed {
+    /// The pointer as an address.
+    fn addr(self) -> usize;
+    /// # Safety
+    ///
+    /// `addr` must be the address of a function of this exact type.
+    unsafe fn from_addr(addr: usize) -> Self;
+}
+
+macro_rules! fn_ptr {
+    ($($arg:ident),*) => {
+        impl<R: 'static, $($arg: 'static),*> sealed::Sealed for fn($($arg),*) -> R {}
+        impl<R: 'static, $($arg: 'static),*> FnPtr for fn($($arg),*) -> R {
+            fn addr(self) -> usize {
+                self as usize
+            }
+            unsafe fn from_addr(addr: usize) -> Self {
+                // SAFETY: by this function's contract, `addr` is a function
+                // of this type; fn pointers and usize have the same size.
+                unsafe { std::mem::transmute::<usize, Self>(addr) }
+            }
+        }
+    };
+}
+fn_ptr!();
+fn_ptr!(A);
+fn_ptr!(A, B);
+fn_ptr!(A, B, C);
+fn_ptr!(A, B, C, D);
+
 /// A function pointer of type `F` (a `fn(..) -> ..` type), as data that
 /// can cross to another process of the same executable.
 #[derive(Serialize, Deserialize)]
@@ -56,6 +107,8 @@ pub enum PortableFnError {
 pub struct PortableFn<F> {
     offset: i64,
     exe: String,
+    /// `std::any::type_name::<F>()`, checked when resolved.
+    ty: String,
     #[serde(skip)]
     _f: PhantomData<fn() -> F>,
 }
@@ -65,6 +118,7 @@ impl<F> Clone for PortableFn<F> {
         PortableFn {
             offset: self.offset,
             exe: self.exe.clone(),
+            ty: self.ty.clone(),
             _f: PhantomData,
         }
     }
@@ -93,66 +147,99 @@ fn anchor_addr() -> i64 {
 
 /// Identity of this process's executable file: device, inode, size and
 /// modification time, so that a rebuilt binary is told apart.
-fn exe_identity() -> &'static str {
-    static ID: OnceLock<String> = OnceLock::new();
-    ID.get_or_init(|| {
+fn exe_identity() -> Result<&'static str, PortableFnError> {
+    static ID: OnceLock<Result<String, String>> = OnceLock::new();
+    let id = ID.get_or_init(|| {
         use std::os::unix::fs::MetadataExt;
-        match std::fs::metadata("/proc/self/exe") {
-            Ok(m) => format!(
-                "{}:{}:{}:{}.{}",
-                m.dev(),
-                m.ino(),
-                m.size(),
-                m.mtime(),
-                m.mtime_nsec()
-            ),
-            Err(_) => String::from("unknown executable"),
-        }
-    })
+        std::fs::metadata("/proc/self/exe")
+            .map(|m| {
+                format!(
+                    "{}:{}:{}:{}.{}",
+                    m.dev(),
+                    m.ino(),
+                    m.size(),
+                    m.mtime(),
+                    m.mtime_nsec()
+                )
+            })
+            .map_err(|e| e.to_string())
+    });
+    id.as_deref()
+        .map_err(|e| PortableFnError::UnknownExecutable(e.to_string()))
 }
 
-impl<F: Copy + 'static> PortableFn<F> {
-    /// Records `f`, which must be a function pointer type (`fn(A) -> R`).
-    ///
-    /// # Panics
-    ///
-    /// If `F` is not the size of a function pointer (a closure type or a
-    /// reference was given instead of a `fn` pointer): a programming error
-    /// that the first call shows.
+impl<F: FnPtr> PortableFn<F> {
+    /// Records `f`.
     pub fn new(f: F) -> Self {
-        assert_eq!(
-            std::mem::size_of::<F>(),
-            std::mem::size_of::<fn()>(),
-            "PortableFn::new takes a fn pointer (write `my_fn as fn(..) -> ..`), not {}",
-            std::any::type_name::<F>()
-        );
-        // SAFETY: F is pointer-sized and, by this type's contract, a fn
-        // pointer; reading its bits as an address is what `as usize` does.
-        let addr: usize = unsafe { std::mem::transmute_copy(&f) };
         PortableFn {
-            offset: addr as i64 - anchor_addr(),
-            exe: exe_identity().to_string(),
+            offset: f.addr() as i64 - anchor_addr(),
+            // An empty identity never matches: resolve reports why.
+            exe: exe_identity().unwrap_or_default().to_string(),
+            ty: std::any::type_name::<F>().to_string(),
             _f: PhantomData,
         }
     }
 
     /// The function this token names, in this process.
     ///
+    /// # Safety
+    ///
+    /// The token must have been made by [`PortableFn::new`] (then sent as
+    /// data): a token forged or edited by hand can name any address. The
+    /// executable and the type are checked; the offset cannot be.
+    ///
     /// # Errors
     ///
     /// [`PortableFnError::OtherExecutable`] if the token came from a process
-    /// running another executable file.
-    pub fn resolve(&self) -> Result<F, PortableFnError> {
-        if self.exe != exe_identity() {
+    /// running another executable file, [`PortableFnError::OtherType`] if it
+    /// holds a function of another type, and
+    /// [`PortableFnError::UnknownExecutable`] if this process cannot tell.
+    pub unsafe fn resolve(&self) -> Result<F, PortableFnError> {
+        let here = exe_identity()?;
+        if self.exe != here {
             return Err(PortableFnError::OtherExecutable {
                 sent: self.exe.clone(),
-                here: exe_identity().to_string(),
+                here: here.to_string(),
+            });
+        }
+        let asked = std::any::type_name::<F>();
+        if self.ty != asked {
+            return Err(PortableFnError::OtherType {
+                sent: self.ty.clone(),
+                asked: asked.to_string(),
             });
         }
         let addr = (anchor_addr() + self.offset) as usize;
         // SAFETY: the same executable file is mapped here, and the loader
-        // moves all of its code by one offset, so `addr` is the address of
-        // the function that `new` recorded, which had type F.
-        Ok(unsafe { std::mem::transmute_copy(&addr) })
+        // moves all of its code by one offset, so `addr` is the function
+        // that `new` recorded, of type F (checked by name above).
+        Ok(unsafe { F::from_addr(addr) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn double(x: u32) -> u32 {
+        x * 2
+    }
+
+    #[test]
+    fn a_token_read_as_another_function_type_is_refused() {
+        let token = PortableFn::new(double as fn(u32) -> u32);
+        let text = serde_json::to_string(&token).unwrap();
+        let wrong: PortableFn<fn(u64) -> u64> = serde_json::from_str(&text).unwrap();
+        // SAFETY: made by PortableFn::new above.
+        let err = unsafe { wrong.resolve() }.unwrap_err();
+        assert!(matches!(err, PortableFnError::OtherType { .. }), "{err}");
+        let mut other_build: serde_json::Value = serde_json::from_str(&text).unwrap();
+        other_build["exe"] = "0:0:0:0.0".into();
+        let other: PortableFn<fn(u32) -> u32> = serde_json::from_value(other_build).unwrap();
+        // SAFETY: only the executable identity was changed; it is checked first.
+        let err = unsafe { other.resolve() }.unwrap_err();
+        assert!(matches!(err, PortableFnError::OtherExecutable { .. }), "{err}");
+        // SAFETY: made by PortableFn::new above.
+        assert_eq!(unsafe { token.resolve() }.unwrap()(4), 8);
     }
 }

@@ -348,6 +348,10 @@ fn failing_loop(rank_to_fail: usize) -> Result<(), String> {
     if ctx.world_rank() == rank_to_fail {
         return Err(format!("rank {rank_to_fail} cannot go on"));
     }
+    // The others wait for the failed rank in a collective (for minutes,
+    // the collective timeout): the driver must not wait for them.
+    let group = prism_train::get_process_group().map_err(|e| e.to_string())?;
+    group.barrier().map_err(|e| e.to_string())?;
     prism_train::report(serde_json::json!({"ok": 1}), None).map_err(|e| e.to_string())
 }
 
@@ -355,6 +359,7 @@ fn failing_loop(rank_to_fail: usize) -> Result<(), String> {
 fn a_run_that_keeps_failing_stops_after_max_failures_with_the_cause() {
     cluster();
     let root = storage("failing");
+    let started = Instant::now();
     let result = Trainer::new(failing_loop, 1usize)
         .scaling_config(ScalingConfig::new(2))
         .run_config(
@@ -364,6 +369,10 @@ fn a_run_that_keeps_failing_stops_after_max_failures_with_the_cause() {
         )
         .fit();
     assert_eq!(result.num_failures, 2);
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "the first failure ends each attempt at once, not at the collective timeout"
+    );
     match &result.error {
         Some(TrainError::TrainingFailed {
             failures: 2,

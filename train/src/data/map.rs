@@ -24,7 +24,7 @@ use std::fmt::Display;
 pub type BatchFn<E> = fn(Batch) -> std::result::Result<Batch, E>;
 
 /// The type of [`trampoline`] for every `E`.
-type Trampoline = fn(&str, Batch) -> Outcome;
+type Trampoline = fn(String, Batch) -> Outcome;
 
 /// What a batch's task produced.
 #[derive(Serialize, Deserialize)]
@@ -46,17 +46,19 @@ impl From<PortableFnError> for Outcome {
     fn from(e: PortableFnError) -> Self {
         match e {
             PortableFnError::OtherExecutable { sent, here } => Outcome::NotPortable { sent, here },
+            other => Outcome::Failed(other.to_string()),
         }
     }
 }
 
 /// Resolves the user's function from its token (`user`, JSON) and runs it.
-fn trampoline<E: Display + 'static>(user: &str, batch: Batch) -> Outcome {
-    let token: PortableFn<BatchFn<E>> = match serde_json::from_str(user) {
+fn trampoline<E: Display + 'static>(user: String, batch: Batch) -> Outcome {
+    let token: PortableFn<BatchFn<E>> = match serde_json::from_str(&user) {
         Ok(t) => t,
         Err(e) => return Outcome::Failed(format!("malformed function token: {e}")),
     };
-    match token.resolve() {
+    // SAFETY: the token was made by PortableFn::new in map_batches.
+    match unsafe { token.resolve() } {
         Ok(f) => match f(batch) {
             Ok(out) => Outcome::Done(out),
             Err(e) => Outcome::Failed(e.to_string()),
@@ -68,8 +70,9 @@ fn trampoline<E: Display + 'static>(user: &str, batch: Batch) -> Outcome {
 /// The task run for each batch.
 #[prism::remote]
 fn map_batch(trampoline: PortableFn<Trampoline>, user: String, batch: Batch) -> Outcome {
-    match trampoline.resolve() {
-        Ok(run) => run(&user, batch),
+    // SAFETY: the token was made by PortableFn::new in map_batches.
+    match unsafe { trampoline.resolve() } {
+        Ok(run) => run(user, batch),
         Err(e) => e.into(),
     }
 }

@@ -63,7 +63,15 @@ pub(crate) fn copy_tree(from: &Path, to: &Path) -> Result<(), TrainError> {
         if kind.is_dir() {
             copy_tree(&src, &dst)?;
         } else {
-            std::fs::copy(&src, &dst).map_err(|e| io_err("copy", &src, e))?;
+            // Copy under a name of this process, then rename: ranks merging
+            // files of the same name never leave a torn one.
+            let partial = to.join(format!(
+                ".{}.partial-{}",
+                entry.file_name().to_string_lossy(),
+                std::process::id()
+            ));
+            std::fs::copy(&src, &partial).map_err(|e| io_err("copy", &src, e))?;
+            std::fs::rename(&partial, &dst).map_err(|e| io_err("rename into place", &dst, e))?;
         }
     }
     Ok(())

@@ -43,6 +43,15 @@ pub enum TrainError {
         /// The error or panic message.
         message: String,
     },
+    /// The training function could not start on a worker (for instance, the
+    /// worker runs another build of the program); not retried.
+    #[error("the training function could not start on worker {rank}: {message}")]
+    WorkerStart {
+        /// The worker's world rank.
+        rank: usize,
+        /// Why.
+        message: String,
+    },
     /// A worker's process died or was killed.
     #[error("worker {rank} died: {cause}")]
     WorkerDied {

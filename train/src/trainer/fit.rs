@@ -118,16 +118,17 @@ impl TrainResult {
 
 /// Calls the user's function in a worker: the type-specific half of
 /// [`Entry`].
-fn run_entry<C, E>(function: &[u8], config: &[u8]) -> Result<(), String>
+fn run_entry<C, E>(function: Vec<u8>, config: Vec<u8>) -> Result<(), String>
 where
     C: DeserializeOwned + 'static,
     E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
 {
-    let token: PortableFn<fn(C) -> Result<(), E>> = serde_json::from_slice(function)
+    let token: PortableFn<fn(C) -> Result<(), E>> = serde_json::from_slice(&function)
         .map_err(|e| format!("decoding the training function: {e}"))?;
-    let f = token.resolve().map_err(|e| e.to_string())?;
+    // SAFETY: the token was made by PortableFn::new in Trainer::new.
+    let f = unsafe { token.resolve() }.map_err(|e| e.to_string())?;
     let config: C =
-        serde_json::from_slice(config).map_err(|e| format!("decoding train_loop_config: {e}"))?;
+        serde_json::from_slice(&config).map_err(|e| format!("decoding train_loop_config: {e}"))?;
     f(config).map_err(|e| e.into().to_string())
 }
 
@@ -350,7 +351,12 @@ impl Trainer {
             );
             workers.push(actor.clone());
         }
-        group.collect(&workers, setups)?;
+        group.collect(setups, no_early_exit)?;
+        // Everyone joined: the rendezvous records are no longer needed.
+        let prefix = format!("prism/collective/{group_name}/");
+        for key in prism::kv::keys(&prefix).unwrap_or_default() {
+            let _ = prism::kv::delete(&key);
+        }
         let function = self.function.clone().unwrap_or_default();
         let config =
             serde_json::to_vec(self.config.as_ref().unwrap_or(&Value::Null)).unwrap_or_default();
@@ -359,7 +365,12 @@ impl Trainer {
             .map(|w| w.start(self.entry.clone(), function.clone(), config.clone()))
             .collect::<prism::Result<Vec<_>>>()
             .map_err(prism_err("start the training function"))?;
-        group.collect(&workers, starts)?;
+        // A function that cannot start (another build of the program, a
+        // thread that cannot be made) would fail again: not retried.
+        group.collect(starts, no_early_exit).map_err(|e| match e {
+            TrainError::WorkerFailed { rank, message } => TrainError::WorkerStart { rank, message },
+            other => other,
+        })?;
         run.last_report = Instant::now();
         loop {
             let refs = workers
@@ -367,13 +378,15 @@ impl Trainer {
                 .map(|w| w.next_event())
                 .collect::<prism::Result<Vec<_>>>()
                 .map_err(prism_err("ask a worker for its next report"))?;
-            let events = group.collect(&workers, refs)?;
-            if let Some((rank, message)) = events.iter().enumerate().find_map(|(r, e)| match e {
-                WorkerEvent::Failed { message } => Some((r, message.clone())),
+            // The first failure ends the round: the other workers may be
+            // blocked in a collective with the failed one.
+            let events = group.collect(refs, |rank, event| match event {
+                WorkerEvent::Failed { message } => Some(TrainError::WorkerFailed {
+                    rank,
+                    message: message.clone(),
+                }),
                 _ => None,
-            }) {
-                return Err(TrainError::WorkerFailed { rank, message });
-            }
+            })?;
             let finished = events
                 .iter()
                 .filter(|e| matches!(e, WorkerEvent::Finished))
@@ -473,6 +486,10 @@ struct Run {
     last_report: Instant,
 }
 
+fn no_early_exit<T>(_: usize, _: &T) -> Option<TrainError> {
+    None
+}
+
 /// Failures a new worker group may get past.
 fn retriable(e: &TrainError) -> bool {
     match e {
@@ -548,16 +565,17 @@ impl WorkerGroup {
             .map(|a| a.place())
             .collect::<prism::Result<Vec<_>>>()
             .map_err(prism_err("locate the workers"))?;
-        self.collect(&self.actors, refs)
+        self.collect(refs, no_early_exit)
     }
 
-    /// Waits for one result per worker; the first worker to fail or die
-    /// fails the round at once (the others may be blocked in a collective
-    /// with it).
+    /// Waits for one result per worker (`refs[i]` is worker `i`'s); the
+    /// first worker to die, to fail its call, or whose result `early` turns
+    /// into an error, fails the round at once (the others may be blocked in
+    /// a collective with it).
     fn collect<T: DeserializeOwned + Send + 'static>(
         &self,
-        workers: &[ActorHandle<PrismTrainWorker>],
         refs: Vec<ObjectRef<T>>,
+        early: impl Fn(usize, &T) -> Option<TrainError>,
     ) -> Result<Vec<T>, TrainError> {
         let mut out: Vec<Option<T>> = (0..refs.len()).map(|_| None).collect();
         let mut pending: Vec<usize> = (0..refs.len()).collect();
@@ -572,12 +590,14 @@ impl WorkerGroup {
                     still.push(i);
                     continue;
                 }
-                let rank = workers
-                    .iter()
-                    .position(|w| w.id() == workers[i].id())
-                    .unwrap_or(i);
+                let rank = i;
                 match prism::get(&refs[i]) {
-                    Ok(v) => out[i] = Some(v),
+                    Ok(v) => {
+                        if let Some(e) = early(rank, &v) {
+                            return Err(e);
+                        }
+                        out[i] = Some(v);
+                    }
                     Err(e @ (prism::Error::ActorDied { .. } | prism::Error::WorkerDied { .. })) => {
                         return Err(TrainError::WorkerDied { rank, cause: e })
                     }

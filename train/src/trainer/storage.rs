@@ -97,9 +97,17 @@ impl RunStorage {
         let staged = staging_dir(&self.dir, iteration);
         let final_dir = self.dir.join(format!("checkpoint_{iteration:06}"));
         if !staged.is_dir() {
-            // A worker said it staged one; without the folder (or with an
-            // empty checkpoint) record an empty directory rather than none.
-            std::fs::create_dir_all(&staged).map_err(|e| io_err("create", &staged, e))?;
+            // A worker said it staged one: without the folder, resuming
+            // from it would silently start over.
+            return Err(TrainError::Io {
+                action: "find the staged checkpoint",
+                path: staged,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "a worker reported a checkpoint that is not in the run folder; \
+                     storage_path must be a folder every worker can write",
+                ),
+            });
         }
         sync_tree(&staged)?;
         if final_dir.exists() {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 /// The type-erased entry every training function is called through: it
 /// resolves the user's function, decodes the config and runs it.
-pub(crate) type Entry = fn(&[u8], &[u8]) -> Result<(), String>;
+pub(crate) type Entry = fn(Vec<u8>, Vec<u8>) -> Result<(), String>;
 
 /// What the driver tells a worker before it starts.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -91,14 +91,15 @@ impl PrismTrainWorker {
         function: Vec<u8>,
         config: Vec<u8>,
     ) -> Result<(), String> {
-        let entry = entry.resolve().map_err(|e| e.to_string())?;
+        // SAFETY: the token was made by PortableFn::new in Trainer::new.
+        let entry = unsafe { entry.resolve() }.map_err(|e| e.to_string())?;
         let Some(state) = self.state.clone() else {
             return Err("start before setup".into());
         };
         let handle = std::thread::Builder::new()
             .name("train-loop".into())
             .spawn(move || {
-                let outcome = std::panic::catch_unwind(|| entry(&function, &config));
+                let outcome = std::panic::catch_unwind(|| entry(function, config));
                 let event = match outcome {
                     Ok(Ok(())) => WorkerEvent::Finished,
                     Ok(Err(message)) => WorkerEvent::Failed { message },
