@@ -35,6 +35,8 @@ os.environ.pop("RAY_ADDRESS", None)
 import numpy as np  # noqa: E402
 import ray  # noqa: E402
 
+from proctree import descendants, pss_kib  # noqa: E402  (this folder is on sys.path)
+
 MB100_FLOATS = 25_000_000  # 10^8 bytes of float32
 
 
@@ -44,38 +46,6 @@ def report(name, value, unit):
 
 def ms_since(start):
     return (time.perf_counter() - start) * 1e3
-
-
-def descendants(root):
-    """root and every process below it, from /proc."""
-    children = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    tree, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        tree.append(pid)
-        todo.extend(children.get(pid, []))
-    return tree
-
-
-def pss_kib(pid):
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 def wait_steady(max_s=30.0, steady_s=3.0, poll_s=0.5):

@@ -78,89 +78,6 @@ out="${out:-bench/results/train-$(date -u +%Y%m%dT%H%M%SZ)}"
 mkdir -p "$out"
 
 # --- the launcher: runs one command, samples its tree, times it ---------------
-cat >"$out/measure.py" <<'PY'
-"""measure.py KV_FILE LIMIT_S STDOUT STDERR -- CMD...: run CMD, write key values."""
-import ctypes, os, signal, subprocess, sys, time
-
-kv_path, limit, out_path, err_path = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]
-cmd = sys.argv[sys.argv.index("--") + 1:]
-PR_SET_CHILD_SUBREAPER = 36
-ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-me = os.getpid()
-
-def tree():
-    """Pids below this launcher (the run and every orphan it left)."""
-    children = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rfind(")") + 2:].split()[1])
-        children.setdefault(ppid, []).append(int(name))
-    found, todo = [], [me]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-def pss_kib(pid):
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-started = time.monotonic()
-with open(out_path, "wb") as so, open(err_path, "wb") as se:
-    child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=so, stderr=se)
-    peak_procs = peak_pss = 0
-    timed_out = False
-    while child.poll() is None:
-        pids = tree()
-        peak_procs = max(peak_procs, len(pids))
-        peak_pss = max(peak_pss, sum(pss_kib(p) for p in pids))
-        if time.monotonic() - started > limit:
-            timed_out = True
-            child.kill()
-        time.sleep(0.5)
-    wall = time.monotonic() - started
-# Whatever the run left behind, by pid: TERM, then KILL after 5 s.
-left = tree()
-for sig in (signal.SIGTERM, signal.SIGKILL):
-    for pid in left:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            while os.waitpid(-1, os.WNOHANG)[0] > 0:
-                pass
-        except ChildProcessError:
-            break
-        left = tree()
-        if not left:
-            break
-        time.sleep(0.1)
-    if not left:
-        break
-with open(kv_path, "a") as f:
-    f.write(f"rc {124 if timed_out else child.returncode}\n")
-    f.write(f"process_wall_s {wall:.3f}\n")
-    f.write(f"peak_processes {peak_procs}\n")
-    f.write(f"peak_pss_mib {peak_pss / 1024:.1f}\n")
-    # The machine's 1-minute load at the end: a hint of other work during the run.
-    f.write(f"loadavg_1m {open('/proc/loadavg').read().split()[0]}\n")
-PY
 
 # --- the table ------------------------------------------------------------------
 print_table() {
@@ -274,7 +191,7 @@ run() {
     local base="$out/$workload-w$workers-$system-$round"
     printf 'workload %s\nworkers %s\nsystem %s\n' "$workload" "$workers" "$system" >"$base.kv"
     echo "train_compare.sh: $workload, $workers workers, $system, run $round" >&2
-    python3 "$out/measure.py" "$base.kv" "$limit" "$base.stdout" "$base.stderr" -- "$@" || true
+    python3 "$root/bench/ray/measure.py" "$base.kv" "$limit" "$base.stdout" "$base.stderr" -- "$@" || true
     if [[ "$system" == prism ]]; then
         # The examples' summary table and their progress lines.
         python3 - "$base.stdout" "$base.stderr" >>"$base.kv" <<'PY'

@@ -77,7 +77,9 @@ impl Node {
         let Some(worker) = state.workers.get(&worker_id) else {
             return;
         };
-        *worker.label.lock() = format!("{} pid={}", spec.class, worker.pid);
+        // The class's own name, without its module path, as Ray prints it.
+        let class = spec.class.rsplit("::").next().unwrap_or(&spec.class);
+        *worker.label.lock() = format!("{class} pid={}", worker.pid);
         let (Some(conn), Some(address)) = (worker.conn.clone(), worker.address.clone()) else {
             return;
         };

@@ -20,8 +20,8 @@
 //! Options: `--workers N` (2 to 4; default 2), `--epochs N` (default 4),
 //! `--dataset fashion-mnist|mnist`, `--data FILE`, `--use-gpu`.
 
-#[path = "common/progress.rs"]
-mod progress;
+#[path = "common/mod.rs"]
+mod common;
 
 use prism_train::collective::ReduceOp;
 use prism_train::data::DistributedSampler;
@@ -33,7 +33,7 @@ use std::time::Instant;
 use tch::nn::{self, Module, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use common::BoxError;
 
 #[derive(Serialize, Deserialize)]
 struct Config {
@@ -154,14 +154,7 @@ fn train_loop_per_worker(config: Config) -> Result<(), BoxError> {
     let net = model(&vs.root());
     let ddp = prepare_model(&mut vs, DdpOptions::default())?;
     let mut opt = nn::Adam::default().build(&vs, config.lr)?;
-    let mut start = 0;
-    if let Some(checkpoint) = prism_train::get_checkpoint()? {
-        vs.load(checkpoint.path().join("model.safetensors"))?;
-        start = std::fs::read_to_string(checkpoint.path().join("epoch"))?
-            .trim()
-            .parse::<u32>()?
-            + 1;
-    }
+    let start = common::resume(&mut vs)?;
     let mut sampler = DistributedSampler::new(images.train.len(), rank, world)?.seed(config.seed);
     let staging = std::env::temp_dir().join(format!("fashion-mnist-{}", std::process::id()));
     for epoch in start..config.epochs {
@@ -197,14 +190,7 @@ fn train_loop_per_worker(config: Config) -> Result<(), BoxError> {
         });
         counts[2] /= world as f64;
         group.all_reduce(&mut counts, ReduceOp::Sum)?;
-        let checkpoint = if rank == 0 {
-            std::fs::create_dir_all(&staging)?;
-            vs.save(staging.join("model.safetensors"))?;
-            std::fs::write(staging.join("epoch"), epoch.to_string())?;
-            Some(prism_train::Checkpoint::from_directory(&staging))
-        } else {
-            None
-        };
+        let checkpoint = common::checkpoint(&vs, epoch, &staging)?;
         let metrics = EpochMetrics {
             epoch,
             loss: counts[2],
@@ -217,11 +203,11 @@ fn train_loop_per_worker(config: Config) -> Result<(), BoxError> {
 }
 
 fn main() -> Result<(), BoxError> {
-    let workers: usize = progress::arg("--workers")?.unwrap_or(2);
-    let epochs: u32 = progress::arg("--epochs")?.unwrap_or(4);
-    let dataset = progress::arg::<String>("--dataset")?.unwrap_or_else(|| "fashion-mnist".into());
+    let workers: usize = common::arg("--workers")?.unwrap_or(2);
+    let epochs: u32 = common::arg("--epochs")?.unwrap_or(4);
+    let dataset = common::arg::<String>("--dataset")?.unwrap_or_else(|| "fashion-mnist".into());
     let use_gpu = std::env::args().any(|a| a == "--use-gpu");
-    let data = match progress::arg::<PathBuf>("--data")? {
+    let data = match common::arg::<PathBuf>("--data")? {
         Some(path) => path,
         None => {
             let dir = std::env::var_os("PRISM_DATA_DIR")
@@ -271,7 +257,7 @@ fn main() -> Result<(), BoxError> {
                     .checkpoint_score_attribute("val_accuracy", CheckpointScoreOrder::Max),
             ),
         )
-        .on_report(progress::reporter(
+        .on_report(common::reporter(
             u64::from(epochs),
             num_train as f64,
             &["loss", "val_accuracy"],
@@ -284,7 +270,7 @@ fn main() -> Result<(), BoxError> {
         .as_ref()
         .and_then(|m| m["val_accuracy"].as_f64())
         .unwrap_or(0.0);
-    progress::summary(
+    common::summary(
         &format!("{dataset} (Prism)"),
         &result,
         wall,

@@ -13,21 +13,23 @@
 //! ```
 //!
 //! Options: `--workers N`, `--epochs N`, `--storage DIR`, `--seed N` (the
-//! initial weights; default 42).
+//! initial weights; default 42), `--crash-at EPOCH` (the last worker's
+//! process aborts at that epoch; the Trainer restarts the group from the
+//! latest checkpoint, up to 2 failures, and the run ends as without it).
 
-#[path = "common/progress.rs"]
-mod progress;
+#[path = "common/mod.rs"]
+mod common;
 
 use prism_train::data::Dataset;
 use prism_train::torch::{iter_torch_batches, prepare_model, DdpOptions};
-use prism_train::{CheckpointConfig, RunConfig, ScalingConfig, Trainer};
+use prism_train::{CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, Trainer};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Instant;
 use tch::nn::{self, Module, OptimizerConfig};
 use tch::Kind;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use common::BoxError;
 
 #[derive(Serialize, Deserialize)]
 struct Config {
@@ -37,6 +39,8 @@ struct Config {
     weight_decay: f64,
     hidden: i64,
     seed: i64,
+    /// Crash the last worker's process at this epoch (first attempt only).
+    crash_at: Option<u32>,
 }
 
 #[derive(Serialize)]
@@ -56,7 +60,6 @@ fn model(vs: &nn::Path, hidden: i64) -> nn::Sequential {
 fn train_loop_per_worker(config: Config) -> Result<(), BoxError> {
     // One intra-op thread per worker, as Ray sets OMP_NUM_THREADS=1.
     tch::set_num_threads(1);
-    let ctx = prism_train::get_context()?;
     let shard = prism_train::get_dataset_shard("train")?;
     // Rank 0's initial weights reach every worker through prepare_model.
     tch::manual_seed(config.seed);
@@ -68,16 +71,17 @@ fn train_loop_per_worker(config: Config) -> Result<(), BoxError> {
         ..Default::default()
     }
     .build(&vs, config.lr)?;
-    let mut start = 0;
-    if let Some(checkpoint) = prism_train::get_checkpoint()? {
-        vs.load(checkpoint.path().join("model.safetensors"))?;
-        start = std::fs::read_to_string(checkpoint.path().join("epoch"))?
-            .trim()
-            .parse::<u32>()?
-            + 1;
-    }
+    let start = common::resume(&mut vs)?;
     let staging = std::env::temp_dir().join(format!("linear-regression-{}", std::process::id()));
+    let crash_here = start == 0 && {
+        let ctx = prism_train::get_context()?;
+        ctx.world_rank() + 1 == ctx.world_size()
+    };
     for epoch in start..config.epochs {
+        if crash_here && config.crash_at == Some(epoch) {
+            eprintln!("crashing on purpose at epoch {epoch} (--crash-at)");
+            std::process::abort();
+        }
         let mut loss_value = f64::NAN;
         for batch in iter_torch_batches(&shard, config.batch_size, false, tch::Device::Cpu)? {
             let batch = batch?;
@@ -90,14 +94,7 @@ fn train_loop_per_worker(config: Config) -> Result<(), BoxError> {
             opt.step();
             loss_value = loss.to_kind(Kind::Double).double_value(&[]);
         }
-        let checkpoint = if ctx.world_rank() == 0 {
-            std::fs::create_dir_all(&staging)?;
-            vs.save(staging.join("model.safetensors"))?;
-            std::fs::write(staging.join("epoch"), epoch.to_string())?;
-            Some(prism_train::Checkpoint::from_directory(&staging))
-        } else {
-            None
-        };
+        let checkpoint = common::checkpoint(&vs, epoch, &staging)?;
         prism_train::report(
             EpochMetrics {
                 epoch,
@@ -111,9 +108,9 @@ fn train_loop_per_worker(config: Config) -> Result<(), BoxError> {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let workers: usize = progress::arg("--workers")?.unwrap_or(3);
-    let epochs: u32 = progress::arg("--epochs")?.unwrap_or(200);
-    let storage = progress::arg::<PathBuf>("--storage")?
+    let workers: usize = common::arg("--workers")?.unwrap_or(3);
+    let epochs: u32 = common::arg("--epochs")?.unwrap_or(200);
+    let storage = common::arg::<PathBuf>("--storage")?
         .unwrap_or_else(|| std::env::temp_dir().join("prism_results"));
     let started = Instant::now();
     prism::init(prism::Config::default().num_cpus(workers.max(2) as u32))?;
@@ -127,7 +124,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         x: x as f64,
         y: 2.0 * x as f64 + 1.0,
     }))?;
-    let seed: i64 = progress::arg("--seed")?.unwrap_or(42);
+    let seed: i64 = common::arg("--seed")?.unwrap_or(42);
     let config = Config {
         epochs,
         batch_size: 32,
@@ -135,6 +132,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         weight_decay: 0.01,
         hidden: 32,
         seed,
+        crash_at: common::arg("--crash-at")?,
     };
     let name = format!("linear_regression_{}", std::process::id());
     let samples = (200 / workers * workers) as f64;
@@ -143,10 +141,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .run_config(
             RunConfig::new(name)
                 .storage_path(&storage)
-                .checkpoint_config(CheckpointConfig::new().num_to_keep(1)),
+                .checkpoint_config(CheckpointConfig::new().num_to_keep(1))
+                .failure_config(FailureConfig::new(2)),
         )
         .dataset("train", train)
-        .on_report(progress::reporter(u64::from(epochs), samples, &["loss"]))
+        .on_report(common::reporter(u64::from(epochs), samples, &["loss"]))
         .fit()
         .into_result()?;
     let wall = started.elapsed().as_secs_f64();
@@ -155,7 +154,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .as_ref()
         .and_then(|m| m["loss"].as_f64())
         .unwrap_or(f64::NAN);
-    progress::summary(
+    common::summary(
         "linear_regression (Prism)",
         &result,
         wall,

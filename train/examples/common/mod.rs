@@ -1,9 +1,10 @@
-//! What the training examples share: their command-line options, progress
-//! on the driver (a bar on a terminal, a line every few epochs otherwise),
-//! and a summary table at the end.
+//! What the training examples share: checkpoints of a tch model, their
+//! command-line options, progress on the driver (a bar on a terminal, a
+//! line every few epochs otherwise), and a summary table at the end.
 
-use prism_train::{Metrics, TrainResult};
+use prism_train::{Checkpoint, Metrics, TrainResult};
 use std::io::{IsTerminal, Write};
+use std::path::Path;
 use std::time::Instant;
 
 /// Builds the Trainer's `on_report` hook.
@@ -100,4 +101,37 @@ where
         .parse()
         .map(Some)
         .map_err(|e| format!("{name} {value}: {e}"))
+}
+
+/// Errors of a training function.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Resumes from the run's latest checkpoint, if the worker group was
+/// restarted: loads the weights into `vs` and returns the epoch to start
+/// from (0 for a fresh run).
+pub fn resume(vs: &mut tch::nn::VarStore) -> Result<u32, BoxError> {
+    let Some(checkpoint) = prism_train::get_checkpoint()? else {
+        return Ok(0);
+    };
+    vs.load(checkpoint.path().join("model.safetensors"))?;
+    let done: u32 = std::fs::read_to_string(checkpoint.path().join("epoch"))?
+        .trim()
+        .parse()?;
+    Ok(done + 1)
+}
+
+/// On rank 0, writes the weights and the finished epoch into `folder` and
+/// returns it as the checkpoint to report; other ranks report none.
+pub fn checkpoint(
+    vs: &tch::nn::VarStore,
+    epoch: u32,
+    folder: &Path,
+) -> Result<Option<Checkpoint>, BoxError> {
+    if prism_train::get_context()?.world_rank() != 0 {
+        return Ok(None);
+    }
+    std::fs::create_dir_all(folder)?;
+    vs.save(folder.join("model.safetensors"))?;
+    std::fs::write(folder.join("epoch"), epoch.to_string())?;
+    Ok(Some(Checkpoint::from_directory(folder)))
 }
