@@ -238,7 +238,10 @@ mod tests {
         let other: PortableFn<fn(u32) -> u32> = serde_json::from_value(other_build).unwrap();
         // SAFETY: only the executable identity was changed; it is checked first.
         let err = unsafe { other.resolve() }.unwrap_err();
-        assert!(matches!(err, PortableFnError::OtherExecutable { .. }), "{err}");
+        assert!(
+            matches!(err, PortableFnError::OtherExecutable { .. }),
+            "{err}"
+        );
         // SAFETY: made by PortableFn::new above.
         assert_eq!(unsafe { token.resolve() }.unwrap()(4), 8);
     }
