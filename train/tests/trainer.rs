@@ -166,15 +166,23 @@ fn a_run_reports_every_epoch_keeps_its_checkpoints_and_forms_a_group() {
         available = prism::cluster_resources().unwrap().1;
     }
     assert_eq!(available.get("CPU"), total.get("CPU"));
-    // The same name again would overwrite the run: refused.
+    // The same storage path and name again resumes the run (its rows
+    // stand; the workers get its latest checkpoint) instead of
+    // overwriting it.
     let again = Trainer::new(basic_loop, BasicConfig { epochs: 1 })
+        .scaling_config(ScalingConfig::new(3))
         .run_config(RunConfig::new("basic").storage_path(&root))
-        .fit();
-    assert!(
-        matches!(again.error, Some(TrainError::InvalidConfig { .. })),
-        "{:?}",
-        again.error
+        .dataset("train", Dataset::range(100))
+        .fit()
+        .into_result()
+        .expect("resumed");
+    assert_eq!(
+        again.metrics_history.len(),
+        5,
+        "4 earlier rows and 1 new one"
     );
+    assert_eq!(again.metrics.unwrap()["training_iteration"], 5);
+    assert_eq!(lines(&run.join("result.json")).len(), 5);
     std::fs::remove_dir_all(&root).unwrap();
 }
 
@@ -338,6 +346,82 @@ fn a_killed_worker_is_replaced_and_the_run_resumes_from_its_checkpoint() {
         assert!(
             (x - y).abs() < 1e-9,
             "{key}: {x} without a failure, {y} with one"
+        );
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// Not a test of its own: the driver process of
+/// `a_driver_that_dies_is_resumed_by_making_the_trainer_again`, started as
+/// a copy of this test binary with PRISM_TEST_DRIVER_ROOT set.
+#[test]
+fn driver_process() {
+    let Some(root) = std::env::var_os("PRISM_TEST_DRIVER_ROOT") else {
+        return;
+    };
+    cluster();
+    let root = PathBuf::from(root);
+    let result = regression("driver", &root, 60, 0).fit();
+    println!("driver finished: {:?}", result.error);
+}
+
+#[test]
+fn a_driver_that_dies_is_resumed_by_making_the_trainer_again() {
+    let root = storage("driver");
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "driver_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("PRISM_TEST_DRIVER_ROOT", &root)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the test binary starts a driver");
+    let results = root.join("driver/result.json");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while lines(&results).len() < 5 {
+        assert!(
+            Instant::now() < deadline,
+            "the driver never reached epoch 5"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the driver ended early"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The driver dies with its embedded cluster; its workers follow.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    cluster();
+    let clean = regression("driver-clean", &root, 0, 0)
+        .fit()
+        .into_result()
+        .expect("clean run");
+    let resumed = regression("driver", &root, 0, 0)
+        .fit()
+        .into_result()
+        .expect("the same Trainer again resumes the run");
+    let rows = lines(&results);
+    let iterations: Vec<u64> = rows
+        .iter()
+        .map(|r| r["training_iteration"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        iterations,
+        (1..=12).collect::<Vec<_>>(),
+        "no report lost or duplicated"
+    );
+    assert_eq!(resumed.metrics_history.len(), 12);
+    let (a, b) = (clean.metrics.unwrap(), resumed.metrics.unwrap());
+    for key in ["w", "b", "loss"] {
+        let (x, y) = (a[key].as_f64().unwrap(), b[key].as_f64().unwrap());
+        assert!(
+            (x - y).abs() < 1e-9,
+            "{key}: {x} without the crash, {y} with it"
         );
     }
     std::fs::remove_dir_all(&root).unwrap();

@@ -144,7 +144,8 @@ impl FailureConfig {
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunConfig {
-    /// The run's name: its folder under `storage_path`.
+    /// The run's name: its folder under `storage_path`. A Trainer given the
+    /// name of a run that is already there resumes that run.
     pub name: String,
     /// The folder runs are kept in (default `~/prism_results`).
     pub storage_path: PathBuf,

@@ -232,11 +232,32 @@ impl Trainer {
                 source: prism::Error::NotInitialized,
             });
         }
-        let mut storage = RunStorage::create(
+        let (mut storage, previous) = RunStorage::open(
             &run.result.path,
             self.run.checkpoint_config.clone(),
             &config,
         )?;
+        // A run folder that already holds a run is resumed: its rows stand,
+        // and the workers start from its latest checkpoint.
+        run.written = previous
+            .iter()
+            .filter_map(|r| r.get("training_iteration").and_then(Value::as_u64))
+            .max()
+            .unwrap_or(0);
+        if !previous.is_empty() {
+            eprintln!(
+                "prism-train: resuming the run in {} ({} reports so far, latest checkpoint: {})",
+                run.result.path.display(),
+                previous.len(),
+                storage
+                    .kept
+                    .last()
+                    .map(|k| k.checkpoint.path().display().to_string())
+                    .unwrap_or_else(|| "none".into()),
+            );
+        }
+        run.result.metrics = previous.last().cloned();
+        run.result.metrics_history = previous;
         let max_failures = self.run.failure_config.max_failures;
         for attempt in 0usize.. {
             storage.clean_uncommitted()?;

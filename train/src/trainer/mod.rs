@@ -18,6 +18,10 @@
 //!    that resumes from the latest committed checkpoint, up to
 //!    `max_failures` times.
 //!
+//! Making a Trainer again with the same storage path and name resumes the
+//! run in that folder (after its driver died, say) from its latest
+//! checkpoint.
+//!
 //! Run folder layout (`storage_path/name/`): `params.json` (the config),
 //! `result.json` (one JSON object per report), `progress.csv`, and the kept
 //! `checkpoint_NNNNNN/` folders.

@@ -32,26 +32,23 @@ pub(crate) struct RunStorage {
 }
 
 impl RunStorage {
-    /// Creates the run's folder; refuses one that already holds a run, so
-    /// no earlier results are overwritten.
-    pub(crate) fn create(
+    /// Opens the run's folder: a new run starts it; a folder that already
+    /// holds a run (its driver died, or it ended) is resumed, as Ray Train
+    /// does for a Trainer made again with the same storage path and name.
+    /// Returns the rows already in `result.json`, in order.
+    pub(crate) fn open(
         dir: &Path,
         config: CheckpointConfig,
         params: &Value,
-    ) -> Result<Self, TrainError> {
-        if dir.join("result.json").exists() {
-            return Err(TrainError::InvalidConfig {
-                field: "RunConfig::name",
-                reason: format!(
-                    "{} already holds a run (result.json exists); choose another name or remove that folder",
-                    dir.display()
-                ),
-            });
-        }
+    ) -> Result<(Self, Vec<Map<String, Value>>), TrainError> {
         std::fs::create_dir_all(dir).map_err(|e| io_err("create the run folder", dir, e))?;
+        let results_path = dir.join("result.json");
+        let rows = read_rows(&results_path)?;
         let params_path = dir.join("params.json");
-        std::fs::write(&params_path, format!("{params:#}\n"))
-            .map_err(|e| io_err("write", &params_path, e))?;
+        if !params_path.exists() {
+            std::fs::write(&params_path, format!("{params:#}\n"))
+                .map_err(|e| io_err("write", &params_path, e))?;
+        }
         let open = |name: &str| {
             let path = dir.join(name);
             OpenOptions::new()
@@ -60,14 +57,39 @@ impl RunStorage {
                 .open(&path)
                 .map_err(|e| io_err("open", &path, e))
         };
-        Ok(RunStorage {
+        let progress_path = dir.join("progress.csv");
+        let columns = std::fs::read_to_string(&progress_path)
+            .ok()
+            .and_then(|text| text.lines().next().map(parse_csv_header))
+            .filter(|c| !c.is_empty());
+        // Committed checkpoints are those a row names; one committed after
+        // its row was lost would be replayed, so it does not count.
+        let mut kept = Vec::new();
+        for row in &rows {
+            let (Some(name), Some(iteration)) = (
+                row.get("checkpoint_dir_name").and_then(Value::as_str),
+                row.get("training_iteration").and_then(Value::as_u64),
+            ) else {
+                continue;
+            };
+            let path = dir.join(name);
+            if path.is_dir() {
+                kept.push(Kept {
+                    iteration,
+                    checkpoint: Checkpoint::from_directory(path),
+                    metrics: row.clone(),
+                });
+            }
+        }
+        let storage = RunStorage {
             dir: dir.to_path_buf(),
             config,
             results: open("result.json")?,
             progress: open("progress.csv")?,
-            columns: None,
-            kept: Vec::new(),
-        })
+            columns,
+            kept,
+        };
+        Ok((storage, rows))
     }
 
     /// Removes staging folders and checkpoints that no report committed
@@ -202,6 +224,65 @@ impl RunStorage {
     }
 }
 
+/// The rows of a `result.json`. A last line without its newline (the
+/// driver died while writing it) is cut off, so the file stays JSON lines.
+fn read_rows(path: &Path) -> Result<Vec<Map<String, Value>>, TrainError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_err("read", path, e)),
+    };
+    let complete = text.rfind('\n').map(|i| i + 1).unwrap_or(0);
+    if complete < text.len() {
+        let file = OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|e| io_err("open", path, e))?;
+        file.set_len(complete as u64)
+            .map_err(|e| io_err("cut a torn last line from", path, e))?;
+    }
+    let mut rows = Vec::new();
+    for (n, line) in text[..complete].lines().enumerate() {
+        match serde_json::from_str::<Value>(line) {
+            Ok(Value::Object(row)) => rows.push(row),
+            _ => {
+                return Err(TrainError::Io {
+                    action: "read",
+                    path: path.to_path_buf(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!(
+                            "line {} is not a JSON object; fix or move the run folder",
+                            n + 1
+                        ),
+                    ),
+                })
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// The column names of a progress.csv header written by [`csv_line`].
+fn parse_csv_header(line: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut field = String::new();
+    let (mut quoted, mut chars) = (false, line.chars().peekable());
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                field.push('"');
+                chars.next();
+            }
+            ('"', _) => quoted = !quoted,
+            (',', false) => names.push(std::mem::take(&mut field)),
+            (c, _) => field.push(c),
+        }
+    }
+    names.push(field);
+    names
+}
+
 fn csv_line(fields: impl Iterator<Item = String>) -> String {
     let mut line = fields.collect::<Vec<_>>().join(",");
     line.push('\n');
@@ -242,7 +323,7 @@ mod tests {
         let config = CheckpointConfig::new()
             .num_to_keep(1)
             .checkpoint_score_attribute("loss", CheckpointScoreOrder::Min);
-        let mut storage = RunStorage::create(&dir, config, &Value::Null).unwrap();
+        let (mut storage, _) = RunStorage::open(&dir, config, &Value::Null).unwrap();
         for (i, loss) in [(1u64, 0.5), (2, 0.1), (3, 0.3)] {
             std::fs::create_dir_all(staging_dir(&dir, i)).unwrap();
             std::fs::write(staging_dir(&dir, i).join("w"), [i as u8]).unwrap();
@@ -265,7 +346,8 @@ mod tests {
     fn progress_csv_quotes_fields_and_keeps_its_first_columns() {
         let dir = temp("csv");
         let _ = std::fs::remove_dir_all(&dir);
-        let mut storage = RunStorage::create(&dir, CheckpointConfig::new(), &Value::Null).unwrap();
+        let (mut storage, _) =
+            RunStorage::open(&dir, CheckpointConfig::new(), &Value::Null).unwrap();
         let mut row = metrics(0.25);
         row.insert("note".into(), "a, \"b\"".into());
         storage.append(&row).unwrap();
@@ -274,9 +356,26 @@ mod tests {
         assert_eq!(csv, "loss,note\n0.25,\"a, \"\"b\"\"\"\n0.125,\n");
         let json = std::fs::read_to_string(dir.join("result.json")).unwrap();
         assert_eq!(json.lines().count(), 2);
-        assert!(
-            RunStorage::create(&dir, CheckpointConfig::new(), &Value::Null).is_err(),
-            "no overwrite"
+        // A torn last line (the driver died while writing) is cut off on
+        // reopening; the columns of progress.csv are kept.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join("result.json"))
+            .unwrap()
+            .write_all(b"{\"loss\": 0.0")
+            .unwrap();
+        let (mut again, rows) =
+            RunStorage::open(&dir, CheckpointConfig::new(), &Value::Null).unwrap();
+        assert_eq!(rows.len(), 2);
+        again.append(&metrics(0.5)).unwrap();
+        let csv = std::fs::read_to_string(dir.join("progress.csv")).unwrap();
+        assert!(csv.ends_with("0.125,\n0.5,\n"), "{csv}");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("result.json"))
+                .unwrap()
+                .lines()
+                .count(),
+            3
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }
