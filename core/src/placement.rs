@@ -137,20 +137,14 @@ impl PlacementGroup {
     ///
     /// `PlacementGroupRemoved` if the group was removed.
     pub fn wait(&self, timeout: Duration) -> Result<bool> {
-        let core = crate::core_worker::current()?;
-        let c = core.clone();
-        let id = self.id;
-        let info = core.block_on(async move {
-            let ask = c.raylet.call(Request::GetPlacementGroup { id, wait: true });
-            match tokio::time::timeout(timeout, ask).await {
-                Ok(reply) => reply.map(Some),
-                Err(_) => Ok(None),
-            }
-        })?;
-        match info {
-            None => Ok(false),
-            Some(Response::PlacementGroup(info)) => self.created(info),
-            Some(other) => Err(other.unexpected("GetPlacementGroup")),
+        // The raylet answers at the deadline if the group is still pending.
+        let wait_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX - 1);
+        match raylet_request(Request::GetPlacementGroup {
+            id: self.id,
+            wait_ms: Some(wait_ms.min(u64::MAX - 1)),
+        })? {
+            Response::PlacementGroup(info) => self.created(info),
+            other => Err(other.unexpected("GetPlacementGroup")),
         }
     }
 
@@ -162,7 +156,7 @@ impl PlacementGroup {
     pub fn ready(&self) -> Result<()> {
         match raylet_request(Request::GetPlacementGroup {
             id: self.id,
-            wait: true,
+            wait_ms: Some(u64::MAX),
         })? {
             Response::PlacementGroup(info) => self.created(info).map(|_| ()),
             other => Err(other.unexpected("GetPlacementGroup")),
@@ -173,7 +167,7 @@ impl PlacementGroup {
     pub fn state(&self) -> Result<(PlacementGroupState, Vec<Vec<u32>>)> {
         match raylet_request(Request::GetPlacementGroup {
             id: self.id,
-            wait: false,
+            wait_ms: None,
         })? {
             Response::PlacementGroup(info) => Ok((info.state, info.bundle_gpus)),
             other => Err(other.unexpected("GetPlacementGroup")),

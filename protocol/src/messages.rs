@@ -333,13 +333,13 @@ pub enum Request {
     /// Reserve a placement group (answered once accepted; it may still be
     /// pending).
     CreatePlacementGroup(PlacementGroupSpec),
-    /// Look a placement group up; with `wait`, answer once it is no longer
-    /// pending.
+    /// Look a placement group up, now or once it is no longer pending.
     GetPlacementGroup {
         /// The group.
         id: PlacementGroupId,
-        /// Wait until created or removed.
-        wait: bool,
+        /// While it is pending, wait up to this many milliseconds for it to
+        /// be created or removed (`u64::MAX`: no limit); `None`: answer now.
+        wait_ms: Option<u64>,
     },
     /// Remove a placement group, stopping what runs in it.
     RemovePlacementGroup {

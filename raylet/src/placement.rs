@@ -22,6 +22,7 @@ use prism_protocol::messages::{
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A group's reservation and who waits for it.
@@ -33,7 +34,8 @@ pub(crate) struct PlacementGroup {
     /// Per bundle: what it took from the node, and its own pool. Empty
     /// while pending.
     bundles: Vec<(Allocation, NodeResources)>,
-    waiters: Vec<(Connection, Option<u64>)>,
+    /// Callers waiting for it to leave `Pending`, by a token of their own.
+    waiters: Vec<(u64, Connection, Option<u64>)>,
 }
 
 impl PlacementGroup {
@@ -47,7 +49,7 @@ impl PlacementGroup {
 
     fn wake(&mut self) {
         let info = self.info();
-        for (conn, request) in self.waiters.drain(..) {
+        for (_, conn, request) in self.waiters.drain(..) {
             conn.respond(request, Response::PlacementGroup(info.clone()));
         }
     }
@@ -280,22 +282,41 @@ impl Node {
         }
     }
 
-    /// Answers with a group's state; with `wait`, once it is not pending.
+    /// Answers with a group's state: now, or once it is not pending, or
+    /// when `wait_ms` runs out (still pending), whichever comes first.
     pub(crate) fn get_placement_group(
-        &self,
+        self: &Arc<Self>,
         id: PlacementGroupId,
-        wait: bool,
+        wait_ms: Option<u64>,
         conn: &Connection,
         request: Option<u64>,
     ) {
+        static TOKENS: AtomicU64 = AtomicU64::new(0);
         let mut state = self.state.lock();
-        match state.placement_groups.get_mut(&id) {
-            None => conn.respond(request, Response::Error(removed(id))),
-            Some(group) if wait && group.state == PlacementGroupState::Pending => {
-                group.waiters.push((conn.clone(), request));
-            }
-            Some(group) => conn.respond(request, Response::PlacementGroup(group.info())),
+        let Some(group) = state.placement_groups.get_mut(&id) else {
+            return conn.respond(request, Response::Error(removed(id)));
+        };
+        let Some(ms) = wait_ms.filter(|_| group.state == PlacementGroupState::Pending) else {
+            return conn.respond(request, Response::PlacementGroup(group.info()));
+        };
+        let token = TOKENS.fetch_add(1, Ordering::Relaxed);
+        group.waiters.push((token, conn.clone(), request));
+        if ms == u64::MAX {
+            return;
         }
+        // Answer "still pending" at the deadline, so waiters that gave up
+        // do not pile up on a group that stays pending.
+        let node = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            let mut state = node.state.lock();
+            if let Some(group) = state.placement_groups.get_mut(&id) {
+                if let Some(i) = group.waiters.iter().position(|(t, _, _)| *t == token) {
+                    let (_, conn, request) = group.waiters.swap_remove(i);
+                    conn.respond(request, Response::PlacementGroup(group.info()));
+                }
+            }
+        });
     }
 
     /// Removes a group: its bundles go back to the node, and the actors and

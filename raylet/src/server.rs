@@ -211,8 +211,8 @@ impl Handler for ClientHandler {
                 }
             }
             Request::GetActor { actor_id, wait } => self.node.get_actor(actor_id, wait, conn, id),
-            Request::GetPlacementGroup { id: group, wait } => {
-                self.node.get_placement_group(group, wait, conn, id)
+            Request::GetPlacementGroup { id: group, wait_ms } => {
+                self.node.get_placement_group(group, wait_ms, conn, id)
             }
             other => {
                 let response = self.handle_now(conn, other).unwrap_or_else(Response::Error);
