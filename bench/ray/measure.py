@@ -2,14 +2,13 @@
 subreaper of what it starts, sample its process tree (count, summed PSS)
 every 0.5 s, end whatever it left by pid, and append key values to KV_FILE.
 Used by train_compare.sh."""
-import ctypes, os, signal, subprocess, sys, time
+import os, subprocess, sys, time
 
-from proctree import descendants, pss_kib  # this folder is on sys.path
+from proctree import become_subreaper, descendants, end_below, pss_kib  # this folder is on sys.path
 
 kv_path, limit, out_path, err_path = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]
 cmd = sys.argv[sys.argv.index("--") + 1:]
-PR_SET_CHILD_SUBREAPER = 36
-ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+become_subreaper()
 me = os.getpid()
 
 def tree():
@@ -31,26 +30,7 @@ with open(out_path, "wb") as so, open(err_path, "wb") as se:
         time.sleep(0.5)
     wall = time.monotonic() - started
 # Whatever the run left behind, by pid: TERM, then KILL after 5 s.
-left = tree()
-for sig in (signal.SIGTERM, signal.SIGKILL):
-    for pid in left:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            while os.waitpid(-1, os.WNOHANG)[0] > 0:
-                pass
-        except ChildProcessError:
-            break
-        left = tree()
-        if not left:
-            break
-        time.sleep(0.1)
-    if not left:
-        break
+end_below(me, grace_s=5.0)
 with open(kv_path, "a") as f:
     f.write(f"rc {124 if timed_out else child.returncode}\n")
     f.write(f"process_wall_s {wall:.3f}\n")

@@ -24,7 +24,6 @@ is missing or a part failed; the rows measured are printed all the same.
 """
 
 import argparse
-import ctypes
 import os
 import queue
 import re
@@ -33,6 +32,8 @@ import subprocess
 import sys
 import threading
 import time
+
+from proctree import become_subreaper, end_below  # this folder is on sys.path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VENV_PYTHON = os.path.join(HERE, ".venv", "bin", "python")
@@ -95,68 +96,9 @@ def emit(row, value, unit):
 
 # --- processes -------------------------------------------------------------
 
-def become_subreaper():
-    """Orphans of our children (Ray's daemons) are re-parented to us."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        pass
-
-
-def descendants():
-    me = os.getpid()
-    children = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] == "Z":
-            continue
-        children.setdefault(int(fields[1]), []).append(int(entry))
-    out, todo = [], list(children.get(me, []))
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, []))
-    return out
-
-
-def reap():
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
 def end_leftovers(log, grace_s=10.0):
     """SIGTERM, then SIGKILL, every process still below us, by pid."""
-    pids = descendants()
-    if not pids:
-        reap()
-        return
-    log(f"# ending {len(pids)} leftover processes: {pids}")
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            reap()
-            pids = descendants()
-            if not pids:
-                return
-            time.sleep(0.2)
-    reap()
+    end_below(os.getpid(), grace_s=grace_s, log=log)
 
 
 def stop(proc, grace_s=15.0):
