@@ -312,8 +312,9 @@ impl Trainer {
     ) -> Result<(), TrainError> {
         let n = self.scaling.num_workers;
         let resources = self.scaling.worker_resources();
-        let group = WorkerGroup::start(&self.scaling, &resources)?;
+        let mut group = WorkerGroup::start(&self.scaling, &resources)?;
         let places = group.places()?;
+        group.pids = places.iter().map(|p| p.pid).collect();
         // World ranks follow nodes, so local ranks are contiguous.
         let mut nodes: Vec<&str> = Vec::new();
         for p in &places {
@@ -530,6 +531,8 @@ fn retriable(e: &TrainError) -> bool {
 struct WorkerGroup {
     pg: PlacementGroup,
     actors: Vec<ActorHandle<PrismTrainWorker>>,
+    /// The workers' processes, once located.
+    pids: Vec<u32>,
 }
 
 impl WorkerGroup {
@@ -557,6 +560,7 @@ impl WorkerGroup {
         let mut group = WorkerGroup {
             pg,
             actors: Vec::new(),
+            pids: Vec::new(),
         };
         let ready = group
             .pg
@@ -642,5 +646,24 @@ impl Drop for WorkerGroup {
             let _ = prism::kill(actor);
         }
         let _ = prism::remove_placement_group(&self.pg);
+        // Wait (a little) for the processes to be gone, so that a worker
+        // still copying a checkpoint cannot write into the run folder
+        // after the next attempt has cleaned it.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.pids.iter().any(|&pid| process_alive(pid)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
+}
+
+/// Whether `pid` is a running process (not gone, not a zombie).
+fn process_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            stat.rsplit(')')
+                .next()
+                .and_then(|rest| rest.split_whitespace().next())
+                .is_some_and(|state| state != "Z" && state != "X")
+        })
+        .unwrap_or(false)
 }
