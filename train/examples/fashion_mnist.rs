@@ -49,6 +49,8 @@ struct EpochMetrics {
     epoch: u32,
     loss: f64,
     val_accuracy: f64,
+    /// Where rank 0 trained: "cpu" or "cuda:N".
+    device: String,
 }
 
 /// Images as bytes and their labels, split into train and test.
@@ -195,6 +197,10 @@ fn train_loop_per_worker(config: Config) -> Result<(), BoxError> {
             epoch,
             loss: counts[2],
             val_accuracy: counts[0] / counts[1],
+            device: match device {
+                Device::Cuda(i) => format!("cuda:{i}"),
+                _ => "cpu".to_string(),
+            },
         };
         prism_train::report(metrics, checkpoint)?;
     }
@@ -278,6 +284,15 @@ fn main() -> Result<(), BoxError> {
             (
                 "workers",
                 format!("{workers}{}", if use_gpu { " sharing 1 GPU" } else { "" }),
+            ),
+            (
+                "device (rank 0)",
+                result
+                    .metrics
+                    .as_ref()
+                    .and_then(|m| m["device"].as_str())
+                    .unwrap_or("?")
+                    .to_string(),
             ),
             ("train / test images", format!("{num_train} / {num_test}")),
             ("test accuracy", format!("{:.2}%", 100.0 * accuracy)),
