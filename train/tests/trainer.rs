@@ -258,6 +258,31 @@ fn regression_loop(config: FitConfig) -> Result<(), Box<dyn std::error::Error + 
     Ok(())
 }
 
+/// One integer column of result.json's rows.
+fn column(rows: &[serde_json::Value], key: &str) -> Vec<u64> {
+    rows.iter().map(|r| r[key].as_u64().unwrap()).collect()
+}
+
+/// The last reported model (w, b) and loss of a run with `what` equal
+/// those of a run without it.
+fn assert_same_model(
+    clean: &prism_train::TrainResult,
+    other: &prism_train::TrainResult,
+    what: &str,
+) {
+    let (a, b) = (
+        clean.metrics.as_ref().unwrap(),
+        other.metrics.as_ref().unwrap(),
+    );
+    for key in ["w", "b", "loss"] {
+        let (x, y) = (a[key].as_f64().unwrap(), b[key].as_f64().unwrap());
+        assert!(
+            (x - y).abs() < 1e-9,
+            "{key}: {x} without {what}, {y} with it"
+        );
+    }
+}
+
 fn regression_data() -> Dataset {
     #[derive(Serialize)]
     struct Row {
@@ -329,25 +354,13 @@ fn a_killed_worker_is_replaced_and_the_run_resumes_from_its_checkpoint() {
         .unwrap();
     assert_ne!(new_pid, killed_pid, "rank 1 runs in a new process");
     let rows = lines(&root.join("killed/result.json"));
-    let iterations: Vec<u64> = rows
-        .iter()
-        .map(|r| r["training_iteration"].as_u64().unwrap())
-        .collect();
     assert_eq!(
-        iterations,
+        column(&rows, "training_iteration"),
         (1..=12).collect::<Vec<_>>(),
         "no report lost or duplicated"
     );
-    let epochs: Vec<u64> = rows.iter().map(|r| r["epoch"].as_u64().unwrap()).collect();
-    assert_eq!(epochs, (0..12).collect::<Vec<_>>());
-    let (a, b) = (clean.metrics.unwrap(), result.metrics.unwrap());
-    for key in ["w", "b", "loss"] {
-        let (x, y) = (a[key].as_f64().unwrap(), b[key].as_f64().unwrap());
-        assert!(
-            (x - y).abs() < 1e-9,
-            "{key}: {x} without a failure, {y} with one"
-        );
-    }
+    assert_eq!(column(&rows, "epoch"), (0..12).collect::<Vec<_>>());
+    assert_same_model(&clean, &result, "a worker failure");
     std::fs::remove_dir_all(&root).unwrap();
 }
 
@@ -406,24 +419,13 @@ fn a_driver_that_dies_is_resumed_by_making_the_trainer_again() {
         .into_result()
         .expect("the same Trainer again resumes the run");
     let rows = lines(&results);
-    let iterations: Vec<u64> = rows
-        .iter()
-        .map(|r| r["training_iteration"].as_u64().unwrap())
-        .collect();
     assert_eq!(
-        iterations,
+        column(&rows, "training_iteration"),
         (1..=12).collect::<Vec<_>>(),
         "no report lost or duplicated"
     );
     assert_eq!(resumed.metrics_history.len(), 12);
-    let (a, b) = (clean.metrics.unwrap(), resumed.metrics.unwrap());
-    for key in ["w", "b", "loss"] {
-        let (x, y) = (a[key].as_f64().unwrap(), b[key].as_f64().unwrap());
-        assert!(
-            (x - y).abs() < 1e-9,
-            "{key}: {x} without the crash, {y} with it"
-        );
-    }
+    assert_same_model(&clean, &resumed, "the driver's crash");
     std::fs::remove_dir_all(&root).unwrap();
 }
 

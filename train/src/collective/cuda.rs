@@ -297,6 +297,22 @@ impl CudaCollectives {
         Ok(f)
     }
 
+    /// `buf` seen through [`DeviceBuffer`], with this device's streams and
+    /// the reduction kernel of its element type.
+    fn device_buffer<'a, T: CudaElement>(
+        &mut self,
+        buf: &'a mut CudaSlice<T>,
+    ) -> Result<CudaBuffer<'a, T>> {
+        Ok(CudaBuffer {
+            kernel: self.kernel(T::DATA_TYPE)?,
+            buf,
+            ctx: self.ctx.clone(),
+            d2h: self.d2h.clone(),
+            h2d: self.h2d.clone(),
+            scratch: None,
+        })
+    }
+
     /// All-reduces `buf` over `group`; see [`staged::all_reduce`].
     pub fn all_reduce<T: CudaElement>(
         &mut self,
@@ -304,16 +320,7 @@ impl CudaCollectives {
         buf: &mut CudaSlice<T>,
         op: ReduceOp,
     ) -> Result<()> {
-        let kernel = self.kernel(T::DATA_TYPE)?;
-        let mut dev = CudaBuffer {
-            buf,
-            ctx: self.ctx.clone(),
-            d2h: self.d2h.clone(),
-            h2d: self.h2d.clone(),
-            kernel,
-            scratch: None,
-        };
-        staged::all_reduce(group, &mut dev, op)
+        staged::all_reduce(group, &mut self.device_buffer(buf)?, op)
     }
 
     /// Broadcasts `buf` from `root` over `group`; see [`staged::broadcast`].
@@ -323,16 +330,7 @@ impl CudaCollectives {
         buf: &mut CudaSlice<T>,
         root: usize,
     ) -> Result<()> {
-        let kernel = self.kernel(T::DATA_TYPE)?;
-        let mut dev = CudaBuffer {
-            buf,
-            ctx: self.ctx.clone(),
-            d2h: self.d2h.clone(),
-            h2d: self.h2d.clone(),
-            kernel,
-            scratch: None,
-        };
-        staged::broadcast(group, &mut dev, root)
+        staged::broadcast(group, &mut self.device_buffer(buf)?, root)
     }
 }
 
