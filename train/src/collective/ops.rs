@@ -94,23 +94,37 @@ pub(crate) fn all_reduce<T: Element>(
         }
     } else {
         let segments: Vec<Range<usize>> = (0..n).map(|k| segment_range(buf.len(), n, k)).collect();
-        let elem = std::mem::size_of::<T>();
-        // SAFETY: the segments partition `buf`.
-        unsafe {
-            plan::ring(
-                &mut plan,
-                rank,
-                call.ring_order,
-                buf.as_mut_ptr() as *mut u8,
-                elem,
-                &segments,
-                RingPhases::Both,
-            )
-        };
-        call.run::<T>(&mut plan, op)?;
+        run_ring(call, &mut plan, buf, &segments, RingPhases::Both, op)?;
     }
     finish_mean(buf, op, n);
     Ok(())
+}
+
+/// Runs `plan` as a ring over `buf` cut into `segments` (which must
+/// partition it), for the given phases.
+fn run_ring<T: Element>(
+    call: &mut Call<'_>,
+    plan: &mut Plan,
+    buf: &mut [T],
+    segments: &[Range<usize>],
+    phases: RingPhases,
+    op: ReduceOp,
+) -> Result<()> {
+    assert_eq!(segments.iter().map(|r| r.len()).sum::<usize>(), buf.len());
+    // SAFETY: the segments partition `buf` (their lengths add up to it and
+    // callers build them with segment_range or as consecutive blocks).
+    unsafe {
+        plan::ring(
+            plan,
+            call.rank,
+            call.ring_order,
+            buf.as_mut_ptr() as *mut u8,
+            std::mem::size_of::<T>(),
+            segments,
+            phases,
+        )
+    };
+    call.run::<T>(plan, op)
 }
 
 pub(crate) fn reduce_scatter<T: Element>(
@@ -161,19 +175,14 @@ pub(crate) fn reduce_scatter<T: Element>(
             combine_into(out, &slots[k * m..(k + 1) * m], op);
         }
     } else {
-        // SAFETY: the segments partition `buf`.
-        unsafe {
-            plan::ring(
-                &mut plan,
-                rank,
-                call.ring_order,
-                buf.as_mut_ptr() as *mut u8,
-                elem,
-                &segments,
-                RingPhases::ReduceScatter,
-            )
-        };
-        call.run::<T>(&mut plan, op)?;
+        run_ring(
+            call,
+            &mut plan,
+            buf,
+            &segments,
+            RingPhases::ReduceScatter,
+            op,
+        )?;
     }
     finish_mean(&mut buf[mine.clone()], op, n);
     Ok(mine)
@@ -196,7 +205,6 @@ pub(crate) fn all_gather<T: Element>(
     output[rank * len..(rank + 1) * len].copy_from_slice(input);
     let sig = call.signature::<T>(OpKind::AllGather, None, 0, len);
     let mut plan = Plan::new(n, sig);
-    let elem = std::mem::size_of::<T>();
     if std::mem::size_of_val(output) <= call.config.small_message_bytes {
         // Direct: this rank's block to every peer, every peer's block into
         // its place, in one round.
@@ -207,19 +215,14 @@ pub(crate) fn all_gather<T: Element>(
         return call.run::<T>(&mut plan, ReduceOp::Sum);
     }
     let segments: Vec<Range<usize>> = (0..n).map(|k| k * len..(k + 1) * len).collect();
-    // SAFETY: the segments partition `output`.
-    unsafe {
-        plan::ring(
-            &mut plan,
-            rank,
-            call.ring_order,
-            output.as_mut_ptr() as *mut u8,
-            elem,
-            &segments,
-            RingPhases::AllGather,
-        )
-    };
-    call.run::<T>(&mut plan, ReduceOp::Sum)
+    run_ring(
+        call,
+        &mut plan,
+        output,
+        &segments,
+        RingPhases::AllGather,
+        ReduceOp::Sum,
+    )
 }
 
 pub(crate) fn broadcast<T: Element>(call: &mut Call<'_>, buf: &mut [T], root: usize) -> Result<()> {

@@ -198,18 +198,7 @@ impl TcpLink {
         if r == 0 {
             return Err(CollectiveError::PeerDisconnected { peer: self.peer });
         }
-        let err = std::io::Error::last_os_error();
-        match err.kind() {
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => Ok(0),
-            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe => {
-                Err(CollectiveError::PeerDisconnected { peer: self.peer })
-            }
-            _ => Err(CollectiveError::io(
-                Some(self.peer),
-                "reading from a peer",
-                err,
-            )),
-        }
+        nothing_moved(self.peer, "reading from a peer")
     }
 }
 
@@ -231,18 +220,7 @@ impl Link for TcpLink {
         if r >= 0 {
             return Ok(r as usize);
         }
-        let err = std::io::Error::last_os_error();
-        match err.kind() {
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => Ok(0),
-            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe => {
-                Err(CollectiveError::PeerDisconnected { peer: self.peer })
-            }
-            _ => Err(CollectiveError::io(
-                Some(self.peer),
-                "writing to a peer",
-                err,
-            )),
-        }
+        nothing_moved(self.peer, "writing to a peer")
     }
 
     fn try_read_into(&mut self, dst: &mut [u8]) -> Result<usize> {
@@ -394,6 +372,19 @@ impl Mesh for TcpMesh {
 
     fn name(&self) -> &'static str {
         "tcp"
+    }
+}
+
+/// What a failed non-blocking `recv`/`send` means: try again later (0
+/// bytes), the peer is gone, or another socket error.
+fn nothing_moved(peer: usize, context: &'static str) -> Result<usize> {
+    let err = std::io::Error::last_os_error();
+    match err.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => Ok(0),
+        std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe => {
+            Err(CollectiveError::PeerDisconnected { peer })
+        }
+        _ => Err(CollectiveError::io(Some(peer), context, err)),
     }
 }
 
