@@ -11,5 +11,13 @@ root="$(cd "$here/../.." && pwd)"
 bash "$here/setup.sh"
 (cd "$root" && cargo build --release -p prism-train --features cuda --example cuda_collective)
 target="${CARGO_TARGET_DIR:-$root/target}"
-"$target/release/examples/cuda_collective" "$@"
-"$here/.venv/bin/python" "$here/gloo_allreduce.py" --device cuda "$@"
+log="$(mktemp)"
+# The venv's torch carries NVRTC; the driver comes from the system.
+torch_lib="$("$here/.venv/bin/python" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')"
+site="$(dirname "$(dirname "$torch_lib")")"
+libs="$torch_lib"
+for d in "$site"/nvidia/*/lib "$site"/nvidia/*/*/lib; do [ -d "$d" ] && libs="$libs:$d"; done
+LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$target/release/examples/cuda_collective" "$@" | tee "$log"
+"$here/.venv/bin/python" "$here/gloo_allreduce.py" --device cuda "$@" | tee -a "$log"
+python3 "$root/bench/gpu/table.py" "$log"
+rm -f "$log"

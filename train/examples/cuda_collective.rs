@@ -10,7 +10,7 @@
 //! On a machine without a driver it says so and exits with status 2.
 
 use half::bf16;
-use prism_train::collective::cuda::{CudaCollectives, CudaElement};
+use prism_train::collective::cuda::{CudaCollectives, CudaElement, CudaPath};
 use prism_train::collective::{ProcessGroup, ReduceOp};
 use std::process::Command;
 use std::time::Instant;
@@ -26,12 +26,11 @@ fn check<T: CudaElement>(
     op: ReduceOp,
 ) -> Result<(), String> {
     let (rank, n) = (group.rank(), group.world_size());
-    let stream = cuda.context().default_stream();
     let host: Vec<T> = (0..len).map(|i| T::from_f64(value(rank, i))).collect();
-    let mut dev = stream.memcpy_stod(&host).map_err(|e| format!("{e:?}"))?;
+    let mut dev = cuda.to_device(&host).map_err(|e| e.to_string())?;
     cuda.all_reduce(group, &mut dev, op)
         .map_err(|e| e.to_string())?;
-    let back = stream.memcpy_dtov(&dev).map_err(|e| format!("{e:?}"))?;
+    let back = dev.to_vec().map_err(|e| e.to_string())?;
     for (i, got) in back.iter().enumerate() {
         let vals = (0..n).map(|r| T::from_f64(value(r, i)).to_f64());
         let expected = match op {
@@ -51,29 +50,82 @@ fn check<T: CudaElement>(
     Ok(())
 }
 
+/// Median of `f` over `iters` calls, in microseconds.
+fn median_us(iters: usize, mut f: impl FnMut() -> Result<(), String>) -> Result<f64, String> {
+    let mut times = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let t = Instant::now();
+        f()?;
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    Ok(times[times.len() / 2])
+}
+
+/// Where a small all-reduce's time goes: the host barrier alone, a small
+/// device copy waited for (every rank at once, then rank 0 alone), and the
+/// all-reduce itself.
+fn diagnose(cuda: &mut CudaCollectives, group: &ProcessGroup) -> Result<(), String> {
+    let e = |e: prism_train::collective::CollectiveError| e.to_string();
+    let src = cuda.alloc_zeroed::<f32>(1024).map_err(e)?;
+    let mut dst = cuda.alloc_zeroed::<f32>(1024).map_err(e)?;
+    let barrier = median_us(200, || group.barrier().map_err(e))?;
+    let copy_all = median_us(200, || dst.copy_from_device(&src).map_err(e))?;
+    group.barrier().map_err(e)?;
+    let copy_alone = if group.rank() == 0 {
+        median_us(200, || dst.copy_from_device(&src).map_err(e))?
+    } else {
+        0.0
+    };
+    group.barrier().map_err(e)?;
+    let reduce = median_us(200, || {
+        cuda.all_reduce(group, &mut dst, ReduceOp::Sum).map_err(e)
+    })?;
+    println!(
+        "# diagnose world {} rank {}: barrier {barrier:.1} us, 4 KiB copy+sync {copy_all:.1} us \
+         (rank 0 alone {copy_alone:.1} us), 4 KiB all_reduce {reduce:.1} us",
+        group.world_size(),
+        group.rank()
+    );
+    Ok(())
+}
+
 fn run_rank(max_bytes: usize) -> Result<(), String> {
     let group = ProcessGroup::from_env().map_err(|e| e.to_string())?;
     let mut cuda = CudaCollectives::new(0).map_err(|e| e.to_string())?;
-    for len in [1, 3, 1000, 3_000_001] {
+    if std::env::args().any(|a| a == "--diagnose") {
+        cuda.path(&group).map_err(|e| e.to_string())?;
+        return diagnose(&mut cuda, &group);
+    }
+    let path = cuda.path(&group).map_err(|e| e.to_string())?;
+    let label = match path {
+        CudaPath::SameGpu => "ipc",
+        CudaPath::HostStaged { .. } => "staged",
+    };
+    if group.rank() == 0 {
+        println!("# world {}: {path}", group.world_size());
+    }
+    for len in [1, 3, 1000, 3_000_001, 40_000_003] {
         for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max] {
             check::<f32>(&mut cuda, &group, len, op)?;
             check::<bf16>(&mut cuda, &group, len, op)?;
         }
         check::<i32>(&mut cuda, &group, len, ReduceOp::Sum)?;
+        check::<f64>(&mut cuda, &group, len, ReduceOp::Min)?;
+        check_broadcast(&mut cuda, &group, len, len % group.world_size())?;
     }
     if group.rank() == 0 {
         println!("# correctness ok at world {}", group.world_size());
     }
-    let stream = cuda.context().default_stream();
     let mut bytes = 4096;
     while bytes <= max_bytes {
-        let mut dev = stream
-            .alloc_zeros::<f32>(bytes / 4)
-            .map_err(|e| format!("{e:?}"))?;
+        let mut dev = cuda
+            .alloc_zeroed::<f32>(bytes / 4)
+            .map_err(|e| e.to_string())?;
         cuda.all_reduce(&group, &mut dev, ReduceOp::Sum)
             .map_err(|e| e.to_string())?;
         group.barrier().map_err(|e| e.to_string())?;
-        let iters = if bytes <= 1 << 20 { 50 } else { 5 };
+        let iters = if bytes <= 1 << 20 { 200 } else { 20 };
         let mut times = Vec::new();
         for _ in 0..iters {
             let t = Instant::now();
@@ -87,7 +139,7 @@ fn run_rank(max_bytes: usize) -> Result<(), String> {
             let n = group.world_size() as f64;
             let algbw = bytes as f64 / secs / 1e9;
             println!(
-                "prism-cuda  {}  {bytes:>10}  {:>10.1}  {algbw:>8.3}  {:>8.3}",
+                "prism-cuda {label}  {}  {bytes:>10}  {:>10.1}  {algbw:>8.3}  {:>8.3}",
                 group.world_size(),
                 secs * 1e6,
                 algbw * 2.0 * (n - 1.0) / n
@@ -98,22 +150,36 @@ fn run_rank(max_bytes: usize) -> Result<(), String> {
     Ok(())
 }
 
+fn check_broadcast(
+    cuda: &mut CudaCollectives,
+    group: &ProcessGroup,
+    len: usize,
+    root: usize,
+) -> Result<(), String> {
+    let host: Vec<f32> = (0..len).map(|i| value(group.rank(), i) as f32).collect();
+    let mut dev = cuda.to_device(&host).map_err(|e| e.to_string())?;
+    cuda.broadcast(group, &mut dev, root)
+        .map_err(|e| e.to_string())?;
+    let back = dev.to_vec().map_err(|e| e.to_string())?;
+    for (i, got) in back.iter().enumerate() {
+        if *got != value(root, i) as f32 {
+            return Err(format!(
+                "broadcast from {root} len {len} [{i}]: got {got}, expected {}",
+                value(root, i)
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn d2d_gbps(cuda: &CudaCollectives, bytes: usize) -> Result<f64, String> {
-    let stream = cuda.context().default_stream();
-    let src = stream
-        .alloc_zeros::<u8>(bytes)
-        .map_err(|e| format!("{e:?}"))?;
-    let mut dst = stream
-        .alloc_zeros::<u8>(bytes)
-        .map_err(|e| format!("{e:?}"))?;
-    stream.synchronize().map_err(|e| format!("{e:?}"))?;
+    let src = cuda.alloc_zeroed::<u8>(bytes).map_err(|e| e.to_string())?;
+    let mut dst = cuda.alloc_zeroed::<u8>(bytes).map_err(|e| e.to_string())?;
+    dst.copy_from_device(&src).map_err(|e| e.to_string())?;
     let t = Instant::now();
     for _ in 0..10 {
-        stream
-            .memcpy_dtod(&src, &mut dst)
-            .map_err(|e| format!("{e:?}"))?;
+        dst.copy_from_device(&src).map_err(|e| e.to_string())?;
     }
-    stream.synchronize().map_err(|e| format!("{e:?}"))?;
     Ok(10.0 * bytes as f64 / t.elapsed().as_secs_f64() / 1e9)
 }
 
@@ -142,12 +208,18 @@ fn main() {
             std::process::exit(2);
         }
     };
+    println!(
+        "# GPU 0: {}, driver CUDA {:?}, NVRTC {:?}",
+        cuda.device_name(),
+        cuda.driver_version().unwrap_or((0, 0)),
+        cuda.compiler_version().unwrap_or((0, 0))
+    );
     match d2d_gbps(&cuda, max_bytes) {
         Ok(g) => println!("# device-to-device copy {max_bytes} bytes: {g:.1} GB/s"),
         Err(e) => eprintln!("cuda_collective: d2d copy failed: {e}"),
     }
     drop(cuda);
-    println!("# impl  world  bytes  time_us  algbw_GBps  busbw_GBps");
+    println!("# impl  path  world  bytes  time_us  algbw_GBps  busbw_GBps");
     let worlds = flag("--worlds").unwrap_or_else(|| "2,4".to_string());
     for world in worlds.split(',').filter_map(|w| w.parse::<usize>().ok()) {
         let port = std::net::TcpListener::bind("127.0.0.1:0")

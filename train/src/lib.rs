@@ -39,9 +39,10 @@
 //! - `tch`: the `torch` module (needs libtorch: `scripts/setup-torch.sh`
 //!   installs PyTorch 2.11.0 from PyPI and writes the environment to build
 //!   with).
-//! - `cuda`: all-reduce and broadcast of CUDA device buffers through cudarc,
-//!   with the driver and NVRTC loaded at run time (builds without a CUDA
-//!   toolkit; without a driver the calls return
+//! - `cuda`: all-reduce and broadcast of CUDA device buffers, directly
+//!   through CUDA IPC between processes sharing a GPU, with the driver and
+//!   NVRTC opened at run time (builds without a CUDA toolkit, runs on CUDA
+//!   11 to 13 drivers; without a driver the calls return
 //!   [`collective::CollectiveError::CudaUnavailable`]).
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]

@@ -138,6 +138,8 @@ struct State {
 }
 
 struct Shared {
+    /// Unique among the groups of this process, never reused.
+    id: u64,
     rank: usize,
     world_size: usize,
     /// The order in which rings visit the ranks: the ranks of each host
@@ -521,7 +523,9 @@ impl ProcessGroup {
             (Some(mesh), order)
         };
         let transport = mesh.as_ref().map_or("local", |m| m.name());
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let shared = Arc::new(Shared {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             rank,
             world_size,
             ring_order,
@@ -551,6 +555,13 @@ impl ProcessGroup {
             jobs: Some(jobs),
             worker: Some(worker),
         })
+    }
+
+    /// An id unique among this process's groups, for state kept per group
+    /// (such as the CUDA stages of a group).
+    #[allow(dead_code)]
+    pub(crate) fn id(&self) -> u64 {
+        self.shared.id
     }
 
     /// This process's rank.

@@ -39,8 +39,9 @@
 //!
 //! [`staged`] runs all-reduce and broadcast on memory the network cannot
 //! reach directly, piece by piece through host memory, with the reduction on
-//! the device; `cuda` (feature `cuda`) plugs in cudarc device buffers, and
-//! [`staged::HostBuffer`] is its CPU twin.
+//! the device; [`staged::HostBuffer`] is its CPU twin. The `cuda` module
+//! (feature `cuda`) runs collectives on CUDA memory: ranks sharing a GPU go
+//! through CUDA IPC with no host copy, others through [`staged`].
 //!
 //! # Failures and timeouts
 //!

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds a self-contained GPU bundle: stripped binaries, the Fashion-MNIST
+# data compressed, the PyTorch comparison scripts and run.sh. Copy the
+# folder (or the .tar.gz) to any machine with an NVIDIA GPU and a CUDA build
+# of PyTorch, and run `bash run.sh` there.
+#
+#   bash bench/gpu/bundle.sh [OUT_DIR]     # default: target/gpu-bundle
+#
+# Needs the tch setup (scripts/setup-torch.sh) for the training examples;
+# without it the bundle holds the collective benchmark only.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+target="${CARGO_TARGET_DIR:-$root/target}"
+out="${1:-$root/target/gpu-bundle}"
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/data"
+cd "$root"
+cargo build --release -p prism-train --features cuda --example cuda_collective
+cp "$target/release/examples/cuda_collective" "$out/bin/"
+env_file="${PRISM_TORCH_VENV:-$HOME/.cache/prism/torch-2.11.0}/prism-torch.env"
+if [ -f "$env_file" ]; then
+  # shellcheck disable=SC1090
+  . "$env_file"
+  # Link libtorch_cuda so that tch sees the GPU; the wheel carries it even
+  # in the lean install.
+  PRISM_TORCH_CUDA=1 cargo build --release -p prism-train --features tch,cuda \
+    --example fashion_mnist --example linear_regression
+  cp "$target/release/examples/fashion_mnist" "$target/release/examples/linear_regression" "$out/bin/"
+  bash scripts/fetch-dataset.sh fashion-mnist >/dev/null
+  data_dir="$(bash scripts/fetch-dataset.sh fashion-mnist | tail -1)"
+  tar -czf "$out/data/fashion-mnist.tar.gz" -C "$(dirname "$data_dir")" "$(basename "$data_dir")"
+else
+  echo "bundle.sh: no tch setup ($env_file); the bundle has the collective benchmark only" >&2
+fi
+strip "$out"/bin/*
+cp "$here/run.sh" "$here/table.py" "$root/bench/collective/gloo_allreduce.py" "$out/"
+[ -f "$here/fashion_mnist_torch.py" ] && cp "$here/fashion_mnist_torch.py" "$out/"
+du -sh "$out"
+echo "bundle ready: $out (run: bash $out/run.sh)"
