@@ -27,9 +27,8 @@ if [ -f "$env_file" ]; then
   PRISM_TORCH_CUDA=1 cargo build --release -p prism-train --features tch,cuda \
     --example fashion_mnist --example linear_regression
   cp "$target/release/examples/fashion_mnist" "$target/release/examples/linear_regression" "$out/bin/"
-  bash scripts/fetch-dataset.sh fashion-mnist >/dev/null
-  data_dir="$(bash scripts/fetch-dataset.sh fashion-mnist | tail -1)"
-  tar -czf "$out/data/fashion-mnist.tar.gz" -C "$(dirname "$data_dir")" "$(basename "$data_dir")"
+  data_file="$(bash scripts/fetch-dataset.sh fashion-mnist | tail -1)"
+  gzip -9c "$data_file" >"$out/data/fashion-mnist.bin.gz"
 else
   echo "bundle.sh: no tch setup ($env_file); the bundle has the collective benchmark only" >&2
 fi

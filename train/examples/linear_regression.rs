@@ -15,7 +15,10 @@
 //! Options: `--workers N`, `--epochs N`, `--storage DIR`, `--seed N` (the
 //! initial weights; default 42), `--crash-at EPOCH` (the last worker's
 //! process aborts at that epoch; the Trainer restarts the group from the
-//! latest checkpoint, up to 2 failures, and the run ends as without it).
+//! latest checkpoint, up to 2 failures, and the run ends as without it),
+//! `--use-gpu` (as the Ray example's `use_gpu = True`: the workers share
+//! GPU 0, the model and batches live on it, and the gradients are averaged
+//! there).
 
 #[path = "common/mod.rs"]
 mod common;
@@ -63,7 +66,8 @@ fn train_loop_per_worker(config: Config) -> Result<(), BoxError> {
     let shard = prism_train::get_dataset_shard("train")?;
     // Rank 0's initial weights reach every worker through prepare_model.
     tch::manual_seed(config.seed);
-    let mut vs = nn::VarStore::new(tch::Device::Cpu);
+    let device = prism_train::torch::get_device()?;
+    let mut vs = nn::VarStore::new(device);
     let net = model(&vs.root(), config.hidden);
     let ddp = prepare_model(&mut vs, DdpOptions::default())?;
     let mut opt = nn::Adam {
@@ -83,7 +87,7 @@ fn train_loop_per_worker(config: Config) -> Result<(), BoxError> {
             std::process::abort();
         }
         let mut loss_value = f64::NAN;
-        for batch in iter_torch_batches(&shard, config.batch_size, false, tch::Device::Cpu)? {
+        for batch in iter_torch_batches(&shard, config.batch_size, false, device)? {
             let batch = batch?;
             let x = batch["x"].to_kind(Kind::Float).unsqueeze(1);
             let y = batch["y"].to_kind(Kind::Float).unsqueeze(1);
@@ -112,8 +116,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let epochs: u32 = common::arg("--epochs")?.unwrap_or(200);
     let storage = common::arg::<PathBuf>("--storage")?
         .unwrap_or_else(|| std::env::temp_dir().join("prism_results"));
+    let use_gpu = std::env::args().any(|a| a == "--use-gpu");
     let started = Instant::now();
-    prism::init(prism::Config::default().num_cpus(workers.max(2) as u32))?;
+    let mut cluster = prism::Config::default().num_cpus(workers.max(2) as u32);
+    if use_gpu {
+        cluster = cluster.num_gpus(1);
+    }
+    prism::init(cluster)?;
 
     #[derive(Serialize)]
     struct Row {
@@ -136,8 +145,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let name = format!("linear_regression_{}", std::process::id());
     let samples = (200 / workers * workers) as f64;
+    let mut scaling = ScalingConfig::new(workers);
+    if use_gpu {
+        // The workers share the one GPU.
+        scaling = scaling
+            .use_gpu(true)
+            .resources_per_worker("GPU", 1.0 / workers as f64);
+    }
     let result = Trainer::new(train_loop_per_worker, config)
-        .scaling_config(ScalingConfig::new(workers))
+        .scaling_config(scaling)
         .run_config(
             RunConfig::new(name)
                 .storage_path(&storage)
@@ -159,7 +175,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         &result,
         wall,
         &[
-            ("workers", workers.to_string()),
+            (
+                "workers",
+                format!("{workers}{}", if use_gpu { " sharing 1 GPU" } else { "" }),
+            ),
             ("final loss", format!("{loss:.5}")),
         ],
     );

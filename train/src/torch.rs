@@ -76,10 +76,15 @@
 //!
 //! # Devices
 //!
-//! Variables on any device work: each is copied into the host bucket and the
-//! result copied back (for CUDA tensors, a device-to-host and a host-to-device
-//! copy per variable and step). A CUDA build of libtorch needs
-//! `PRISM_TORCH_CUDA=1` at build time (see `scripts/setup-torch.sh`).
+//! Variables on any device work. With the `cuda` feature, variables on a
+//! CUDA device stay there: each bucket is one contiguous tensor on the
+//! device (the gradients concatenated), reduced by
+//! [`CudaCollectives`](crate::collective::cuda::CudaCollectives) (through
+//! CUDA IPC when the ranks share the GPU, no host copy), and copied back
+//! into the gradients on the device. Without the feature, or if the driver
+//! cannot be used (a warning says why), each variable is copied into a host
+//! bucket and back. A CUDA build of libtorch needs `PRISM_TORCH_CUDA=1` at
+//! build time (see `scripts/setup-torch.sh`).
 //!
 //! # Errors
 //!
@@ -194,6 +199,10 @@ pub struct DistributedModel {
     group: Arc<ProcessGroup>,
     device: Device,
     options: DdpOptions,
+    /// The device path for variables on a GPU; `None` on the CPU, or when
+    /// the driver could not be used (buckets then go through host memory).
+    #[cfg(feature = "cuda")]
+    cuda: Option<Mutex<crate::collective::cuda::CudaCollectives>>,
 }
 
 impl fmt::Debug for DistributedModel {
@@ -244,11 +253,24 @@ pub fn prepare_model_with(
     options: DdpOptions,
 ) -> Result<DistributedModel, TorchError> {
     vs.set_device(device);
+    #[cfg(feature = "cuda")]
+    let cuda = match device {
+        Device::Cuda(ordinal) => match crate::collective::cuda::CudaCollectives::new(ordinal) {
+            Ok(cuda) => Some(Mutex::new(cuda)),
+            Err(e) => {
+                tracing::warn!("gradients go through host memory: {e}");
+                None
+            }
+        },
+        _ => None,
+    };
     let model = DistributedModel {
         variables: vs.variables_.clone(),
         group,
         device,
         options,
+        #[cfg(feature = "cuda")]
+        cuda,
     };
     model.broadcast_parameters(0)?;
     Ok(model)
@@ -268,6 +290,17 @@ impl DistributedModel {
             .map(|e| u8::from(e.tensor.grad().defined()))
             .collect();
         let flags = Flags::Pending(self.group.all_reduce_async(has_grad, ReduceOp::Max));
+        #[cfg(feature = "cuda")]
+        if let Some(cuda) = self.device_path(&entries) {
+            return flat::run_buckets(
+                &mut *cuda.lock().unwrap_or_else(|p| p.into_inner()),
+                &self.group,
+                Op::AverageGradients,
+                &entries,
+                self.options.bucket_cap_bytes,
+                flags,
+            );
+        }
         run_buckets(
             &self.group,
             Op::AverageGradients,
@@ -283,6 +316,17 @@ impl DistributedModel {
     pub fn broadcast_parameters(&self, root: usize) -> Result<(), TorchError> {
         let entries = self.entries(Purpose::Broadcast)?;
         let count = entries.len();
+        #[cfg(feature = "cuda")]
+        if let Some(cuda) = self.device_path(&entries) {
+            return flat::run_buckets(
+                &mut *cuda.lock().unwrap_or_else(|p| p.into_inner()),
+                &self.group,
+                Op::Broadcast { root },
+                &entries,
+                self.options.bucket_cap_bytes,
+                Flags::Ready(vec![true; count]),
+            );
+        }
         run_buckets(
             &self.group,
             Op::Broadcast { root },
@@ -290,6 +334,20 @@ impl DistributedModel {
             self.options.bucket_cap_bytes,
             Flags::Ready(vec![true; count]),
         )
+    }
+
+    /// The device path, when every variable is on this model's GPU (the
+    /// same on every rank: the ranks built the same model on their GPU).
+    #[cfg(feature = "cuda")]
+    fn device_path(
+        &self,
+        entries: &[Entry],
+    ) -> Option<&Mutex<crate::collective::cuda::CudaCollectives>> {
+        let cuda = self.cuda.as_ref()?;
+        entries
+            .iter()
+            .all(|e| e.tensor.device() == self.device)
+            .then_some(cuda)
     }
 
     /// The group the gradients are averaged over.
@@ -498,11 +556,19 @@ impl Wire {
     }
 
     fn size_bytes(self) -> usize {
+        self.data_type().size_bytes()
+    }
+
+    fn data_type(self) -> crate::collective::DataType {
+        use crate::collective::DataType as D;
         match self {
-            Wire::F64 | Wire::I64 => 8,
-            Wire::F32 | Wire::I32 => 4,
-            Wire::F16 | Wire::Bf16 => 2,
-            Wire::U8 => 1,
+            Wire::F32 => D::F32,
+            Wire::F64 => D::F64,
+            Wire::F16 => D::F16,
+            Wire::Bf16 => D::BF16,
+            Wire::I32 => D::I32,
+            Wire::I64 => D::I64,
+            Wire::U8 => D::U8,
         }
     }
 }
@@ -681,6 +747,147 @@ impl<T: Element + tch::kind::Element> Landing for Pending<T> {
     }
 }
 
+/// Buckets as one contiguous tensor each, reduced in place where the
+/// tensor lives: on the GPU with the `cuda` feature. The CPU twin
+/// (`HostFlat`, in the tests) runs the same bucket logic on CPU tensors.
+#[cfg(any(feature = "cuda", test))]
+mod flat {
+    use super::*;
+
+    /// Reduces or broadcasts one contiguous tensor in place.
+    pub(super) trait FlatReducer {
+        /// Every rank's `flat` becomes the mean over the ranks.
+        fn all_reduce_mean(
+            &mut self,
+            group: &ProcessGroup,
+            flat: &Tensor,
+            wire: Wire,
+            numel: usize,
+        ) -> Result<(), TorchError>;
+        /// Every rank's `flat` becomes `root`'s.
+        fn broadcast(
+            &mut self,
+            group: &ProcessGroup,
+            flat: &Tensor,
+            wire: Wire,
+            numel: usize,
+            root: usize,
+        ) -> Result<(), TorchError>;
+    }
+
+    #[cfg(feature = "cuda")]
+    impl FlatReducer for crate::collective::cuda::CudaCollectives {
+        fn all_reduce_mean(
+            &mut self,
+            group: &ProcessGroup,
+            flat: &Tensor,
+            wire: Wire,
+            numel: usize,
+        ) -> Result<(), TorchError> {
+            // SAFETY: `flat` is a contiguous tensor of `numel` elements of
+            // the wire type on this GPU, alive until the call returns.
+            unsafe {
+                self.all_reduce_raw(
+                    group,
+                    flat.data_ptr() as u64,
+                    numel,
+                    wire.data_type(),
+                    ReduceOp::Mean,
+                )
+            }?;
+            Ok(())
+        }
+
+        fn broadcast(
+            &mut self,
+            group: &ProcessGroup,
+            flat: &Tensor,
+            wire: Wire,
+            numel: usize,
+            root: usize,
+        ) -> Result<(), TorchError> {
+            // SAFETY: as for `all_reduce_mean`.
+            unsafe {
+                self.broadcast_raw(group, flat.data_ptr() as u64, numel, wire.data_type(), root)
+            }?;
+            Ok(())
+        }
+    }
+
+    /// Reduces (or broadcasts) bucket after bucket, each as one tensor on
+    /// the variables' device. Every call finishes before the next bucket
+    /// starts: the device path is fast enough that overlapping buckets on
+    /// the host would only add copies.
+    pub(super) fn run_buckets(
+        reducer: &mut dyn FlatReducer,
+        group: &ProcessGroup,
+        op: Op,
+        entries: &[Entry],
+        cap_bytes: usize,
+        mut flags: Flags,
+    ) -> Result<(), TorchError> {
+        let _no_grad = tch::no_grad_guard();
+        for bucket in plan_buckets(entries, cap_bytes) {
+            if bucket.numel == 0 {
+                continue;
+            }
+            let members = &entries[bucket.entries.clone()];
+            let (copy_out, copy_back) = match op {
+                Op::AverageGradients => (true, true),
+                Op::Broadcast { root } => (group.rank() == root, group.rank() != root),
+            };
+            let device = members[0].tensor.device();
+            let kind = members[0].kind;
+            let flat = if copy_out {
+                let mut parts = Vec::with_capacity(members.len());
+                for entry in members {
+                    let source = match op {
+                        Op::Broadcast { .. } => Some(entry.tensor.shallow_clone()),
+                        Op::AverageGradients => Some(entry.tensor.grad()).filter(Tensor::defined),
+                    };
+                    // A missing gradient counts as zero.
+                    parts.push(match source {
+                        Some(t) => t.f_reshape([-1])?,
+                        None => Tensor::f_zeros([entry.numel as i64], (entry.kind, device))?,
+                    });
+                }
+                Tensor::f_cat(&parts, 0)?
+            } else {
+                Tensor::f_empty([bucket.numel as i64], (kind, device))?
+            };
+            match op {
+                Op::AverageGradients => {
+                    reducer.all_reduce_mean(group, &flat, bucket.wire, bucket.numel)?
+                }
+                Op::Broadcast { root } => {
+                    reducer.broadcast(group, &flat, bucket.wire, bucket.numel, root)?
+                }
+            }
+            if !copy_back {
+                continue;
+            }
+            let flags = flags.get()?;
+            let mut offset = 0;
+            for (index, entry) in bucket.entries.clone().zip(members) {
+                let at = offset;
+                offset += entry.numel;
+                if !flags[index] {
+                    continue;
+                }
+                let mut target = match op {
+                    Op::Broadcast { .. } => entry.tensor.shallow_clone(),
+                    Op::AverageGradients => gradient_of(&entry.tensor)?,
+                };
+                let part = flat
+                    .f_narrow(0, at as i64, entry.numel as i64)?
+                    .f_view(entry.shape.as_slice())?;
+                target.f_copy_(&part)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The variable's gradient, created as zeros if this rank has none (another
 /// rank had one).
 fn gradient_of(variable: &Tensor) -> Result<Tensor, TorchError> {
@@ -723,6 +930,156 @@ fn host_view<T: tch::kind::Element>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The CPU twin of the device path: the same flat buckets, reduced by
+    /// the host group on the tensor's memory.
+    struct HostFlat;
+
+    /// The elements of a contiguous CPU tensor.
+    ///
+    /// # Safety
+    /// `flat` holds `numel` elements of `T`, alive and otherwise untouched
+    /// while the slice is used.
+    unsafe fn typed<'a, T>(flat: &Tensor, numel: usize) -> &'a mut [T] {
+        std::slice::from_raw_parts_mut(flat.data_ptr() as *mut T, numel)
+    }
+
+    impl flat::FlatReducer for HostFlat {
+        fn all_reduce_mean(
+            &mut self,
+            group: &ProcessGroup,
+            flat: &Tensor,
+            wire: Wire,
+            numel: usize,
+        ) -> Result<(), TorchError> {
+            // SAFETY: run_buckets hands over a contiguous CPU tensor of
+            // `numel` elements of the wire type.
+            match wire {
+                Wire::F32 => {
+                    group.all_reduce(unsafe { typed::<f32>(flat, numel) }, ReduceOp::Mean)?
+                }
+                Wire::F64 => {
+                    group.all_reduce(unsafe { typed::<f64>(flat, numel) }, ReduceOp::Mean)?
+                }
+                other => panic!("the twin carries f32 and f64, not {other:?}"),
+            }
+            Ok(())
+        }
+
+        fn broadcast(
+            &mut self,
+            group: &ProcessGroup,
+            flat: &Tensor,
+            wire: Wire,
+            numel: usize,
+            root: usize,
+        ) -> Result<(), TorchError> {
+            // SAFETY: as for `all_reduce_mean`.
+            match wire {
+                Wire::F32 => group.broadcast(unsafe { typed::<f32>(flat, numel) }, root)?,
+                Wire::F64 => group.broadcast(unsafe { typed::<f64>(flat, numel) }, root)?,
+                other => panic!("the twin carries f32 and f64, not {other:?}"),
+            }
+            Ok(())
+        }
+    }
+
+    /// One rank of the flat-bucket check: gradients (rank + 1) * [1, 2, 3]
+    /// for `a`, [1, 1] for `c` on rank 0 only, `d` (f64) 10 * rank; then a
+    /// broadcast of every variable from rank 1.
+    fn flat_rank(rank: usize, port: u16) -> Result<Vec<Vec<f64>>, TorchError> {
+        use crate::collective::GroupOptions;
+        let group = Arc::new(ProcessGroup::join(GroupOptions::new(
+            rank,
+            2,
+            format!("127.0.0.1:{port}"),
+        ))?);
+        let vs = VarStore::new(Device::Cpu);
+        let root = vs.root();
+        let a = root.var("a", &[3], tch::nn::Init::Const(rank as f64 + 1.0));
+        let c = root.var("c", &[2], tch::nn::Init::Const(0.0));
+        let mut d = root.var("d", &[2], tch::nn::Init::Const(rank as f64));
+        // An f64 variable, so that buckets of two wire types are exercised.
+        tch::no_grad(|| d.set_data(&d.to_kind(Kind::Double)));
+        assert_eq!(d.kind(), Kind::Double);
+        let weights = Tensor::from_slice(&[1.0f32, 2.0, 3.0]) * (rank as f64 + 1.0);
+        let mut loss = (&a * weights).sum(Kind::Float) + (&d * 10.0).sum(Kind::Double);
+        if rank == 0 {
+            loss += c.sum(Kind::Float);
+        }
+        loss.backward();
+        let model = DistributedModel {
+            variables: vs.variables_.clone(),
+            group: group.clone(),
+            device: Device::Cpu,
+            options: DdpOptions::default(),
+            #[cfg(feature = "cuda")]
+            cuda: None,
+        };
+        let entries = model.entries(Purpose::Gradients)?;
+        let has_grad: Vec<u8> = entries
+            .iter()
+            .map(|e| u8::from(e.tensor.grad().defined()))
+            .collect();
+        let flags = Flags::Pending(group.all_reduce_async(has_grad, ReduceOp::Max));
+        // A 12-byte cap: several buckets, and `d` (f64) in one of its own.
+        flat::run_buckets(
+            &mut HostFlat,
+            &group,
+            Op::AverageGradients,
+            &entries,
+            12,
+            flags,
+        )?;
+        let grads = [&a, &c, &d].map(|v| tensor_to_vec::<f64>(&v.grad().to_kind(Kind::Double)));
+        let entries = model.entries(Purpose::Broadcast)?;
+        let count = entries.len();
+        flat::run_buckets(
+            &mut HostFlat,
+            &group,
+            Op::Broadcast { root: 1 },
+            &entries,
+            12,
+            Flags::Ready(vec![true; count]),
+        )?;
+        let mut out = Vec::new();
+        for g in grads {
+            out.push(g?);
+        }
+        out.push(tensor_to_vec::<f64>(&a.to_kind(Kind::Double))?);
+        out.push(tensor_to_vec::<f64>(&d)?);
+        Ok(out)
+    }
+
+    #[test]
+    fn flat_buckets_average_gradients_and_broadcast_like_the_host_path() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let ranks: Vec<_> = (0..2)
+            .map(|rank| std::thread::spawn(move || flat_rank(rank, port)))
+            .collect();
+        for rank in ranks {
+            let got = rank
+                .join()
+                .expect("no panic")
+                .expect("the rank's calls work");
+            assert_eq!(
+                got[0],
+                [1.5, 3.0, 4.5],
+                "a's gradient: the mean of 1x and 2x"
+            );
+            assert_eq!(
+                got[1],
+                [0.5, 0.5],
+                "c's gradient: rank 0's [1, 1] and a zero"
+            );
+            assert_eq!(got[2], [10.0, 10.0], "d's gradient (f64)");
+            assert_eq!(got[3], [2.0, 2.0, 2.0], "a after the broadcast from rank 1");
+            assert_eq!(got[4], [1.0, 1.0], "d after the broadcast from rank 1");
+        }
+    }
 
     fn entry(name: &str, kind: Kind, numel: i64) -> Entry {
         Entry {

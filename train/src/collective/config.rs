@@ -58,6 +58,10 @@ pub struct CollectiveConfig {
     /// the network. 4 MiB: large enough for full PCIe speed, small enough to
     /// overlap well.
     pub device_chunk_bytes: usize,
+    /// Whether ranks sharing a GPU exchange device buffers through CUDA IPC
+    /// (the same-GPU path); `false` stages them through host memory like
+    /// ranks on different GPUs. On by default; off only to compare the two.
+    pub cuda_ipc: bool,
     /// Which transport to use.
     pub transport: TransportChoice,
     /// Overrides this process's host identity (normally the kernel boot id
@@ -78,6 +82,7 @@ impl Default for CollectiveConfig {
             shm_spin_us: 50,
             tcp_socket_buffer_bytes: 4 * 1024 * 1024,
             device_chunk_bytes: 4 * 1024 * 1024,
+            cuda_ipc: true,
             transport: TransportChoice::Auto,
             host_id: None,
         }
@@ -131,6 +136,19 @@ impl CollectiveConfig {
             "PRISM_COLLECTIVE_DEVICE_CHUNK_BYTES",
             &mut c.device_chunk_bytes,
         )?;
+        if let Some(value) = lookup("PRISM_COLLECTIVE_CUDA_IPC") {
+            c.cuda_ipc = match value.trim() {
+                "1" | "true" => true,
+                "0" | "false" => false,
+                _ => {
+                    return Err(CollectiveError::InvalidConfig {
+                        key: "PRISM_COLLECTIVE_CUDA_IPC".into(),
+                        value,
+                        expected: "1, 0, true or false",
+                    })
+                }
+            };
+        }
         if let Some(value) = lookup("PRISM_COLLECTIVE_TRANSPORT") {
             c.transport = match value.as_str() {
                 "auto" => TransportChoice::Auto,
@@ -219,5 +237,23 @@ mod tests {
             (k == "PRISM_COLLECTIVE_TRANSPORT").then(|| "carrier-pigeon".to_string())
         })
         .is_err());
+    }
+
+    #[test]
+    fn the_cuda_ipc_switch_takes_booleans_only() {
+        let off = CollectiveConfig::from_lookup(|k| {
+            (k == "PRISM_COLLECTIVE_CUDA_IPC").then(|| "0".to_string())
+        })
+        .expect("0 is a switch value");
+        assert!(!off.cuda_ipc);
+        assert!(CollectiveConfig::default().cuda_ipc);
+        let err = CollectiveConfig::from_lookup(|k| {
+            (k == "PRISM_COLLECTIVE_CUDA_IPC").then(|| "maybe".to_string())
+        })
+        .expect_err("not a switch value");
+        assert!(
+            err.to_string().contains("PRISM_COLLECTIVE_CUDA_IPC"),
+            "{err}"
+        );
     }
 }

@@ -50,17 +50,19 @@ impl DataType {
         self as u8
     }
 
+    /// Every element type, in code order.
+    pub(crate) const ALL: [DataType; 7] = [
+        DataType::F32,
+        DataType::F64,
+        DataType::F16,
+        DataType::BF16,
+        DataType::I32,
+        DataType::I64,
+        DataType::U8,
+    ];
+
     pub(crate) fn from_code(code: u8) -> Option<DataType> {
-        const ALL: [DataType; 7] = [
-            DataType::F32,
-            DataType::F64,
-            DataType::F16,
-            DataType::BF16,
-            DataType::I32,
-            DataType::I64,
-            DataType::U8,
-        ];
-        ALL.get(code as usize).copied()
+        Self::ALL.get(code as usize).copied()
     }
 }
 

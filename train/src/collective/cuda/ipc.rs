@@ -345,7 +345,10 @@ impl IpcPath {
     }
 
     /// Runs one call: an all-reduce with `op`, or a broadcast from `root`
-    /// when `op` is `None`.
+    /// when `op` is `None`. `Ok(false)` when some rank's buffer cannot be
+    /// shared (memory that CUDA IPC cannot export, such as virtual-memory
+    /// mappings): every rank then learns it from the same exchange, and the
+    /// caller stages this call through host memory instead.
     ///
     /// # Safety
     /// `ptr` addresses `len` elements of `dt` on this path's device.
@@ -359,7 +362,7 @@ impl IpcPath {
         dt: DataType,
         op: Option<ReduceOp>,
         root: usize,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         self.calls = self.calls.wrapping_add(1);
         let ours = OpSignature {
             seq: self.calls,
@@ -398,7 +401,6 @@ impl IpcPath {
             .chunks(CALL_BYTES)
             .map(|b| CallRecord::decode(b).unwrap_or_else(|| mine.clone()))
             .collect();
-        described?;
         for (peer, theirs) in records.iter().enumerate() {
             if theirs.signature != mine.signature {
                 return Err(CollectiveError::CallMismatch {
@@ -407,12 +409,12 @@ impl IpcPath {
                     theirs: decode_signature(&theirs.signature, ours.seq, ours),
                 });
             }
-            if theirs.allocation == NO_ALLOCATION {
-                return Err(CollectiveError::Cuda {
-                    context: "the same-GPU collective",
-                    detail: format!("rank {peer} could not export its buffer; see its error"),
-                });
-            }
+        }
+        if let Err(e) = described {
+            tracing::warn!("this buffer cannot be shared with CUDA IPC ({e}); staging the call through host memory");
+        }
+        if records.iter().any(|r| r.allocation == NO_ALLOCATION) {
+            return Ok(false);
         }
         let status = if self.rank == 0 {
             self.lead(kernels, ptr, len, op, root, &records)
@@ -428,7 +430,7 @@ impl IpcPath {
                 detail: "rank 0, which runs it for every rank, failed; see its error".into(),
             });
         }
-        Ok(())
+        Ok(true)
     }
 
     /// The leader's part: map, launch, wait.

@@ -334,15 +334,7 @@ mod tests {
 
     #[test]
     fn every_type_has_its_kernels() {
-        for dt in [
-            DataType::F32,
-            DataType::F64,
-            DataType::F16,
-            DataType::BF16,
-            DataType::I32,
-            DataType::I64,
-            DataType::U8,
-        ] {
+        for dt in DataType::ALL {
             let src = kernel_source(dt);
             for name in ["prism_reduce_all", "prism_reduce_strided"] {
                 assert!(src.contains(name), "{dt}: {name}");

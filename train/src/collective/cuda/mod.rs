@@ -324,6 +324,8 @@ impl CudaCollectives {
         if !self.groups.contains_key(&group.id()) {
             let path = if group.world_size() == 1 {
                 GroupPath::Staged("a group of one needs no exchange".to_string())
+            } else if !group.config().cuda_ipc {
+                GroupPath::Staged("PRISM_COLLECTIVE_CUDA_IPC is off".to_string())
             } else {
                 match IpcPath::establish(&self.device, group)? {
                     Setup::Ready(path) => GroupPath::Ipc(path),
@@ -359,8 +361,8 @@ impl CudaCollectives {
         buf: &mut DeviceMemory<T>,
         op: ReduceOp,
     ) -> Result<()> {
-        // SAFETY: `buf` is `len` elements of T on this device (checked).
         self.check_device(&buf.raw)?;
+        // SAFETY: `buf` is `len` elements of T on this device (checked).
         unsafe { self.all_reduce_raw(group, buf.raw.ptr, buf.len, T::DATA_TYPE, op) }
     }
 
@@ -411,13 +413,13 @@ impl CudaCollectives {
         self.kernels(dt)?;
         self.ensure_path(group)?;
         let kernels = &self.kernels[&dt];
-        match self.groups.get_mut(&group.id()) {
-            Some(GroupPath::Ipc(path)) => path.run(group, kernels, ptr, len, dt, Some(op), 0),
-            _ => {
-                let mut staging = self.staging(ptr, len, dt)?;
-                dispatch_staged!(dt, staging, |buf| staged::all_reduce(group, buf, op))
+        if let Some(GroupPath::Ipc(path)) = self.groups.get_mut(&group.id()) {
+            if path.run(group, kernels, ptr, len, dt, Some(op), 0)? {
+                return Ok(());
             }
         }
+        let mut staging = self.staging(ptr, len, dt)?;
+        dispatch_staged!(dt, staging, |buf| staged::all_reduce(group, buf, op))
     }
 
     /// Broadcasts `len` elements of `dt` at `ptr` from `root`.
@@ -439,13 +441,13 @@ impl CudaCollectives {
         self.kernels(dt)?;
         self.ensure_path(group)?;
         let kernels = &self.kernels[&dt];
-        match self.groups.get_mut(&group.id()) {
-            Some(GroupPath::Ipc(path)) => path.run(group, kernels, ptr, len, dt, None, root),
-            _ => {
-                let mut staging = self.staging(ptr, len, dt)?;
-                dispatch_staged!(dt, staging, |buf| staged::broadcast(group, buf, root))
+        if let Some(GroupPath::Ipc(path)) = self.groups.get_mut(&group.id()) {
+            if path.run(group, kernels, ptr, len, dt, None, root)? {
+                return Ok(());
             }
         }
+        let mut staging = self.staging(ptr, len, dt)?;
+        dispatch_staged!(dt, staging, |buf| staged::broadcast(group, buf, root))
     }
 
     /// The host-staging view of `len` elements at `ptr`, its streams
