@@ -102,7 +102,11 @@ impl CallThreads {
         state.queue.push_back(job);
         if state.idle > 0 {
             self.wake.notify_one();
-        } else if state.threads < self.max {
+        }
+        // An idle thread counts as idle until it wakes, so a burst of calls
+        // must not count on one idle thread for each of them: start a
+        // thread for every queued call beyond the idle ones.
+        if state.queue.len() > state.idle && state.threads < self.max {
             state.threads += 1;
             let pool = self.clone();
             let started = std::thread::Builder::new()

@@ -84,6 +84,44 @@ impl Gate {
     }
 }
 
+/// A `max_concurrency` actor that counts its own calls inside, so that
+/// bursts can follow each other on the same instance.
+#[prism::actor(max_concurrency = 3)]
+struct Burst {
+    inside: AtomicUsize,
+}
+
+#[prism::actor]
+impl Burst {
+    fn new() -> Self {
+        Burst {
+            inside: AtomicUsize::new(0),
+        }
+    }
+
+    fn ping(&self) -> u32 {
+        1
+    }
+
+    /// Returns true if `n` calls were inside at once within the deadline;
+    /// leaves the count as it found it.
+    fn rendezvous(&self, n: usize) -> bool {
+        self.inside.fetch_add(1, Ordering::SeqCst);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut met = false;
+        while Instant::now() < deadline {
+            if self.inside.load(Ordering::SeqCst) >= n {
+                met = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+        met
+    }
+}
+
 #[derive(Debug)]
 struct BadConfig;
 
@@ -171,6 +209,23 @@ fn max_concurrency_runs_calls_at_the_same_time() {
         met.iter().all(|m| *m),
         "4 calls must be inside at once with max_concurrency = 4: {met:?}"
     );
+}
+
+#[test]
+fn a_burst_overlaps_on_an_actor_that_already_served_calls() {
+    cluster();
+    let burst = Burst::remote().unwrap();
+    for round in 0..3 {
+        // A call served alone first leaves an idle call thread behind.
+        assert_eq!(prism::get(&burst.ping().unwrap()).unwrap(), 1);
+        let calls: Vec<ObjectRef<bool>> = (0..3).map(|_| burst.rendezvous(3).unwrap()).collect();
+        let met = prism::get_many(&calls).unwrap();
+        assert!(
+            met.iter().all(|m| *m),
+            "round {round}: 3 calls must be inside at once with max_concurrency = 3, \
+             after a call was served: {met:?}"
+        );
+    }
 }
 
 #[test]
