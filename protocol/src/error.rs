@@ -127,6 +127,17 @@ pub enum Error {
         /// What was observed.
         reason: String,
     },
+    /// Worker processes for the request could not be started, several
+    /// times in a row.
+    #[error("could not start a worker process ({executable}) after {attempts} attempts: {reason}; the request that needed it failed")]
+    WorkerStartFailed {
+        /// The executable the workers run (the driver's own).
+        executable: String,
+        /// Attempts made, in a row, before giving up.
+        attempts: u32,
+        /// What went wrong at the last attempt.
+        reason: String,
+    },
     /// No node of the cluster could ever satisfy a resource request.
     #[error(
         "no node can ever satisfy the resource request {shape}: the cluster has {total} in all"

@@ -30,6 +30,9 @@ pub(crate) struct Job {
     pub(crate) cwd: PathBuf,
     pub(crate) driver: Connection,
     pub(crate) log_to_driver: bool,
+    /// Worker processes that failed to start (or exited before they
+    /// registered) since one last registered.
+    pub(crate) start_failures: u32,
 }
 
 /// What a worker is doing.
@@ -117,6 +120,8 @@ pub(crate) struct State {
     pub(crate) actors: HashMap<ActorId, ActorEntry>,
     pub(crate) named_actors: HashMap<(String, String), ActorId>,
     pub(crate) placement_groups: HashMap<PlacementGroupId, PlacementGroup>,
+    /// Groups removed and forgotten, still answered as `Removed`.
+    pub(crate) removed_groups: crate::placement::RemovedGroups,
     /// Groups waiting for resources, in arrival order.
     pub(crate) pending_groups: VecDeque<PlacementGroupId>,
     pub(crate) shutting_down: bool,
@@ -153,6 +158,7 @@ impl Node {
                 actors: HashMap::new(),
                 named_actors: HashMap::new(),
                 placement_groups: HashMap::new(),
+                removed_groups: Default::default(),
                 pending_groups: VecDeque::new(),
                 shutting_down: false,
             }),
@@ -191,6 +197,12 @@ impl Node {
         tracing::trace!(pending = state.pending.len(), available = %state.resources.available(), "schedule");
         self.schedule_groups(state);
         let mut still_pending = VecDeque::new();
+        // Jobs whose workers failed to start too often in this pass: their
+        // requests fail with this error.
+        let mut failed_jobs: HashMap<JobId, Error> = HashMap::new();
+        // Jobs whose worker failed to start in this pass: no other start is
+        // tried for them until the retry a little later.
+        let mut backing_off: std::collections::HashSet<JobId> = Default::default();
         // Workers being started, per (job, devices), not yet promised to a request.
         let mut spare_starting: HashMap<(JobId, Vec<u32>), usize> = HashMap::new();
         for w in state.workers.values() {
@@ -203,6 +215,11 @@ impl Node {
         while let Some(pending) = state.pending.pop_front() {
             if !state.jobs.contains_key(&pending.job) {
                 continue; // its driver is gone
+            }
+            if let Some(error) = failed_jobs.get(&pending.job) {
+                let error = error.clone();
+                self.refuse(state, pending, error);
+                continue;
             }
             let (allocation, bundle) = match state.allocate(&pending.shape, pending.bundle) {
                 Ok(Some(taken)) => taken,
@@ -231,17 +248,36 @@ impl Node {
                     let spare = spare_starting.entry(key).or_default();
                     if *spare > 0 {
                         *spare -= 1;
+                    } else if backing_off.contains(&pending.job) {
+                        // Waits for the retry.
                     } else if self.task_workers_of(state, pending.job)
                         < self.config.max_workers_per_job
                         || matches!(pending.lease_for, LeaseFor::Actor(_))
                     {
-                        self.start_worker(state, pending.job, gpu_ids);
+                        if let Err(reason) = self.start_worker(state, pending.job, gpu_ids) {
+                            if let Some(error) = self.note_start_failure(state, pending.job, reason)
+                            {
+                                failed_jobs.insert(pending.job, error.clone());
+                                self.refuse(state, pending, error);
+                                continue;
+                            }
+                            backing_off.insert(pending.job);
+                            self.retry_schedule_soon();
+                        }
                     }
                     still_pending.push_back(pending);
                 }
             }
         }
-        state.pending = still_pending;
+        let (failed, kept): (VecDeque<_>, VecDeque<_>) = still_pending
+            .into_iter()
+            .partition(|p| failed_jobs.contains_key(&p.job));
+        state.pending = kept;
+        for pending in failed {
+            if let Some(error) = failed_jobs.get(&pending.job).cloned() {
+                self.refuse(state, pending, error);
+            }
+        }
     }
 
     fn task_workers_of(&self, state: &State, job: JobId) -> usize {

@@ -38,6 +38,35 @@ pub(crate) struct PlacementGroup {
     waiters: Vec<(u64, Connection, Option<u64>)>,
 }
 
+/// How many removed groups stay readable once their resources went back
+/// (Ray's GCS keeps removed groups too, up to a bound).
+const REMOVED_GROUPS_KEPT: usize = 10_000;
+
+/// Removed groups whose resources went back to the node: their last state
+/// stays readable (`Removed`), the oldest forgotten first.
+#[derive(Debug, Default)]
+pub(crate) struct RemovedGroups {
+    order: std::collections::VecDeque<PlacementGroupId>,
+    info: std::collections::HashMap<PlacementGroupId, PlacementGroupInfo>,
+}
+
+impl RemovedGroups {
+    fn keep(&mut self, id: PlacementGroupId, info: PlacementGroupInfo) {
+        if self.info.insert(id, info).is_none() {
+            self.order.push_back(id);
+        }
+        while self.order.len() > REMOVED_GROUPS_KEPT {
+            if let Some(old) = self.order.pop_front() {
+                self.info.remove(&old);
+            }
+        }
+    }
+
+    fn get(&self, id: &PlacementGroupId) -> Option<&PlacementGroupInfo> {
+        self.info.get(id)
+    }
+}
+
 impl PlacementGroup {
     fn info(&self) -> PlacementGroupInfo {
         PlacementGroupInfo {
@@ -167,6 +196,14 @@ impl State {
             for (allocation, _) in &group.bundles {
                 self.resources.release(allocation);
             }
+            self.removed_groups.keep(
+                id,
+                PlacementGroupInfo {
+                    spec: group.spec,
+                    state: PlacementGroupState::Removed,
+                    bundle_gpus: Vec::new(),
+                },
+            );
         }
     }
 
@@ -294,7 +331,11 @@ impl Node {
         static TOKENS: AtomicU64 = AtomicU64::new(0);
         let mut state = self.state.lock();
         let Some(group) = state.placement_groups.get_mut(&id) else {
-            return conn.respond(request, Response::Error(removed(id)));
+            let response = match state.removed_groups.get(&id) {
+                Some(info) => Response::PlacementGroup(info.clone()),
+                None => Response::Error(removed(id)),
+            };
+            return conn.respond(request, response);
         };
         let Some(ms) = wait_ms.filter(|_| group.state == PlacementGroupState::Pending) else {
             return conn.respond(request, Response::PlacementGroup(group.info()));

@@ -70,6 +70,7 @@ impl ClientHandler {
                         cwd,
                         driver: conn.clone(),
                         log_to_driver,
+                        start_failures: 0,
                     },
                 );
                 Ok(Response::Registered(node.registration(job_id)))

@@ -21,13 +21,67 @@ use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::Command;
 
+/// Worker processes that may fail to start in a row before the requests
+/// waiting for one fail with [`Error::WorkerStartFailed`].
+pub(crate) const WORKER_START_ATTEMPTS: u32 = 3;
+
 impl Node {
     /// Records a driver and prestarts its workers.
     pub(crate) fn register_job(self: &Arc<Self>, job_id: JobId, job: Job) {
         let mut state = self.state.lock();
         state.jobs.insert(job_id, job);
         for _ in 0..self.config.prestart_workers {
-            self.start_worker(&mut state, job_id, Vec::new());
+            if let Err(reason) = self.start_worker(&mut state, job_id, Vec::new()) {
+                // Nothing waits for these yet; requests that need a worker
+                // try again and fail after WORKER_START_ATTEMPTS.
+                self.note_start_failure(&mut state, job_id, reason);
+                break;
+            }
+        }
+    }
+
+    /// Counts a worker that failed to start. After [`WORKER_START_ATTEMPTS`]
+    /// in a row, returns the error that the job's waiting requests fail
+    /// with, and counts afresh (a later request tries again).
+    pub(crate) fn note_start_failure(
+        &self,
+        state: &mut crate::node::State,
+        job_id: JobId,
+        reason: String,
+    ) -> Option<Error> {
+        tracing::error!(job = %job_id, %reason, "a worker process failed to start");
+        let job = state.jobs.get_mut(&job_id)?;
+        job.start_failures += 1;
+        if job.start_failures < WORKER_START_ATTEMPTS {
+            return None;
+        }
+        job.start_failures = 0;
+        Some(Error::WorkerStartFailed {
+            executable: job.executable.display().to_string(),
+            attempts: WORKER_START_ATTEMPTS,
+            reason,
+        })
+    }
+
+    /// Runs the scheduler again shortly: after a worker failed to start
+    /// synchronously, nothing else would wake the requests waiting for one.
+    pub(crate) fn retry_schedule_soon(self: &Arc<Self>) {
+        let node = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            let mut state = node.state.lock();
+            node.schedule(&mut state);
+        });
+    }
+
+    /// Fails every queued request of `job_id` with `error`.
+    fn refuse_job(self: &Arc<Self>, state: &mut crate::node::State, job_id: JobId, error: Error) {
+        let (mine, rest): (std::collections::VecDeque<_>, _) = std::mem::take(&mut state.pending)
+            .into_iter()
+            .partition(|p| p.job == job_id);
+        state.pending = rest;
+        for pending in mine {
+            self.refuse(state, pending, error.clone());
         }
     }
 
@@ -49,14 +103,16 @@ impl Node {
         tracing::info!(job = %job_id, "job ended; its workers were stopped");
     }
 
+    /// Starts a worker process for `job_id`; the error says why the
+    /// process could not be started.
     pub(crate) fn start_worker(
         self: &Arc<Self>,
         state: &mut crate::node::State,
         job_id: JobId,
         gpu_ids: Vec<u32>,
-    ) {
+    ) -> Result<(), String> {
         let Some(job) = state.jobs.get(&job_id) else {
-            return;
+            return Ok(());
         };
         let worker_id = WorkerId::new();
         let mut cmd = Command::new(&job.executable);
@@ -78,10 +134,7 @@ impl Node {
         }
         let mut child = match cmd.spawn() {
             Ok(child) => child,
-            Err(e) => {
-                tracing::error!(executable = %job.executable.display(), error = %e, "cannot start a worker");
-                return;
-            }
+            Err(e) => return Err(format!("{}: {e}", job.executable.display())),
         };
         let pid = child.id().unwrap_or(0);
         let label = Arc::new(Mutex::new(format!("pid={pid}")));
@@ -131,6 +184,7 @@ impl Node {
             };
             node.worker_exited(worker_id, reason);
         });
+        Ok(())
     }
 
     /// A started worker connected back.
@@ -150,6 +204,9 @@ impl Node {
         worker.address = Some(address);
         worker.set_idle();
         let job = worker.job;
+        if let Some(job) = state.jobs.get_mut(&job) {
+            job.start_failures = 0;
+        }
         self.schedule(&mut state);
         Ok(job)
     }
@@ -160,6 +217,23 @@ impl Node {
             return;
         };
         tracing::debug!(worker = %worker_id, pid = worker.pid, %reason, "worker exited");
+        if worker.usage == WorkerUse::Starting && !state.shutting_down {
+            // It never registered: a failed start. No pool refill here, so
+            // a binary that cannot start is not restarted in a loop.
+            let reason = format!(
+                "{reason} before it registered; its output is in {}",
+                self.config
+                    .session_dir
+                    .join("logs")
+                    .join(format!("worker-{}.err", worker_id.0 as u64))
+                    .display()
+            );
+            if let Some(error) = self.note_start_failure(&mut state, worker.job, reason) {
+                self.refuse_job(&mut state, worker.job, error);
+            }
+            self.schedule(&mut state);
+            return;
+        }
         let lease = match worker.usage {
             WorkerUse::Leased(lease_id) => Some(lease_id),
             WorkerUse::Actor(actor_id) => {
@@ -185,7 +259,9 @@ impl Node {
                 })
                 .count();
             if pool < self.config.prestart_workers {
-                self.start_worker(&mut state, worker.job, Vec::new());
+                if let Err(reason) = self.start_worker(&mut state, worker.job, Vec::new()) {
+                    self.note_start_failure(&mut state, worker.job, reason);
+                }
             }
         }
         self.schedule(&mut state);

@@ -7,6 +7,19 @@ fn double(x: i64) -> i64 {
     x * 2
 }
 
+#[prism::actor]
+struct Lonely;
+
+#[prism::actor]
+impl Lonely {
+    fn new() -> Self {
+        Lonely
+    }
+    fn hello(&self) -> u32 {
+        1
+    }
+}
+
 #[test]
 fn init_twice_fails_and_shutdown_then_init_works() {
     assert!(!prism::is_initialized());
@@ -56,4 +69,62 @@ fn a_bad_environment_value_stops_init_with_key_value_and_type() {
         .status()
         .unwrap();
     assert!(status.success(), "the child test failed");
+}
+
+#[test]
+fn a_worker_that_cannot_start_fails_the_request_that_waits_for_it() {
+    const NAME: &str = "a_worker_that_cannot_start_fails_the_request_that_waits_for_it";
+    if std::env::var_os("PRISM_START_FAILURE_CHILD").is_some() {
+        prism::init(prism::Config::default().num_cpus(2)).unwrap();
+        // This driver is a copy of the test binary: delete it, so that no
+        // new worker process can be started from it.
+        std::fs::remove_file(std::env::current_exe().unwrap()).unwrap();
+        // The two prestarted workers may serve two actors; the others need
+        // new processes, which cannot start.
+        let actors: Vec<_> = (0..4).map(|_| Lonely::remote().unwrap()).collect();
+        let mut failed = 0;
+        for actor in &actors {
+            match prism::get(&actor.hello().unwrap()) {
+                Ok(one) => assert_eq!(one, 1),
+                Err(err) => {
+                    let text = err.to_string();
+                    assert!(
+                        text.contains("could not start a worker process")
+                            && text.contains("3 attempts")
+                            && text.contains("driver-copy"),
+                        "{text}"
+                    );
+                    failed += 1;
+                }
+            }
+        }
+        assert!(failed >= 2, "only {failed} of 4 actors failed to start");
+        prism::shutdown();
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("prism-start-failure-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join("driver-copy");
+    std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
+    let mut child = std::process::Command::new(&copy)
+        .args(["--exact", NAME, "--nocapture"])
+        .env("PRISM_START_FAILURE_CHILD", "1")
+        .spawn()
+        .unwrap();
+    // Bounded: before the fix the actor call waited forever.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    let status = status.expect("the request must fail within 60 s, not wait forever");
+    assert!(status.success(), "the child test failed: {status}");
 }

@@ -110,6 +110,13 @@ fn a_group_reserves_its_bundles_and_work_placed_in_it_runs_on_them() {
         matches!(err, prism::Error::PlacementGroupRemoved { .. }),
         "{err}"
     );
+    // Once its last worker is gone the raylet forgets the group's bundles,
+    // but the group still reads as removed, as in Ray.
+    for _ in 0..10 {
+        let (state, _) = pg.state().unwrap();
+        assert_eq!(state, prism::PlacementGroupState::Removed);
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// True once `pid` has exited (gone, or a zombie not yet reaped).
