@@ -18,7 +18,7 @@ repeats="${REPEATS:-3}"
 rm -rf "$out"
 mkdir -p "$out"
 bash "$here/setup.sh"
-(cd "$root" && cargo build --release -p prism-train --example collective_bench)
+(cd "$root" && cargo build --release -p prism-collective --example collective_bench)
 target="${CARGO_TARGET_DIR:-$root/target}"
 transport="${PRISM_COLLECTIVE_TRANSPORT:-auto}"
 for i in $(seq 1 "$repeats"); do

@@ -9,7 +9,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 bash "$here/setup.sh"
-(cd "$root" && cargo build --release -p prism-train --features cuda --example cuda_collective)
+(cd "$root" && cargo build --release -p prism-collective --features cuda --example cuda_collective)
 target="${CARGO_TARGET_DIR:-$root/target}"
 log="$(mktemp)"
 # The venv's torch carries NVRTC; the driver comes from the system.

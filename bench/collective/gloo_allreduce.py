@@ -1,5 +1,5 @@
 """torch.distributed gloo all_reduce on the sizes and world sizes that
-train/examples/collective_bench.rs uses, timed the same way: two warm-up
+collective/examples/collective_bench.rs uses, timed the same way: two warm-up
 calls, a barrier, then the median of single calls on rank 0.
 
 Prints rows `gloo  tcp  <world>  <bytes>  <time_us>  <algbw>  <busbw>`.

@@ -16,7 +16,7 @@ out="${1:-$root/target/gpu-bundle}"
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/data"
 cd "$root"
-cargo build --release -p prism-train --features cuda --example cuda_collective
+cargo build --release -p prism-collective --features cuda --example cuda_collective
 cp "$target/release/examples/cuda_collective" "$out/bin/"
 env_file="${PRISM_TORCH_VENV:-$HOME/.cache/prism/torch-2.11.0}/prism-torch.env"
 if [ -f "$env_file" ]; then

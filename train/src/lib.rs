@@ -48,7 +48,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![doc(test(attr(deny(warnings))))]
 
-pub mod collective;
+pub use prism_collective as collective;
 pub mod data;
 pub mod portable;
 #[cfg(feature = "tch")]

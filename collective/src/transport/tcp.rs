@@ -15,9 +15,9 @@
 //! waits at the front of the staging area for the rest of its bytes.
 
 use super::{Interest, Link, Mesh};
-use crate::collective::config::CollectiveConfig;
-use crate::collective::error::{CollectiveError, Result};
-use crate::collective::rendezvous::{remaining, PeerRecord};
+use crate::config::CollectiveConfig;
+use crate::error::{CollectiveError, Result};
+use crate::rendezvous::{remaining, PeerRecord};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Shutdown, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};

@@ -81,8 +81,8 @@ impl fmt::Display for DataType {
     }
 }
 
-/// How [`all_reduce`](crate::collective::ProcessGroup::all_reduce) and
-/// [`reduce_scatter`](crate::collective::ProcessGroup::reduce_scatter) combine
+/// How [`all_reduce`](crate::ProcessGroup::all_reduce) and
+/// [`reduce_scatter`](crate::ProcessGroup::reduce_scatter) combine
 /// the ranks' values, element by element.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReduceOp {

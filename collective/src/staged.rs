@@ -86,9 +86,9 @@ pub trait DeviceBuffer<T: Element> {
 /// A "device" buffer in ordinary memory: the CPU twin of the CUDA path.
 ///
 /// ```
-/// use prism_train::collective::{staged, GroupOptions, ProcessGroup, ReduceOp};
+/// use prism_collective::{staged, GroupOptions, ProcessGroup, ReduceOp};
 ///
-/// # fn main() -> Result<(), prism_train::collective::CollectiveError> {
+/// # fn main() -> Result<(), prism_collective::CollectiveError> {
 /// let group = ProcessGroup::join(GroupOptions::new(0, 1, "127.0.0.1:0"))?;
 /// let mut buf = staged::HostBuffer::new(vec![2.0f32; 10]);
 /// staged::all_reduce(&group, &mut buf, ReduceOp::Mean)?;

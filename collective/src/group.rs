@@ -24,7 +24,7 @@ pub const MAX_WORLD_SIZE: usize = 1024;
 /// Who this process is in which group, and how to find the others.
 ///
 /// ```
-/// use prism_train::collective::GroupOptions;
+/// use prism_collective::GroupOptions;
 /// use std::time::Duration;
 ///
 /// let options = GroupOptions::new(0, 4, "10.0.0.1:29500")
@@ -340,9 +340,9 @@ type Job = Box<dyn FnOnce() + Send>;
 /// # Example
 ///
 /// ```
-/// use prism_train::collective::{GroupOptions, ProcessGroup, ReduceOp};
+/// use prism_collective::{GroupOptions, ProcessGroup, ReduceOp};
 ///
-/// # fn main() -> Result<(), prism_train::collective::CollectiveError> {
+/// # fn main() -> Result<(), prism_collective::CollectiveError> {
 /// // Every process runs this with its own rank; a group of one is complete.
 /// let group = ProcessGroup::join(GroupOptions::new(0, 1, "127.0.0.1:0"))?;
 /// let mut weights = vec![0.5f32; 4];
@@ -583,12 +583,12 @@ impl ProcessGroup {
     /// Replaces every element of `buf` with its reduction over all ranks.
     ///
     /// ```
-    /// # use prism_train::collective::{GroupOptions, ProcessGroup, ReduceOp};
+    /// # use prism_collective::{GroupOptions, ProcessGroup, ReduceOp};
     /// # let group = ProcessGroup::join(GroupOptions::new(0, 1, "127.0.0.1:0"))?;
     /// let mut grads = vec![0.25f32, -1.0, 4.0];
     /// group.all_reduce(&mut grads, ReduceOp::Mean)?; // the mean over ranks
     /// # assert_eq!(grads, [0.25, -1.0, 4.0]);
-    /// # Ok::<(), prism_train::collective::CollectiveError>(())
+    /// # Ok::<(), prism_collective::CollectiveError>(())
     /// ```
     pub fn all_reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
         self.shared.wait_idle(OpKind::AllReduce)?;
@@ -601,13 +601,13 @@ impl ProcessGroup {
     /// results.
     ///
     /// ```
-    /// # use prism_train::collective::{GroupOptions, ProcessGroup, ReduceOp};
+    /// # use prism_collective::{GroupOptions, ProcessGroup, ReduceOp};
     /// # let group = ProcessGroup::join(GroupOptions::new(0, 1, "127.0.0.1:0"))?;
     /// let mut buf = vec![1i64; 10];
     /// let mine = group.reduce_scatter(&mut buf, ReduceOp::Sum)?;
     /// let my_part = &buf[mine]; // reduced over all ranks
     /// # assert_eq!(my_part.len(), 10);
-    /// # Ok::<(), prism_train::collective::CollectiveError>(())
+    /// # Ok::<(), prism_collective::CollectiveError>(())
     /// ```
     pub fn reduce_scatter<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<Range<usize>> {
         self.shared.wait_idle(OpKind::ReduceScatter)?;
@@ -618,13 +618,13 @@ impl ProcessGroup {
     /// `input`, in rank order.
     ///
     /// ```
-    /// # use prism_train::collective::{GroupOptions, ProcessGroup};
+    /// # use prism_collective::{GroupOptions, ProcessGroup};
     /// # let group = ProcessGroup::join(GroupOptions::new(0, 1, "127.0.0.1:0"))?;
     /// let mine = [group.rank() as u8; 4];
     /// let mut all = vec![0u8; 4 * group.world_size()];
     /// group.all_gather(&mine, &mut all)?;
     /// # assert_eq!(all, [0u8; 4]);
-    /// # Ok::<(), prism_train::collective::CollectiveError>(())
+    /// # Ok::<(), prism_collective::CollectiveError>(())
     /// ```
     pub fn all_gather<T: Element>(&self, input: &[T], output: &mut [T]) -> Result<()> {
         self.shared.wait_idle(OpKind::AllGather)?;
@@ -634,7 +634,7 @@ impl ProcessGroup {
     /// Copies `root`'s `buf` into every other rank's `buf`.
     ///
     /// ```
-    /// # use prism_train::collective::{GroupOptions, ProcessGroup};
+    /// # use prism_collective::{GroupOptions, ProcessGroup};
     /// # let group = ProcessGroup::join(GroupOptions::new(0, 1, "127.0.0.1:0"))?;
     /// let mut weights = vec![0.0f64; 8];
     /// if group.rank() == 0 {
@@ -642,7 +642,7 @@ impl ProcessGroup {
     /// }
     /// group.broadcast(&mut weights, 0)?;
     /// assert_eq!(weights, [0.5; 8]);
-    /// # Ok::<(), prism_train::collective::CollectiveError>(())
+    /// # Ok::<(), prism_collective::CollectiveError>(())
     /// ```
     pub fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<()> {
         self.shared.wait_idle(OpKind::Broadcast)?;
@@ -652,10 +652,10 @@ impl ProcessGroup {
     /// Returns once every rank has entered the barrier.
     ///
     /// ```
-    /// # use prism_train::collective::{GroupOptions, ProcessGroup};
+    /// # use prism_collective::{GroupOptions, ProcessGroup};
     /// # let group = ProcessGroup::join(GroupOptions::new(0, 1, "127.0.0.1:0"))?;
     /// group.barrier()?;
-    /// # Ok::<(), prism_train::collective::CollectiveError>(())
+    /// # Ok::<(), prism_collective::CollectiveError>(())
     /// ```
     pub fn barrier(&self) -> Result<()> {
         self.shared.wait_idle(OpKind::Barrier)?;
@@ -668,14 +668,14 @@ impl ProcessGroup {
     /// a mixture-of-experts layer) needs.
     ///
     /// ```
-    /// # use prism_train::collective::{GroupOptions, ProcessGroup};
+    /// # use prism_collective::{GroupOptions, ProcessGroup};
     /// # let group = ProcessGroup::join(GroupOptions::new(0, 1, "127.0.0.1:0"))?;
     /// let n = group.world_size();
     /// let input: Vec<i32> = (0..2 * n as i32).collect(); // n blocks of 2
     /// let mut output = vec![0; 2 * n];
     /// group.all_to_all(&input, &mut output)?;
     /// # assert_eq!(output, input);
-    /// # Ok::<(), prism_train::collective::CollectiveError>(())
+    /// # Ok::<(), prism_collective::CollectiveError>(())
     /// ```
     pub fn all_to_all<T: Element>(&self, input: &[T], output: &mut [T]) -> Result<()> {
         self.shared.wait_idle(OpKind::AllToAll)?;
@@ -686,12 +686,12 @@ impl ProcessGroup {
     /// configured timeout). Every rank should set the same value.
     ///
     /// ```
-    /// # use prism_train::collective::{GroupOptions, ProcessGroup};
+    /// # use prism_collective::{GroupOptions, ProcessGroup};
     /// # use std::time::Duration;
     /// let group = ProcessGroup::join(GroupOptions::new(0, 1, "127.0.0.1:0"))?;
     /// group.set_timeout(Duration::from_secs(30));
     /// assert_eq!(group.timeout(), Duration::from_secs(30));
-    /// # Ok::<(), prism_train::collective::CollectiveError>(())
+    /// # Ok::<(), prism_collective::CollectiveError>(())
     /// ```
     pub fn set_timeout(&self, timeout: Duration) {
         let ms = timeout.as_millis().min(u64::MAX as u128) as u64;
@@ -712,14 +712,14 @@ impl ProcessGroup {
     /// comes back from [`Work::wait`].
     ///
     /// ```
-    /// # use prism_train::collective::{GroupOptions, ProcessGroup, ReduceOp};
+    /// # use prism_collective::{GroupOptions, ProcessGroup, ReduceOp};
     /// # let group = ProcessGroup::join(GroupOptions::new(0, 1, "127.0.0.1:0"))?;
     /// let first = group.all_reduce_async(vec![1.0f32; 1024], ReduceOp::Sum);
     /// let second = group.all_reduce_async(vec![2.0f32; 1024], ReduceOp::Sum);
     /// // ... backward pass of the next layer here ...
     /// let (first, second) = (first.wait()?, second.wait()?);
     /// # assert_eq!((first[0], second[0]), (1.0, 2.0));
-    /// # Ok::<(), prism_train::collective::CollectiveError>(())
+    /// # Ok::<(), prism_collective::CollectiveError>(())
     /// ```
     pub fn all_reduce_async<T: Element>(&self, mut buf: Vec<T>, op: ReduceOp) -> Work<Vec<T>> {
         self.submit(move |shared| shared.all_reduce(&mut buf, op).map(|()| buf))

@@ -1,7 +1,7 @@
 //! All-reduce benchmark: time, algorithm bandwidth and bus bandwidth.
 //!
 //! ```text
-//! cargo run --release -p prism-train --example collective_bench -- \
+//! cargo run --release -p prism-collective --example collective_bench -- \
 //!     [--worlds 2,4] [--min-bytes 4096] [--max-bytes 268435456] \
 //!     [--transport auto|tcp|shm] [--pretend-hosts N]
 //! ```
@@ -20,7 +20,7 @@
 //! Output rows are whitespace separated and start with `prism`, so a script
 //! can join them with other implementations (see bench/collective/).
 
-use prism_train::collective::{ProcessGroup, ReduceOp};
+use prism_collective::{ProcessGroup, ReduceOp};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 

@@ -1,4 +1,9 @@
-//! Collective communication between the processes of a training job.
+//! Collective communication between the processes of a training job
+//! (`prism-collective`, re-exported as `prism_train::collective`).
+//!
+//! This crate needs no Prism cluster: any processes that can reach each
+//! other (by TCP, or on one host) form a group, as torch.distributed's
+//! gloo does. The Trainer uses it for its workers.
 //!
 //! A [`ProcessGroup`] is `world_size` processes, each with a rank, that call
 //! the same collectives in the same order:
@@ -47,6 +52,9 @@
 //!
 //! Every call is bounded by the group's timeout. A rank that fails mid-call
 //! aborts the group on every rank; see [`CollectiveError`].
+
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![doc(test(attr(deny(warnings))))]
 
 mod config;
 #[cfg(feature = "cuda")]

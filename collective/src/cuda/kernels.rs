@@ -3,8 +3,8 @@
 
 use super::driver::{CuDevicePtr, CuFunction, CuModule, Device, Stream};
 use super::nvrtc::nvrtc;
-use crate::collective::element::{DataType, ReduceOp};
-use crate::collective::error::Result;
+use crate::element::{DataType, ReduceOp};
+use crate::error::Result;
 use std::ffi::{c_void, CString};
 use std::sync::Arc;
 
@@ -182,7 +182,7 @@ impl Kernels {
             Ok(f)
         };
         let loaded = (|| {
-            Ok::<_, crate::collective::error::CollectiveError>((
+            Ok::<_, crate::error::CollectiveError>((
                 function("prism_reduce_all")?,
                 function("prism_reduce_strided")?,
             ))

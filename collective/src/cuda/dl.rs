@@ -92,7 +92,7 @@ macro_rules! dl_api {
         $(#[$meta])*
         pub(crate) struct $name {
             /// The library the functions live in; kept open while they are.
-            pub(crate) lib: $crate::collective::cuda::dl::Library,
+            pub(crate) lib: $crate::cuda::dl::Library,
             $( pub(crate) $field: unsafe extern "C" fn($($arg),*) -> $ret, )*
         }
 
@@ -102,7 +102,7 @@ macro_rules! dl_api {
             pub(crate) const SYMBOLS: &'static [&'static str] = &[$($symbol),*];
 
             /// Resolves every function of the table in `lib`.
-            pub(crate) fn load(lib: $crate::collective::cuda::dl::Library) -> Result<$name, String> {
+            pub(crate) fn load(lib: $crate::cuda::dl::Library) -> Result<$name, String> {
                 $(
                     let $field = {
                         let p = lib.symbol($symbol)?;

@@ -93,9 +93,9 @@ impl CollectiveConfig {
     /// The defaults with every `PRISM_COLLECTIVE_*` override applied.
     ///
     /// ```
-    /// let config = prism_train::collective::CollectiveConfig::from_env()?;
+    /// let config = prism_collective::CollectiveConfig::from_env()?;
     /// assert!(config.timeout_ms > 0);
-    /// # Ok::<(), prism_train::collective::CollectiveError>(())
+    /// # Ok::<(), prism_collective::CollectiveError>(())
     /// ```
     pub fn from_env() -> Result<Self> {
         Self::from_lookup(|key| std::env::var(key).ok())

@@ -3,15 +3,15 @@
 //! next to the device-to-device copy bandwidth (the ceiling).
 //!
 //! ```text
-//! cargo run --release -p prism-train --features cuda --example cuda_collective -- \
+//! cargo run --release -p prism-collective --features cuda --example cuda_collective -- \
 //!     [--worlds 2,4] [--max-bytes 268435456]
 //! ```
 //!
 //! On a machine without a driver it says so and exits with status 2.
 
 use half::bf16;
-use prism_train::collective::cuda::{CudaCollectives, CudaElement, CudaPath};
-use prism_train::collective::{ProcessGroup, ReduceOp};
+use prism_collective::cuda::{CudaCollectives, CudaElement, CudaPath};
+use prism_collective::{ProcessGroup, ReduceOp};
 use std::process::Command;
 use std::time::Instant;
 
@@ -66,7 +66,7 @@ fn median_us(iters: usize, mut f: impl FnMut() -> Result<(), String>) -> Result<
 /// device copy waited for (every rank at once, then rank 0 alone), and the
 /// all-reduce itself.
 fn diagnose(cuda: &mut CudaCollectives, group: &ProcessGroup) -> Result<(), String> {
-    let e = |e: prism_train::collective::CollectiveError| e.to_string();
+    let e = |e: prism_collective::CollectiveError| e.to_string();
     let src = cuda.alloc_zeroed::<f32>(1024).map_err(e)?;
     let mut dst = cuda.alloc_zeroed::<f32>(1024).map_err(e)?;
     let barrier = median_us(200, || group.barrier().map_err(e))?;

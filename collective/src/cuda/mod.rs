@@ -11,7 +11,7 @@
 //!   host exchanges per call. No byte goes through host memory.
 //! - **Host staging** (otherwise): the pieces go through pinned host memory
 //!   and the group's transport, with the reduction on the device (see
-//!   [`staged`](crate::collective::staged)).
+//!   [`staged`](crate::staged)).
 //!
 //! Several GPUs of one node served by NCCL are not built yet: such groups
 //! take host staging.
@@ -59,8 +59,8 @@ impl<T: Element> CudaElement for T {}
 /// `len` elements of `T` in device memory, freed when dropped.
 ///
 /// ```
-/// # fn main() -> Result<(), prism_train::collective::CollectiveError> {
-/// use prism_train::collective::cuda::CudaCollectives;
+/// # fn main() -> Result<(), prism_collective::CollectiveError> {
+/// use prism_collective::cuda::CudaCollectives;
 /// let Ok(cuda) = CudaCollectives::new(0) else { return Ok(()) }; // no GPU here
 /// let mem = cuda.to_device(&[1.0f32, 2.0, 3.0])?;
 /// assert_eq!(mem.to_vec()?, [1.0, 2.0, 3.0]);
@@ -207,7 +207,7 @@ enum GroupPath {
 /// ```
 /// # #[cfg(feature = "cuda")]
 /// # {
-/// use prism_train::collective::cuda::CudaCollectives;
+/// use prism_collective::cuda::CudaCollectives;
 /// match CudaCollectives::new(0) {
 ///     Ok(cuda) => println!("collectives on GPU {} ({})", cuda.ordinal(), cuda.device_name()),
 ///     Err(e) => println!("host buffers only: {e}"),

@@ -11,8 +11,8 @@
 use super::shm::ShmMesh;
 use super::tcp::TcpMesh;
 use super::{Interest, Link, Mesh};
-use crate::collective::error::Result;
-use crate::collective::rendezvous::remaining;
+use crate::error::Result;
+use crate::rendezvous::remaining;
 use std::time::{Duration, Instant};
 
 /// How long one socket poll may keep a rank from noticing shared-memory

@@ -38,9 +38,9 @@
 //! closes them, which a sleeping rank notices within 10 ms.
 
 use super::{Interest, Link, Mesh};
-use crate::collective::config::CollectiveConfig;
-use crate::collective::error::{CollectiveError, Result};
-use crate::collective::rendezvous::remaining;
+use crate::config::CollectiveConfig;
+use crate::error::{CollectiveError, Result};
+use crate::rendezvous::remaining;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;

@@ -3,7 +3,7 @@
 //! compiles for the GPU at hand.
 
 use super::dl::{dl_api, Library};
-use crate::collective::error::{CollectiveError, Result};
+use crate::error::{CollectiveError, Result};
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::sync::OnceLock;
 

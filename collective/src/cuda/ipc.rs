@@ -35,9 +35,9 @@
 
 use super::driver::{self, CuDevicePtr, Device, IpcHandle, RawMemory, Stream};
 use super::kernels::{Kernels, MAX_POINTERS};
-use crate::collective::element::{DataType, ReduceOp};
-use crate::collective::error::{CollectiveError, OpKind, OpSignature, Result};
-use crate::collective::group::ProcessGroup;
+use crate::element::{DataType, ReduceOp};
+use crate::error::{CollectiveError, OpKind, OpSignature, Result};
+use crate::group::ProcessGroup;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -250,7 +250,7 @@ impl IpcPath {
             .config()
             .host_id
             .clone()
-            .unwrap_or_else(crate::collective::rendezvous::local_host_id);
+            .unwrap_or_else(crate::rendezvous::local_host_id);
         let probe = RawMemory::alloc(device, 4096).and_then(|m| m.ipc_handle().map(|h| (m, h)));
         let mine = IpcRecord {
             host,
@@ -497,7 +497,7 @@ mod tests {
 
     #[test]
     fn records_are_exchanged_over_a_real_group() {
-        use crate::collective::GroupOptions;
+        use crate::GroupOptions;
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")

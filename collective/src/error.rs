@@ -20,17 +20,17 @@ use std::time::Duration;
 /// Which collective a message belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum OpKind {
-    /// [`all_reduce`](crate::collective::ProcessGroup::all_reduce).
+    /// [`all_reduce`](crate::ProcessGroup::all_reduce).
     AllReduce,
-    /// [`reduce_scatter`](crate::collective::ProcessGroup::reduce_scatter).
+    /// [`reduce_scatter`](crate::ProcessGroup::reduce_scatter).
     ReduceScatter,
-    /// [`all_gather`](crate::collective::ProcessGroup::all_gather).
+    /// [`all_gather`](crate::ProcessGroup::all_gather).
     AllGather,
-    /// [`broadcast`](crate::collective::ProcessGroup::broadcast).
+    /// [`broadcast`](crate::ProcessGroup::broadcast).
     Broadcast,
-    /// [`barrier`](crate::collective::ProcessGroup::barrier).
+    /// [`barrier`](crate::ProcessGroup::barrier).
     Barrier,
-    /// [`all_to_all`](crate::collective::ProcessGroup::all_to_all).
+    /// [`all_to_all`](crate::ProcessGroup::all_to_all).
     AllToAll,
 }
 

@@ -3,7 +3,7 @@
 //! drivers. Every failure becomes a [`CollectiveError`], never a panic.
 
 use super::dl::{dl_api, Library};
-use crate::collective::error::{CollectiveError, Result};
+use crate::error::{CollectiveError, Result};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::{Arc, OnceLock};
 

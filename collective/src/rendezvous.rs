@@ -6,7 +6,7 @@
 //! torch.distributed's `env://` does: rank 0 listens on the master address,
 //! the others connect to it. Forming groups through the cluster's control
 //! store instead is a second implementation of the same trait, passed to
-//! [`ProcessGroup::join_with`](crate::collective::ProcessGroup::join_with).
+//! [`ProcessGroup::join_with`](crate::ProcessGroup::join_with).
 //!
 //! # Addresses
 //!
@@ -60,7 +60,7 @@ pub trait Rendezvous: Send + Sync + fmt::Debug {
 /// every rank the table once all have connected.
 ///
 /// ```
-/// use prism_train::collective::TcpRendezvous;
+/// use prism_collective::TcpRendezvous;
 /// let rdv = TcpRendezvous::new("127.0.0.1:29500");
 /// assert_eq!(rdv.master(), "127.0.0.1:29500");
 /// ```
@@ -428,7 +428,7 @@ pub trait KvStore: Send + Sync + fmt::Debug {
 /// it), or a rank may meet the records of a finished run.
 ///
 /// ```
-/// use prism_train::collective::{GroupOptions, KvRendezvous, KvStore, ProcessGroup};
+/// use prism_collective::{GroupOptions, KvRendezvous, KvStore, ProcessGroup};
 /// use std::collections::HashMap;
 /// use std::sync::Mutex;
 ///
@@ -436,11 +436,11 @@ pub trait KvStore: Send + Sync + fmt::Debug {
 /// struct Memory(Mutex<HashMap<String, String>>);
 ///
 /// impl KvStore for Memory {
-///     fn put(&self, key: &str, value: &str) -> prism_train::collective::Result<()> {
+///     fn put(&self, key: &str, value: &str) -> prism_collective::Result<()> {
 ///         self.0.lock().unwrap().insert(key.into(), value.into());
 ///         Ok(())
 ///     }
-///     fn get(&self, key: &str) -> prism_train::collective::Result<Option<String>> {
+///     fn get(&self, key: &str) -> prism_collective::Result<Option<String>> {
 ///         Ok(self.0.lock().unwrap().get(key).cloned())
 ///     }
 /// }
@@ -448,7 +448,7 @@ pub trait KvStore: Send + Sync + fmt::Debug {
 /// let rendezvous = KvRendezvous::new(Memory::default(), "127.0.0.1".parse().unwrap());
 /// let group = ProcessGroup::join_with(GroupOptions::new(0, 1, "unused:0"), &rendezvous)?;
 /// assert_eq!(group.world_size(), 1);
-/// # Ok::<(), prism_train::collective::CollectiveError>(())
+/// # Ok::<(), prism_collective::CollectiveError>(())
 /// ```
 #[derive(Debug)]
 pub struct KvRendezvous<S> {
