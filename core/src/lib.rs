@@ -115,6 +115,7 @@ mod logging;
 mod object_ref;
 mod options;
 mod placement;
+pub mod portable;
 mod refs;
 mod submitter;
 mod view;

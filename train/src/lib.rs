@@ -48,9 +48,9 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![doc(test(attr(deny(warnings))))]
 
+pub use prism::portable;
 pub use prism_collective as collective;
-pub mod data;
-pub mod portable;
+pub use prism_data as data;
 #[cfg(feature = "tch")]
 pub mod torch;
 mod trainer;

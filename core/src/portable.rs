@@ -5,16 +5,16 @@
 //! program. A [`PortableFn`] records a function as its distance from an
 //! anchor function of this crate, together with the identity of the
 //! executable file, and turns back into the same function in a worker. This
-//! is how [`crate::Trainer`] sends the training loop and
-//! [`crate::data::Dataset::map_batches`] sends a batch function: as plain
-//! `fn` items, the way a Ray user passes a Python function.
+//! is how prism-train's `Trainer` sends the training loop and its datasets'
+//! `map_batches` sends a batch function: as plain `fn` items, the way a Ray
+//! user passes a Python function.
 //!
 //! Closures that capture nothing coerce to `fn` pointers and work too; a
 //! closure that captures state does not coerce, and the compiler says so.
 //! Pass such state as data instead (the Trainer's `train_loop_config`).
 //!
 //! ```
-//! use prism_train::portable::PortableFn;
+//! use prism::portable::PortableFn;
 //!
 //! fn double(x: u32) -> u32 {
 //!     x * 2

@@ -1,4 +1,5 @@
-//! Datasets for training input: the part of Ray Data that Ray Train uses.
+//! Datasets for training input: the part of Ray Data that Ray Train uses
+//! (`prism-data`, re-exported as `prism_train::data`).
 //!
 //! A [`Dataset`] is rows held in memory as a list of columnar [`Batch`]
 //! blocks. Build one from serializable items ([`Dataset::from_items`]),
@@ -10,7 +11,7 @@
 //! dataset pick each rank's part with a [`DistributedSampler`].
 //!
 //! ```
-//! use prism_train::data::{Column, Dataset};
+//! use prism_data::{Column, Dataset};
 //! use serde::Serialize;
 //!
 //! #[derive(Serialize)]
@@ -19,7 +20,7 @@
 //!     label: i64,
 //! }
 //!
-//! # fn main() -> Result<(), prism_train::data::DataError> {
+//! # fn main() -> Result<(), prism_data::DataError> {
 //! let items = (0..10).map(|i| Example { pixels: vec![i as f32; 4], label: i % 2 });
 //! let ds = Dataset::from_items(items)?;
 //! assert_eq!(ds.count(), 10);
@@ -68,6 +69,9 @@
 //! and release (SplitMix64 and Fisher-Yates, no outside generator).
 //! Per-epoch orders ([`DataIterator`], [`DistributedSampler`]) are derived
 //! from the seed and the epoch number.
+
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![doc(test(attr(deny(warnings))))]
 
 mod batch;
 mod csv;

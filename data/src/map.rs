@@ -16,7 +16,7 @@
 use super::batch::Batch;
 use super::dataset::Dataset;
 use super::error::{DataError, Result};
-use crate::portable::{PortableFn, PortableFnError};
+use prism::portable::{PortableFn, PortableFnError};
 use serde::{Deserialize, Serialize};
 use std::fmt::Display;
 
@@ -84,7 +84,7 @@ impl Dataset {
     ///
     /// `f` is a `fn` item (or a closure that captures nothing): it runs in
     /// worker processes, which run this same executable (see
-    /// [`crate::portable`]). It may change the rows, their number and the
+    /// [`prism::portable`]). It may change the rows, their number and the
     /// columns; every output must have the same schema.
     ///
     /// Unlike Ray Data, this runs now, not when the result is consumed.
@@ -100,7 +100,7 @@ impl Dataset {
     /// - [`DataError::InvalidArgument`] for `batch_size = 0`.
     ///
     /// ```no_run
-    /// use prism_train::data::{Batch, Column, DataError, Dataset};
+    /// use prism_data::{Batch, Column, DataError, Dataset};
     ///
     /// fn square(batch: Batch) -> Result<Batch, DataError> {
     ///     let squares = batch.i64("id")?.iter().map(|x| x * x).collect();

@@ -1,7 +1,7 @@
 //! The one error type of the data module.
 
 use super::batch::DataType;
-use crate::portable::PortableFnError;
+use prism::portable::PortableFnError;
 use std::fmt;
 use std::io;
 use std::path::PathBuf;

@@ -24,7 +24,7 @@ use super::rng;
 /// [`set_epoch`](Self::set_epoch) at the start of each epoch.
 ///
 /// ```
-/// use prism_train::data::DistributedSampler;
+/// use prism_data::DistributedSampler;
 ///
 /// let mut all = Vec::new();
 /// for rank in 0..3 {
@@ -36,7 +36,7 @@ use super::rng;
 /// all.sort();
 /// all.dedup();
 /// assert_eq!(all, (0..10).collect::<Vec<_>>());
-/// # Ok::<(), prism_train::data::DataError>(())
+/// # Ok::<(), prism_data::DataError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DistributedSampler {

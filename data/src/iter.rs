@@ -105,7 +105,7 @@ impl std::iter::FusedIterator for Batches {}
 /// seed and epoch), so the driver can send shards to workers.
 ///
 /// ```
-/// use prism_train::data::Dataset;
+/// use prism_data::Dataset;
 ///
 /// let shards = Dataset::range(10).streaming_split(2, true)?;
 /// let shard = shards[1].clone().local_shuffle_seed(7);
@@ -117,7 +117,7 @@ impl std::iter::FusedIterator for Batches {}
 ///     seen.sort();
 ///     assert_eq!(seen, [5, 6, 7, 8, 9]);
 /// }
-/// # Ok::<(), prism_train::data::DataError>(())
+/// # Ok::<(), prism_data::DataError>(())
 /// ```
 #[derive(Debug)]
 pub struct DataIterator {

@@ -250,7 +250,7 @@ impl fmt::Display for Schema {
 /// training loops read.
 ///
 /// ```
-/// use prism_train::data::{Batch, Column};
+/// use prism_data::{Batch, Column};
 ///
 /// let batch = Batch::new(vec![
 ///     ("x".to_string(), Column::tensor(vec![0.0, 1.0, 2.0, 3.0], 2)?),
@@ -259,7 +259,7 @@ impl fmt::Display for Schema {
 /// assert_eq!(batch.num_rows(), 2);
 /// assert_eq!(batch.tensor("x")?.row(1), Some(&[2.0f32, 3.0][..]));
 /// assert!(batch.f32("label").is_err()); // it holds i64
-/// # Ok::<(), prism_train::data::DataError>(())
+/// # Ok::<(), prism_data::DataError>(())
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "BatchWire")]
