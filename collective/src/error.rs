@@ -123,14 +123,14 @@ pub enum CollectiveError {
         name: String,
     },
     /// A `PRISM_COLLECTIVE_*` or rendezvous variable that does not parse.
-    #[error("{key}={value:?} does not parse as {expected}; unset it or give {expected}")]
+    #[error("config {key}: cannot parse {value:?} as {expected}")]
     InvalidConfig {
         /// The environment variable.
         key: String,
         /// Its value.
         value: String,
         /// What was expected.
-        expected: &'static str,
+        expected: String,
     },
     /// A variable `env://` rendezvous needs is not set.
     #[error("environment variable {name} is not set; env:// rendezvous needs MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE")]

@@ -66,7 +66,7 @@ impl GroupOptions {
                 .map_err(|_| CollectiveError::InvalidConfig {
                     key: name.to_string(),
                     value,
-                    expected: "a non-negative integer",
+                    expected: "a non-negative integer".into(),
                 })
         };
         let rendezvous = TcpRendezvous::from_env()?;
@@ -402,7 +402,7 @@ fn connect(
             return Err(CollectiveError::InvalidConfig {
                 key: "host_id".into(),
                 value: id.clone(),
-                expected: "1 to 256 printable characters without spaces",
+                expected: "1 to 256 printable characters without spaces".into(),
             })
         }
         None => local_host_id(),

@@ -90,7 +90,7 @@ impl TcpRendezvous {
         let port: u16 = port.parse().map_err(|_| CollectiveError::InvalidConfig {
             key: "MASTER_PORT".into(),
             value: port,
-            expected: "a port number",
+            expected: "a port number".into(),
         })?;
         Ok(TcpRendezvous::new(format!("{addr}:{port}")))
     }

@@ -114,6 +114,13 @@ async fn start_driver(
             raylet_config.resources = resources;
             raylet_config.idle_worker_timeout =
                 Duration::from_millis(config.idle_worker_timeout_ms);
+            raylet_config.idle_worker_reap_period =
+                Duration::from_millis(config.idle_worker_reap_period_ms);
+            raylet_config.worker_start_attempts = config.worker_start_attempts;
+            raylet_config.removed_placement_groups_kept = config.removed_placement_groups_kept;
+            if let Some(n) = config.max_workers_per_job {
+                raylet_config.max_workers_per_job = n.max(1);
+            }
             let raylet = Raylet::start(raylet_config).await?;
             (raylet.socket_path().to_path_buf(), Some(raylet))
         }

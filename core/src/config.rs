@@ -10,46 +10,11 @@ use crate::Error;
 use prism_protocol::resources::{Quantity, ResourceSet, CPU, GPU, MEMORY};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::str::FromStr;
 
-macro_rules! config_table {
-    ($( $(#[$doc:meta])* $name:ident : $ty:ty = $default:expr; )*) => {
-        /// Runtime configuration; see the module docs for overrides.
-        #[derive(Debug, Clone)]
-        pub struct Config {
-            $( $(#[$doc])* pub $name: $ty, )*
-            /// Custom resources this node offers (name to amount).
-            pub resources: BTreeMap<String, f64>,
-            /// Return `Ok` from a second `init` instead of `AlreadyInitialized`.
-            pub ignore_reinit_error: bool,
-        }
-
-        impl Default for Config {
-            fn default() -> Self {
-                Config { $( $name: $default, )* resources: BTreeMap::new(), ignore_reinit_error: false }
-            }
-        }
-
-        impl Config {
-            /// Applies `PRISM_<NAME>` environment overrides.
-            pub fn apply_env(mut self) -> Result<Self, Error> {
-                $(
-                    let key = concat!("PRISM_", stringify!($name)).to_uppercase();
-                    if let Ok(value) = std::env::var(&key) {
-                        self.$name = ParseValue::parse_value(&value).ok_or_else(|| Error::Config {
-                            key: key.clone(),
-                            value: value.clone(),
-                            expected: <$ty as ParseValue>::EXPECTED.to_string(),
-                        })?;
-                    }
-                )*
-                Ok(self)
-            }
-        }
-    };
-}
-
-config_table! {
+prism_config::table! {
+    /// Runtime configuration; see the module docs for overrides.
+    #[derive(Debug, Clone)]
+    pub struct Config("PRISM_") {
     /// Address of a running cluster to join (a raylet socket path or a
     /// session directory). `None` starts an embedded single-node cluster.
     address: Option<String> = None;
@@ -84,6 +49,44 @@ config_table! {
     idle_worker_timeout_ms: u64 = 10_000;
     /// How long `init` waits for the raylet and the first workers.
     startup_timeout_ms: u64 = 30_000;
+    /// Lease requests a driver keeps in flight per resource shape. 16:
+    /// enough to fill a node's workers quickly, few enough that a burst of
+    /// tasks does not flood the raylet.
+    max_lease_requests_per_shape: usize = 16;
+    /// The most task workers one job may have on a node at once (actors
+    /// not counted); `None` is 4 per CPU, at least 8, so that blocked tasks
+    /// (a nested `get`) leave room for the tasks they wait on.
+    max_workers_per_job: Option<usize> = None;
+    /// Worker processes that may fail to start in a row before the requests
+    /// waiting for one fail with `WorkerStartFailed`. 3: a transient
+    /// failure (a fork refused under memory pressure) gets retried, a
+    /// binary that cannot start is reported within a second.
+    worker_start_attempts: u32 = 3;
+    /// How often the raylet stops workers idle for longer than
+    /// `idle_worker_timeout_ms`. 1 s: far below the timeout itself.
+    idle_worker_reap_period_ms: u64 = 1_000;
+    /// Removed placement groups whose state stays readable (as `Removed`)
+    /// after their resources went back. 10,000 groups: a few MiB at most.
+    removed_placement_groups_kept: usize = 10_000;
+    }
+    extra {
+        /// Custom resources this node offers (name to amount).
+        resources: BTreeMap<String, f64> = BTreeMap::new();
+        /// Return `Ok` from a second `init` instead of `AlreadyInitialized`.
+        ignore_reinit_error: bool = false;
+    }
+}
+
+impl Config {
+    /// Applies `PRISM_<NAME>` environment overrides.
+    pub fn apply_env(mut self) -> Result<Self, Error> {
+        self.apply_env_overrides().map_err(|e| Error::Config {
+            key: e.key,
+            value: e.value,
+            expected: e.expected,
+        })?;
+        Ok(self)
+    }
 }
 
 impl Config {
@@ -188,58 +191,6 @@ fn total_memory_bytes() -> u64 {
         pages as u64 * page as u64
     } else {
         8 << 30
-    }
-}
-
-/// How a config value is read from its environment variable.
-trait ParseValue: Sized {
-    const EXPECTED: &'static str;
-    fn parse_value(s: &str) -> Option<Self>;
-}
-
-macro_rules! parse_via_fromstr {
-    ($($ty:ty => $what:literal),*) => {$(
-        impl ParseValue for $ty {
-            const EXPECTED: &'static str = $what;
-            fn parse_value(s: &str) -> Option<Self> { <$ty>::from_str(s.trim()).ok() }
-        }
-        impl ParseValue for Option<$ty> {
-            const EXPECTED: &'static str = $what;
-            fn parse_value(s: &str) -> Option<Self> { <$ty>::from_str(s.trim()).ok().map(Some) }
-        }
-    )*};
-}
-parse_via_fromstr!(u32 => "an unsigned integer", u64 => "an unsigned integer", usize => "an unsigned integer");
-
-impl ParseValue for bool {
-    const EXPECTED: &'static str = "a boolean (true/false/1/0)";
-    fn parse_value(s: &str) -> Option<Self> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "1" | "true" | "yes" | "on" => Some(true),
-            "0" | "false" | "no" | "off" => Some(false),
-            _ => None,
-        }
-    }
-}
-
-impl ParseValue for String {
-    const EXPECTED: &'static str = "a string";
-    fn parse_value(s: &str) -> Option<Self> {
-        Some(s.to_string())
-    }
-}
-
-impl ParseValue for Option<String> {
-    const EXPECTED: &'static str = "a string";
-    fn parse_value(s: &str) -> Option<Self> {
-        Some(Some(s.to_string()).filter(|s| !s.is_empty()))
-    }
-}
-
-impl ParseValue for PathBuf {
-    const EXPECTED: &'static str = "a path";
-    fn parse_value(s: &str) -> Option<Self> {
-        Some(PathBuf::from(s))
     }
 }
 

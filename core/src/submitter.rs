@@ -28,9 +28,6 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Lease requests one shape may have in flight at once.
-const MAX_LEASE_REQUESTS_PER_SHAPE: usize = 16;
-
 /// A task with the object ids whose `submitted` count it holds.
 #[derive(Debug)]
 pub(crate) struct Submission {
@@ -164,7 +161,12 @@ impl CoreWorker {
             };
             ready.push((worker, task));
         }
-        while queue.requesting < queue.tasks.len().min(MAX_LEASE_REQUESTS_PER_SHAPE) {
+        while queue.requesting
+            < queue
+                .tasks
+                .len()
+                .min(self.config.max_lease_requests_per_shape.max(1))
+        {
             queue.requesting += 1;
             let core = self.clone();
             let shape = shape.clone();

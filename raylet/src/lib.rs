@@ -46,6 +46,13 @@ pub struct RayletConfig {
     pub max_workers_per_job: usize,
     /// Idle workers beyond `prestart_workers` are stopped after this long.
     pub idle_worker_timeout: std::time::Duration,
+    /// How often idle workers are looked for.
+    pub idle_worker_reap_period: std::time::Duration,
+    /// Worker processes that may fail to start in a row before the
+    /// requests waiting for one fail.
+    pub worker_start_attempts: u32,
+    /// Removed placement groups kept readable as `Removed`.
+    pub removed_placement_groups_kept: usize,
 }
 
 impl RayletConfig {
@@ -60,6 +67,9 @@ impl RayletConfig {
             prestart_workers: cpus as usize,
             max_workers_per_job: (cpus as usize * 4).max(8),
             idle_worker_timeout: std::time::Duration::from_secs(10),
+            idle_worker_reap_period: std::time::Duration::from_secs(1),
+            worker_start_attempts: 3,
+            removed_placement_groups_kept: 10_000,
         }
     }
 }
@@ -87,8 +97,12 @@ impl Raylet {
         let serving = node.clone();
         let server = prism_protocol::rpc::serve(&socket, move || server::handler(&serving))?;
         let reaping = Arc::downgrade(&node);
+        let period = node
+            .config
+            .idle_worker_reap_period
+            .max(std::time::Duration::from_millis(10));
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            let mut tick = tokio::time::interval(period);
             loop {
                 tick.tick().await;
                 match reaping.upgrade() {

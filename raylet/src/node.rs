@@ -158,7 +158,9 @@ impl Node {
                 actors: HashMap::new(),
                 named_actors: HashMap::new(),
                 placement_groups: HashMap::new(),
-                removed_groups: Default::default(),
+                removed_groups: crate::placement::RemovedGroups::new(
+                    config.removed_placement_groups_kept,
+                ),
                 pending_groups: VecDeque::new(),
                 shutting_down: false,
             }),

@@ -38,24 +38,32 @@ pub(crate) struct PlacementGroup {
     waiters: Vec<(u64, Connection, Option<u64>)>,
 }
 
-/// How many removed groups stay readable once their resources went back
-/// (Ray's GCS keeps removed groups too, up to a bound).
-const REMOVED_GROUPS_KEPT: usize = 10_000;
-
 /// Removed groups whose resources went back to the node: their last state
 /// stays readable (`Removed`), the oldest forgotten first.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct RemovedGroups {
+    limit: usize,
     order: std::collections::VecDeque<PlacementGroupId>,
     info: std::collections::HashMap<PlacementGroupId, PlacementGroupInfo>,
 }
 
 impl RemovedGroups {
+    /// Keeps at most `limit` groups (Ray's GCS keeps removed groups too, up
+    /// to a bound).
+    pub(crate) fn new(limit: usize) -> Self {
+        RemovedGroups {
+            limit,
+            order: Default::default(),
+            info: Default::default(),
+        }
+    }
+
+    /// Keeps `info`, forgetting the oldest beyond the limit.
     fn keep(&mut self, id: PlacementGroupId, info: PlacementGroupInfo) {
         if self.info.insert(id, info).is_none() {
             self.order.push_back(id);
         }
-        while self.order.len() > REMOVED_GROUPS_KEPT {
+        while self.order.len() > self.limit {
             if let Some(old) = self.order.pop_front() {
                 self.info.remove(&old);
             }

@@ -21,10 +21,6 @@ use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::Command;
 
-/// Worker processes that may fail to start in a row before the requests
-/// waiting for one fail with [`Error::WorkerStartFailed`].
-pub(crate) const WORKER_START_ATTEMPTS: u32 = 3;
-
 impl Node {
     /// Records a driver and prestarts its workers.
     pub(crate) fn register_job(self: &Arc<Self>, job_id: JobId, job: Job) {
@@ -33,15 +29,15 @@ impl Node {
         for _ in 0..self.config.prestart_workers {
             if let Err(reason) = self.start_worker(&mut state, job_id, Vec::new()) {
                 // Nothing waits for these yet; requests that need a worker
-                // try again and fail after WORKER_START_ATTEMPTS.
+                // try again and fail after `worker_start_attempts`.
                 self.note_start_failure(&mut state, job_id, reason);
                 break;
             }
         }
     }
 
-    /// Counts a worker that failed to start. After [`WORKER_START_ATTEMPTS`]
-    /// in a row, returns the error that the job's waiting requests fail
+    /// Counts a worker that failed to start. After
+    /// `RayletConfig::worker_start_attempts` in a row, returns the error that the job's waiting requests fail
     /// with, and counts afresh (a later request tries again).
     pub(crate) fn note_start_failure(
         &self,
@@ -52,13 +48,14 @@ impl Node {
         tracing::error!(job = %job_id, %reason, "a worker process failed to start");
         let job = state.jobs.get_mut(&job_id)?;
         job.start_failures += 1;
-        if job.start_failures < WORKER_START_ATTEMPTS {
+        let attempts = self.config.worker_start_attempts.max(1);
+        if job.start_failures < attempts {
             return None;
         }
         job.start_failures = 0;
         Some(Error::WorkerStartFailed {
             executable: job.executable.display().to_string(),
-            attempts: WORKER_START_ATTEMPTS,
+            attempts,
             reason,
         })
     }

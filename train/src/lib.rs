@@ -58,5 +58,5 @@ mod trainer;
 pub use trainer::{
     get_checkpoint, get_context, get_dataset_shard, get_process_group, report, Checkpoint,
     CheckpointConfig, CheckpointScoreOrder, Device, FailureConfig, Metrics, RunConfig,
-    ScalingConfig, TrainContext, TrainError, TrainResult, Trainer,
+    ScalingConfig, TrainContext, TrainError, TrainResult, Trainer, TrainerTunables,
 };

@@ -250,3 +250,33 @@ mod tests {
         assert_eq!(r.get("GPU"), Some(&0.5));
     }
 }
+
+prism_config::table! {
+    /// The Trainer's tunables, each settable as `PRISM_TRAIN_<NAME>`; read
+    /// by every `fit`.
+    ///
+    /// ```
+    /// let tunables = prism_train::TrainerTunables::default();
+    /// assert_eq!(tunables.placement_timeout_ms, 120_000);
+    /// ```
+    #[derive(Clone, Debug)]
+    pub struct TrainerTunables("PRISM_TRAIN_") {
+        /// How long a worker group may wait for its resources before the
+        /// run fails. 2 minutes: other work may hold them for a while, but
+        /// a group that can never be placed should say so.
+        placement_timeout_ms: u64 = 120_000;
+    }
+}
+
+impl TrainerTunables {
+    /// The defaults with the `PRISM_TRAIN_*` overrides applied.
+    pub fn from_env() -> Result<Self, crate::TrainError> {
+        let mut t = TrainerTunables::default();
+        t.apply_env_overrides()
+            .map_err(|e| crate::TrainError::InvalidConfig {
+                field: "environment",
+                reason: e.to_string(),
+            })?;
+        Ok(t)
+    }
+}

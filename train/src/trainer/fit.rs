@@ -16,10 +16,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// How long a worker group may wait for its resources before the run
-/// fails (other work may be holding them).
-const PLACEMENT_TIMEOUT: Duration = Duration::from_secs(120);
-
 /// A reported row: the worker's metrics plus the Trainer's own fields.
 pub type Metrics = Map<String, Value>;
 
@@ -562,15 +558,17 @@ impl WorkerGroup {
             actors: Vec::new(),
             pids: Vec::new(),
         };
+        let placement_timeout =
+            Duration::from_millis(super::config::TrainerTunables::from_env()?.placement_timeout_ms);
         let ready = group
             .pg
-            .wait(PLACEMENT_TIMEOUT)
+            .wait(placement_timeout)
             .map_err(prism_err("reserve resources for the workers"))?;
         if !ready {
             return Err(TrainError::InvalidConfig {
                 field: "ScalingConfig",
                 reason: format!(
-                    "{} workers with {resources:?} each could not be placed within {PLACEMENT_TIMEOUT:?}: other work holds the resources",
+                    "{} workers with {resources:?} each could not be placed within {placement_timeout:?}: other work holds the resources (PRISM_TRAIN_PLACEMENT_TIMEOUT_MS)",
                     scaling.num_workers
                 ),
             });

@@ -35,7 +35,10 @@ mod storage;
 mod worker;
 
 pub use checkpoint::Checkpoint;
-pub use config::{CheckpointConfig, CheckpointScoreOrder, FailureConfig, RunConfig, ScalingConfig};
+pub use config::{
+    CheckpointConfig, CheckpointScoreOrder, FailureConfig, RunConfig, ScalingConfig,
+    TrainerTunables,
+};
 pub use context::{
     get_checkpoint, get_context, get_dataset_shard, get_process_group, report, Device, TrainContext,
 };
