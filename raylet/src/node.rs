@@ -199,12 +199,6 @@ impl Node {
         tracing::trace!(pending = state.pending.len(), available = %state.resources.available(), "schedule");
         self.schedule_groups(state);
         let mut still_pending = VecDeque::new();
-        // Jobs whose workers failed to start too often in this pass: their
-        // requests fail with this error.
-        let mut failed_jobs: HashMap<JobId, Error> = HashMap::new();
-        // Jobs whose worker failed to start in this pass: no other start is
-        // tried for them until the retry a little later.
-        let mut backing_off: std::collections::HashSet<JobId> = Default::default();
         // Workers being started, per (job, devices), not yet promised to a request.
         let mut spare_starting: HashMap<(JobId, Vec<u32>), usize> = HashMap::new();
         for w in state.workers.values() {
@@ -217,11 +211,6 @@ impl Node {
         while let Some(pending) = state.pending.pop_front() {
             if !state.jobs.contains_key(&pending.job) {
                 continue; // its driver is gone
-            }
-            if let Some(error) = failed_jobs.get(&pending.job) {
-                let error = error.clone();
-                self.refuse(state, pending, error);
-                continue;
             }
             let (allocation, bundle) = match state.allocate(&pending.shape, pending.bundle) {
                 Ok(Some(taken)) => taken,
@@ -250,36 +239,17 @@ impl Node {
                     let spare = spare_starting.entry(key).or_default();
                     if *spare > 0 {
                         *spare -= 1;
-                    } else if backing_off.contains(&pending.job) {
-                        // Waits for the retry.
                     } else if self.task_workers_of(state, pending.job)
                         < self.config.max_workers_per_job
                         || matches!(pending.lease_for, LeaseFor::Actor(_))
                     {
-                        if let Err(reason) = self.start_worker(state, pending.job, gpu_ids) {
-                            if let Some(error) = self.note_start_failure(state, pending.job, reason)
-                            {
-                                failed_jobs.insert(pending.job, error.clone());
-                                self.refuse(state, pending, error);
-                                continue;
-                            }
-                            backing_off.insert(pending.job);
-                            self.retry_schedule_soon();
-                        }
+                        self.start_worker(state, pending.job, gpu_ids);
                     }
                     still_pending.push_back(pending);
                 }
             }
         }
-        let (failed, kept): (VecDeque<_>, VecDeque<_>) = still_pending
-            .into_iter()
-            .partition(|p| failed_jobs.contains_key(&p.job));
-        state.pending = kept;
-        for pending in failed {
-            if let Some(error) = failed_jobs.get(&pending.job).cloned() {
-                self.refuse(state, pending, error);
-            }
-        }
+        state.pending = still_pending;
     }
 
     fn task_workers_of(&self, state: &State, job: JobId) -> usize {

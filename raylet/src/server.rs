@@ -76,9 +76,11 @@ impl ClientHandler {
                 Ok(Response::Registered(node.registration(job_id)))
             }
             Request::RegisterWorker {
-                worker_id, address, ..
+                worker_id,
+                address,
+                pid,
             } => {
-                let job = node.register_worker(worker_id, address, conn.clone())?;
+                let job = node.register_worker(worker_id, address, pid, conn.clone())?;
                 *self.role.lock() = Role::Worker(job, worker_id);
                 Ok(Response::Registered(node.registration(job)))
             }

@@ -21,23 +21,36 @@ use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::Command;
 
+/// What [`Node::launch`] needs to fork a worker.
+struct Launch {
+    worker_id: WorkerId,
+    job_id: JobId,
+    executable: PathBuf,
+    cwd: PathBuf,
+    /// Where its output goes besides the log files.
+    driver: Option<Connection>,
+    gpu_ids: Vec<u32>,
+    label: Arc<Mutex<String>>,
+}
+
 impl Node {
     /// Records a driver and prestarts its workers.
     pub(crate) fn register_job(self: &Arc<Self>, job_id: JobId, job: Job) {
         let mut state = self.state.lock();
         state.jobs.insert(job_id, job);
-        for _ in 0..self.config.prestart_workers {
-            if let Err(reason) = self.start_worker(&mut state, job_id, Vec::new()) {
-                // Nothing waits for these yet; requests that need a worker
-                // try again and fail after `worker_start_attempts`.
-                self.note_start_failure(&mut state, job_id, reason);
-                break;
-            }
+        let launches: Vec<Launch> = (0..self.config.prestart_workers)
+            .filter_map(|_| self.prepare_worker(&mut state, job_id, Vec::new()))
+            .collect();
+        drop(state);
+        // Forked here, before the driver hears it is registered (so they
+        // boot while it starts), but without the lock.
+        for launch in launches {
+            self.clone().launch(launch);
         }
     }
 
-    /// Counts a worker that failed to start. After
-    /// `RayletConfig::worker_start_attempts` in a row, returns the error that the job's waiting requests fail
+    /// Counts a worker that failed to start (or exited before it
+    /// registered). After `RayletConfig::worker_start_attempts` in a row, returns the error that the job's waiting requests fail
     /// with, and counts afresh (a later request tries again).
     pub(crate) fn note_start_failure(
         &self,
@@ -58,17 +71,6 @@ impl Node {
             attempts,
             reason,
         })
-    }
-
-    /// Runs the scheduler again shortly: after a worker failed to start
-    /// synchronously, nothing else would wake the requests waiting for one.
-    pub(crate) fn retry_schedule_soon(self: &Arc<Self>) {
-        let node = self.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            let mut state = node.state.lock();
-            node.schedule(&mut state);
-        });
     }
 
     /// Fails every queued request of `job_id` with `error`.
@@ -100,20 +102,75 @@ impl Node {
         tracing::info!(job = %job_id, "job ended; its workers were stopped");
     }
 
-    /// Starts a worker process for `job_id`; the error says why the
-    /// process could not be started.
+    /// Starts a worker process for `job_id`: records it as starting, then
+    /// forks it on a blocking thread, so the scheduling state is never
+    /// locked while a process is being forked. A worker that cannot be
+    /// started goes the way of one that exits before registering
+    /// ([`Node::worker_exited`]).
     pub(crate) fn start_worker(
         self: &Arc<Self>,
         state: &mut crate::node::State,
         job_id: JobId,
         gpu_ids: Vec<u32>,
-    ) -> Result<(), String> {
-        let Some(job) = state.jobs.get(&job_id) else {
-            return Ok(());
-        };
+    ) {
+        if let Some(launch) = self.prepare_worker(state, job_id, gpu_ids) {
+            let node = self.clone();
+            tokio::task::spawn_blocking(move || node.launch(launch));
+        }
+    }
+
+    /// Records a worker of `job_id` as starting; [`Node::launch`] then forks
+    /// it.
+    fn prepare_worker(
+        &self,
+        state: &mut crate::node::State,
+        job_id: JobId,
+        gpu_ids: Vec<u32>,
+    ) -> Option<Launch> {
+        let job = state.jobs.get(&job_id)?;
         let worker_id = WorkerId::new();
-        let mut cmd = Command::new(&job.executable);
-        cmd.current_dir(&job.cwd)
+        let label = Arc::new(Mutex::new("starting".to_string()));
+        let launch = Launch {
+            worker_id,
+            job_id,
+            executable: job.executable.clone(),
+            cwd: job.cwd.clone(),
+            driver: job.log_to_driver.then(|| job.driver.clone()),
+            gpu_ids: gpu_ids.clone(),
+            label: label.clone(),
+        };
+        state.workers.insert(
+            worker_id,
+            Worker {
+                job: job_id,
+                // Set once forked (or by the worker's registration).
+                pid: 0,
+                gpu_ids,
+                conn: None,
+                address: None,
+                usage: WorkerUse::Starting,
+                label,
+                blocked: false,
+                idle_since: std::time::Instant::now(),
+            },
+        );
+        Some(launch)
+    }
+
+    /// Forks and execs a worker recorded by [`Node::start_worker`], without
+    /// the scheduling state's lock.
+    fn launch(self: Arc<Self>, launch: Launch) {
+        let Launch {
+            worker_id,
+            job_id,
+            executable,
+            cwd,
+            driver,
+            gpu_ids,
+            label,
+        } = launch;
+        let mut cmd = Command::new(&executable);
+        cmd.current_dir(&cwd)
             .env("PRISM_WORKER", "1")
             .env("PRISM_WORKER_ID", worker_id.0.to_string())
             .env("PRISM_RAYLET_SOCKET", &self.socket)
@@ -131,12 +188,14 @@ impl Node {
         }
         let mut child = match cmd.spawn() {
             Ok(child) => child,
-            Err(e) => return Err(format!("{}: {e}", job.executable.display())),
+            Err(e) => {
+                let reason = format!("{} could not be started: {e}", executable.display());
+                return self.worker_exited(worker_id, reason);
+            }
         };
         let pid = child.id().unwrap_or(0);
-        let label = Arc::new(Mutex::new(format!("pid={pid}")));
+        *label.lock() = format!("pid={pid}");
         let logs = self.config.session_dir.join("logs");
-        let driver = job.log_to_driver.then(|| job.driver.clone());
         if let Some(out) = child.stdout.take() {
             let path = logs.join(format!("worker-{}.out", worker_id.0 as u64));
             tokio::spawn(forward_lines(
@@ -157,20 +216,20 @@ impl Node {
                 driver,
             ));
         }
-        state.workers.insert(
-            worker_id,
-            Worker {
-                job: job_id,
-                pid,
-                gpu_ids,
-                conn: None,
-                address: None,
-                usage: WorkerUse::Starting,
-                label,
-                blocked: false,
-                idle_since: std::time::Instant::now(),
-            },
-        );
+        {
+            let mut state = self.state.lock();
+            let wanted = !state.shutting_down && state.jobs.contains_key(&job_id);
+            match state.workers.get_mut(&worker_id) {
+                Some(worker) if wanted => {
+                    if worker.pid == 0 {
+                        worker.pid = pid;
+                    }
+                }
+                // Its job ended (or the node is stopping) while it was being
+                // forked: nobody else knows its pid.
+                _ => kill_pid(pid),
+            }
+        }
         tracing::debug!(worker = %worker_id, pid, job = %job_id, "worker started");
         let node = self.clone();
         tokio::spawn(async move {
@@ -181,7 +240,6 @@ impl Node {
             };
             node.worker_exited(worker_id, reason);
         });
-        Ok(())
     }
 
     /// A started worker connected back.
@@ -189,6 +247,7 @@ impl Node {
         self: &Arc<Self>,
         worker_id: WorkerId,
         address: String,
+        pid: u32,
         conn: Connection,
     ) -> Result<JobId, Error> {
         let mut state = self.state.lock();
@@ -197,6 +256,10 @@ impl Node {
                 message: format!("{worker_id} was not started by this raylet"),
             });
         };
+        // It may register before its launcher recorded the pid.
+        if worker.pid == 0 {
+            worker.pid = pid;
+        }
         worker.conn = Some(conn);
         worker.address = Some(address);
         worker.set_idle();
@@ -217,14 +280,18 @@ impl Node {
         if worker.usage == WorkerUse::Starting && !state.shutting_down {
             // It never registered: a failed start. No pool refill here, so
             // a binary that cannot start is not restarted in a loop.
-            let reason = format!(
-                "{reason} before it registered; its output is in {}",
-                self.config
-                    .session_dir
-                    .join("logs")
-                    .join(format!("worker-{}.err", worker_id.0 as u64))
-                    .display()
-            );
+            let reason = if worker.pid == 0 {
+                reason // never forked: the reason says why
+            } else {
+                format!(
+                    "{reason} before it registered; its output is in {}",
+                    self.config
+                        .session_dir
+                        .join("logs")
+                        .join(format!("worker-{}.err", worker_id.0 as u64))
+                        .display()
+                )
+            };
             if let Some(error) = self.note_start_failure(&mut state, worker.job, reason) {
                 self.refuse_job(&mut state, worker.job, error);
             }
@@ -256,9 +323,7 @@ impl Node {
                 })
                 .count();
             if pool < self.config.prestart_workers {
-                if let Err(reason) = self.start_worker(&mut state, worker.job, Vec::new()) {
-                    self.note_start_failure(&mut state, worker.job, reason);
-                }
+                self.start_worker(&mut state, worker.job, Vec::new());
             }
         }
         self.schedule(&mut state);
