@@ -47,6 +47,9 @@ max_bytes=$((256 << 20))
 run ./bin/cuda_collective --worlds 2,4 --max-bytes "$max_bytes" || { say "cuda_collective FAILED"; failed=1; }
 run "$python" gloo_allreduce.py --device cuda --worlds 2,4 --max-bytes "$max_bytes" || say "gloo comparison failed"
 "$python" table.py "$log" | tee -a "$log"
+say "== 1b. The host-staged CUDA path (what ranks on different GPUs use), forced on one GPU"
+PRISM_COLLECTIVE_CUDA_IPC=0 run ./bin/cuda_collective --worlds 2 --max-bytes $((16 << 20)) \
+  || { say "cuda_collective with host staging FAILED"; failed=1; }
 
 if [ -x ./bin/fashion_mnist ]; then
   say "== 2. Fashion-MNIST on the GPU: 2 Prism workers sharing it, against one PyTorch process"
