@@ -5,9 +5,10 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::ops::Range;
 
-/// The type of a column.
+/// The type of a column: what a row holds. Not to be confused with
+/// `prism_collective::DataType`, the element types the collectives carry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum DataType {
+pub enum ColumnType {
     /// 32-bit floats.
     F32,
     /// 64-bit floats.
@@ -24,14 +25,14 @@ pub enum DataType {
     },
 }
 
-impl fmt::Display for DataType {
+impl fmt::Display for ColumnType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            DataType::F32 => f.write_str("f32"),
-            DataType::F64 => f.write_str("f64"),
-            DataType::I64 => f.write_str("i64"),
-            DataType::Str => f.write_str("str"),
-            DataType::Tensor { row_len } => write!(f, "tensor<f32>[{row_len}]"),
+            ColumnType::F32 => f.write_str("f32"),
+            ColumnType::F64 => f.write_str("f64"),
+            ColumnType::I64 => f.write_str("i64"),
+            ColumnType::Str => f.write_str("str"),
+            ColumnType::Tensor { row_len } => write!(f, "tensor<f32>[{row_len}]"),
         }
     }
 }
@@ -96,13 +97,13 @@ impl Column {
     }
 
     /// Its type.
-    pub fn data_type(&self) -> DataType {
+    pub fn data_type(&self) -> ColumnType {
         match self {
-            Column::F32(_) => DataType::F32,
-            Column::F64(_) => DataType::F64,
-            Column::I64(_) => DataType::I64,
-            Column::Str(_) => DataType::Str,
-            Column::Tensor { row_len, .. } => DataType::Tensor { row_len: *row_len },
+            Column::F32(_) => ColumnType::F32,
+            Column::F64(_) => ColumnType::F64,
+            Column::I64(_) => ColumnType::I64,
+            Column::Str(_) => ColumnType::Str,
+            Column::Tensor { row_len, .. } => ColumnType::Tensor { row_len: *row_len },
         }
     }
 
@@ -208,7 +209,7 @@ pub struct Field {
     /// The column's name.
     pub name: String,
     /// Its type.
-    pub data_type: DataType,
+    pub data_type: ColumnType,
 }
 
 /// The names and types of a batch's or dataset's columns, in order.
@@ -225,7 +226,7 @@ impl Schema {
     }
 
     /// The type of the column `name`, if there is one.
-    pub fn data_type(&self, name: &str) -> Option<DataType> {
+    pub fn data_type(&self, name: &str) -> Option<ColumnType> {
         self.fields
             .iter()
             .find(|f| f.name == name)

@@ -1,6 +1,6 @@
 //! The one error type of the data module.
 
-use super::batch::DataType;
+use super::batch::ColumnType;
 use prism::portable::PortableFnError;
 use std::fmt;
 use std::io;
@@ -28,7 +28,7 @@ pub enum DataError {
         /// The column.
         column: String,
         /// What it holds.
-        found: DataType,
+        found: ColumnType,
         /// What was asked for (`f32`, `tensor<f32>`, ...).
         expected: &'static str,
     },
@@ -210,9 +210,9 @@ pub enum ItemProblem {
         /// The field.
         field: String,
         /// The column type from the first item.
-        expected: DataType,
+        expected: ColumnType,
         /// The type of this item's value.
-        found: DataType,
+        found: ColumnType,
     },
 }
 

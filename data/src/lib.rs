@@ -49,7 +49,7 @@
 //!
 //! # Blocks and batches
 //!
-//! Columns are typed ([`DataType`]): `f32`, `f64`, `i64`, `str`, and
+//! Columns are typed ([`ColumnType`]): `f32`, `f64`, `i64`, `str`, and
 //! fixed-width tensors (each row a vector of `f32`, such as an image's
 //! pixels). [`Batch`] accessors hand out host slices and fail with
 //! [`DataError::ColumnNotFound`] or [`DataError::ColumnType`] (which names
@@ -83,7 +83,7 @@ mod rng;
 mod rows;
 mod sampler;
 
-pub use batch::{Batch, Column, DataType, Field, Schema, TensorColumn};
+pub use batch::{Batch, Column, ColumnType, Field, Schema, TensorColumn};
 pub use dataset::Dataset;
 pub use error::{DataError, ItemProblem, Result};
 pub use iter::{Batches, DataIterator};

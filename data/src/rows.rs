@@ -4,7 +4,7 @@
 //! [`Dataset::from_items`]: super::Dataset::from_items
 //! [`Dataset::take`]: super::Dataset::take
 
-use super::batch::{Batch, Column, DataType};
+use super::batch::{Batch, Column, ColumnType};
 use super::error::{DataError, ItemProblem, Result};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -20,12 +20,12 @@ enum Builder {
 }
 
 impl Builder {
-    fn data_type(&self) -> DataType {
+    fn data_type(&self) -> ColumnType {
         match self {
-            Builder::I64(_) => DataType::I64,
-            Builder::F64(_) => DataType::F64,
-            Builder::Str(_) => DataType::Str,
-            Builder::Tensor { row_len, .. } => DataType::Tensor { row_len: *row_len },
+            Builder::I64(_) => ColumnType::I64,
+            Builder::F64(_) => ColumnType::F64,
+            Builder::Str(_) => ColumnType::Str,
+            Builder::Tensor { row_len, .. } => ColumnType::Tensor { row_len: *row_len },
         }
     }
 
@@ -48,12 +48,12 @@ enum Cell {
 }
 
 impl Cell {
-    fn data_type(&self) -> DataType {
+    fn data_type(&self) -> ColumnType {
         match self {
-            Cell::I64(_) => DataType::I64,
-            Cell::F64(_) => DataType::F64,
-            Cell::Str(_) => DataType::Str,
-            Cell::Tensor(v) => DataType::Tensor { row_len: v.len() },
+            Cell::I64(_) => ColumnType::I64,
+            Cell::F64(_) => ColumnType::F64,
+            Cell::Str(_) => ColumnType::Str,
+            Cell::Tensor(v) => ColumnType::Tensor { row_len: v.len() },
         }
     }
 }

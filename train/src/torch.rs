@@ -95,7 +95,7 @@
 //! everywhere without leaving a call half made.
 
 use crate::collective::{CollectiveError, Element, ProcessGroup, ReduceOp, Work};
-use crate::data::{Batch, Column, DataError, DataIterator, DataType};
+use crate::data::{Batch, Column, ColumnType, DataError, DataIterator};
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::ops::Range;
@@ -467,7 +467,7 @@ pub fn column_tensor(batch: &Batch, name: &str, device: Device) -> Result<Tensor
         Column::Str(_) => {
             return Err(DataError::ColumnType {
                 column: name.to_string(),
-                found: DataType::Str,
+                found: ColumnType::Str,
                 expected: "a numeric or tensor column",
             }
             .into())

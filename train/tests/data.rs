@@ -3,7 +3,7 @@
 //! real embedded cluster (this binary doubles as its workers).
 
 use prism_train::data::{
-    Batch, Column, DataError, DataType, Dataset, DistributedSampler, ItemProblem,
+    Batch, Column, ColumnType, DataError, Dataset, DistributedSampler, ItemProblem,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
@@ -78,13 +78,13 @@ fn from_items_makes_typed_columns_in_field_order_and_take_gives_the_items_back()
     assert_eq!(ds.count(), 5);
     assert_eq!(ds.columns(), ["name", "pixels", "label", "weight"]);
     let schema = ds.schema();
-    assert_eq!(schema.data_type("name"), Some(DataType::Str));
+    assert_eq!(schema.data_type("name"), Some(ColumnType::Str));
     assert_eq!(
         schema.data_type("pixels"),
-        Some(DataType::Tensor { row_len: 3 })
+        Some(ColumnType::Tensor { row_len: 3 })
     );
-    assert_eq!(schema.data_type("label"), Some(DataType::I64));
-    assert_eq!(schema.data_type("weight"), Some(DataType::F64));
+    assert_eq!(schema.data_type("label"), Some(ColumnType::I64));
+    assert_eq!(schema.data_type("weight"), Some(ColumnType::F64));
     let batch = ds.take_batch(2);
     assert_eq!(batch.tensor("pixels").unwrap().shape(), [2, 3]);
     assert_eq!(
@@ -106,7 +106,7 @@ fn from_items_widens_integers_to_floats_when_a_later_item_has_a_fraction() {
     assert_eq!(ds.take_batch(2).f64("x").unwrap(), [1.0, 2.5]);
     assert_eq!(
         Dataset::from_items(&rows).unwrap().schema().data_type("x"),
-        Some(DataType::F64)
+        Some(ColumnType::F64)
     );
 }
 
@@ -146,8 +146,8 @@ fn from_items_rejects_items_that_do_not_fit_the_first_ones_schema() {
             DataError::Item {
                 index: 1,
                 reason: ItemProblem::TypeChanged {
-                    expected: DataType::I64,
-                    found: DataType::Str,
+                    expected: ColumnType::I64,
+                    found: ColumnType::Str,
                     ..
                 }
             }
@@ -242,7 +242,7 @@ fn accessors_name_the_column_the_type_found_and_the_type_asked() {
     assert_eq!(batch.i64("id").unwrap(), [0, 1, 2]);
     let err = batch.f32("id").unwrap_err();
     assert!(
-        matches!(&err, DataError::ColumnType { column, found: DataType::I64, expected: "f32" } if column == "id"),
+        matches!(&err, DataError::ColumnType { column, found: ColumnType::I64, expected: "f32" } if column == "id"),
         "{err:?}"
     );
     assert_eq!(err.to_string(), "column \"id\" holds i64, not f32");
