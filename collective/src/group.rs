@@ -139,6 +139,7 @@ struct State {
 
 struct Shared {
     /// Unique among the groups of this process, never reused.
+    #[cfg(feature = "cuda")]
     id: u64,
     rank: usize,
     world_size: usize,
@@ -523,8 +524,10 @@ impl ProcessGroup {
             (Some(mesh), order)
         };
         let transport = mesh.as_ref().map_or("local", |m| m.name());
+        #[cfg(feature = "cuda")]
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let shared = Arc::new(Shared {
+            #[cfg(feature = "cuda")]
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             rank,
             world_size,
@@ -558,8 +561,8 @@ impl ProcessGroup {
     }
 
     /// An id unique among this process's groups, for state kept per group
-    /// (such as the CUDA stages of a group).
-    #[allow(dead_code)]
+    /// (such as a group's CUDA path).
+    #[cfg(feature = "cuda")]
     pub(crate) fn id(&self) -> u64 {
         self.shared.id
     }

@@ -1,10 +1,12 @@
-//! The table of tunables.
+//! The runtime's part of the table of tunables (`docs/config.md` lists
+//! every crate's).
 //!
-//! Every knob is one entry below: its name, type, default and why. Each can
-//! be overridden by the environment variable `PRISM_<NAME>` (upper case),
-//! read when `prism::init` runs; a value that does not parse makes `init`
-//! fail with [`Error::Config`] naming the variable, the value and the type
-//! expected. Builder methods on [`Config`] override both.
+//! Every knob is one entry below: its name with its unit, type, default and
+//! why. Code sets it on [`Config`] (fields and builder methods); the
+//! environment variable `PRISM_<NAME>` (upper case), read when
+//! `prism::init` runs, overrides that. A value that does not parse makes
+//! `init` fail with [`Error::Config`] naming the variable, the value and
+//! the type expected.
 
 use crate::Error;
 use prism_protocol::resources::{Quantity, ResourceSet, CPU, GPU, MEMORY};

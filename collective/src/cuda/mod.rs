@@ -220,6 +220,9 @@ pub struct CudaCollectives {
     /// kernels.
     d2h: Stream,
     h2d: Stream,
+    /// Recorded on the caller's (legacy) stream before host staging, so
+    /// the staging streams wait for the caller's work on the buffer.
+    caller_done: Event,
     kernels: HashMap<DataType, Kernels>,
     groups: HashMap<u64, GroupPath>,
     pinned: Arc<PinnedPool>,
@@ -244,6 +247,7 @@ impl CudaCollectives {
         Ok(CudaCollectives {
             d2h: Stream::new(&device)?,
             h2d: Stream::new(&device)?,
+            caller_done: Event::new(&device)?,
             pinned: Arc::new(PinnedPool {
                 device: device.clone(),
                 free: Mutex::new(Vec::new()),
@@ -407,19 +411,10 @@ impl CudaCollectives {
         op: ReduceOp,
     ) -> Result<()> {
         if group.world_size() == 1 {
-            // The mean of one rank is its own value.
+            // The mean of one rank is its own value; this validates `op`.
             return group.all_reduce::<u8>(&mut [], op);
         }
-        self.kernels(dt)?;
-        self.ensure_path(group)?;
-        let kernels = &self.kernels[&dt];
-        if let Some(GroupPath::Ipc(path)) = self.groups.get_mut(&group.id()) {
-            if path.run(group, kernels, ptr, len, dt, Some(op), 0)? {
-                return Ok(());
-            }
-        }
-        let mut staging = self.staging(ptr, len, dt)?;
-        dispatch_staged!(dt, staging, |buf| staged::all_reduce(group, buf, op))
+        self.run_raw(group, ptr, len, dt, Some(op), 0)
     }
 
     /// Broadcasts `len` elements of `dt` at `ptr` from `root`.
@@ -438,25 +433,45 @@ impl CudaCollectives {
             // Validates the root.
             return group.broadcast::<u8>(&mut [], root);
         }
+        self.run_raw(group, ptr, len, dt, None, root)
+    }
+
+    /// An all-reduce with `op`, or a broadcast from `root` when `op` is
+    /// `None`: on the group's same-GPU path when it has one and every
+    /// rank's buffer can be shared, else staged through host memory.
+    ///
+    /// # Safety
+    /// As for [`all_reduce_raw`](Self::all_reduce_raw).
+    unsafe fn run_raw(
+        &mut self,
+        group: &ProcessGroup,
+        ptr: u64,
+        len: usize,
+        dt: DataType,
+        op: Option<ReduceOp>,
+        root: usize,
+    ) -> Result<()> {
         self.kernels(dt)?;
         self.ensure_path(group)?;
         let kernels = &self.kernels[&dt];
         if let Some(GroupPath::Ipc(path)) = self.groups.get_mut(&group.id()) {
-            if path.run(group, kernels, ptr, len, dt, None, root)? {
+            if path.run(group, kernels, ptr, len, dt, op, root)? {
                 return Ok(());
             }
         }
         let mut staging = self.staging(ptr, len, dt)?;
-        dispatch_staged!(dt, staging, |buf| staged::broadcast(group, buf, root))
+        match op {
+            Some(op) => dispatch_staged!(dt, staging, |buf| staged::all_reduce(group, buf, op)),
+            None => dispatch_staged!(dt, staging, |buf| staged::broadcast(group, buf, root)),
+        }
     }
 
     /// The host-staging view of `len` elements at `ptr`, its streams
     /// ordered after the caller's earlier work.
     fn staging(&mut self, ptr: CuDevicePtr, len: usize, dt: DataType) -> Result<Staging<'_>> {
-        let start = Event::new(&self.device)?;
-        start.record(&Stream::legacy(&self.device))?;
-        self.d2h.wait(start.raw)?;
-        self.h2d.wait(start.raw)?;
+        self.caller_done.record(&Stream::legacy(&self.device))?;
+        self.d2h.wait(self.caller_done.raw)?;
+        self.h2d.wait(self.caller_done.raw)?;
         Ok(Staging {
             ptr,
             len,
