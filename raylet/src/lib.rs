@@ -17,15 +17,19 @@
 #![warn(missing_docs, missing_debug_implementations)]
 
 mod actors;
+mod kv;
+mod launcher;
 mod node;
-mod placement;
 mod resources;
+mod scheduler;
 mod server;
-mod workers;
 
 pub use resources::{Allocation, NodeResources};
 
+use launcher::ProcessLauncher;
 use node::Node;
+use prism_object_store::Segment;
+use prism_protocol::ids::NodeId;
 use prism_protocol::resources::{Quantity, ResourceSet, CPU};
 use prism_protocol::Error;
 use std::path::{Path, PathBuf};
@@ -93,7 +97,16 @@ impl Raylet {
                 .map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
         }
         let socket = sockets.join("raylet.sock");
-        let node = Node::new(config, socket.clone())?;
+        let node_id = NodeId::new();
+        let segment =
+            Segment::create(&format!("prism-store-{node_id}"), config.object_store_bytes)?;
+        let launcher = Arc::new(ProcessLauncher {
+            node_id,
+            raylet_socket: socket.clone(),
+            session_dir: config.session_dir.clone(),
+            store_path: segment.path().to_path_buf(),
+        });
+        let node = Node::new(config, node_id, segment, launcher);
         let serving = node.clone();
         let server = prism_protocol::rpc::serve(&socket, move || server::handler(&serving))?;
         let reaping = Arc::downgrade(&node);

@@ -1,27 +1,57 @@
-//! The node's state and the lease scheduler.
+//! One node: the components the raylet is made of, and the glue that
+//! carries out what they decide.
 //!
-//! All scheduling state sits behind one lock (`Node::state`); every change
-//! that could let a waiting lease through ends with [`Node::schedule`]. The
-//! store has its own lock so object traffic never waits on scheduling.
+//! - the object store (`store`), with its own lock so object traffic never
+//!   waits on scheduling;
+//! - the control state (`state`): the [`Scheduler`], the actor table, and
+//!   what the node needs to start and reach each job's workers;
+//! - the key-value table (`kv`);
+//! - the [`Launcher`] that forks workers.
 //!
-//! A lease is granted when the shape fits in the free resources *and* an
-//! idle worker of the requesting job with the right GPU devices exists. If
-//! only the worker is missing, one is started (bounded per job); the
-//! request stays queued until it registers.
+//! Every change to the control state goes through [`Node::control`], which
+//! runs it under the lock, carries out the scheduler's decisions (answers,
+//! actor starts and deaths), and only after releasing the lock forks and
+//! kills processes.
 
-use crate::placement::PlacementGroup;
-use crate::resources::{Allocation, NodeResources};
+use crate::actors::{ActorTable, Answers};
+use crate::kv::KvTable;
+use crate::launcher::{Launcher, WorkerLaunch};
+use crate::scheduler::{Decision, Grantee, LeaseRequest, Limits, Scheduler};
 use crate::RayletConfig;
 use parking_lot::Mutex;
 use prism_object_store::{ObjectTable, Segment};
 use prism_protocol::error::Error;
-use prism_protocol::ids::{ActorId, JobId, LeaseId, NodeId, PlacementGroupId, WorkerId};
-use prism_protocol::messages::{ActorInfo, BundleRef, Registration, Response};
-use prism_protocol::resources::{ResourceSet, CPU};
+use prism_protocol::ids::{ActorId, JobId, NodeId, PlacementGroupId, WorkerId};
+use prism_protocol::messages::{ActorSpec, ActorState, Registration, Request, Response};
 use prism_protocol::rpc::Connection;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Answers one request, now or later.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    conn: Connection,
+    request: Option<u64>,
+}
+
+impl Reply {
+    pub(crate) fn new(conn: &Connection, request: Option<u64>) -> Self {
+        Reply {
+            conn: conn.clone(),
+            request,
+        }
+    }
+
+    pub(crate) fn send(self, response: Response) {
+        self.conn.respond(self.request, response);
+    }
+
+    fn send_result(self, answer: Result<Response, Error>) {
+        self.send(answer.unwrap_or_else(Response::Error));
+    }
+}
 
 /// A driver and the binary its workers run.
 #[derive(Debug)]
@@ -30,101 +60,31 @@ pub(crate) struct Job {
     pub(crate) cwd: PathBuf,
     pub(crate) driver: Connection,
     pub(crate) log_to_driver: bool,
-    /// Worker processes that failed to start (or exited before they
-    /// registered) since one last registered.
-    pub(crate) start_failures: u32,
 }
 
-/// What a worker is doing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WorkerUse {
-    Starting,
-    Idle,
-    Leased(LeaseId),
-    Actor(ActorId),
-}
-
+/// How the node reaches a worker it started.
 #[derive(Debug)]
-pub(crate) struct Worker {
-    pub(crate) job: JobId,
-    pub(crate) pid: u32,
-    pub(crate) gpu_ids: Vec<u32>,
-    pub(crate) conn: Option<Connection>,
-    pub(crate) address: Option<String>,
-    pub(crate) usage: WorkerUse,
-    pub(crate) label: Arc<Mutex<String>>,
-    /// Waiting in `get` for other tasks' results.
-    pub(crate) blocked: bool,
-    /// When it last became idle.
-    pub(crate) idle_since: std::time::Instant,
+struct WorkerLink {
+    /// Set when the worker registers.
+    conn: Option<Connection>,
+    /// Its output's prefix on the driver's terminal.
+    label: Arc<Mutex<String>>,
 }
 
-impl Worker {
-    pub(crate) fn set_idle(&mut self) {
-        self.usage = WorkerUse::Idle;
-        self.idle_since = std::time::Instant::now();
-    }
-}
-
-/// Who a lease is for.
+/// Everything behind the scheduling lock.
 #[derive(Debug)]
-pub(crate) enum LeaseFor {
-    /// A submitter waiting on request `request` of connection `conn`.
-    Client {
-        conn: Connection,
-        conn_id: u64,
-        request: Option<u64>,
-    },
-    /// An actor's lifetime.
-    Actor(ActorId),
+pub(crate) struct Control {
+    pub(crate) scheduler: Scheduler<Reply>,
+    actors: ActorTable<Reply>,
+    jobs: HashMap<JobId, Job>,
+    links: HashMap<WorkerId, WorkerLink>,
 }
 
-#[derive(Debug)]
-pub(crate) struct PendingLease {
-    pub(crate) shape: ResourceSet,
-    pub(crate) job: JobId,
-    pub(crate) lease_for: LeaseFor,
-    /// The placement-group bundle to draw from instead of the node.
-    pub(crate) bundle: Option<BundleRef>,
-}
-
-#[derive(Debug)]
-pub(crate) struct Lease {
-    pub(crate) worker: WorkerId,
-    pub(crate) allocation: Allocation,
-    /// The connection that holds it (None for actors).
-    pub(crate) holder: Option<u64>,
-    /// Its CPUs are lent back while its worker is blocked.
-    pub(crate) lent: Option<ResourceSet>,
-    /// The bundle (group, index) it was drawn from.
-    pub(crate) bundle: Option<(PlacementGroupId, usize)>,
-}
-
-#[derive(Debug)]
-pub(crate) struct ActorEntry {
-    pub(crate) info: ActorInfo,
-    pub(crate) name: Option<(String, String)>,
-    pub(crate) worker: Option<WorkerId>,
-    pub(crate) waiters: Vec<(Connection, Option<u64>)>,
-    /// The spec, until handed to the actor's worker.
-    pub(crate) spec: Option<prism_protocol::messages::ActorSpec>,
-}
-
-#[derive(Debug)]
-pub(crate) struct State {
-    pub(crate) resources: NodeResources,
-    pub(crate) jobs: HashMap<JobId, Job>,
-    pub(crate) workers: HashMap<WorkerId, Worker>,
-    pub(crate) pending: VecDeque<PendingLease>,
-    pub(crate) leases: HashMap<LeaseId, Lease>,
-    pub(crate) actors: HashMap<ActorId, ActorEntry>,
-    pub(crate) named_actors: HashMap<(String, String), ActorId>,
-    pub(crate) placement_groups: HashMap<PlacementGroupId, PlacementGroup>,
-    /// Groups removed and forgotten, still answered as `Removed`.
-    pub(crate) removed_groups: crate::placement::RemovedGroups,
-    /// Groups waiting for resources, in arrival order.
-    pub(crate) pending_groups: VecDeque<PlacementGroupId>,
-    pub(crate) shutting_down: bool,
+/// Process work decided under the lock, done after it is released.
+#[derive(Debug, Default)]
+struct AfterLock {
+    launches: Vec<WorkerLaunch>,
+    kills: Vec<u32>,
 }
 
 /// One node: its store, its scheduler, its workers and (on the head) the
@@ -133,42 +93,42 @@ pub(crate) struct State {
 pub(crate) struct Node {
     pub(crate) node_id: NodeId,
     pub(crate) config: RayletConfig,
-    pub(crate) socket: PathBuf,
     pub(crate) segment: Segment,
     pub(crate) store: Mutex<ObjectTable>,
-    pub(crate) state: Mutex<State>,
-    /// The control store's key-value table.
-    pub(crate) kv: Mutex<HashMap<String, bytes::Bytes>>,
+    pub(crate) kv: Mutex<KvTable>,
+    state: Mutex<Control>,
+    launcher: Arc<dyn Launcher>,
 }
 
 impl Node {
-    pub(crate) fn new(config: RayletConfig, socket: PathBuf) -> Result<Arc<Node>, Error> {
-        let node_id = NodeId::new();
-        let segment =
-            Segment::create(&format!("prism-store-{node_id}"), config.object_store_bytes)?;
-        Ok(Arc::new(Node {
+    pub(crate) fn new(
+        config: RayletConfig,
+        node_id: NodeId,
+        segment: Segment,
+        launcher: Arc<dyn Launcher>,
+    ) -> Arc<Node> {
+        let limits = Limits {
+            prestart_workers: config.prestart_workers,
+            max_workers_per_job: config.max_workers_per_job,
+            worker_start_attempts: config.worker_start_attempts,
+            idle_worker_timeout: config.idle_worker_timeout,
+            removed_placement_groups_kept: config.removed_placement_groups_kept,
+            logs_dir: config.session_dir.join("logs"),
+        };
+        Arc::new(Node {
             node_id,
             store: Mutex::new(ObjectTable::new(config.object_store_bytes)),
-            state: Mutex::new(State {
-                resources: NodeResources::new(config.resources.clone()),
+            kv: Mutex::new(KvTable::default()),
+            state: Mutex::new(Control {
+                scheduler: Scheduler::new(config.resources.clone(), limits),
+                actors: ActorTable::default(),
                 jobs: HashMap::new(),
-                workers: HashMap::new(),
-                pending: VecDeque::new(),
-                leases: HashMap::new(),
-                actors: HashMap::new(),
-                named_actors: HashMap::new(),
-                placement_groups: HashMap::new(),
-                removed_groups: crate::placement::RemovedGroups::new(
-                    config.removed_placement_groups_kept,
-                ),
-                pending_groups: VecDeque::new(),
-                shutting_down: false,
+                links: HashMap::new(),
             }),
-            kv: Mutex::new(HashMap::new()),
             segment,
-            socket,
+            launcher,
             config,
-        }))
+        })
     }
 
     pub(crate) fn registration(&self, job_id: JobId) -> Registration {
@@ -181,227 +141,302 @@ impl Node {
         }
     }
 
-    /// Queues a lease request, failing at once if no node could ever fit it.
-    pub(crate) fn request_lease(self: &Arc<Self>, pending: PendingLease) -> Result<(), Error> {
-        let mut state = self.state.lock();
-        state.check_lease_feasible(&pending.shape, pending.bundle)?;
-        state.pending.push_back(pending);
-        self.schedule(&mut state);
+    /// Runs `change` on the control state, carries out what the scheduler
+    /// decided, then forks (on blocking threads) and kills outside the
+    /// lock.
+    pub(crate) fn control<T>(self: &Arc<Self>, change: impl FnOnce(&mut Control) -> T) -> T {
+        let (out, after) = self.control_locked(change);
+        for launch in after.launches {
+            let node = self.clone();
+            tokio::task::spawn_blocking(move || node.launch(launch));
+        }
+        self.kill(after.kills);
+        out
+    }
+
+    fn control_locked<T>(
+        self: &Arc<Self>,
+        change: impl FnOnce(&mut Control) -> T,
+    ) -> (T, AfterLock) {
+        let mut control = self.state.lock();
+        let out = change(&mut control);
+        let mut after = AfterLock::default();
+        // Carrying out a decision may make more (an actor start fails at
+        // once), so drain until none are left.
+        loop {
+            let decisions = control.scheduler.drain();
+            if decisions.is_empty() {
+                break;
+            }
+            for decision in decisions {
+                self.carry_out(&mut control, decision, &mut after);
+            }
+        }
+        (out, after)
+    }
+
+    fn kill(&self, pids: Vec<u32>) {
+        for pid in pids {
+            self.launcher.kill(pid);
+        }
+    }
+
+    fn carry_out(
+        self: &Arc<Self>,
+        c: &mut Control,
+        decision: Decision<Reply>,
+        after: &mut AfterLock,
+    ) {
+        match decision {
+            Decision::Granted {
+                grantee: Grantee::Client { reply, .. },
+                lease,
+                worker,
+                address,
+                pid,
+            } => reply.send(Response::Lease {
+                lease_id: lease,
+                worker_id: worker,
+                address,
+                pid,
+            }),
+            Decision::Granted {
+                grantee: Grantee::Actor(actor),
+                worker,
+                ..
+            } => self.start_actor_on(c, actor, worker),
+            Decision::Refused {
+                grantee: Grantee::Client { reply, .. },
+                error,
+            } => reply.send(Response::Error(error)),
+            Decision::Refused {
+                grantee: Grantee::Actor(actor),
+                error,
+            } => answer_actor_waiters(c.actors.died(actor, error.to_string())),
+            Decision::ActorLost { actor, reason } => {
+                answer_actor_waiters(c.actors.died(actor, reason))
+            }
+            Decision::StartWorker {
+                worker,
+                job,
+                gpu_ids,
+            } => {
+                let Some(job_info) = c.jobs.get(&job) else {
+                    return;
+                };
+                let label = Arc::new(Mutex::new("starting".to_string()));
+                after.launches.push(WorkerLaunch {
+                    worker,
+                    job,
+                    executable: job_info.executable.clone(),
+                    cwd: job_info.cwd.clone(),
+                    gpu_ids,
+                    driver: job_info.log_to_driver.then(|| job_info.driver.clone()),
+                    label: label.clone(),
+                });
+                c.links.insert(worker, WorkerLink { conn: None, label });
+            }
+            Decision::StopWorker { pid } => after.kills.push(pid),
+            Decision::GroupAnswer { reply, answer } => {
+                reply.send_result(answer.map(Response::PlacementGroup))
+            }
+        }
+    }
+
+    /// Forks a worker the scheduler asked for, without the lock.
+    fn launch(self: Arc<Self>, launch: WorkerLaunch) {
+        let worker = launch.worker;
+        let node = self.clone();
+        let on_exit = Box::new(move |reason: String| node.worker_exited(worker, reason));
+        match self.launcher.launch(launch, on_exit) {
+            Ok(pid) => {
+                let wanted = self.control(|c| c.scheduler.set_pid(worker, pid));
+                if !wanted {
+                    self.launcher.kill(pid);
+                }
+            }
+            Err(reason) => self.worker_exited(worker, reason),
+        }
+    }
+
+    fn worker_exited(self: &Arc<Self>, worker: WorkerId, reason: String) {
+        tracing::debug!(%worker, %reason, "worker exited");
+        self.control(|c| {
+            c.links.remove(&worker);
+            c.scheduler.worker_exited(worker, reason);
+        });
+    }
+
+    /// Records a driver and prestarts its workers. They are forked here,
+    /// before the driver hears it is registered (so they boot while it
+    /// starts), but without the lock.
+    pub(crate) fn register_job(self: &Arc<Self>, job_id: JobId, job: Job) {
+        let executable = job.executable.display().to_string();
+        let ((), after) = self.control_locked(|c| {
+            c.jobs.insert(job_id, job);
+            c.scheduler.add_job(job_id, executable);
+        });
+        for launch in after.launches {
+            self.clone().launch(launch);
+        }
+        self.kill(after.kills);
+    }
+
+    /// A driver left: its workers, actors and placement groups end with it.
+    pub(crate) fn end_job(self: &Arc<Self>, job_id: JobId) {
+        self.control(|c| {
+            c.jobs.remove(&job_id);
+            c.scheduler.end_job(job_id);
+        });
+        tracing::info!(job = %job_id, "job ended; its workers were stopped");
+    }
+
+    /// A started worker connected back.
+    pub(crate) fn register_worker(
+        self: &Arc<Self>,
+        worker: WorkerId,
+        address: String,
+        pid: u32,
+        conn: &Connection,
+    ) -> Result<JobId, Error> {
+        self.control(|c| {
+            let job = c.scheduler.register_worker(worker, address, pid)?;
+            if let Some(link) = c.links.get_mut(&worker) {
+                link.conn = Some(conn.clone());
+            }
+            Ok(job)
+        })
+    }
+
+    /// Stops workers beyond the prestarted pool that have been idle for
+    /// `idle_worker_timeout` (a burst of tasks can grow the pool).
+    pub(crate) fn reap_idle_workers(&self) {
+        let victims = self
+            .state
+            .lock()
+            .scheduler
+            .idle_workers_to_stop(Instant::now());
+        for pid in victims {
+            tracing::debug!(pid, "stopping an idle worker beyond the pool size");
+            self.launcher.kill(pid);
+        }
+    }
+
+    /// Stops every worker process (shutdown) and reaps them.
+    pub(crate) fn kill_all_workers(&self) {
+        let pids = self.state.lock().scheduler.stop();
+        self.launcher.kill_and_reap(pids);
+    }
+
+    /// Accepts an actor: checks it could ever be placed and takes its name,
+    /// then queues the lease for its lifetime.
+    pub(crate) fn create_actor(self: &Arc<Self>, job: JobId, spec: ActorSpec) -> Result<(), Error> {
+        self.control(|c| {
+            let (shape, bundle) = (spec.options.resources.clone(), spec.options.placement);
+            c.scheduler.check_feasible(&shape, bundle)?;
+            let actor = spec.actor_id;
+            c.actors.add(spec)?;
+            c.scheduler.request_lease(LeaseRequest {
+                shape,
+                job,
+                bundle,
+                grantee: Grantee::Actor(actor),
+            });
+            Ok(())
+        })
+    }
+
+    /// A worker was leased for an actor: tell it to run the constructor.
+    fn start_actor_on(self: &Arc<Self>, c: &mut Control, actor: ActorId, worker_id: WorkerId) {
+        let Some(spec) = c.actors.assign(actor, worker_id) else {
+            return;
+        };
+        let (Some(worker), Some(link)) = (c.scheduler.worker(worker_id), c.links.get(&worker_id))
+        else {
+            return;
+        };
+        // The class's own name, without its module path, as Ray prints it.
+        let class = spec.class.rsplit("::").next().unwrap_or(&spec.class);
+        *link.label.lock() = format!("{class} pid={}", worker.pid);
+        let (Some(conn), Some(address)) = (link.conn.clone(), worker.address.clone()) else {
+            return;
+        };
+        let pid = worker.pid;
+        let node = self.clone();
+        tokio::spawn(async move {
+            let outcome = conn.call(Request::BecomeActor(spec)).await;
+            let state = match outcome {
+                Ok(_) => ActorState::Alive {
+                    address,
+                    worker: worker_id,
+                    pid,
+                },
+                Err(e) => ActorState::Dead(e),
+            };
+            let answers = node.state.lock().actors.started(actor, state);
+            answer_actor_waiters(answers);
+        });
+    }
+
+    /// Answers with an actor's state now, or once it leaves `Pending`.
+    pub(crate) fn get_actor(&self, actor: ActorId, wait: bool, reply: Reply) {
+        let now = self.state.lock().actors.watch(actor, wait, reply);
+        if let Some((reply, answer)) = now {
+            reply.send_result(answer.map(Response::Actor));
+        }
+    }
+
+    pub(crate) fn get_named_actor(
+        &self,
+        name: &str,
+        namespace: &str,
+    ) -> Result<prism_protocol::messages::ActorInfo, Error> {
+        self.state.lock().actors.named(name, namespace)
+    }
+
+    /// Kills an actor: it is marked dead at once and its worker is stopped
+    /// (or its queued lease dropped).
+    pub(crate) fn kill_actor(self: &Arc<Self>, actor: ActorId) -> Result<(), Error> {
+        let pid = self.control(|c| {
+            let worker = c.actors.worker_of(actor)?;
+            answer_actor_waiters(c.actors.died(actor, "killed by prism::kill".into()));
+            match worker {
+                None => {
+                    c.scheduler.cancel_actor(actor);
+                    Ok(None)
+                }
+                Some(w) => Ok(c.scheduler.worker(w).map(|w| w.pid)),
+            }
+        })?;
+        self.kill(pid.into_iter().collect());
         Ok(())
     }
 
-    /// Grants every queued lease that can run now, in arrival order, and
-    /// starts workers where only a worker is missing.
-    pub(crate) fn schedule(self: &Arc<Self>, state: &mut State) {
-        if state.shutting_down {
-            return;
-        }
-        tracing::trace!(pending = state.pending.len(), available = %state.resources.available(), "schedule");
-        self.schedule_groups(state);
-        let mut still_pending = VecDeque::new();
-        // Workers being started, per (job, devices), not yet promised to a request.
-        let mut spare_starting: HashMap<(JobId, Vec<u32>), usize> = HashMap::new();
-        for w in state.workers.values() {
-            if w.usage == WorkerUse::Starting {
-                *spare_starting
-                    .entry((w.job, w.gpu_ids.clone()))
-                    .or_default() += 1;
-            }
-        }
-        while let Some(pending) = state.pending.pop_front() {
-            if !state.jobs.contains_key(&pending.job) {
-                continue; // its driver is gone
-            }
-            let (allocation, bundle) = match state.allocate(&pending.shape, pending.bundle) {
-                Ok(Some(taken)) => taken,
-                Ok(None) => {
-                    still_pending.push_back(pending);
-                    continue;
-                }
-                Err(e) => {
-                    self.refuse(state, pending, e);
-                    continue;
-                }
-            };
-            let gpu_ids = allocation.gpu_ids();
-            let idle = state
-                .workers
-                .iter()
-                .find(|(_, w)| {
-                    w.usage == WorkerUse::Idle && w.job == pending.job && w.gpu_ids == gpu_ids
-                })
-                .map(|(id, _)| *id);
-            match idle {
-                Some(worker_id) => self.grant(state, pending, worker_id, allocation, bundle),
-                None => {
-                    state.release_to(bundle, &allocation);
-                    let key = (pending.job, gpu_ids.clone());
-                    let spare = spare_starting.entry(key).or_default();
-                    if *spare > 0 {
-                        *spare -= 1;
-                    } else if self.task_workers_of(state, pending.job)
-                        < self.config.max_workers_per_job
-                        || matches!(pending.lease_for, LeaseFor::Actor(_))
-                    {
-                        self.start_worker(state, pending.job, gpu_ids);
-                    }
-                    still_pending.push_back(pending);
-                }
-            }
-        }
-        state.pending = still_pending;
-    }
-
-    fn task_workers_of(&self, state: &State, job: JobId) -> usize {
-        state
-            .workers
-            .values()
-            .filter(|w| w.job == job && !w.blocked && !matches!(w.usage, WorkerUse::Actor(_)))
-            .count()
-    }
-
-    fn grant(
+    /// Answers with a group's state: now, or once it is not pending, or
+    /// when `wait_ms` runs out (still pending), whichever comes first.
+    pub(crate) fn get_placement_group(
         self: &Arc<Self>,
-        state: &mut State,
-        pending: PendingLease,
-        worker_id: WorkerId,
-        allocation: Allocation,
-        bundle: Option<(PlacementGroupId, usize)>,
+        id: PlacementGroupId,
+        wait_ms: Option<u64>,
+        reply: Reply,
     ) {
-        let lease_id = LeaseId::new();
-        let Some(worker) = state.workers.get_mut(&worker_id) else {
-            state.release_to(bundle, &allocation);
+        let token = self.control(|c| c.scheduler.watch_group(id, wait_ms.is_some(), reply));
+        let (Some(token), Some(ms)) = (token, wait_ms) else {
             return;
         };
-        match pending.lease_for {
-            LeaseFor::Client {
-                conn,
-                conn_id,
-                request,
-            } => {
-                worker.usage = WorkerUse::Leased(lease_id);
-                let response = Response::Lease {
-                    lease_id,
-                    worker_id,
-                    address: worker.address.clone().unwrap_or_default(),
-                    pid: worker.pid,
-                };
-                state.leases.insert(
-                    lease_id,
-                    Lease {
-                        worker: worker_id,
-                        allocation,
-                        holder: Some(conn_id),
-                        lent: None,
-                        bundle,
-                    },
-                );
-                conn.respond(request, response);
-            }
-            LeaseFor::Actor(actor_id) => {
-                worker.usage = WorkerUse::Actor(actor_id);
-                state.leases.insert(
-                    lease_id,
-                    Lease {
-                        worker: worker_id,
-                        allocation,
-                        holder: None,
-                        lent: None,
-                        bundle,
-                    },
-                );
-                self.start_actor_on(state, actor_id, worker_id);
-            }
+        if ms == u64::MAX {
+            return;
         }
-    }
-
-    /// A leased worker comes back to the pool.
-    pub(crate) fn return_lease(self: &Arc<Self>, lease_id: LeaseId) {
-        let mut state = self.state.lock();
-        if let Some(lease) = state.leases.remove(&lease_id) {
-            release_lease(&mut state, &lease);
-            if let Some(w) = state.workers.get_mut(&lease.worker) {
-                if w.usage == WorkerUse::Leased(lease_id) {
-                    w.set_idle();
-                }
-            }
-            self.schedule(&mut state);
-        }
-    }
-
-    /// A client connection closed: its leases and queued requests go.
-    pub(crate) fn client_gone(self: &Arc<Self>, conn_id: u64) {
-        let mut state = self.state.lock();
-        let held: Vec<LeaseId> = state
-            .leases
-            .iter()
-            .filter(|(_, l)| l.holder == Some(conn_id))
-            .map(|(id, _)| *id)
-            .collect();
-        for lease_id in held {
-            if let Some(lease) = state.leases.remove(&lease_id) {
-                release_lease(&mut state, &lease);
-                if let Some(w) = state.workers.get_mut(&lease.worker) {
-                    w.set_idle();
-                }
-            }
-        }
-        state.pending.retain(|p| match &p.lease_for {
-            LeaseFor::Client { conn_id: c, .. } => *c != conn_id,
-            LeaseFor::Actor(_) => true,
+        let node = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            node.control(|c| c.scheduler.group_deadline(id, token));
         });
-        self.schedule(&mut state);
     }
 }
 
-impl Node {
-    /// A leased worker started or stopped waiting for objects: its CPUs are
-    /// lent to other tasks meanwhile, so nested `get`s cannot deadlock a
-    /// full node.
-    pub(crate) fn set_blocked(self: &Arc<Self>, worker_id: WorkerId, blocked: bool) {
-        let mut state = self.state.lock();
-        let State {
-            workers,
-            leases,
-            resources,
-            ..
-        } = &mut *state;
-        let Some(worker) = workers.get_mut(&worker_id) else {
-            return;
-        };
-        tracing::debug!(worker = %worker_id, blocked, usage = ?worker.usage, "worker blocked state");
-        worker.blocked = blocked;
-        let WorkerUse::Leased(lease_id) = worker.usage else {
-            return;
-        };
-        let Some(lease) = leases.get_mut(&lease_id) else {
-            return;
-        };
-        // A blocked worker's CPUs go to the node even when its lease came
-        // from a bundle: the tasks it waits for are not in its group.
-        match (blocked, lease.lent.take()) {
-            (true, None) => {
-                let mut cpu = ResourceSet::new();
-                cpu.set(CPU, lease.allocation.shape.get(CPU));
-                resources.lend(&cpu);
-                lease.lent = Some(cpu);
-            }
-            (false, Some(cpu)) => resources.take_back(&cpu),
-            (_, still) => lease.lent = still,
-        }
-        self.schedule(&mut state);
-    }
-}
-
-/// Returns a lease's resources, taking back first what its worker lent.
-pub(crate) fn release_lease(state: &mut State, lease: &Lease) {
-    // Lent CPUs went to the node (the tasks a blocked worker waits for are
-    // not in its group), so they come back from the node.
-    if let Some(cpu) = &lease.lent {
-        state.resources.take_back(cpu);
-    }
-    state.release_to(lease.bundle, &lease.allocation);
-    if let Some((group, _)) = lease.bundle {
-        state.forget_if_done(group);
+fn answer_actor_waiters(answers: Answers<Reply>) {
+    for (reply, info) in answers {
+        reply.send(Response::Actor(info));
     }
 }

@@ -1,0 +1,663 @@
+//! The lease scheduler, as plain logic.
+//!
+//! It knows the node's resources, its jobs, its workers and what each is
+//! doing, the queue of lease requests, the leases granted and the
+//! placement groups. It does no I/O: no sockets, no processes, no clock
+//! but the one passed in. Every call records what must happen as a
+//! [`Decision`] (answer a waiting client, start a worker, stop one, an actor
+//! lost its worker), and the caller drains them with [`Scheduler::drain`]
+//! and carries them out once its lock is released where that matters
+//! (forking, killing). The caller chooses what a waiting client is: `R`,
+//! the handle that answers it (a connection and request id in the raylet, a
+//! plain number in the tests).
+//!
+//! A lease is granted when the shape fits in the free resources (of the
+//! node, or of the placement-group bundle it names) *and* an idle worker of
+//! the requesting job with the right GPU devices exists. If only the worker
+//! is missing, one is started (at most `max_workers_per_job` task workers
+//! per job); the request stays queued until it registers. Requests are
+//! served in arrival order, and one that cannot run now does not hold back
+//! those behind it.
+
+mod groups;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use groups::RemovedGroups;
+
+use crate::resources::{Allocation, NodeResources};
+use groups::PlacementGroup;
+use prism_protocol::error::Error;
+use prism_protocol::ids::{ActorId, JobId, LeaseId, PlacementGroupId, WorkerId};
+use prism_protocol::messages::{BundleRef, PlacementGroupInfo};
+use prism_protocol::resources::{ResourceSet, CPU};
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// The limits the scheduler works within (from [`crate::RayletConfig`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Limits {
+    /// Workers started for each job as soon as it registers, and kept.
+    pub(crate) prestart_workers: usize,
+    /// The most task workers one job may have at once (actors not counted).
+    pub(crate) max_workers_per_job: usize,
+    /// Failed worker starts in a row before a job's requests fail.
+    pub(crate) worker_start_attempts: u32,
+    /// Idle workers beyond the prestarted pool stop after this long.
+    pub(crate) idle_worker_timeout: Duration,
+    /// Removed placement groups kept readable as `Removed`.
+    pub(crate) removed_placement_groups_kept: usize,
+    /// Where worker logs go (named in start-failure errors).
+    pub(crate) logs_dir: PathBuf,
+}
+
+/// What a worker is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WorkerUse {
+    Starting,
+    Idle,
+    Leased(LeaseId),
+    Actor(ActorId),
+}
+
+/// A worker process as the scheduler sees it.
+#[derive(Debug)]
+pub(crate) struct Worker {
+    pub(crate) job: JobId,
+    /// Zero until forked (or until it registers, whichever is first).
+    pub(crate) pid: u32,
+    pub(crate) gpu_ids: Vec<u32>,
+    pub(crate) address: Option<String>,
+    pub(crate) usage: WorkerUse,
+    /// Waiting in `get` for other tasks' results.
+    pub(crate) blocked: bool,
+    /// When it last became idle.
+    pub(crate) idle_since: Instant,
+}
+
+impl Worker {
+    fn set_idle(&mut self) {
+        self.usage = WorkerUse::Idle;
+        self.idle_since = Instant::now();
+    }
+}
+
+/// Who a lease is for.
+#[derive(Debug)]
+pub(crate) enum Grantee<R> {
+    /// A client waiting for an answer through `reply`; `holder` names its
+    /// connection, so its leases go when it does.
+    Client { holder: u64, reply: R },
+    /// An actor's lifetime.
+    Actor(ActorId),
+}
+
+/// A queued lease request.
+#[derive(Debug)]
+pub(crate) struct LeaseRequest<R> {
+    pub(crate) shape: ResourceSet,
+    pub(crate) job: JobId,
+    /// The placement-group bundle to draw from instead of the node.
+    pub(crate) bundle: Option<BundleRef>,
+    pub(crate) grantee: Grantee<R>,
+}
+
+#[derive(Debug)]
+struct Lease {
+    worker: WorkerId,
+    allocation: Allocation,
+    /// The connection that holds it (None for actors).
+    holder: Option<u64>,
+    /// Its CPUs, lent back to the node while its worker is blocked.
+    lent: Option<ResourceSet>,
+    /// The bundle (group, index) it was drawn from.
+    bundle: Option<(PlacementGroupId, usize)>,
+}
+
+#[derive(Debug)]
+struct JobRecord {
+    executable: String,
+    /// Worker processes that failed to start (or exited before they
+    /// registered) since one last registered.
+    start_failures: u32,
+}
+
+/// What the scheduler decided; the caller carries it out.
+#[derive(Debug)]
+pub(crate) enum Decision<R> {
+    /// A lease was granted on `worker` (at `address`, process `pid`).
+    Granted {
+        grantee: Grantee<R>,
+        lease: LeaseId,
+        worker: WorkerId,
+        address: String,
+        pid: u32,
+    },
+    /// A request can never be granted.
+    Refused { grantee: Grantee<R>, error: Error },
+    /// Start a worker process; it is already recorded as starting.
+    StartWorker {
+        worker: WorkerId,
+        job: JobId,
+        gpu_ids: Vec<u32>,
+    },
+    /// Kill a worker process.
+    StopWorker { pid: u32 },
+    /// An actor's worker is gone (or will be): the actor is dead.
+    ActorLost { actor: ActorId, reason: String },
+    /// Answer a caller asking about a placement group.
+    GroupAnswer {
+        reply: R,
+        answer: Result<PlacementGroupInfo, Error>,
+    },
+}
+
+/// The node's scheduling state; see the module docs.
+#[derive(Debug)]
+pub(crate) struct Scheduler<R> {
+    limits: Limits,
+    resources: NodeResources,
+    jobs: HashMap<JobId, JobRecord>,
+    workers: HashMap<WorkerId, Worker>,
+    pending: VecDeque<LeaseRequest<R>>,
+    leases: HashMap<LeaseId, Lease>,
+    groups: HashMap<PlacementGroupId, PlacementGroup<R>>,
+    /// Groups removed and forgotten, still answered as `Removed`.
+    removed_groups: RemovedGroups,
+    /// Groups waiting for resources, in arrival order.
+    pending_groups: VecDeque<PlacementGroupId>,
+    next_token: u64,
+    stopping: bool,
+    out: Vec<Decision<R>>,
+}
+
+impl<R> Scheduler<R> {
+    /// A node with `total` resources and no jobs.
+    pub(crate) fn new(total: ResourceSet, limits: Limits) -> Self {
+        Scheduler {
+            removed_groups: RemovedGroups::new(limits.removed_placement_groups_kept),
+            limits,
+            resources: NodeResources::new(total),
+            jobs: HashMap::new(),
+            workers: HashMap::new(),
+            pending: VecDeque::new(),
+            leases: HashMap::new(),
+            groups: HashMap::new(),
+            pending_groups: VecDeque::new(),
+            next_token: 0,
+            stopping: false,
+            out: Vec::new(),
+        }
+    }
+
+    /// Takes the decisions made since the last call, in order.
+    pub(crate) fn drain(&mut self) -> Vec<Decision<R>> {
+        std::mem::take(&mut self.out)
+    }
+
+    /// The node's totals and what is free now.
+    pub(crate) fn resources(&self) -> &NodeResources {
+        &self.resources
+    }
+
+    /// A worker's record.
+    pub(crate) fn worker(&self, id: WorkerId) -> Option<&Worker> {
+        self.workers.get(&id)
+    }
+
+    /// Records a job and starts its prestarted workers.
+    pub(crate) fn add_job(&mut self, job: JobId, executable: String) {
+        self.jobs.insert(
+            job,
+            JobRecord {
+                executable,
+                start_failures: 0,
+            },
+        );
+        for _ in 0..self.limits.prestart_workers {
+            self.start_worker(job, Vec::new());
+        }
+    }
+
+    /// A job's driver left: forgets it and its placement groups, and stops
+    /// its workers.
+    pub(crate) fn end_job(&mut self, job: JobId) {
+        self.jobs.remove(&job);
+        let groups: Vec<PlacementGroupId> = self
+            .groups
+            .iter()
+            .filter(|(_, g)| g.job == job)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in groups {
+            self.remove_group(id);
+        }
+        let pids: Vec<u32> = self
+            .workers
+            .values()
+            .filter(|w| w.job == job)
+            .map(|w| w.pid)
+            .collect();
+        for pid in pids {
+            self.out.push(Decision::StopWorker { pid });
+        }
+    }
+
+    /// The node is stopping: nothing more is scheduled or restarted, and
+    /// every worker's pid is returned (zero for those not forked yet).
+    pub(crate) fn stop(&mut self) -> Vec<u32> {
+        self.stopping = true;
+        self.workers.values().map(|w| w.pid).collect()
+    }
+
+    /// Rejects a lease that could never be granted, naming why.
+    pub(crate) fn check_feasible(
+        &self,
+        shape: &ResourceSet,
+        bundle: Option<BundleRef>,
+    ) -> Result<(), Error> {
+        self.resources.check_feasible(shape)?;
+        match bundle {
+            Some(bundle) => groups::check_bundle_fits(&self.groups, bundle, shape),
+            None => Ok(()),
+        }
+    }
+
+    /// Queues a lease request; one that could never be granted is refused
+    /// at once (a [`Decision::Refused`]).
+    pub(crate) fn request_lease(&mut self, request: LeaseRequest<R>) {
+        if let Err(error) = self.check_feasible(&request.shape, request.bundle) {
+            self.out.push(Decision::Refused {
+                grantee: request.grantee,
+                error,
+            });
+            return;
+        }
+        self.pending.push_back(request);
+        self.schedule();
+    }
+
+    /// Drops an actor's queued request (it was killed before it got a
+    /// worker).
+    pub(crate) fn cancel_actor(&mut self, actor: ActorId) {
+        self.pending
+            .retain(|p| !matches!(p.grantee, Grantee::Actor(a) if a == actor));
+    }
+
+    /// Grants every queued lease that can run now, in arrival order, and
+    /// starts workers where only a worker is missing.
+    fn schedule(&mut self) {
+        if self.stopping {
+            return;
+        }
+        self.schedule_groups();
+        let mut still_pending = VecDeque::new();
+        // Workers being started, per (job, devices), not yet promised to a
+        // request.
+        let mut spare_starting: HashMap<(JobId, Vec<u32>), usize> = HashMap::new();
+        for w in self.workers.values() {
+            if w.usage == WorkerUse::Starting {
+                *spare_starting
+                    .entry((w.job, w.gpu_ids.clone()))
+                    .or_default() += 1;
+            }
+        }
+        while let Some(request) = self.pending.pop_front() {
+            if !self.jobs.contains_key(&request.job) {
+                continue; // its driver is gone
+            }
+            let (allocation, bundle) = match self.allocate(&request.shape, request.bundle) {
+                Ok(Some(taken)) => taken,
+                Ok(None) => {
+                    still_pending.push_back(request);
+                    continue;
+                }
+                Err(error) => {
+                    self.out.push(Decision::Refused {
+                        grantee: request.grantee,
+                        error,
+                    });
+                    continue;
+                }
+            };
+            let gpu_ids = allocation.gpu_ids();
+            let idle = self
+                .workers
+                .iter()
+                .find(|(_, w)| {
+                    w.usage == WorkerUse::Idle && w.job == request.job && w.gpu_ids == gpu_ids
+                })
+                .map(|(id, _)| *id);
+            match idle {
+                Some(worker) => self.grant(request, worker, allocation, bundle),
+                None => {
+                    self.release_to(bundle, &allocation);
+                    let spare = spare_starting
+                        .entry((request.job, gpu_ids.clone()))
+                        .or_default();
+                    if *spare > 0 {
+                        *spare -= 1;
+                    } else if self.task_workers_of(request.job) < self.limits.max_workers_per_job
+                        || matches!(request.grantee, Grantee::Actor(_))
+                    {
+                        self.start_worker(request.job, gpu_ids);
+                    }
+                    still_pending.push_back(request);
+                }
+            }
+        }
+        self.pending = still_pending;
+    }
+
+    fn task_workers_of(&self, job: JobId) -> usize {
+        self.workers
+            .values()
+            .filter(|w| w.job == job && !w.blocked && !matches!(w.usage, WorkerUse::Actor(_)))
+            .count()
+    }
+
+    fn start_worker(&mut self, job: JobId, gpu_ids: Vec<u32>) {
+        if !self.jobs.contains_key(&job) {
+            return;
+        }
+        let worker = WorkerId::new();
+        self.workers.insert(
+            worker,
+            Worker {
+                job,
+                pid: 0,
+                gpu_ids: gpu_ids.clone(),
+                address: None,
+                usage: WorkerUse::Starting,
+                blocked: false,
+                idle_since: Instant::now(),
+            },
+        );
+        self.out.push(Decision::StartWorker {
+            worker,
+            job,
+            gpu_ids,
+        });
+    }
+
+    fn grant(
+        &mut self,
+        request: LeaseRequest<R>,
+        worker_id: WorkerId,
+        allocation: Allocation,
+        bundle: Option<(PlacementGroupId, usize)>,
+    ) {
+        let lease = LeaseId::new();
+        let Some(worker) = self.workers.get_mut(&worker_id) else {
+            self.release_to(bundle, &allocation);
+            return;
+        };
+        let holder = match &request.grantee {
+            Grantee::Client { holder, .. } => {
+                worker.usage = WorkerUse::Leased(lease);
+                Some(*holder)
+            }
+            Grantee::Actor(actor) => {
+                worker.usage = WorkerUse::Actor(*actor);
+                None
+            }
+        };
+        let (address, pid) = (worker.address.clone().unwrap_or_default(), worker.pid);
+        self.leases.insert(
+            lease,
+            Lease {
+                worker: worker_id,
+                allocation,
+                holder,
+                lent: None,
+                bundle,
+            },
+        );
+        self.out.push(Decision::Granted {
+            grantee: request.grantee,
+            lease,
+            worker: worker_id,
+            address,
+            pid,
+        });
+    }
+
+    /// A leased worker comes back to the pool.
+    pub(crate) fn return_lease(&mut self, lease_id: LeaseId) {
+        let Some(lease) = self.leases.remove(&lease_id) else {
+            return;
+        };
+        self.release_lease(&lease);
+        if let Some(w) = self.workers.get_mut(&lease.worker) {
+            if w.usage == WorkerUse::Leased(lease_id) {
+                w.set_idle();
+            }
+        }
+        self.schedule();
+    }
+
+    /// A client connection closed: its leases and queued requests go.
+    pub(crate) fn client_gone(&mut self, holder: u64) {
+        let held: Vec<LeaseId> = self
+            .leases
+            .iter()
+            .filter(|(_, l)| l.holder == Some(holder))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in held {
+            if let Some(lease) = self.leases.remove(&id) {
+                self.release_lease(&lease);
+                if let Some(w) = self.workers.get_mut(&lease.worker) {
+                    w.set_idle();
+                }
+            }
+        }
+        self.pending.retain(|p| match &p.grantee {
+            Grantee::Client { holder: h, .. } => *h != holder,
+            Grantee::Actor(_) => true,
+        });
+        self.schedule();
+    }
+
+    /// A leased worker started or stopped waiting for objects: its CPUs are
+    /// lent to other tasks meanwhile, so nested `get`s cannot deadlock a
+    /// full node.
+    pub(crate) fn set_blocked(&mut self, worker_id: WorkerId, blocked: bool) {
+        let Some(worker) = self.workers.get_mut(&worker_id) else {
+            return;
+        };
+        worker.blocked = blocked;
+        let WorkerUse::Leased(lease_id) = worker.usage else {
+            return;
+        };
+        let Some(lease) = self.leases.get_mut(&lease_id) else {
+            return;
+        };
+        // A blocked worker's CPUs go to the node even when its lease came
+        // from a bundle: the tasks it waits for are not in its group.
+        match (blocked, lease.lent.take()) {
+            (true, None) => {
+                let mut cpu = ResourceSet::new();
+                cpu.set(CPU, lease.allocation.shape.get(CPU));
+                self.resources.lend(&cpu);
+                lease.lent = Some(cpu);
+            }
+            (false, Some(cpu)) => self.resources.take_back(&cpu),
+            (_, still) => lease.lent = still,
+        }
+        self.schedule();
+    }
+
+    /// Records the pid of a worker just forked. False if the worker is
+    /// still recorded but no longer wanted (its job ended, or the node is
+    /// stopping, while it was being forked): the caller must kill it, as
+    /// nobody else knows its pid. A worker that already exited is not
+    /// recorded any more, and needs nothing.
+    pub(crate) fn set_pid(&mut self, worker_id: WorkerId, pid: u32) -> bool {
+        let stopping = self.stopping;
+        let Some(worker) = self.workers.get_mut(&worker_id) else {
+            return true;
+        };
+        if stopping || !self.jobs.contains_key(&worker.job) {
+            return false;
+        }
+        if worker.pid == 0 {
+            worker.pid = pid;
+        }
+        true
+    }
+
+    /// A started worker connected back and is ready for leases.
+    pub(crate) fn register_worker(
+        &mut self,
+        worker_id: WorkerId,
+        address: String,
+        pid: u32,
+    ) -> Result<JobId, Error> {
+        let Some(worker) = self.workers.get_mut(&worker_id) else {
+            return Err(Error::Protocol {
+                message: format!("{worker_id} was not started by this raylet"),
+            });
+        };
+        // It may register before its launcher recorded the pid.
+        if worker.pid == 0 {
+            worker.pid = pid;
+        }
+        worker.address = Some(address);
+        worker.set_idle();
+        let job = worker.job;
+        if let Some(job) = self.jobs.get_mut(&job) {
+            job.start_failures = 0;
+        }
+        self.schedule();
+        Ok(job)
+    }
+
+    /// A worker process exited, or could not be started (`reason` says
+    /// which). A worker that never registered counts as a failed start:
+    /// after `worker_start_attempts` in a row, its job's queued requests
+    /// fail. A worker that served leases gives its resources back, its
+    /// actor dies, and the job's pool is refilled to its prestart size.
+    pub(crate) fn worker_exited(&mut self, worker_id: WorkerId, reason: String) {
+        let Some(worker) = self.workers.remove(&worker_id) else {
+            return;
+        };
+        if worker.usage == WorkerUse::Starting && !self.stopping {
+            // No pool refill here, so a binary that cannot start is not
+            // restarted in a loop.
+            let reason = if worker.pid == 0 {
+                reason // never forked: the reason says why
+            } else {
+                format!(
+                    "{reason} before it registered; its output is in {}",
+                    self.limits
+                        .logs_dir
+                        .join(format!("worker-{}.err", worker_id.0 as u64))
+                        .display()
+                )
+            };
+            self.start_failed(worker.job, reason);
+            self.schedule();
+            return;
+        }
+        let lease = match worker.usage {
+            WorkerUse::Leased(lease) => Some(lease),
+            WorkerUse::Actor(actor) => {
+                self.out.push(Decision::ActorLost {
+                    actor,
+                    reason: reason.clone(),
+                });
+                self.leases
+                    .iter()
+                    .find(|(_, l)| l.worker == worker_id)
+                    .map(|(id, _)| *id)
+            }
+            _ => None,
+        };
+        if let Some(lease) = lease.and_then(|id| self.leases.remove(&id)) {
+            self.release_lease(&lease);
+        }
+        if self.jobs.contains_key(&worker.job) && !self.stopping {
+            let pool = self
+                .workers
+                .values()
+                .filter(|w| {
+                    w.job == worker.job && matches!(w.usage, WorkerUse::Idle | WorkerUse::Starting)
+                })
+                .count();
+            if pool < self.limits.prestart_workers {
+                self.start_worker(worker.job, Vec::new());
+            }
+        }
+        self.schedule();
+    }
+
+    /// Counts a failed start of one of `job`'s workers; the last allowed
+    /// one fails the job's queued requests, and counting starts afresh (a
+    /// later request tries again).
+    fn start_failed(&mut self, job: JobId, reason: String) {
+        let attempts = self.limits.worker_start_attempts.max(1);
+        let Some(record) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        record.start_failures += 1;
+        if record.start_failures < attempts {
+            return;
+        }
+        record.start_failures = 0;
+        let error = Error::WorkerStartFailed {
+            executable: record.executable.clone(),
+            attempts,
+            reason,
+        };
+        let (mine, rest): (VecDeque<_>, _) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|p| p.job == job);
+        self.pending = rest;
+        for request in mine {
+            self.out.push(Decision::Refused {
+                grantee: request.grantee,
+                error: error.clone(),
+            });
+        }
+    }
+
+    /// Idle workers beyond each job's prestarted pool that have been idle
+    /// for `idle_worker_timeout` at `now`: their pids, to be stopped. The
+    /// most recently used are kept.
+    pub(crate) fn idle_workers_to_stop(&self, now: Instant) -> Vec<u32> {
+        let mut kept: HashMap<JobId, usize> = HashMap::new();
+        let mut idle: Vec<&Worker> = self
+            .workers
+            .values()
+            .filter(|w| w.usage == WorkerUse::Idle)
+            .collect();
+        idle.sort_by_key(|w| std::cmp::Reverse(w.idle_since));
+        let mut victims = Vec::new();
+        for w in idle {
+            let n = kept.entry(w.job).or_default();
+            if *n < self.limits.prestart_workers
+                || now.saturating_duration_since(w.idle_since) < self.limits.idle_worker_timeout
+            {
+                *n += 1;
+            } else {
+                victims.push(w.pid);
+            }
+        }
+        victims
+    }
+
+    /// Returns a lease's resources, taking back first what its worker lent.
+    fn release_lease(&mut self, lease: &Lease) {
+        // Lent CPUs went to the node (the tasks a blocked worker waits for
+        // are not in its group), so they come back from the node.
+        if let Some(cpu) = &lease.lent {
+            self.resources.take_back(cpu);
+        }
+        self.release_to(lease.bundle, &lease.allocation);
+        if let Some((group, _)) = lease.bundle {
+            self.forget_if_done(group);
+        }
+    }
+}

@@ -1,0 +1,445 @@
+//! The scheduler on its own: no processes, no sockets. A waiting client is
+//! a number, and the tests play the launcher's part by registering the
+//! workers the scheduler asks for (or reporting that they failed).
+
+use super::*;
+use prism_protocol::messages::{PlacementGroupSpec, PlacementGroupState, PlacementStrategy};
+use prism_protocol::resources::{Quantity, GPU};
+
+type Sched = Scheduler<u32>;
+
+fn shape(cpu: f64, gpu: f64) -> ResourceSet {
+    let mut s = ResourceSet::new();
+    s.set(CPU, Quantity::from_f64(CPU, cpu).unwrap());
+    if gpu > 0.0 {
+        s.set(GPU, Quantity::from_f64(GPU, gpu).unwrap());
+    }
+    s
+}
+
+fn scheduler(cpus: f64, gpus: f64, prestart: usize, max_workers: usize) -> Sched {
+    Scheduler::new(
+        shape(cpus, gpus),
+        Limits {
+            prestart_workers: prestart,
+            max_workers_per_job: max_workers,
+            worker_start_attempts: 3,
+            idle_worker_timeout: Duration::from_secs(10),
+            removed_placement_groups_kept: 2,
+            logs_dir: PathBuf::from("/tmp/logs"),
+        },
+    )
+}
+
+fn lease(job: JobId, reply: u32, shape: ResourceSet) -> LeaseRequest<u32> {
+    LeaseRequest {
+        shape,
+        job,
+        bundle: None,
+        grantee: Grantee::Client {
+            holder: u64::from(reply),
+            reply,
+        },
+    }
+}
+
+/// What one round of decisions holds, by kind.
+#[derive(Debug, Default)]
+struct Round {
+    started: Vec<(WorkerId, Vec<u32>)>,
+    granted: Vec<(u32, WorkerId, LeaseId)>,
+    refused: Vec<(u32, Error)>,
+    stopped: Vec<u32>,
+    lost: Vec<ActorId>,
+    actor_grants: Vec<(ActorId, WorkerId)>,
+    group_answers: Vec<(u32, Result<PlacementGroupInfo, Error>)>,
+}
+
+fn round(s: &mut Sched) -> Round {
+    let mut r = Round::default();
+    for d in s.drain() {
+        match d {
+            Decision::StartWorker {
+                worker, gpu_ids, ..
+            } => r.started.push((worker, gpu_ids)),
+            Decision::Granted {
+                grantee: Grantee::Client { reply, .. },
+                lease,
+                worker,
+                ..
+            } => r.granted.push((reply, worker, lease)),
+            Decision::Granted {
+                grantee: Grantee::Actor(a),
+                worker,
+                ..
+            } => r.actor_grants.push((a, worker)),
+            Decision::Refused {
+                grantee: Grantee::Client { reply, .. },
+                error,
+            } => r.refused.push((reply, error)),
+            Decision::Refused {
+                grantee: Grantee::Actor(a),
+                ..
+            }
+            | Decision::ActorLost { actor: a, .. } => r.lost.push(a),
+            Decision::StopWorker { pid } => r.stopped.push(pid),
+            Decision::GroupAnswer { reply, answer } => r.group_answers.push((reply, answer)),
+        }
+    }
+    r
+}
+
+/// Plays the launcher: every worker asked for forks and registers, with
+/// pids from 100 on.
+fn boot(s: &mut Sched, started: &[(WorkerId, Vec<u32>)]) {
+    for (i, (worker, _)) in started.iter().enumerate() {
+        let pid = 100 + i as u32;
+        assert!(s.set_pid(*worker, pid));
+        s.register_worker(*worker, format!("w{pid}"), pid).unwrap();
+    }
+}
+
+/// A job with `prestart` workers up and registered.
+fn job_with_workers(s: &mut Sched) -> JobId {
+    let job = JobId::new();
+    s.add_job(job, "/bin/demo".into());
+    let r = round(s);
+    boot(s, &r.started);
+    assert!(round(s).granted.is_empty());
+    job
+}
+
+#[test]
+fn leases_go_in_arrival_order_and_wait_for_free_cpus() {
+    let mut s = scheduler(2.0, 0.0, 2, 8);
+    let job = job_with_workers(&mut s);
+    for reply in 1..=3 {
+        s.request_lease(lease(job, reply, shape(1.0, 0.0)));
+    }
+    let r = round(&mut s);
+    let granted: Vec<u32> = r.granted.iter().map(|g| g.0).collect();
+    assert_eq!(granted, vec![1, 2], "two CPUs, two leases");
+    assert!(
+        r.started.is_empty(),
+        "the third waits for a CPU, not a worker"
+    );
+    let returned_worker = r.granted[0].1;
+    s.return_lease(r.granted[0].2);
+    let r = round(&mut s);
+    assert_eq!(r.granted.iter().map(|g| g.0).collect::<Vec<_>>(), vec![3]);
+    assert_eq!(
+        r.granted[0].1, returned_worker,
+        "the returned worker serves the next lease"
+    );
+    assert!(s.resources().available().get(CPU).is_zero());
+}
+
+#[test]
+fn a_request_that_cannot_fit_now_does_not_hold_back_smaller_ones() {
+    let mut s = scheduler(2.0, 0.0, 2, 8);
+    let job = job_with_workers(&mut s);
+    s.request_lease(lease(job, 1, shape(1.0, 0.0)));
+    s.request_lease(lease(job, 2, shape(2.0, 0.0)));
+    s.request_lease(lease(job, 3, shape(1.0, 0.0)));
+    let granted: Vec<u32> = round(&mut s).granted.iter().map(|g| g.0).collect();
+    assert_eq!(granted, vec![1, 3]);
+}
+
+#[test]
+fn an_infeasible_request_is_refused_at_once_naming_shape_and_node() {
+    let mut s = scheduler(2.0, 0.0, 0, 8);
+    let job = job_with_workers(&mut s);
+    s.request_lease(lease(job, 9, shape(3.0, 0.0)));
+    let r = round(&mut s);
+    assert_eq!(r.refused.len(), 1);
+    let text = r.refused[0].1.to_string();
+    assert!(text.contains("CPU: 3") && text.contains("CPU: 2"), "{text}");
+}
+
+#[test]
+fn a_missing_worker_is_started_once_per_request_up_to_the_job_limit() {
+    let mut s = scheduler(8.0, 0.0, 0, 3);
+    let job = job_with_workers(&mut s);
+    for reply in 1..=5 {
+        s.request_lease(lease(job, reply, shape(1.0, 0.0)));
+    }
+    let r = round(&mut s);
+    assert_eq!(r.started.len(), 3, "bounded by max_workers_per_job");
+    assert!(r.granted.is_empty());
+    boot(&mut s, &r.started);
+    let r = round(&mut s);
+    assert_eq!(r.granted.len(), 3);
+    assert!(r.started.is_empty(), "no worker beyond the limit");
+    // A worker blocked in `get` does not count against the limit: the
+    // tasks it waits for need workers of their own.
+    s.set_blocked(r.granted[0].1, true);
+    assert_eq!(round(&mut s).started.len(), 1);
+}
+
+#[test]
+fn fractional_gpus_pack_onto_one_device_and_need_a_worker_that_sees_it() {
+    let mut s = scheduler(4.0, 2.0, 0, 8);
+    let job = job_with_workers(&mut s);
+    s.request_lease(lease(job, 1, shape(1.0, 0.5)));
+    s.request_lease(lease(job, 2, shape(1.0, 0.5)));
+    let r = round(&mut s);
+    let devices: Vec<Vec<u32>> = r.started.iter().map(|(_, g)| g.clone()).collect();
+    assert_eq!(devices, vec![vec![0], vec![0]], "workers that see device 0");
+    boot(&mut s, &r.started);
+    assert_eq!(round(&mut s).granted.len(), 2);
+    s.request_lease(lease(job, 3, shape(1.0, 1.0)));
+    let r = round(&mut s);
+    assert_eq!(r.started[0].1, vec![1], "a whole GPU is the free device");
+    boot(&mut s, &r.started);
+    let r = round(&mut s);
+    assert_eq!(s.worker(r.granted[0].1).unwrap().gpu_ids, vec![1]);
+    s.request_lease(lease(job, 4, shape(0.0, 0.5)));
+    assert!(round(&mut s).granted.is_empty(), "both devices are taken");
+}
+
+#[test]
+fn a_blocked_worker_lends_its_cpu_until_it_wakes() {
+    let mut s = scheduler(1.0, 0.0, 2, 8);
+    let job = job_with_workers(&mut s);
+    s.request_lease(lease(job, 1, shape(1.0, 0.0)));
+    let first = round(&mut s).granted[0];
+    s.request_lease(lease(job, 2, shape(1.0, 0.0)));
+    assert!(round(&mut s).granted.is_empty());
+    s.set_blocked(first.1, true);
+    let second = round(&mut s).granted;
+    assert_eq!(second.len(), 1, "the lent CPU runs the nested task");
+    s.set_blocked(first.1, false);
+    s.return_lease(second[0].2);
+    s.return_lease(first.2);
+    assert_eq!(&s.resources().available(), s.resources().total());
+}
+
+#[test]
+fn failed_starts_fail_the_jobs_queued_requests_after_the_allowed_attempts() {
+    let mut s = scheduler(4.0, 0.0, 0, 8);
+    let job = job_with_workers(&mut s);
+    s.request_lease(lease(job, 1, shape(1.0, 0.0)));
+    for attempt in 1..=3 {
+        let r = round(&mut s);
+        assert_eq!(r.started.len(), 1, "attempt {attempt} starts a worker");
+        assert!(r.refused.is_empty());
+        s.worker_exited(r.started[0].0, "no such file".into());
+    }
+    let r = round(&mut s);
+    assert_eq!(r.refused.len(), 1);
+    let text = r.refused[0].1.to_string();
+    assert!(
+        text.contains("/bin/demo") && text.contains("no such file"),
+        "{text}"
+    );
+    // A later request tries again.
+    s.request_lease(lease(job, 2, shape(1.0, 0.0)));
+    assert_eq!(round(&mut s).started.len(), 1);
+}
+
+#[test]
+fn a_closed_client_gives_back_its_leases_and_drops_its_queue() {
+    let mut s = scheduler(1.0, 0.0, 1, 8);
+    let job = job_with_workers(&mut s);
+    s.request_lease(lease(job, 1, shape(1.0, 0.0)));
+    s.request_lease(lease(job, 1, shape(1.0, 0.0)));
+    s.request_lease(lease(job, 2, shape(1.0, 0.0)));
+    assert_eq!(round(&mut s).granted.len(), 1);
+    s.client_gone(1);
+    let r = round(&mut s);
+    assert_eq!(r.granted.iter().map(|g| g.0).collect::<Vec<_>>(), vec![2]);
+}
+
+#[test]
+fn an_exited_leased_worker_frees_its_resources_and_the_pool_is_refilled() {
+    let mut s = scheduler(2.0, 0.0, 2, 8);
+    let job = job_with_workers(&mut s);
+    s.request_lease(lease(job, 1, shape(2.0, 0.0)));
+    let granted = round(&mut s).granted[0];
+    s.worker_exited(granted.1, "killed".into());
+    let r = round(&mut s);
+    assert_eq!(r.started.len(), 1, "back to two workers");
+    assert_eq!(&s.resources().available(), s.resources().total());
+}
+
+#[test]
+fn an_ended_job_stops_its_workers_and_a_late_fork_is_unwanted() {
+    let mut s = scheduler(2.0, 0.0, 1, 8);
+    let job = JobId::new();
+    s.add_job(job, "/bin/demo".into());
+    let starting = round(&mut s).started[0].0;
+    s.end_job(job);
+    assert!(round(&mut s).stopped.contains(&0));
+    assert!(
+        !s.set_pid(starting, 42),
+        "forked after its job ended: kill it"
+    );
+    s.worker_exited(starting, "killed".into());
+    assert!(s.set_pid(starting, 42), "gone already: nothing to do");
+}
+
+#[test]
+fn idle_workers_beyond_the_pool_stop_after_the_timeout() {
+    let mut s = scheduler(4.0, 0.0, 1, 8);
+    let job = job_with_workers(&mut s);
+    for reply in 1..=3 {
+        s.request_lease(lease(job, reply, shape(1.0, 0.0)));
+    }
+    let first = round(&mut s);
+    boot(&mut s, &first.started);
+    let rest = round(&mut s);
+    let leases: Vec<LeaseId> = first
+        .granted
+        .iter()
+        .chain(&rest.granted)
+        .map(|g| g.2)
+        .collect();
+    assert_eq!(leases.len(), 3);
+    for l in leases {
+        s.return_lease(l);
+    }
+    let now = Instant::now();
+    assert!(
+        s.idle_workers_to_stop(now).is_empty(),
+        "not idle long enough"
+    );
+    let later = now + Duration::from_secs(11);
+    assert_eq!(s.idle_workers_to_stop(later).len(), 2, "one is kept");
+}
+
+fn group(bundles: Vec<ResourceSet>) -> PlacementGroupSpec {
+    PlacementGroupSpec {
+        id: PlacementGroupId::new(),
+        name: None,
+        bundles,
+        strategy: PlacementStrategy::Pack,
+    }
+}
+
+fn in_bundle(job: JobId, reply: u32, shape: ResourceSet, g: PlacementGroupId) -> LeaseRequest<u32> {
+    LeaseRequest {
+        bundle: Some(BundleRef {
+            group: g,
+            index: None,
+        }),
+        ..lease(job, reply, shape)
+    }
+}
+
+#[test]
+fn a_group_reserves_all_bundles_at_once_or_waits() {
+    let mut s = scheduler(4.0, 0.0, 2, 8);
+    let job = job_with_workers(&mut s);
+    s.request_lease(lease(job, 1, shape(2.0, 0.0)));
+    let held = round(&mut s).granted[0];
+    let spec = group(vec![shape(1.0, 0.0), shape(2.0, 0.0)]);
+    let id = spec.id;
+    s.create_group(job, spec).unwrap();
+    assert!(
+        s.watch_group(id, true, 7).is_some(),
+        "3 CPUs wanted, 2 free"
+    );
+    assert!(round(&mut s).group_answers.is_empty());
+    s.return_lease(held.2);
+    let answers = round(&mut s).group_answers;
+    assert_eq!(answers.len(), 1);
+    assert_eq!(
+        answers[0].1.as_ref().unwrap().state,
+        PlacementGroupState::Created
+    );
+    // Leases in the group draw from its bundles, not from the node.
+    s.request_lease(in_bundle(job, 2, shape(2.0, 0.0), id));
+    assert_eq!(round(&mut s).granted.len(), 1);
+    s.request_lease(in_bundle(job, 3, shape(2.0, 0.0), id));
+    let r = round(&mut s);
+    assert!(
+        r.granted.is_empty() && r.refused.is_empty(),
+        "waits for its bundle"
+    );
+    s.request_lease(lease(job, 4, shape(1.0, 0.0)));
+    assert_eq!(round(&mut s).granted.len(), 1, "the node's last CPU");
+}
+
+#[test]
+fn a_group_that_cannot_fit_the_node_is_refused_and_strict_spread_needs_nodes() {
+    let mut s = scheduler(2.0, 2.0, 0, 8);
+    let job = job_with_workers(&mut s);
+    let three = group(vec![shape(0.0, 0.6), shape(0.0, 0.6), shape(0.0, 0.6)]);
+    let err = s.create_group(job, three).unwrap_err();
+    assert!(matches!(err, Error::Infeasible { .. }), "{err}");
+    let mut spread = group(vec![shape(1.0, 0.0), shape(1.0, 0.0)]);
+    spread.strategy = PlacementStrategy::StrictSpread;
+    assert!(s.create_group(job, spread).is_err());
+    let empty = group(vec![ResourceSet::new()]);
+    assert!(s.create_group(job, empty).is_err());
+}
+
+#[test]
+fn removing_a_group_stops_its_workers_fails_its_queue_and_frees_it_last() {
+    let mut s = scheduler(2.0, 0.0, 2, 8);
+    let job = job_with_workers(&mut s);
+    let spec = group(vec![shape(1.0, 0.0)]);
+    let id = spec.id;
+    s.create_group(job, spec).unwrap();
+    s.request_lease(in_bundle(job, 1, shape(1.0, 0.0), id));
+    let inside = round(&mut s).granted[0];
+    s.request_lease(in_bundle(job, 2, shape(1.0, 0.0), id));
+    assert!(round(&mut s).granted.is_empty());
+    s.remove_group(id);
+    let r = round(&mut s);
+    assert_eq!(r.refused.len(), 1, "the queued request fails");
+    assert!(matches!(
+        r.refused[0].1,
+        Error::PlacementGroupRemoved { .. }
+    ));
+    let pid = s.worker(inside.1).unwrap().pid;
+    assert_eq!(r.stopped, vec![pid]);
+    // Until its worker is gone the bundle stays reserved.
+    assert_eq!(s.resources().available().get(CPU), Quantity::whole(1));
+    s.worker_exited(inside.1, "killed".into());
+    round(&mut s);
+    assert_eq!(&s.resources().available(), s.resources().total());
+    // Still readable as removed, up to the configured number of groups.
+    assert!(s.watch_group(id, false, 3).is_none());
+    let answer = round(&mut s).group_answers.remove(0).1.unwrap();
+    assert_eq!(answer.state, PlacementGroupState::Removed);
+    for _ in 0..2 {
+        let other = group(vec![shape(1.0, 0.0)]);
+        let other_id = other.id;
+        s.create_group(job, other).unwrap();
+        s.remove_group(other_id);
+    }
+    s.watch_group(id, false, 4);
+    assert!(
+        round(&mut s).group_answers.remove(0).1.is_err(),
+        "forgotten"
+    );
+}
+
+#[test]
+fn an_actor_lease_is_not_bound_by_the_job_limit_and_dies_with_its_worker() {
+    let mut s = scheduler(4.0, 0.0, 0, 1);
+    let job = job_with_workers(&mut s);
+    s.request_lease(lease(job, 1, shape(1.0, 0.0)));
+    let r = round(&mut s);
+    boot(&mut s, &r.started);
+    assert_eq!(round(&mut s).granted.len(), 1);
+    let actor = ActorId::new();
+    s.request_lease(LeaseRequest {
+        shape: shape(1.0, 0.0),
+        job,
+        bundle: None,
+        grantee: Grantee::Actor(actor),
+    });
+    let r = round(&mut s);
+    assert_eq!(
+        r.started.len(),
+        1,
+        "actors get a worker past the task limit"
+    );
+    boot(&mut s, &r.started);
+    let r = round(&mut s);
+    assert_eq!(r.actor_grants, vec![(actor, r.actor_grants[0].1)]);
+    s.worker_exited(r.actor_grants[0].1, "crashed".into());
+    assert_eq!(round(&mut s).lost, vec![actor]);
+}
