@@ -15,7 +15,9 @@ use crate::refs::ValueState;
 use crate::submitter::Submission;
 use crate::{Error, Result};
 use prism_protocol::ids::{ActorId, ObjectId, TaskId};
-use prism_protocol::messages::{ActorSpec, ActorState, Request, Response, TaskSpec};
+use prism_protocol::messages::{
+    ActorCall, ActorSpec, ActorState, CreateActor, GetActor, GetNamedActor, KillActor, TaskSpec,
+};
 use serde::{Deserialize, Serialize};
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -157,7 +159,7 @@ pub fn create_actor<A: Actor>(
         // Resolve constructor arguments before the raylet sees the actor.
         let mut spec = spec;
         spec.args = c.resolve_args(spec.args).await?;
-        c.raylet.call(Request::CreateActor(spec)).await.map(|_| ())
+        c.raylet.request(CreateActor { spec }).await
     })
     .inspect_err(|_| {
         let releases = core.refs.remove_submitted(&held);
@@ -186,17 +188,12 @@ pub fn get_actor_in<A: Actor>(name: &str, namespace: &str) -> Result<ActorHandle
     let c = core.clone();
     let (name_owned, ns) = (name.to_string(), namespace.to_string());
     let info = core.block_on(async move {
-        match c
-            .raylet
-            .call(Request::GetNamedActor {
+        c.raylet
+            .request(GetNamedActor {
                 name: name_owned,
                 namespace: ns,
             })
-            .await?
-        {
-            Response::Actor(info) => Ok(info),
-            other => Err(other.unexpected("GetNamedActor")),
-        }
+            .await
     })?;
     if info.class != A::CLASS {
         return Err(Error::ActorClassMismatch {
@@ -217,12 +214,7 @@ pub fn kill<A: Actor>(actor: &ActorHandle<A>) -> Result<()> {
     let core = current()?;
     let c = core.clone();
     let actor_id = actor.id();
-    core.block_on(async move {
-        c.raylet
-            .call(Request::KillActor { actor_id })
-            .await
-            .map(|_| ())
-    })
+    core.block_on(async move { c.raylet.request(KillActor { actor_id }).await })
 }
 
 /// The calling side of one actor in this process.
@@ -331,7 +323,7 @@ impl CoreWorker {
         };
         let seq = state.seq;
         state.seq += 1;
-        let request = Request::ActorCall {
+        let request = ActorCall {
             actor_id: client.actor.actor_id,
             caller: self.worker_id,
             seq,
@@ -339,9 +331,8 @@ impl CoreWorker {
         };
         let core = self.clone();
         let actor = client.actor.clone();
-        conn.call_with(request, move |outcome| match outcome {
-            Ok(Response::Object(ret)) => core.finish_task(&submission, Ok(ret)),
-            Ok(other) => core.finish_task(&submission, Err(other.unexpected("ActorCall"))),
+        conn.request_with(request, move |outcome| match outcome {
+            Ok(ret) => core.finish_task(&submission, Ok(ret)),
             Err(Error::Disconnected { .. }) => {
                 // Ask the control store why, off the reader task.
                 let c = core.clone();
@@ -415,14 +406,8 @@ impl CoreWorker {
     }
 
     async fn actor_state(&self, actor_id: ActorId, wait: bool) -> Result<ActorState> {
-        match self
-            .raylet
-            .call(Request::GetActor { actor_id, wait })
-            .await?
-        {
-            Response::Actor(info) => Ok(info.state),
-            other => Err(other.unexpected("GetActor")),
-        }
+        let info = self.raylet.request(GetActor { actor_id, wait }).await?;
+        Ok(info.state)
     }
 
     async fn why_actor_died(&self, actor: &ActorRef) -> Error {

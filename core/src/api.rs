@@ -8,7 +8,9 @@ use crate::view::View;
 use crate::{Error, Result};
 use parking_lot::Mutex;
 use prism_protocol::ids::{JobId, NodeId, WorkerId};
-use prism_protocol::messages::{ObjectRefInfo, Request, Response, StoreStats};
+use prism_protocol::messages::{
+    Call, GetClusterResources, GetStoreStats, ObjectRefInfo, RegisterDriver, StoreStats,
+};
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::Connection;
 use prism_raylet::{Raylet, RayletConfig};
@@ -141,8 +143,8 @@ async fn start_driver(
     let executable =
         std::env::current_exe().map_err(|e| Error::io("find this program's executable", e))?;
     let cwd = std::env::current_dir().map_err(|e| Error::io("read the working directory", e))?;
-    let registration = match conn
-        .call(Request::RegisterDriver {
+    let registration = conn
+        .request(RegisterDriver {
             address: core_worker::socket_path(&session_guess, worker_id)
                 .display()
                 .to_string(),
@@ -151,11 +153,7 @@ async fn start_driver(
             cwd,
             log_to_driver: config.log_to_driver,
         })
-        .await?
-    {
-        Response::Registered(r) => r,
-        other => return Err(other.unexpected("RegisterDriver")),
-    };
+        .await?;
     let core = CoreWorker::build(Startup {
         role: Role::Driver,
         rt: handle,
@@ -496,27 +494,23 @@ async fn wait_ready(
 pub fn object_store_stats() -> Result<StoreStats> {
     let core = current()?;
     let c = core.clone();
-    core.block_on(async move {
-        match c.raylet.call(Request::GetStoreStats).await? {
-            Response::StoreStats(s) => Ok(s),
-            other => Err(other.unexpected("GetStoreStats")),
-        }
-    })
+    core.block_on(async move { c.raylet.request(GetStoreStats {}).await })
 }
 
 /// The cluster's total resources and what is free now.
 pub fn cluster_resources() -> Result<(ResourceSet, ResourceSet)> {
-    match raylet_request(Request::GetClusterResources)? {
-        Response::ClusterResources { total, available } => Ok((total, available)),
-        other => Err(other.unexpected("GetClusterResources")),
-    }
+    let resources = raylet_request(GetClusterResources {})?;
+    Ok((resources.total, resources.available))
 }
 
 /// Sends one request to this process's raylet and waits for the answer.
-pub(crate) fn raylet_request(request: Request) -> Result<Response> {
+pub(crate) fn raylet_request<C: Call + Send + 'static>(request: C) -> Result<C::Reply>
+where
+    C::Reply: Send,
+{
     let core = current()?;
     let c = core.clone();
-    core.block_on(async move { c.raylet.call(request).await })
+    core.block_on(async move { c.raylet.request(request).await })
 }
 
 /// Facts about the running process's place in the cluster.

@@ -16,7 +16,9 @@ use parking_lot::{Mutex, RwLock};
 use prism_object_store::Segment;
 use prism_protocol::ids::{ActorId, JobId, NodeId, ObjectId, WorkerId};
 use prism_protocol::messages::{
-    Address, ObjectRefInfo, ObjectValue, Request, Response, ReturnObject, Stream,
+    AddBorrower, Address, CreateObject, DeleteObjects, DriverRequest, GetObject, GetObjectStatus,
+    ObjectLocation, ObjectRefInfo, ObjectValue, OwnerRequest, ReleaseObject, RemoveBorrower,
+    Request, Response, ReturnObject, SealObject, Stream, WorkerBlocked,
 };
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::{self, Connection, Handler};
@@ -108,29 +110,25 @@ impl CoreHandler {
 
 impl Handler for CoreHandler {
     fn handle(&self, conn: &Connection, id: Option<u64>, request: Request) {
-        if let Request::WorkerOutput {
-            label,
-            stream,
-            lines,
-        } = &request
-        {
-            print_worker_output(label, *stream, lines);
+        if let Request::Driver(DriverRequest::WorkerOutput(out)) = &request {
+            print_worker_output(&out.label, out.stream, &out.lines);
             return;
         }
         let Some(core) = self.cell.get().and_then(Weak::upgrade) else {
             conn.respond(
                 id,
-                Response::Error(Error::Protocol {
-                    message: "this process is not ready or shutting down".into(),
+                Response::Error(Error::NotServed {
+                    service: "this process (not ready, or shutting down)".into(),
+                    request: format!("{request:?}"),
                 }),
             );
             return;
         };
-        if let Request::AddBorrower {
+        if let Request::Owner(OwnerRequest::AddBorrower(AddBorrower {
             ids,
             borrower,
             from_borrower: true,
-        } = &request
+        })) = &request
         {
             self.borrows_here
                 .lock()
@@ -272,14 +270,14 @@ impl CoreWorker {
             }
         }
         if !deletes.is_empty() {
-            let _ = self.raylet.notify(Request::DeleteObjects { ids: deletes });
+            let _ = self.raylet.notify(DeleteObjects { ids: deletes });
         }
         for (owner, ids) in ends {
             let borrower = self.address().clone();
             let core = self.clone();
             let send = async move {
                 if let Ok(conn) = core.peer(&owner).await {
-                    let _ = conn.notify(Request::RemoveBorrower { ids, borrower });
+                    let _ = conn.notify(RemoveBorrower { ids, borrower });
                 }
             };
             self.rt.spawn(send);
@@ -304,7 +302,7 @@ impl CoreWorker {
         for (owner, infos) in by_owner {
             let ids = infos.iter().map(|i| i.id).collect();
             let conn = self.peer(&owner).await?;
-            conn.call(Request::AddBorrower {
+            conn.request(AddBorrower {
                 ids,
                 borrower: self.address().clone(),
                 from_borrower: true,
@@ -335,7 +333,7 @@ impl CoreWorker {
             } else {
                 self.peer(owner)
                     .await?
-                    .call(Request::AddBorrower {
+                    .request(AddBorrower {
                         ids,
                         borrower: borrower.clone(),
                         from_borrower: false,
@@ -355,9 +353,8 @@ impl CoreWorker {
                 object_id: info.id,
                 owner: info.owner.clone(),
             })?;
-            match conn.call(Request::GetObjectStatus { id: info.id }).await {
-                Ok(Response::Object(ret)) => ret.value,
-                Ok(other) => return Err(other.unexpected("GetObjectStatus")),
+            match conn.request(GetObjectStatus { id: info.id }).await {
+                Ok(ret) => ret.value,
                 Err(Error::Disconnected { .. }) => {
                     return Err(Error::OwnerDied {
                         object_id: info.id,
@@ -391,10 +388,7 @@ impl CoreWorker {
         match value {
             ObjectValue::Inline(bytes) => Ok(Loaded::Inline(bytes)),
             ObjectValue::InStore { .. } => {
-                let (offset, size) = match self.raylet.call(Request::GetObject { id }).await? {
-                    Response::ObjectLocation { offset, size } => (offset, size),
-                    other => return Err(other.unexpected("GetObject")),
-                };
+                let ObjectLocation { offset, size } = self.raylet.request(GetObject { id }).await?;
                 let ptr = self.segment.ptr(offset, size)?;
                 self.segment.prefault(offset, size);
                 Ok(Loaded::Stored {
@@ -422,10 +416,7 @@ impl CoreWorker {
     }
 
     async fn create_in_store(raylet: Connection, id: ObjectId, size: u64) -> Result<u64> {
-        match raylet.call(Request::CreateObject { id, size }).await? {
-            Response::ObjectLocation { offset, .. } => Ok(offset),
-            other => Err(other.unexpected("CreateObject")),
-        }
+        Ok(raylet.request(CreateObject { id, size }).await?.offset)
     }
 
     fn write_parts(&self, offset: u64, parts: &[&[u8]]) -> Result<()> {
@@ -446,7 +437,7 @@ impl CoreWorker {
         let size: u64 = parts.iter().map(|p| p.len() as u64).sum();
         let offset = Self::create_in_store(self.raylet.clone(), id, size).await?;
         self.write_parts(offset, parts)?;
-        self.raylet.call(Request::SealObject { id }).await?;
+        self.raylet.request(SealObject { id }).await?;
         Ok(ObjectValue::InStore { size })
     }
 
@@ -462,7 +453,7 @@ impl CoreWorker {
         let offset = self.block_on(Self::create_in_store(self.raylet.clone(), id, size))?;
         self.write_parts(offset, parts)?;
         let raylet = self.raylet.clone();
-        self.block_on(async move { raylet.call(Request::SealObject { id }).await.map(|_| ()) })?;
+        self.block_on(async move { raylet.request(SealObject { id }).await })?;
         Ok(ObjectValue::InStore { size })
     }
 
@@ -538,8 +529,19 @@ impl CoreWorker {
 
     /// Dispatches a request from another process.
     fn handle_request(self: &Arc<Self>, conn: &Connection, id: Option<u64>, request: Request) {
+        let request = match request {
+            Request::Owner(request) => request,
+            Request::Executor(request) => return crate::executor::handle(self, conn, id, request),
+            other => {
+                let error = Error::NotServed {
+                    service: "a core worker".into(),
+                    request: format!("{other:?}"),
+                };
+                return conn.respond(id, Response::Error(error));
+            }
+        };
         match request {
-            Request::GetObjectStatus { id: object_id } => {
+            OwnerRequest::GetObjectStatus(GetObjectStatus { id: object_id }) => {
                 let core = self.clone();
                 let conn = conn.clone();
                 self.rt.spawn(async move {
@@ -552,16 +554,15 @@ impl CoreWorker {
                     conn.respond(id, response);
                 });
             }
-            Request::AddBorrower { ids, borrower, .. } => {
+            OwnerRequest::AddBorrower(AddBorrower { ids, borrower, .. }) => {
                 self.refs.add_borrower(&ids, &borrower);
                 conn.respond(id, Response::Ok);
             }
-            Request::RemoveBorrower { ids, borrower } => {
+            OwnerRequest::RemoveBorrower(RemoveBorrower { ids, borrower }) => {
                 let releases = self.refs.remove_borrower(&ids, &borrower);
                 self.apply_releases(releases);
                 conn.respond(id, Response::Ok);
             }
-            other => crate::executor::handle(self, conn, id, other),
         }
     }
 }
@@ -626,7 +627,7 @@ impl CoreWorker {
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
             == 0
         {
-            let _ = self.raylet.notify(Request::WorkerBlocked { blocked: true });
+            let _ = self.raylet.notify(WorkerBlocked { blocked: true });
         }
         WaitGuard {
             core: Some(self.clone()),
@@ -642,9 +643,7 @@ impl Drop for WaitGuard {
                 .fetch_sub(1, std::sync::atomic::Ordering::SeqCst)
                 == 1
             {
-                let _ = core
-                    .raylet
-                    .notify(Request::WorkerBlocked { blocked: false });
+                let _ = core.raylet.notify(WorkerBlocked { blocked: false });
             }
         }
     }
@@ -659,7 +658,7 @@ pub(crate) struct PinGuard {
 impl Drop for PinGuard {
     fn drop(&mut self) {
         if let Some(core) = self.core.upgrade() {
-            let _ = core.raylet.notify(Request::ReleaseObject { id: self.id });
+            let _ = core.raylet.notify(ReleaseObject { id: self.id });
         }
     }
 }

@@ -36,7 +36,8 @@ use crate::{Error, Result};
 use bytes::Bytes;
 use parking_lot::Mutex;
 use prism_protocol::messages::{
-    ActorSpec, ArgSpec, ObjectValue, Request, Response, ReturnObject, TaskSpec,
+    ActorCall, ActorSpec, ArgSpec, BecomeActor, ExecutorRequest, ObjectValue, PushTask, Response,
+    ReturnObject, TaskSpec,
 };
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
@@ -153,17 +154,23 @@ impl ExecutorState {
             Some(tx) => tx.send(job).map_err(|_| Error::Protocol {
                 message: "the executor thread has stopped".into(),
             }),
-            None => Err(Error::Protocol {
-                message: "this process does not execute tasks (it is a driver)".into(),
+            None => Err(Error::NotServed {
+                service: "a driver".into(),
+                request: "PushTask (only workers execute tasks)".into(),
             }),
         }
     }
 }
 
 /// Handles task, actor and lifecycle requests.
-pub(crate) fn handle(core: &Arc<CoreWorker>, conn: &Connection, id: Option<u64>, request: Request) {
+pub(crate) fn handle(
+    core: &Arc<CoreWorker>,
+    conn: &Connection,
+    id: Option<u64>,
+    request: ExecutorRequest,
+) {
     match request {
-        Request::PushTask(spec) => {
+        ExecutorRequest::PushTask(PushTask { spec }) => {
             let c = core.clone();
             let reply = conn.clone();
             let posted = core.executor.post(Box::new(move || {
@@ -174,7 +181,7 @@ pub(crate) fn handle(core: &Arc<CoreWorker>, conn: &Connection, id: Option<u64>,
                 conn.respond(id, Response::Error(e));
             }
         }
-        Request::BecomeActor(spec) => {
+        ExecutorRequest::BecomeActor(BecomeActor { spec }) => {
             let core = core.clone();
             let conn = conn.clone();
             core.rt.clone().spawn(async move {
@@ -193,9 +200,9 @@ pub(crate) fn handle(core: &Arc<CoreWorker>, conn: &Connection, id: Option<u64>,
                 conn.respond(id, response);
             });
         }
-        Request::ActorCall {
+        ExecutorRequest::ActorCall(ActorCall {
             caller, seq, spec, ..
-        } => {
+        }) => {
             let expected = {
                 let mut seqs = core.executor.next_seq.lock();
                 let next = seqs.entry(caller).or_default();
@@ -212,12 +219,6 @@ pub(crate) fn handle(core: &Arc<CoreWorker>, conn: &Connection, id: Option<u64>,
                 spec,
             });
         }
-        other => conn.respond(
-            id,
-            Response::Error(Error::Protocol {
-                message: format!("a core worker does not serve {other:?}"),
-            }),
-        ),
     }
 }
 
@@ -377,8 +378,9 @@ impl CoreWorker {
         let Some(instance) = actor.as_ref() else {
             item.conn.respond(
                 item.request,
-                Response::Error(Error::Protocol {
-                    message: "this worker is not an actor".into(),
+                Response::Error(Error::NotServed {
+                    service: "this worker (it hosts no actor)".into(),
+                    request: "ActorCall".into(),
                 }),
             );
             return;

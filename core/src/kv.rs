@@ -20,67 +20,46 @@
 use crate::api::raylet_request;
 use crate::Result;
 use bytes::Bytes;
-use prism_protocol::messages::{Request, Response};
-
-fn changed(request: Request, what: &str) -> Result<bool> {
-    match raylet_request(request)? {
-        Response::KvChanged(changed) => Ok(changed),
-        other => Err(other.unexpected(what)),
-    }
-}
+use prism_protocol::messages::{KvDelete, KvGet, KvKeys, KvPut};
 
 /// Stores `value` under `key`, replacing an earlier value. Returns whether
 /// the key is new.
 pub fn put(key: &str, value: impl AsRef<[u8]>) -> Result<bool> {
-    changed(
-        Request::KvPut {
-            key: key.to_string(),
-            value: Bytes::copy_from_slice(value.as_ref()),
-            overwrite: true,
-        },
-        "KvPut",
-    )
+    raylet_request(KvPut {
+        key: key.to_string(),
+        value: Bytes::copy_from_slice(value.as_ref()),
+        overwrite: true,
+    })
 }
 
 /// Stores `value` under `key` only if the key is absent. Returns whether it
 /// was stored (the first writer wins).
 pub fn put_if_absent(key: &str, value: impl AsRef<[u8]>) -> Result<bool> {
-    changed(
-        Request::KvPut {
-            key: key.to_string(),
-            value: Bytes::copy_from_slice(value.as_ref()),
-            overwrite: false,
-        },
-        "KvPut",
-    )
+    raylet_request(KvPut {
+        key: key.to_string(),
+        value: Bytes::copy_from_slice(value.as_ref()),
+        overwrite: false,
+    })
 }
 
 /// The value under `key`, if any.
 pub fn get(key: &str) -> Result<Option<Vec<u8>>> {
-    match raylet_request(Request::KvGet {
+    let value = raylet_request(KvGet {
         key: key.to_string(),
-    })? {
-        Response::KvValue(value) => Ok(value.map(|b| b.to_vec())),
-        other => Err(other.unexpected("KvGet")),
-    }
+    })?;
+    Ok(value.map(|b| b.to_vec()))
 }
 
 /// Deletes `key`. Returns whether it existed.
 pub fn delete(key: &str) -> Result<bool> {
-    changed(
-        Request::KvDelete {
-            key: key.to_string(),
-        },
-        "KvDelete",
-    )
+    raylet_request(KvDelete {
+        key: key.to_string(),
+    })
 }
 
 /// The keys that start with `prefix`, sorted.
 pub fn keys(prefix: &str) -> Result<Vec<String>> {
-    match raylet_request(Request::KvKeys {
+    raylet_request(KvKeys {
         prefix: prefix.to_string(),
-    })? {
-        Response::KvKeys(keys) => Ok(keys),
-        other => Err(other.unexpected("KvKeys")),
-    }
+    })
 }

@@ -37,7 +37,8 @@ use crate::{Error, Result};
 use prism_protocol::ids::PlacementGroupId;
 pub use prism_protocol::messages::PlacementStrategy;
 use prism_protocol::messages::{
-    BundleRef, PlacementGroupInfo, PlacementGroupSpec, PlacementGroupState, Request, Response,
+    BundleRef, CreatePlacementGroup, GetPlacementGroup, PlacementGroupInfo, PlacementGroupSpec,
+    PlacementGroupState, RemovePlacementGroup,
 };
 use prism_protocol::resources::ResourceSet;
 use serde::{Deserialize, Serialize};
@@ -90,23 +91,19 @@ pub fn placement_group(
         bundles: shapes.clone(),
         strategy,
     };
-    match raylet_request(Request::CreatePlacementGroup(spec.clone()))? {
-        Response::Ok => Ok(PlacementGroup {
-            id: spec.id,
-            bundles: shapes,
-            strategy,
-        }),
-        other => Err(other.unexpected("CreatePlacementGroup")),
-    }
+    let id = spec.id;
+    raylet_request(CreatePlacementGroup { spec })?;
+    Ok(PlacementGroup {
+        id,
+        bundles: shapes,
+        strategy,
+    })
 }
 
 /// Removes a group: its resources go back, and the tasks and actors
 /// running in it are stopped. Removing it twice is not an error.
 pub fn remove_placement_group(group: &PlacementGroup) -> Result<()> {
-    match raylet_request(Request::RemovePlacementGroup { id: group.id })? {
-        Response::Ok => Ok(()),
-        other => Err(other.unexpected("RemovePlacementGroup")),
-    }
+    raylet_request(RemovePlacementGroup { id: group.id })
 }
 
 impl PlacementGroup {
@@ -139,13 +136,10 @@ impl PlacementGroup {
     pub fn wait(&self, timeout: Duration) -> Result<bool> {
         // The raylet answers at the deadline if the group is still pending.
         let wait_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX - 1);
-        match raylet_request(Request::GetPlacementGroup {
+        self.created(raylet_request(GetPlacementGroup {
             id: self.id,
             wait_ms: Some(wait_ms.min(u64::MAX - 1)),
-        })? {
-            Response::PlacementGroup(info) => self.created(info),
-            other => Err(other.unexpected("GetPlacementGroup")),
-        }
+        })?)
     }
 
     /// Blocks until the group is created.
@@ -154,24 +148,20 @@ impl PlacementGroup {
     ///
     /// `PlacementGroupRemoved` if it was removed first.
     pub fn ready(&self) -> Result<()> {
-        match raylet_request(Request::GetPlacementGroup {
+        let info = raylet_request(GetPlacementGroup {
             id: self.id,
             wait_ms: Some(u64::MAX),
-        })? {
-            Response::PlacementGroup(info) => self.created(info).map(|_| ()),
-            other => Err(other.unexpected("GetPlacementGroup")),
-        }
+        })?;
+        self.created(info).map(|_| ())
     }
 
     /// The group's state now, and the GPU devices of each bundle.
     pub fn state(&self) -> Result<(PlacementGroupState, Vec<Vec<u32>>)> {
-        match raylet_request(Request::GetPlacementGroup {
+        let info = raylet_request(GetPlacementGroup {
             id: self.id,
             wait_ms: None,
-        })? {
-            Response::PlacementGroup(info) => Ok((info.state, info.bundle_gpus)),
-            other => Err(other.unexpected("GetPlacementGroup")),
-        }
+        })?;
+        Ok((info.state, info.bundle_gpus))
     }
 
     fn created(&self, info: PlacementGroupInfo) -> Result<bool> {

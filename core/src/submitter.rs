@@ -22,7 +22,9 @@ use crate::refs::ValueState;
 use crate::Error;
 use parking_lot::Mutex;
 use prism_protocol::ids::{LeaseId, ObjectId, WorkerId};
-use prism_protocol::messages::{ArgSpec, ObjectValue, Request, Response, TaskSpec};
+use prism_protocol::messages::{
+    ArgSpec, ObjectValue, PushTask, RequestLease, ReturnLease, ReturnObject, TaskSpec,
+};
 use prism_protocol::rpc::Connection;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -178,31 +180,21 @@ impl CoreWorker {
 
     async fn request_lease(self: &Arc<Self>, shape: SchedulingKey) {
         let granted = async {
-            match self
+            let grant = self
                 .raylet
-                .call(Request::RequestLease {
+                .request(RequestLease {
                     shape: shape.shape.clone(),
                     bundle: shape.bundle,
                 })
-                .await?
-            {
-                Response::Lease {
-                    lease_id,
-                    worker_id,
-                    address,
-                    pid,
-                } => {
-                    let conn = self.peer(&address).await?;
-                    Ok(LeasedWorker {
-                        lease_id,
-                        worker_id,
-                        pid,
-                        conn,
-                        idle_since: Instant::now(),
-                    })
-                }
-                other => Err(other.unexpected("RequestLease")),
-            }
+                .await?;
+            let conn = self.peer(&grant.address).await?;
+            Ok::<_, Error>(LeasedWorker {
+                lease_id: grant.lease_id,
+                worker_id: grant.worker_id,
+                pid: grant.pid,
+                conn,
+                idle_since: Instant::now(),
+            })
         }
         .await;
         let mut shapes = self.submitter.shapes.lock();
@@ -234,8 +226,10 @@ impl CoreWorker {
     fn dispatch(self: &Arc<Self>, shape: SchedulingKey, worker: LeasedWorker, task: Submission) {
         let core = self.clone();
         let conn = worker.conn.clone();
-        let request = Request::PushTask(task.spec.clone());
-        conn.call_with(request, move |outcome| {
+        let request = PushTask {
+            spec: task.spec.clone(),
+        };
+        conn.request_with(request, move |outcome| {
             core.on_task_reply(shape, worker, task, outcome)
         });
     }
@@ -245,12 +239,11 @@ impl CoreWorker {
         shape: SchedulingKey,
         worker: LeasedWorker,
         task: Submission,
-        outcome: Result<Response, Error>,
+        outcome: Result<ReturnObject, Error>,
     ) {
         let worker_died = matches!(outcome, Err(Error::Disconnected { .. }));
         let result = match outcome {
-            Ok(Response::Object(ret)) => Ok(ret),
-            Ok(other) => Err(other.unexpected("PushTask")),
+            Ok(ret) => Ok(ret),
             Err(Error::Disconnected { .. }) => Err(Error::WorkerDied {
                 function: task.spec.function.clone(),
                 worker: worker.worker_id,
@@ -304,7 +297,7 @@ impl CoreWorker {
                 old
             };
             for w in expired {
-                let _ = core.raylet.notify(Request::ReturnLease {
+                let _ = core.raylet.notify(ReturnLease {
                     lease_id: w.lease_id,
                 });
             }
@@ -333,7 +326,7 @@ impl CoreWorker {
         let mut shapes = self.submitter.shapes.lock();
         for queue in shapes.values_mut() {
             for w in queue.idle.drain(..) {
-                let _ = self.raylet.notify(Request::ReturnLease {
+                let _ = self.raylet.notify(ReturnLease {
                     lease_id: w.lease_id,
                 });
             }

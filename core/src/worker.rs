@@ -14,7 +14,7 @@ use crate::config::Config;
 use crate::core_worker::{self, CoreHandler, CoreWorker, Role, Startup};
 use crate::{Error, Result};
 use prism_protocol::ids::{JobId, NodeId, WorkerId};
-use prism_protocol::messages::{Request, Response};
+use prism_protocol::messages::{GetClusterResources, RegisterWorker};
 use prism_protocol::rpc::Connection;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -106,7 +106,7 @@ fn run() -> Result<()> {
         core_worker::set_current(Some(core.clone()));
         fetch_cluster_total(&core).await?;
         raylet
-            .call(Request::RegisterWorker {
+            .request(RegisterWorker {
                 worker_id,
                 address: core.address().clone(),
                 pid: std::process::id(),
@@ -127,11 +127,7 @@ fn run() -> Result<()> {
 
 /// Caches the cluster's total resources for feasibility checks.
 pub(crate) async fn fetch_cluster_total(core: &Arc<CoreWorker>) -> Result<()> {
-    match core.raylet.call(Request::GetClusterResources).await? {
-        Response::ClusterResources { total, .. } => {
-            *core.cluster_total.lock() = total;
-            Ok(())
-        }
-        other => Err(other.unexpected("GetClusterResources")),
-    }
+    let resources = core.raylet.request(GetClusterResources {}).await?;
+    *core.cluster_total.lock() = resources.total;
+    Ok(())
 }

@@ -213,7 +213,33 @@ pub enum Error {
         /// Who was on the other side.
         peer: String,
     },
-    /// A peer answered with a message that makes no sense here.
+    /// A peer answered a request with a reply of another request.
+    #[error("protocol error: {request} was answered with {reply}; are both processes built from the same Prism version?")]
+    UnexpectedReply {
+        /// The request made.
+        request: String,
+        /// The reply received.
+        reply: String,
+    },
+    /// A request reached a process that does not serve it.
+    #[error("protocol error: {service} does not serve {request}; are both processes built from the same Prism version?")]
+    NotServed {
+        /// The service that got it (raylet, executor, owner, driver).
+        service: String,
+        /// The request.
+        request: String,
+    },
+    /// A connection used the raylet before registering as a driver or a
+    /// worker.
+    #[error("register with the raylet (as a driver or a worker) before using it")]
+    NotRegistered,
+    /// A worker registered that this raylet did not start.
+    #[error("{worker} was not started by this raylet; a worker must connect to the raylet that started it")]
+    UnknownWorker {
+        /// The worker.
+        worker: WorkerId,
+    },
+    /// A peer sent a message that makes no sense here.
     #[error("protocol error: {message}")]
     Protocol {
         /// What was wrong.

@@ -10,8 +10,28 @@
 //! - any process to an object's owner: object status and borrower
 //!   bookkeeping for reference counting.
 //!
-//! Each request is answered by exactly one [`Response`] unless it is sent as
-//! a notification.
+//! Each service has its own request enum ([`RayletRequest`],
+//! [`ExecutorRequest`], [`OwnerRequest`], [`DriverRequest`]), and each
+//! request is a struct of its own whose [`Call::Reply`] names the type it is
+//! answered with, so a caller gets `Result<ThatReply>` from
+//! [`Connection::request`](crate::rpc::Connection::request) and never
+//! matches on a [`Response`]. On the wire a request travels as a
+//! [`Request`] (service, then request) and is answered by exactly one
+//! [`Response`] unless it is sent as a notification.
+//!
+//! ```no_run
+//! # async fn demo(raylet: prism_protocol::rpc::Connection) -> prism_protocol::Result<()> {
+//! use prism_protocol::messages::{KvGet, KvKeys};
+//! // The reply's type follows from the request: Option<Bytes>, then Vec<String>.
+//! let value = raylet.request(KvGet { key: "model/epoch".into() }).await?;
+//! let keys: Vec<String> = raylet.request(KvKeys { prefix: "model/".into() }).await?;
+//! # let _ = (value, keys);
+//! # Ok(()) }
+//! ```
+//!
+//! Messages that may cross nodes (executor and owner services) carry ids
+//! and addresses only; paths appear only in the raylet's registration
+//! messages, which stay on one node.
 
 use crate::error::Error;
 use crate::ids::{ActorId, JobId, LeaseId, NodeId, ObjectId, PlacementGroupId, TaskId, WorkerId};
@@ -233,249 +253,386 @@ pub struct StoreStats {
     pub num_pinned: u64,
 }
 
-/// A request from one Prism process to another.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum Request {
-    // ---- core worker -> raylet ----
-    /// A driver joins: its binary is what workers of its job run.
-    RegisterDriver {
-        /// The driver's core-worker address.
-        address: Address,
-        /// Process id.
-        pid: u32,
-        /// The executable workers re-execute.
-        executable: PathBuf,
-        /// Working directory for workers.
-        cwd: PathBuf,
-        /// Whether to forward worker output to this driver.
-        log_to_driver: bool,
-    },
-    /// A worker started by the raylet reports in.
-    RegisterWorker {
-        /// The id the raylet gave it.
-        worker_id: WorkerId,
-        /// Its address.
-        address: Address,
-        /// Process id.
-        pid: u32,
-    },
-    /// Lease a worker for one resource shape.
-    RequestLease {
-        /// The shape.
-        shape: ResourceSet,
-        /// The placement-group bundle to take it from, if any.
-        bundle: Option<BundleRef>,
-    },
-    /// Give a leased worker back.
-    ReturnLease {
-        /// The lease.
-        lease_id: LeaseId,
-    },
-    /// Allocate an object in shared memory; the caller writes it, then seals.
-    CreateObject {
-        /// The object.
-        id: ObjectId,
-        /// Bytes.
-        size: u64,
-    },
-    /// Make a created object readable.
-    SealObject {
-        /// The object.
-        id: ObjectId,
-    },
-    /// Locate and pin a sealed object for reading.
-    GetObject {
-        /// The object.
-        id: ObjectId,
-    },
-    /// Unpin an object (notification).
-    ReleaseObject {
-        /// The object.
-        id: ObjectId,
-    },
-    /// Owners delete objects no one references any more.
-    DeleteObjects {
-        /// The objects.
-        ids: Vec<ObjectId>,
-    },
-    /// Current store usage.
-    GetStoreStats,
-    /// A worker running a task started (`true`) or stopped (`false`)
-    /// waiting for objects; while waiting it lends its CPUs back, so the
-    /// tasks it waits for can run (notification).
-    WorkerBlocked {
-        /// Waiting or not.
-        blocked: bool,
-    },
-    /// Schedule an actor.
-    CreateActor(ActorSpec),
-    /// Look an actor up; with `wait`, answer once it is no longer pending.
-    GetActor {
-        /// The actor.
-        actor_id: ActorId,
-        /// Wait until alive or dead.
-        wait: bool,
-    },
-    /// Look a named actor up.
-    GetNamedActor {
-        /// Its name.
-        name: String,
-        /// Its namespace.
-        namespace: String,
-    },
-    /// Kill an actor's process.
-    KillActor {
-        /// The actor.
-        actor_id: ActorId,
-    },
-    /// The cluster's total and available resources.
-    GetClusterResources,
-    /// Reserve a placement group (answered once accepted; it may still be
-    /// pending).
-    CreatePlacementGroup(PlacementGroupSpec),
-    /// Look a placement group up, now or once it is no longer pending.
-    GetPlacementGroup {
-        /// The group.
-        id: PlacementGroupId,
-        /// While it is pending, wait up to this many milliseconds for it to
-        /// be created or removed (`u64::MAX`: no limit); `None`: answer now.
-        wait_ms: Option<u64>,
-    },
-    /// Remove a placement group, stopping what runs in it.
-    RemovePlacementGroup {
-        /// The group.
-        id: PlacementGroupId,
-    },
-    /// Store a value in the control store's key-value table.
-    KvPut {
-        /// The key.
-        key: String,
-        /// The value.
-        value: Bytes,
-        /// Replace an existing value (otherwise keep it).
-        overwrite: bool,
-    },
-    /// Read a value of the key-value table.
-    KvGet {
-        /// The key.
-        key: String,
-    },
-    /// Delete a key of the key-value table.
-    KvDelete {
-        /// The key.
-        key: String,
-    },
-    /// The keys of the key-value table that start with `prefix`.
-    KvKeys {
-        /// The prefix.
-        prefix: String,
-    },
-
-    // ---- raylet -> worker / driver ----
-    /// Run an actor's constructor and serve its calls.
-    BecomeActor(ActorSpec),
-    /// Lines a worker printed (to the driver that started it; notification).
-    WorkerOutput {
-        /// Who printed, e.g. `pid=123` or `Counter pid=123`.
-        label: String,
-        /// Which stream.
-        stream: Stream,
-        /// The lines.
-        lines: Vec<String>,
-    },
-
-    // ---- caller -> executor ----
-    /// Run a task on a leased worker.
-    PushTask(TaskSpec),
-    /// Call an actor method; calls from one caller carry increasing `seq`.
-    ActorCall {
-        /// The actor.
-        actor_id: ActorId,
-        /// The calling process.
-        caller: WorkerId,
-        /// Per-caller sequence number, from 0.
-        seq: u64,
-        /// The call.
-        spec: TaskSpec,
-    },
-
-    // ---- anyone -> owner ----
-    /// Wait for an object's value.
-    GetObjectStatus {
-        /// The object.
-        id: ObjectId,
-    },
-    /// Register a borrower of objects (answered once recorded).
-    AddBorrower {
-        /// The objects.
-        ids: Vec<ObjectId>,
-        /// The borrowing process.
-        borrower: Address,
-        /// The borrower is the sender itself (not a process it lends to):
-        /// if this connection closes, the borrower is gone and its borrows
-        /// end with it.
-        from_borrower: bool,
-    },
-    /// A borrower dropped its last references (notification).
-    RemoveBorrower {
-        /// The objects.
-        ids: Vec<ObjectId>,
-        /// The borrowing process.
-        borrower: Address,
-    },
+/// A request: its struct is its name on the wire, and `Reply` is what it is
+/// answered with.
+pub trait Call: Into<Request> {
+    /// What a successful call returns.
+    type Reply: Reply;
+    /// The request's name, for errors.
+    const NAME: &'static str;
 }
 
-/// The answer to a [`Request`].
+/// A type a [`Response`] carries.
+pub trait Reply: Sized {
+    /// Takes the value out of `response`, or describes the response when
+    /// it carries something else.
+    fn from_response(response: Response) -> Result<Self, String>;
+    /// Wraps the value for the wire.
+    fn into_response(self) -> Response;
+}
+
+macro_rules! replies {
+    ($($ty:ty => $variant:ident),* $(,)?) => {$(
+        impl Reply for $ty {
+            fn from_response(response: Response) -> Result<Self, String> {
+                match response {
+                    Response::$variant(value) => Ok(value),
+                    other => Err(format!("{other:?}")),
+                }
+            }
+            fn into_response(self) -> Response {
+                Response::$variant(self)
+            }
+        }
+    )*};
+}
+
+replies! {
+    Registration => Registered,
+    LeaseGrant => Lease,
+    ObjectLocation => ObjectLocation,
+    StoreStats => StoreStats,
+    ActorInfo => Actor,
+    ClusterResources => ClusterResources,
+    ReturnObject => Object,
+    PlacementGroupInfo => PlacementGroup,
+    Option<Bytes> => KvValue,
+    bool => KvChanged,
+    Vec<String> => KvKeys,
+}
+
+impl Reply for () {
+    fn from_response(response: Response) -> Result<Self, String> {
+        match response {
+            Response::Ok => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    }
+    fn into_response(self) -> Response {
+        Response::Ok
+    }
+}
+
+/// Declares each service's request enum, one struct per request with its
+/// reply type, and the wire [`Request`] over all services.
+macro_rules! services {
+    ($(
+        $(#[$service_doc:meta])*
+        $variant:ident: $service:ident {$(
+            $(#[$doc:meta])*
+            $name:ident { $($(#[$field_doc:meta])* $field:ident: $ty:ty),* $(,)? } => $reply:ty;
+        )*}
+    )*) => {
+        $(
+            $(#[$service_doc])*
+            #[derive(Debug, Clone, Serialize, Deserialize)]
+            pub enum $service {
+                $($(#[$doc])* $name($name),)*
+            }
+            $(
+                $(#[$doc])*
+                #[derive(Debug, Clone, Serialize, Deserialize)]
+                pub struct $name {
+                    $($(#[$field_doc])* pub $field: $ty,)*
+                }
+                impl Call for $name {
+                    type Reply = $reply;
+                    const NAME: &'static str = stringify!($name);
+                }
+                impl From<$name> for Request {
+                    fn from(request: $name) -> Request {
+                        Request::$variant($service::$name(request))
+                    }
+                }
+            )*
+        )*
+        /// A request on the wire: the service it is for, then the request.
+        #[derive(Debug, Clone, Serialize, Deserialize)]
+        pub enum Request {
+            $($(#[$service_doc])* $variant($service),)*
+        }
+    };
+}
+
+services! {
+    /// Requests a core worker (driver or worker) makes of its node's raylet:
+    /// registration, worker leases, the object store, the actor table,
+    /// placement groups and the key-value table.
+    Raylet: RayletRequest {
+        /// A driver joins: its binary is what workers of its job run.
+        RegisterDriver {
+            /// The driver's core-worker address.
+            address: Address,
+            /// Process id.
+            pid: u32,
+            /// The executable workers re-execute.
+            executable: PathBuf,
+            /// Working directory for workers.
+            cwd: PathBuf,
+            /// Whether to forward worker output to this driver.
+            log_to_driver: bool,
+        } => Registration;
+        /// A worker started by the raylet reports in.
+        RegisterWorker {
+            /// The id the raylet gave it.
+            worker_id: WorkerId,
+            /// Its address.
+            address: Address,
+            /// Process id.
+            pid: u32,
+        } => Registration;
+        /// Lease a worker with these resources; answered when granted.
+        RequestLease {
+            /// Resources the lease holds.
+            shape: ResourceSet,
+            /// The placement-group bundle to draw from, if any.
+            bundle: Option<BundleRef>,
+        } => LeaseGrant;
+        /// Give a leased worker back.
+        ReturnLease {
+            /// The lease.
+            lease_id: LeaseId,
+        } => ();
+        /// Allocate space for an object in the store.
+        CreateObject {
+            /// The object.
+            id: ObjectId,
+            /// Its size in bytes.
+            size: u64,
+        } => ObjectLocation;
+        /// Mark a created object complete and readable.
+        SealObject {
+            /// The object.
+            id: ObjectId,
+        } => ();
+        /// Locate a sealed object and pin it for the caller.
+        GetObject {
+            /// The object.
+            id: ObjectId,
+        } => ObjectLocation;
+        /// Drop one pin taken by `GetObject`.
+        ReleaseObject {
+            /// The object.
+            id: ObjectId,
+        } => ();
+        /// Delete objects from the store (their owner freed them).
+        DeleteObjects {
+            /// The objects.
+            ids: Vec<ObjectId>,
+        } => ();
+        /// Store usage.
+        GetStoreStats {} => StoreStats;
+        /// The calling worker started (or stopped) waiting in `get`.
+        WorkerBlocked {
+            /// True when it starts waiting.
+            blocked: bool,
+        } => ();
+        /// Create an actor; answered once accepted.
+        CreateActor {
+            /// What to create.
+            spec: ActorSpec,
+        } => ();
+        /// An actor's state, now or (with `wait`) once it leaves `Pending`.
+        GetActor {
+            /// The actor.
+            actor_id: ActorId,
+            /// Wait while it is pending.
+            wait: bool,
+        } => ActorInfo;
+        /// Look an actor up by name.
+        GetNamedActor {
+            /// Its name.
+            name: String,
+            /// Its namespace.
+            namespace: String,
+        } => ActorInfo;
+        /// Kill an actor.
+        KillActor {
+            /// The actor.
+            actor_id: ActorId,
+        } => ();
+        /// The cluster's total and free resources.
+        GetClusterResources {} => ClusterResources;
+        /// Reserve a placement group; answered once accepted.
+        CreatePlacementGroup {
+            /// What to reserve.
+            spec: PlacementGroupSpec,
+        } => ();
+        /// A group's state, now or once created (up to `wait_ms`).
+        GetPlacementGroup {
+            /// The group.
+            id: PlacementGroupId,
+            /// How long to wait while it is pending (`None`: answer now).
+            wait_ms: Option<u64>,
+        } => PlacementGroupInfo;
+        /// Remove a placement group.
+        RemovePlacementGroup {
+            /// The group.
+            id: PlacementGroupId,
+        } => ();
+        /// Store a value in the key-value table; answers whether the key is new.
+        KvPut {
+            /// The key.
+            key: String,
+            /// The value.
+            value: Bytes,
+            /// Replace an existing value.
+            overwrite: bool,
+        } => bool;
+        /// Read a value.
+        KvGet {
+            /// The key.
+            key: String,
+        } => Option<Bytes>;
+        /// Delete a key; answers whether it existed.
+        KvDelete {
+            /// The key.
+            key: String,
+        } => bool;
+        /// The keys with a prefix, sorted.
+        KvKeys {
+            /// The prefix.
+            prefix: String,
+        } => Vec<String>;
+    }
+
+    /// Requests to a worker's executor: tasks and actor calls (straight from
+    /// the caller, never through the raylet), and the raylet's order to
+    /// become an actor.
+    Executor: ExecutorRequest {
+        /// Run a task.
+        PushTask {
+            /// The task.
+            spec: TaskSpec,
+        } => ReturnObject;
+        /// Call a method of the actor this worker hosts.
+        ActorCall {
+            /// The actor.
+            actor_id: ActorId,
+            /// The calling worker (calls from one caller run in `seq` order).
+            caller: WorkerId,
+            /// The call's number in the caller's sequence.
+            seq: u64,
+            /// The call.
+            spec: TaskSpec,
+        } => ReturnObject;
+        /// Run an actor's constructor and host the actor from now on.
+        BecomeActor {
+            /// The actor.
+            spec: ActorSpec,
+        } => ();
+    }
+
+    /// Requests to an object's owner: its status and who borrows it.
+    Owner: OwnerRequest {
+        /// An owned object's value (inline or in the store), once ready.
+        GetObjectStatus {
+            /// The object.
+            id: ObjectId,
+        } => ReturnObject;
+        /// These processes now hold references to these objects.
+        AddBorrower {
+            /// The objects.
+            ids: Vec<ObjectId>,
+            /// The borrower's address.
+            borrower: Address,
+            /// Sent by a borrower passing the reference on.
+            from_borrower: bool,
+        } => ();
+        /// A borrower dropped its references.
+        RemoveBorrower {
+            /// The objects.
+            ids: Vec<ObjectId>,
+            /// The borrower's address.
+            borrower: Address,
+        } => ();
+    }
+
+    /// Notices the raylet sends a driver.
+    Driver: DriverRequest {
+        /// Lines a worker printed, for the driver's terminal.
+        WorkerOutput {
+            /// Who printed, e.g. `pid=123` or `Counter pid=123`.
+            label: String,
+            /// Which stream.
+            stream: Stream,
+            /// The lines, without newlines.
+            lines: Vec<String>,
+        } => ();
+    }
+}
+
+/// A lease granted by the raylet.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LeaseGrant {
+    /// The lease, to return it.
+    pub lease_id: LeaseId,
+    /// The worker leased.
+    pub worker_id: WorkerId,
+    /// Its address.
+    pub address: Address,
+    /// Its process id.
+    pub pid: u32,
+}
+
+/// Where an object lies in the store segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectLocation {
+    /// Byte offset in the segment.
+    pub offset: u64,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// The cluster's resources.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterResources {
+    /// Everything.
+    pub total: ResourceSet,
+    /// Free now.
+    pub available: ResourceSet,
+}
+
+/// An answer on the wire.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Response {
-    /// Done, nothing to report.
+    /// Done, nothing to return.
     Ok,
-    /// Failed.
+    /// The request failed.
     Error(Error),
-    /// Registered with the raylet.
+    /// Registration accepted.
     Registered(Registration),
-    /// A worker leased.
-    Lease {
-        /// The lease.
-        lease_id: LeaseId,
-        /// The worker.
-        worker_id: WorkerId,
-        /// Its address.
-        address: Address,
-        /// Its pid.
-        pid: u32,
-    },
-    /// Where an object lies in the shared segment.
-    ObjectLocation {
-        /// Offset in the segment.
-        offset: u64,
-        /// Size in bytes.
-        size: u64,
-    },
+    /// A lease was granted.
+    Lease(LeaseGrant),
+    /// Where an object is in the store.
+    ObjectLocation(ObjectLocation),
     /// Store usage.
     StoreStats(StoreStats),
     /// An actor's state.
     Actor(ActorInfo),
-    /// Cluster resources.
-    ClusterResources {
-        /// Everything the cluster has.
-        total: ResourceSet,
-        /// What is free now.
-        available: ResourceSet,
-    },
-    /// A task's or an object's value.
+    /// The cluster's resources.
+    ClusterResources(ClusterResources),
+    /// A task's or object's value.
     Object(ReturnObject),
     /// A placement group's state.
     PlacementGroup(PlacementGroupInfo),
-    /// A key-value lookup: the value, if any.
+    /// A value from the key-value table.
     KvValue(Option<Bytes>),
-    /// Whether a key-value write or delete changed the table.
+    /// Whether a key-value change took (new key, or deleted).
     KvChanged(bool),
     /// Keys of the key-value table.
     KvKeys(Vec<String>),
 }
 
 impl Response {
+    /// The answer to a call: its value, or its error.
+    pub fn from_result<T: Reply>(result: Result<T, Error>) -> Response {
+        match result {
+            Ok(value) => value.into_response(),
+            Err(e) => Response::Error(e),
+        }
+    }
+
     /// Turns `Response::Error` into `Err`.
     pub fn into_result(self) -> Result<Response, Error> {
         match self {
@@ -484,10 +641,15 @@ impl Response {
         }
     }
 
-    /// Builds the error for a reply of the wrong kind.
-    pub fn unexpected(&self, request: &str) -> Error {
-        Error::Protocol {
-            message: format!("unexpected reply to {request}: {self:?}"),
+    /// Takes the reply to `C` out of the response, naming both when the
+    /// peer answered with something else.
+    pub fn into_reply<C: Call>(self) -> Result<C::Reply, Error> {
+        match self {
+            Response::Error(e) => Err(e),
+            other => C::Reply::from_response(other).map_err(|reply| Error::UnexpectedReply {
+                request: C::NAME.to_string(),
+                reply,
+            }),
         }
     }
 }

@@ -19,7 +19,7 @@
 //! [`Error::Disconnected`] and the handler's `closed` hook runs once.
 
 use crate::error::Error;
-use crate::messages::{Request, Response};
+use crate::messages::{Call, Request, Response};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -233,13 +233,26 @@ impl Connection {
         }
     }
 
-    /// Sends a request and waits for its answer; `Response::Error` becomes `Err`.
-    pub async fn call(&self, request: Request) -> Result<Response, Error> {
-        let rx = self.start_call(request)?;
+    /// Sends a request and waits for its typed reply: the answer's error,
+    /// or [`Error::UnexpectedReply`] if the peer answered with something
+    /// else.
+    pub async fn request<C: Call>(&self, request: C) -> Result<C::Reply, Error> {
+        let rx = self.start_call(request.into())?;
         match rx.await {
-            Ok(resp) => resp.into_result(),
+            Ok(resp) => resp.into_reply::<C>(),
             Err(_) => Err(self.disconnected()),
         }
+    }
+
+    /// [`Connection::call_with`] with the typed reply of `C`.
+    pub fn request_with<C: Call>(
+        &self,
+        request: C,
+        on_answer: impl FnOnce(Result<C::Reply, Error>) + Send + 'static,
+    ) {
+        self.call_with(request.into(), move |answer| {
+            on_answer(answer.and_then(Response::into_reply::<C>))
+        });
     }
 
     /// Sends a request now and returns the receiver of its answer, so the
@@ -304,8 +317,8 @@ impl Connection {
     }
 
     /// Sends a request that wants no answer.
-    pub fn notify(&self, request: Request) -> Result<(), Error> {
-        self.send_frame(&Frame::Notify(request))
+    pub fn notify(&self, request: impl Into<Request>) -> Result<(), Error> {
+        self.send_frame(&Frame::Notify(request.into()))
     }
 
     /// Answers request `id` (does nothing for notifications, `None`).
@@ -390,18 +403,22 @@ pub fn serve(
 mod tests {
     use super::*;
     use crate::ids::ObjectId;
+    use crate::messages::{
+        GetObject, GetObjectStatus, ObjectLocation, ObjectValue, OwnerRequest, RayletRequest,
+        ReturnObject, SealObject,
+    };
 
     struct Echo;
     impl Handler for Echo {
         fn handle(&self, conn: &Connection, id: Option<u64>, request: Request) {
             let body = match request {
-                Request::GetObject { id: _ } => Response::ObjectLocation { offset: 1, size: 2 },
+                Request::Raylet(RayletRequest::GetObject(_)) => {
+                    Response::ObjectLocation(ObjectLocation { offset: 1, size: 2 })
+                }
                 // A reply far larger than a socket buffer: written in parts.
-                Request::GetObjectStatus { id: _ } => {
-                    Response::Object(crate::messages::ReturnObject {
-                        value: crate::messages::ObjectValue::Inline(bytes::Bytes::from(
-                            vec![7u8; 8 << 20],
-                        )),
+                Request::Owner(OwnerRequest::GetObjectStatus(_)) => {
+                    Response::Object(ReturnObject {
+                        value: ObjectValue::Inline(bytes::Bytes::from(vec![7u8; 8 << 20])),
                         contained: Vec::new(),
                     })
                 }
@@ -419,33 +436,48 @@ mod tests {
         let server = serve(&path, || Arc::new(Echo)).unwrap();
         let conn = Connection::connect(&path, Arc::new(Echo)).await.unwrap();
         for _ in 0..100 {
-            let r = conn
-                .call(Request::GetObject {
+            let at = conn
+                .request(GetObject {
                     id: ObjectId::new(),
                 })
                 .await
                 .unwrap();
-            assert!(matches!(r, Response::ObjectLocation { offset: 1, size: 2 }));
+            assert_eq!(at, ObjectLocation { offset: 1, size: 2 });
         }
+        // A reply of the wrong type is an error naming the request.
+        let err = conn
+            .request(SealObject {
+                id: ObjectId::new(),
+            })
+            .await;
+        assert!(err.is_ok(), "SealObject is answered with Ok");
+        let wrong = Response::Ok.into_reply::<GetObject>().unwrap_err();
+        assert!(wrong.to_string().contains("GetObject"), "{wrong}");
         // Several large answers in flight at once arrive whole and in one piece each.
         let calls: Vec<_> = (0..4)
             .map(|_| {
-                conn.start_call(Request::GetObjectStatus {
-                    id: ObjectId::new(),
-                })
+                conn.start_call(
+                    GetObjectStatus {
+                        id: ObjectId::new(),
+                    }
+                    .into(),
+                )
                 .unwrap()
             })
             .collect();
         for rx in calls {
-            match rx.await.unwrap() {
-                Response::Object(ret) => match ret.value {
-                    crate::messages::ObjectValue::Inline(b) => {
-                        assert_eq!(b.len(), 8 << 20);
-                        assert!(b.iter().all(|x| *x == 7));
-                    }
-                    other => panic!("unexpected value {other:?}"),
-                },
-                other => panic!("unexpected reply {other:?}"),
+            match rx
+                .await
+                .unwrap()
+                .into_reply::<GetObjectStatus>()
+                .unwrap()
+                .value
+            {
+                ObjectValue::Inline(b) => {
+                    assert_eq!(b.len(), 8 << 20);
+                    assert!(b.iter().all(|x| *x == 7));
+                }
+                other => panic!("unexpected value {other:?}"),
             }
         }
         server.abort();

@@ -10,7 +10,7 @@
 
 use parking_lot::Mutex;
 use prism_protocol::ids::{JobId, NodeId, WorkerId};
-use prism_protocol::messages::{Request, Stream};
+use prism_protocol::messages::{Stream, WorkerOutput};
 use prism_protocol::rpc::Connection;
 use std::io::Write;
 use std::path::PathBuf;
@@ -181,7 +181,7 @@ async fn forward_lines(
         }
         if let Some(driver) = &driver {
             let label = label.lock().clone();
-            let _ = driver.notify(Request::WorkerOutput {
+            let _ = driver.notify(WorkerOutput {
                 label,
                 stream,
                 lines: vec![line],

@@ -22,7 +22,9 @@ use parking_lot::Mutex;
 use prism_object_store::{ObjectTable, Segment};
 use prism_protocol::error::Error;
 use prism_protocol::ids::{ActorId, JobId, NodeId, PlacementGroupId, WorkerId};
-use prism_protocol::messages::{ActorSpec, ActorState, Registration, Request, Response};
+use prism_protocol::messages::{
+    ActorSpec, ActorState, BecomeActor, LeaseGrant, Registration, Reply, Response,
+};
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -31,14 +33,14 @@ use std::time::{Duration, Instant};
 
 /// Answers one request, now or later.
 #[derive(Debug)]
-pub(crate) struct Reply {
+pub(crate) struct ReplyTo {
     conn: Connection,
     request: Option<u64>,
 }
 
-impl Reply {
+impl ReplyTo {
     pub(crate) fn new(conn: &Connection, request: Option<u64>) -> Self {
-        Reply {
+        ReplyTo {
             conn: conn.clone(),
             request,
         }
@@ -48,8 +50,8 @@ impl Reply {
         self.conn.respond(self.request, response);
     }
 
-    fn send_result(self, answer: Result<Response, Error>) {
-        self.send(answer.unwrap_or_else(Response::Error));
+    fn send_result<T: Reply>(self, answer: Result<T, Error>) {
+        self.send(Response::from_result(answer));
     }
 }
 
@@ -74,8 +76,8 @@ struct WorkerLink {
 /// Everything behind the scheduling lock.
 #[derive(Debug)]
 pub(crate) struct Control {
-    pub(crate) scheduler: Scheduler<Reply>,
-    actors: ActorTable<Reply>,
+    pub(crate) scheduler: Scheduler<ReplyTo>,
+    actors: ActorTable<ReplyTo>,
     jobs: HashMap<JobId, Job>,
     links: HashMap<WorkerId, WorkerLink>,
 }
@@ -184,7 +186,7 @@ impl Node {
     fn carry_out(
         self: &Arc<Self>,
         c: &mut Control,
-        decision: Decision<Reply>,
+        decision: Decision<ReplyTo>,
         after: &mut AfterLock,
     ) {
         match decision {
@@ -194,12 +196,12 @@ impl Node {
                 worker,
                 address,
                 pid,
-            } => reply.send(Response::Lease {
+            } => reply.send(Response::Lease(LeaseGrant {
                 lease_id: lease,
                 worker_id: worker,
                 address,
                 pid,
-            }),
+            })),
             Decision::Granted {
                 grantee: Grantee::Actor(actor),
                 worker,
@@ -237,9 +239,7 @@ impl Node {
                 c.links.insert(worker, WorkerLink { conn: None, label });
             }
             Decision::StopWorker { pid } => after.kills.push(pid),
-            Decision::GroupAnswer { reply, answer } => {
-                reply.send_result(answer.map(Response::PlacementGroup))
-            }
+            Decision::GroupAnswer { reply, answer } => reply.send_result(answer),
         }
     }
 
@@ -364,7 +364,7 @@ impl Node {
         let pid = worker.pid;
         let node = self.clone();
         tokio::spawn(async move {
-            let outcome = conn.call(Request::BecomeActor(spec)).await;
+            let outcome = conn.request(BecomeActor { spec }).await;
             let state = match outcome {
                 Ok(_) => ActorState::Alive {
                     address,
@@ -379,10 +379,10 @@ impl Node {
     }
 
     /// Answers with an actor's state now, or once it leaves `Pending`.
-    pub(crate) fn get_actor(&self, actor: ActorId, wait: bool, reply: Reply) {
+    pub(crate) fn get_actor(&self, actor: ActorId, wait: bool, reply: ReplyTo) {
         let now = self.state.lock().actors.watch(actor, wait, reply);
         if let Some((reply, answer)) = now {
-            reply.send_result(answer.map(Response::Actor));
+            reply.send_result(answer);
         }
     }
 
@@ -418,7 +418,7 @@ impl Node {
         self: &Arc<Self>,
         id: PlacementGroupId,
         wait_ms: Option<u64>,
-        reply: Reply,
+        reply: ReplyTo,
     ) {
         let token = self.control(|c| c.scheduler.watch_group(id, wait_ms.is_some(), reply));
         let (Some(token), Some(ms)) = (token, wait_ms) else {
@@ -435,7 +435,7 @@ impl Node {
     }
 }
 
-fn answer_actor_waiters(answers: Answers<Reply>) {
+fn answer_actor_waiters(answers: Answers<ReplyTo>) {
     for (reply, info) in answers {
         reply.send(Response::Actor(info));
     }

@@ -5,19 +5,21 @@
 //! The handler remembers which, and which objects the peer has pinned, so
 //! that a peer that disconnects (or dies) leaves no pins or leases behind.
 //! Requests that wait (a lease, an actor or a group to be ready) are given
-//! a [`Reply`] to answer later; the rest are answered at once.
+//! a [`ReplyTo`] to answer later; the rest are answered at once.
 
-use crate::node::{Job, Node, Reply};
+use crate::node::{Job, Node, ReplyTo};
 use crate::scheduler::{Grantee, LeaseRequest};
-use bytes::Bytes;
 use parking_lot::Mutex;
-use prism_protocol::error::Error;
-use prism_protocol::ids::{ActorId, JobId, LeaseId, ObjectId, PlacementGroupId, WorkerId};
-use prism_protocol::messages::{ActorSpec, BundleRef, PlacementGroupSpec, Request, Response};
+use prism_protocol::error::{Error, Result};
+use prism_protocol::ids::{JobId, LeaseId, ObjectId, PlacementGroupId, WorkerId};
+use prism_protocol::messages::{
+    ActorSpec, BundleRef, ClusterResources, GetActor, GetPlacementGroup, ObjectLocation,
+    PlacementGroupSpec, RayletRequest, RegisterDriver, RegisterWorker, Registration, Reply,
+    Request, RequestLease, Response,
+};
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::{Connection, Handler};
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -46,65 +48,53 @@ pub(crate) fn handler(node: &Arc<Node>) -> Arc<dyn Handler> {
     })
 }
 
-type Answer = Result<Response, Error>;
-
 impl Handler for ClientHandler {
     fn handle(&self, conn: &Connection, id: Option<u64>, request: Request) {
-        let reply = Reply::new(conn, id);
+        let reply = ReplyTo::new(conn, id);
+        let request = match request {
+            Request::Raylet(request) => request,
+            other => {
+                return reply.send(Response::Error(Error::NotServed {
+                    service: "the raylet".into(),
+                    request: format!("{other:?}"),
+                }))
+            }
+        };
+        use RayletRequest as R;
         let answer = match request {
             // Answered later, when a worker, the actor or the group is ready.
-            Request::RequestLease { shape, bundle } => {
+            R::RequestLease(RequestLease { shape, bundle }) => {
                 return self.handle_request_lease(shape, bundle, reply)
             }
-            Request::GetActor { actor_id, wait } => {
+            R::GetActor(GetActor { actor_id, wait }) => {
                 return self.node.get_actor(actor_id, wait, reply)
             }
-            Request::GetPlacementGroup { id: group, wait_ms } => {
+            R::GetPlacementGroup(GetPlacementGroup { id: group, wait_ms }) => {
                 return self.node.get_placement_group(group, wait_ms, reply)
             }
             // Answered now.
-            Request::RegisterDriver {
-                address: _,
-                pid,
-                executable,
-                cwd,
-                log_to_driver,
-            } => self.handle_register_driver(conn, pid, executable, cwd, log_to_driver),
-            Request::RegisterWorker {
-                worker_id,
-                address,
-                pid,
-            } => self.handle_register_worker(conn, worker_id, address, pid),
-            Request::ReturnLease { lease_id } => self.handle_return_lease(lease_id),
-            Request::WorkerBlocked { blocked } => self.handle_worker_blocked(blocked),
-            Request::CreateObject { id, size } => self.handle_create_object(id, size),
-            Request::SealObject { id } => self.handle_seal_object(id),
-            Request::GetObject { id } => self.handle_get_object(id),
-            Request::ReleaseObject { id } => self.handle_release_object(id),
-            Request::DeleteObjects { ids } => self.handle_delete_objects(ids),
-            Request::GetStoreStats => Ok(Response::StoreStats(self.node.store.lock().stats())),
-            Request::CreateActor(spec) => self.handle_create_actor(spec),
-            Request::GetNamedActor { name, namespace } => self
-                .node
-                .get_named_actor(&name, &namespace)
-                .map(Response::Actor),
-            Request::KillActor { actor_id } => self.handle_kill_actor(actor_id),
-            Request::GetClusterResources => self.handle_get_cluster_resources(),
-            Request::CreatePlacementGroup(spec) => self.handle_create_placement_group(spec),
-            Request::RemovePlacementGroup { id } => self.handle_remove_placement_group(id),
-            Request::KvPut {
-                key,
-                value,
-                overwrite,
-            } => self.handle_kv_put(key, value, overwrite),
-            Request::KvGet { key } => Ok(Response::KvValue(self.node.kv.lock().get(&key))),
-            Request::KvDelete { key } => Ok(Response::KvChanged(self.node.kv.lock().delete(&key))),
-            Request::KvKeys { prefix } => Ok(Response::KvKeys(self.node.kv.lock().keys(&prefix))),
-            other => Err(Error::Protocol {
-                message: format!("the raylet does not serve {other:?}"),
-            }),
+            R::RegisterDriver(r) => answer(self.handle_register_driver(conn, r)),
+            R::RegisterWorker(r) => answer(self.handle_register_worker(conn, r)),
+            R::ReturnLease(r) => answer(self.handle_return_lease(r.lease_id)),
+            R::WorkerBlocked(r) => answer(self.handle_worker_blocked(r.blocked)),
+            R::CreateObject(r) => answer(self.handle_create_object(r.id, r.size)),
+            R::SealObject(r) => answer(self.node.store.lock().seal(r.id)),
+            R::GetObject(r) => answer(self.handle_get_object(r.id)),
+            R::ReleaseObject(r) => answer(self.handle_release_object(r.id)),
+            R::DeleteObjects(r) => answer(self.handle_delete_objects(r.ids)),
+            R::GetStoreStats(_) => answer(Ok(self.node.store.lock().stats())),
+            R::CreateActor(r) => answer(self.handle_create_actor(r.spec)),
+            R::GetNamedActor(r) => answer(self.node.get_named_actor(&r.name, &r.namespace)),
+            R::KillActor(r) => answer(self.node.kill_actor(r.actor_id)),
+            R::GetClusterResources(_) => answer(self.handle_get_cluster_resources()),
+            R::CreatePlacementGroup(r) => answer(self.handle_create_placement_group(r.spec)),
+            R::RemovePlacementGroup(r) => answer(self.handle_remove_placement_group(r.id)),
+            R::KvPut(r) => answer(Ok(self.node.kv.lock().put(r.key, r.value, r.overwrite))),
+            R::KvGet(r) => answer(Ok(self.node.kv.lock().get(&r.key))),
+            R::KvDelete(r) => answer(Ok(self.node.kv.lock().delete(&r.key))),
+            R::KvKeys(r) => answer(Ok(self.node.kv.lock().keys(&r.prefix))),
         };
-        reply.send(answer.unwrap_or_else(Response::Error));
+        reply.send(answer);
     }
 
     fn closed(&self, _conn: &Connection) {
@@ -129,13 +119,11 @@ impl ClientHandler {
     fn job(&self) -> Result<JobId, Error> {
         match *self.role.lock() {
             Role::Driver(j) | Role::Worker(j, _) => Ok(j),
-            Role::Unregistered => Err(Error::Protocol {
-                message: "register with the raylet before using it".into(),
-            }),
+            Role::Unregistered => Err(Error::NotRegistered),
         }
     }
 
-    fn handle_request_lease(&self, shape: ResourceSet, bundle: Option<BundleRef>, reply: Reply) {
+    fn handle_request_lease(&self, shape: ResourceSet, bundle: Option<BundleRef>, reply: ReplyTo) {
         let job = match self.job() {
             Ok(job) => job,
             Err(e) => return reply.send(Response::Error(e)),
@@ -152,14 +140,14 @@ impl ClientHandler {
         self.node.control(|c| c.scheduler.request_lease(request));
     }
 
-    fn handle_register_driver(
-        &self,
-        conn: &Connection,
-        pid: u32,
-        executable: PathBuf,
-        cwd: PathBuf,
-        log_to_driver: bool,
-    ) -> Answer {
+    fn handle_register_driver(&self, conn: &Connection, r: RegisterDriver) -> Result<Registration> {
+        let RegisterDriver {
+            pid,
+            executable,
+            cwd,
+            log_to_driver,
+            ..
+        } = r;
         let job_id = JobId::new();
         *self.role.lock() = Role::Driver(job_id);
         tracing::info!(job = %job_id, pid, executable = %executable.display(), "driver registered");
@@ -172,59 +160,51 @@ impl ClientHandler {
                 log_to_driver,
             },
         );
-        Ok(Response::Registered(self.node.registration(job_id)))
+        Ok(self.node.registration(job_id))
     }
 
-    fn handle_register_worker(
-        &self,
-        conn: &Connection,
-        worker_id: WorkerId,
-        address: String,
-        pid: u32,
-    ) -> Answer {
-        let job = self.node.register_worker(worker_id, address, pid, conn)?;
+    fn handle_register_worker(&self, conn: &Connection, r: RegisterWorker) -> Result<Registration> {
+        let worker_id = r.worker_id;
+        let job = self
+            .node
+            .register_worker(worker_id, r.address, r.pid, conn)?;
         *self.role.lock() = Role::Worker(job, worker_id);
-        Ok(Response::Registered(self.node.registration(job)))
+        Ok(self.node.registration(job))
     }
 
-    fn handle_return_lease(&self, lease: LeaseId) -> Answer {
+    fn handle_return_lease(&self, lease: LeaseId) -> Result<()> {
         self.node.control(|c| c.scheduler.return_lease(lease));
-        Ok(Response::Ok)
+        Ok(())
     }
 
-    fn handle_worker_blocked(&self, blocked: bool) -> Answer {
+    fn handle_worker_blocked(&self, blocked: bool) -> Result<()> {
         if let Role::Worker(_, worker) = *self.role.lock() {
             tracing::debug!(%worker, blocked, "worker blocked state");
             self.node
                 .control(|c| c.scheduler.set_blocked(worker, blocked));
         }
-        Ok(Response::Ok)
+        Ok(())
     }
 
-    fn handle_create_object(&self, id: ObjectId, size: u64) -> Answer {
+    fn handle_create_object(&self, id: ObjectId, size: u64) -> Result<ObjectLocation> {
         let placement = self.node.store.lock().create(id, size)?;
-        Ok(Response::ObjectLocation {
+        Ok(ObjectLocation {
             offset: placement.offset,
             size: placement.size,
         })
-    }
-
-    fn handle_seal_object(&self, id: ObjectId) -> Answer {
-        self.node.store.lock().seal(id)?;
-        Ok(Response::Ok)
     }
 
     /// Pins the object for this connection until it releases it or closes.
-    fn handle_get_object(&self, id: ObjectId) -> Answer {
+    fn handle_get_object(&self, id: ObjectId) -> Result<ObjectLocation> {
         let placement = self.node.store.lock().pin(id)?;
         *self.pins.lock().entry(id).or_default() += 1;
-        Ok(Response::ObjectLocation {
+        Ok(ObjectLocation {
             offset: placement.offset,
             size: placement.size,
         })
     }
 
-    fn handle_release_object(&self, id: ObjectId) -> Answer {
+    fn handle_release_object(&self, id: ObjectId) -> Result<()> {
         let mut pins = self.pins.lock();
         if let Some(n) = pins.get_mut(&id) {
             *n -= 1;
@@ -233,51 +213,42 @@ impl ClientHandler {
             }
             self.node.store.lock().unpin(id);
         }
-        Ok(Response::Ok)
+        Ok(())
     }
 
-    fn handle_delete_objects(&self, ids: Vec<ObjectId>) -> Answer {
+    fn handle_delete_objects(&self, ids: Vec<ObjectId>) -> Result<()> {
         let mut store = self.node.store.lock();
         for id in ids {
             store.delete(id);
         }
-        Ok(Response::Ok)
+        Ok(())
     }
 
-    fn handle_create_actor(&self, spec: ActorSpec) -> Answer {
-        self.node.create_actor(self.job()?, spec)?;
-        Ok(Response::Ok)
+    fn handle_create_actor(&self, spec: ActorSpec) -> Result<()> {
+        self.node.create_actor(self.job()?, spec)
     }
 
-    fn handle_kill_actor(&self, actor: ActorId) -> Answer {
-        self.node.kill_actor(actor)?;
-        Ok(Response::Ok)
-    }
-
-    fn handle_get_cluster_resources(&self) -> Answer {
+    fn handle_get_cluster_resources(&self) -> Result<ClusterResources> {
         self.node.control(|c| {
             let resources = c.scheduler.resources();
-            Ok(Response::ClusterResources {
+            Ok(ClusterResources {
                 total: resources.total().clone(),
                 available: resources.available(),
             })
         })
     }
 
-    fn handle_create_placement_group(&self, spec: PlacementGroupSpec) -> Answer {
+    fn handle_create_placement_group(&self, spec: PlacementGroupSpec) -> Result<()> {
         let job = self.job()?;
-        self.node.control(|c| c.scheduler.create_group(job, spec))?;
-        Ok(Response::Ok)
+        self.node.control(|c| c.scheduler.create_group(job, spec))
     }
 
-    fn handle_remove_placement_group(&self, id: PlacementGroupId) -> Answer {
+    fn handle_remove_placement_group(&self, id: PlacementGroupId) -> Result<()> {
         self.node.control(|c| c.scheduler.remove_group(id));
-        Ok(Response::Ok)
+        Ok(())
     }
+}
 
-    fn handle_kv_put(&self, key: String, value: Bytes, overwrite: bool) -> Answer {
-        Ok(Response::KvChanged(
-            self.node.kv.lock().put(key, value, overwrite),
-        ))
-    }
+fn answer<T: Reply>(result: Result<T>) -> Response {
+    Response::from_result(result)
 }

@@ -516,9 +516,7 @@ impl<R> Scheduler<R> {
         pid: u32,
     ) -> Result<JobId, Error> {
         let Some(worker) = self.workers.get_mut(&worker_id) else {
-            return Err(Error::Protocol {
-                message: format!("{worker_id} was not started by this raylet"),
-            });
+            return Err(Error::UnknownWorker { worker: worker_id });
         };
         // It may register before its launcher recorded the pid.
         if worker.pid == 0 {
