@@ -2,21 +2,22 @@
 
 use crate::codec::Element;
 use crate::config::Config;
-use crate::core_worker::{self, current, CoreHandler, CoreWorker, Role, Startup};
 use crate::object_ref::ObjectRef;
+use crate::runtime::{self, current, CoreWorker, Role};
 use crate::view::View;
 use crate::{Error, Result};
 use parking_lot::Mutex;
 use prism_protocol::ids::{JobId, NodeId, WorkerId};
 use prism_protocol::messages::{
-    Call, GetClusterResources, GetStoreStats, ObjectRefInfo, RegisterDriver, StoreStats,
+    Call, GetClusterResources, GetStoreStats, ObjectRefInfo, StoreStats,
 };
 use prism_protocol::resources::ResourceSet;
-use prism_protocol::rpc::Connection;
-use prism_raylet::{Raylet, RayletConfig};
+use prism_raylet::Raylet;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use std::future::{Future, IntoFuture};
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,7 +48,7 @@ static DRIVER: Mutex<Option<DriverState>> = Mutex::new(None);
 /// ```
 pub fn init(config: Config) -> Result<()> {
     let mut driver = DRIVER.lock();
-    if driver.is_some() || core_worker::current().is_ok() {
+    if driver.is_some() || current().is_ok() {
         return if config.ignore_reinit_error {
             Ok(())
         } else {
@@ -64,21 +65,24 @@ pub fn init(config: Config) -> Result<()> {
     let handle = runtime.handle().clone();
     let timeout = Duration::from_millis(config.startup_timeout_ms);
     let started = runtime.block_on(async {
-        tokio::time::timeout(timeout, start_driver(config.clone(), handle))
-            .await
-            .unwrap_or_else(|_| {
-                Err(Error::io(
-                    "start the cluster",
-                    format!(
-                        "not ready after {} ms (PRISM_STARTUP_TIMEOUT_MS)",
-                        timeout.as_millis()
-                    ),
-                ))
-            })
+        tokio::time::timeout(
+            timeout,
+            runtime::startup::start_driver(config.clone(), handle),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(Error::io(
+                "start the cluster",
+                format!(
+                    "not ready after {} ms (PRISM_STARTUP_TIMEOUT_MS)",
+                    timeout.as_millis()
+                ),
+            ))
+        })
     });
     match started {
         Ok((core, raylet)) => {
-            core_worker::set_current(Some(core));
+            runtime::set_current(Some(core));
             *driver = Some(DriverState { runtime, raylet });
             Ok(())
         }
@@ -89,95 +93,13 @@ pub fn init(config: Config) -> Result<()> {
     }
 }
 
-async fn start_driver(
-    config: Arc<Config>,
-    handle: tokio::runtime::Handle,
-) -> Result<(Arc<CoreWorker>, Option<Raylet>)> {
-    let (socket, raylet) = match &config.address {
-        Some(address) => {
-            let path = PathBuf::from(address);
-            let socket = if path.is_dir() {
-                path.join("sockets").join("raylet.sock")
-            } else {
-                path
-            };
-            (socket, None)
-        }
-        None => {
-            let session_dir = crate::logging::new_session_dir(&config.temp_dir)?;
-            crate::logging::init_file_logging(
-                &session_dir,
-                &format!("driver-{}.log", std::process::id()),
-            );
-            let resources = config.node_resources()?;
-            let cpus = resources.get(prism_protocol::resources::CPU).units()
-                / prism_protocol::resources::Quantity::SCALE;
-            let mut raylet_config = RayletConfig::local(session_dir, cpus, config.store_capacity());
-            raylet_config.resources = resources;
-            raylet_config.idle_worker_timeout =
-                Duration::from_millis(config.idle_worker_timeout_ms);
-            raylet_config.idle_worker_reap_period =
-                Duration::from_millis(config.idle_worker_reap_period_ms);
-            raylet_config.worker_start_attempts = config.worker_start_attempts;
-            raylet_config.removed_placement_groups_kept = config.removed_placement_groups_kept;
-            if let Some(n) = config.max_workers_per_job {
-                raylet_config.max_workers_per_job = n.max(1);
-            }
-            let raylet = Raylet::start(raylet_config).await?;
-            (raylet.socket_path().to_path_buf(), Some(raylet))
-        }
-    };
-    let handler = CoreHandler::default();
-    let conn = Connection::connect(&socket, Arc::new(handler.clone()))
-        .await
-        .map_err(|e| match &config.address {
-            Some(a) => Error::io(format!("join the cluster at {a} (is it running?)"), e),
-            None => e,
-        })?;
-    let worker_id = WorkerId::new();
-    let session_guess = socket
-        .parent()
-        .and_then(|p| p.parent())
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    let executable =
-        std::env::current_exe().map_err(|e| Error::io("find this program's executable", e))?;
-    let cwd = std::env::current_dir().map_err(|e| Error::io("read the working directory", e))?;
-    let registration = conn
-        .request(RegisterDriver {
-            address: core_worker::socket_path(&session_guess, worker_id)
-                .display()
-                .to_string(),
-            pid: std::process::id(),
-            executable,
-            cwd,
-            log_to_driver: config.log_to_driver,
-        })
-        .await?;
-    let core = CoreWorker::build(Startup {
-        role: Role::Driver,
-        rt: handle,
-        config,
-        worker_id,
-        node_id: registration.node_id,
-        job_id: registration.job_id,
-        session_dir: registration.session_dir,
-        store_path: registration.store_path,
-        raylet: conn,
-        handler,
-    })?;
-    crate::worker::fetch_cluster_total(&core).await?;
-    Ok((core, raylet))
-}
-
 /// Disconnects from the cluster; an embedded cluster is stopped (its workers
 /// killed, its store removed). Safe to call when not initialized. `init`
 /// may be called again afterwards.
 pub fn shutdown() {
-    let core = core_worker::set_current(None);
+    let core = runtime::set_current(None);
     if let Some(core) = &core {
-        core.return_all_leases();
-        core.stop_listening();
+        core.stop();
     }
     drop(core);
     let state = DRIVER.lock().take();
@@ -191,7 +113,7 @@ pub fn shutdown() {
 
 /// Whether [`init`] has run (and [`shutdown`] has not).
 pub fn is_initialized() -> bool {
-    core_worker::current().is_ok()
+    current().is_ok()
 }
 
 /// Stores a value in the cluster and returns a reference to it.
@@ -229,24 +151,24 @@ pub fn put<T: Serialize + Send + Sync + 'static>(value: T) -> Result<ObjectRef<T
 /// ```
 pub fn put_ref<T: Serialize + 'static>(value: &T) -> Result<ObjectRef<T>> {
     let core = current()?;
-    let info = core.put_object(value)?;
-    Ok(ObjectRef::from_counted(info, &core))
+    let info = core.objects.put_object(value)?;
+    Ok(ObjectRef::from_counted(info, &core.objects))
 }
 
 /// The async form of [`put`].
 pub async fn put_async<T: Serialize + Send + Sync + 'static>(value: T) -> Result<ObjectRef<T>> {
     let core = current()?;
-    let info = core.put_object_async(&value).await?;
-    Ok(ObjectRef::from_counted(info, &core))
+    let info = core.objects.put_object_async(&value).await?;
+    Ok(ObjectRef::from_counted(info, &core.objects))
 }
 
 async fn get_with(
     core: Arc<CoreWorker>,
     info: ObjectRefInfo,
-) -> Result<crate::core_worker::Loaded> {
-    let ready_here = core.refs.is_mine(&info.owner) && core.refs.is_ready(info.id);
-    let _waiting = (!ready_here).then(|| core.waiting());
-    core.fetch(&info).await
+) -> Result<crate::runtime::store::Loaded> {
+    let ready_here = core.objects.refs.is_mine(&info.owner) && core.objects.refs.is_ready(info.id);
+    let _waiting = (!ready_here).then(|| core.objects.waiting());
+    core.objects.fetch(&info).await
 }
 
 /// Waits for an object's value and returns a copy of it.
@@ -283,7 +205,7 @@ pub async fn get_async<T: DeserializeOwned + Send + 'static>(r: &ObjectRef<T>) -
     let loaded = get_with(core.clone(), r.info().clone()).await?;
     let value = crate::codec::decode::<T>(loaded.bytes())?;
     drop(loaded);
-    core.register_borrows().await?;
+    core.objects.register_borrows().await?;
     Ok(value)
 }
 
@@ -328,7 +250,10 @@ fn get_many_inner<T: DeserializeOwned + Send + 'static>(
                     let core = current()?;
                     let pending = refs
                         .iter()
-                        .filter(|r| !(core.refs.is_mine(r.owner()) && core.refs.is_ready(r.id())))
+                        .filter(|r| {
+                            !(core.objects.refs.is_mine(r.owner())
+                                && core.objects.refs.is_ready(r.id()))
+                        })
                         .count();
                     Err(Error::GetTimeout {
                         waited_ms: t.as_millis() as u64,
@@ -349,7 +274,7 @@ pub fn get_view<E: Element>(r: &ObjectRef<Vec<E>>) -> Result<View<E>> {
     let info = r.info().clone();
     let c = core.clone();
     let loaded = core.block_on(async move { get_with(c, info).await })?;
-    crate::private::make_view::<E>(loaded)
+    crate::runtime::registry::make_view::<E>(loaded)
 }
 
 /// What [`wait`] returns: `(ready, not_ready)`.
@@ -372,7 +297,7 @@ pub fn wait<T: 'static>(
     let core = current()?;
     // Enough already ready here: answer without the runtime.
     let infos = refs.iter().map(|r| r.info());
-    if let Some(ready) = core.refs.ready_now(infos, num_returns) {
+    if let Some(ready) = core.objects.refs.ready_now(infos, num_returns) {
         return Ok(split_ready(refs, &ready));
     }
     let refs = refs.to_vec();
@@ -419,7 +344,7 @@ pub async fn wait_async<T>(
     check_wait_args(refs, num_returns)?;
     let core = current()?;
     let infos: Vec<ObjectRefInfo> = refs.iter().map(|r| r.info().clone()).collect();
-    let _waiting = core.waiting();
+    let _waiting = core.objects.waiting();
     let mut ready = wait_ready(core.clone(), infos, num_returns, timeout).await;
     let mut count = 0;
     for flag in ready.iter_mut() {
@@ -443,7 +368,7 @@ async fn wait_ready(
     let mut waiting = tokio::task::JoinSet::new();
     let mut not_ready = Vec::new();
     for (i, info) in infos.into_iter().enumerate() {
-        if core.refs.is_mine(&info.owner) && core.refs.is_ready(info.id) {
+        if core.objects.refs.is_mine(&info.owner) && core.objects.refs.is_ready(info.id) {
             ready[i] = true;
             count += 1;
         } else {
@@ -457,10 +382,10 @@ async fn wait_ready(
         let core = core.clone();
         let tx = tx.clone();
         waiting.spawn(async move {
-            let _ = if core.refs.is_mine(&info.owner) {
-                core.wait_owned(info.id).await.map(|_| ())
+            let _ = if core.objects.refs.is_mine(&info.owner) {
+                core.objects.wait_owned(info.id).await.map(|_| ())
             } else {
-                core.fetch(&info).await.map(|_| ())
+                core.objects.fetch(&info).await.map(|_| ())
             };
             let _ = tx.send(i);
         });
@@ -544,8 +469,27 @@ pub fn runtime_context() -> Result<RuntimeContext> {
         job_id: core.job_id,
         node_id: core.node_id,
         session_dir: core.session_dir.clone(),
-        num_owned_objects: core.refs.num_owned(),
+        num_owned_objects: core.objects.refs.num_owned(),
         gpu_ids,
         is_worker: core.role == Role::Worker,
     })
+}
+
+impl<T: DeserializeOwned + Send + 'static> IntoFuture for ObjectRef<T> {
+    type Output = Result<T>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<T>> + Send>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move { get_async(&self).await })
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static> IntoFuture for &ObjectRef<T> {
+    type Output = Result<T>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<T>> + Send>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        let r = self.clone();
+        Box::pin(async move { get_async(&r).await })
+    }
 }

@@ -42,6 +42,17 @@ pub struct Encoded {
     pub(crate) keep_alive: Vec<KeepAlive>,
 }
 
+/// One argument of a remote call, as the caller hands it over.
+#[derive(Debug)]
+pub enum Arg {
+    /// A value, encoded.
+    #[doc(hidden)]
+    Value(Encoded),
+    /// A reference; the executor receives the object's value.
+    #[doc(hidden)]
+    Ref(ObjectRefInfo),
+}
+
 /// A type-erased reference handle.
 pub(crate) type KeepAlive = std::sync::Arc<dyn Any + Send + Sync>;
 

@@ -104,22 +104,22 @@
 #![warn(missing_docs, missing_debug_implementations)]
 #![doc(test(attr(deny(warnings))))]
 
+// The public API, above the runtime.
 mod actor;
 mod api;
-mod codec;
-mod config;
-mod core_worker;
-mod executor;
 pub mod kv;
-mod logging;
 mod object_ref;
 mod options;
 mod placement;
-pub mod portable;
-mod refs;
-mod submitter;
+mod resources;
 mod view;
-mod worker;
+// The per-process runtime and its components.
+mod runtime;
+// Leaves: encoding, configuration, logging, portable functions.
+mod codec;
+mod config;
+mod logging;
+pub mod portable;
 
 #[doc(hidden)]
 pub mod private;
@@ -133,9 +133,10 @@ pub use api::{
     get_view, init, is_initialized, object_store_stats, put, put_async, put_ref, runtime_context,
     shutdown, wait, wait_async, RuntimeContext, WaitResult,
 };
+pub use codec::Arg;
 pub use codec::Element;
 pub use config::Config;
-pub use object_ref::{Arg, IntoArg, ObjectRef};
+pub use object_ref::{IntoArg, ObjectRef};
 pub use options::{ActorOptions, TaskOptions};
 pub use placement::{
     placement_group, remove_placement_group, Bundle, PlacementGroup, PlacementStrategy,

@@ -1,28 +1,25 @@
 //! Typed references to objects, and how arguments are passed.
 
-use crate::codec::{self, Element, Encoded};
-use crate::core_worker::{self, CoreWorker};
+use crate::codec::{self, Arg, Element};
+use crate::runtime::{self, Objects};
 use crate::view::View;
-use crate::{Error, Result};
+use crate::Result;
 use prism_protocol::ids::ObjectId;
 use prism_protocol::messages::{Address, ObjectRefInfo};
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
-use std::future::{Future, IntoFuture};
 use std::marker::PhantomData;
-use std::pin::Pin;
 use std::sync::{Arc, Weak};
 
 struct RefInner {
     info: ObjectRefInfo,
-    core: Weak<CoreWorker>,
+    objects: Weak<Objects>,
 }
 
 impl Drop for RefInner {
     fn drop(&mut self) {
-        if let Some(core) = self.core.upgrade() {
-            core.drop_local_ref(self.info.id);
+        if let Some(objects) = self.objects.upgrade() {
+            objects.drop_local_ref(self.info.id);
         }
     }
 }
@@ -77,12 +74,12 @@ impl<T> std::hash::Hash for ObjectRef<T> {
 }
 
 impl<T> ObjectRef<T> {
-    /// Wraps a reference whose count was already taken in `core`.
-    pub(crate) fn from_counted(info: ObjectRefInfo, core: &Arc<CoreWorker>) -> Self {
+    /// Wraps a reference whose count was already taken in `objects`.
+    pub(crate) fn from_counted(info: ObjectRefInfo, objects: &Arc<Objects>) -> Self {
         ObjectRef {
             inner: Arc::new(RefInner {
                 info,
-                core: Arc::downgrade(core),
+                objects: Arc::downgrade(objects),
             }),
             _type: PhantomData,
         }
@@ -122,45 +119,15 @@ impl<'de, T> Deserialize<'de> for ObjectRef<T> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
         let (id, owner) = <(ObjectId, Address)>::deserialize(deserializer)?;
         let info = ObjectRefInfo { id, owner };
-        let core = core_worker::current_weak();
-        if let Some(core) = core.upgrade() {
-            core.refs.add_local(&info);
+        let objects = runtime::current_objects();
+        if let Some(objects) = objects.upgrade() {
+            objects.refs.add_local(&info);
         }
         Ok(ObjectRef {
-            inner: Arc::new(RefInner { info, core }),
+            inner: Arc::new(RefInner { info, objects }),
             _type: PhantomData,
         })
     }
-}
-
-impl<T: DeserializeOwned + Send + 'static> IntoFuture for ObjectRef<T> {
-    type Output = Result<T>;
-    type IntoFuture = Pin<Box<dyn Future<Output = Result<T>> + Send>>;
-
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move { crate::api::get_async(&self).await })
-    }
-}
-
-impl<T: DeserializeOwned + Send + 'static> IntoFuture for &ObjectRef<T> {
-    type Output = Result<T>;
-    type IntoFuture = Pin<Box<dyn Future<Output = Result<T>> + Send>>;
-
-    fn into_future(self) -> Self::IntoFuture {
-        let r = self.clone();
-        Box::pin(async move { crate::api::get_async(&r).await })
-    }
-}
-
-/// One argument of a remote call, as the caller hands it over.
-#[derive(Debug)]
-pub enum Arg {
-    /// A value, encoded.
-    #[doc(hidden)]
-    Value(Encoded),
-    /// A reference; the executor receives the object's value.
-    #[doc(hidden)]
-    Ref(ObjectRefInfo),
 }
 
 /// Something that can be passed where a remote function expects a `P`: a
@@ -199,17 +166,5 @@ impl<E: Element> IntoArg<View<E>> for &ObjectRef<Vec<E>> {
 impl IntoArg<View<u8>> for &ObjectRef<bytes::Bytes> {
     fn into_arg(self) -> Result<Arg> {
         Ok(Arg::Ref(self.inner.info.clone()))
-    }
-}
-
-/// Checks a user-supplied count or size.
-pub(crate) fn positive(what: &str, value: f64) -> Result<f64> {
-    if value.is_finite() && value > 0.0 {
-        Ok(value)
-    } else {
-        Err(Error::invalid(
-            what,
-            format!("must be a positive number, got {value}"),
-        ))
     }
 }

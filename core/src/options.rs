@@ -1,85 +1,10 @@
 //! Per-call options for tasks and actors.
 
-use crate::object_ref::positive;
 use crate::placement::PlacementGroup;
+use crate::resources::{resource_builders, Resources};
+use crate::runtime::submitter::SchedulingKey;
 use crate::{Error, Result};
 use prism_protocol::messages::{self, BundleRef};
-use prism_protocol::resources::{Quantity, ResourceSet, CPU, GPU, MEMORY};
-use std::collections::BTreeMap;
-
-/// Resource requests shared by tasks and actors.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct Resources {
-    pub(crate) num_cpus: Option<f64>,
-    pub(crate) num_gpus: Option<f64>,
-    pub(crate) memory: Option<f64>,
-    pub(crate) custom: BTreeMap<String, f64>,
-}
-
-/// The resource builder methods shared by [`TaskOptions`], [`ActorOptions`]
-/// and [`Bundle`](crate::Bundle): `$field` is where the type keeps its
-/// [`Resources`], `$who` how its docs name what holds them.
-macro_rules! resource_builders {
-    ($field:ident, $who:literal) => {
-        #[doc = concat!("CPUs ", $who, ".")]
-        pub fn num_cpus(mut self, n: f64) -> Self {
-            self.$field.num_cpus = Some(n);
-            self
-        }
-
-        #[doc = concat!("GPUs ", $who, "; below 1 it shares one device.")]
-        pub fn num_gpus(mut self, n: f64) -> Self {
-            self.$field.num_gpus = Some(n);
-            self
-        }
-
-        #[doc = concat!("Memory in bytes ", $who, ".")]
-        pub fn memory(mut self, bytes: f64) -> Self {
-            self.$field.memory = Some(bytes);
-            self
-        }
-
-        #[doc = concat!("A custom resource amount ", $who, ".")]
-        pub fn resource(mut self, name: impl Into<String>, amount: f64) -> Self {
-            self.$field.custom.insert(name.into(), amount);
-            self
-        }
-    };
-}
-pub(crate) use resource_builders;
-
-/// What a task's lease asks for: a shape, and where to take it from.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct SchedulingKey {
-    pub(crate) shape: ResourceSet,
-    pub(crate) bundle: Option<BundleRef>,
-}
-
-impl Resources {
-    pub(crate) fn to_set(&self, default_cpus: f64) -> Result<ResourceSet> {
-        let mut set = ResourceSet::new();
-        let mut put = |name: &str, value: f64, allow_zero: bool| -> Result<()> {
-            if !(allow_zero && value == 0.0) {
-                positive(&format!("{name} request"), value)?;
-            }
-            let q =
-                Quantity::from_f64(name, value).map_err(|e| Error::invalid(name, e.to_string()))?;
-            set.set(name, q);
-            Ok(())
-        };
-        put(CPU, self.num_cpus.unwrap_or(default_cpus), true)?;
-        if let Some(g) = self.num_gpus {
-            put(GPU, g, true)?;
-        }
-        if let Some(m) = self.memory {
-            put(MEMORY, m, false)?;
-        }
-        for (k, v) in &self.custom {
-            put(k, *v, false)?;
-        }
-        Ok(set)
-    }
-}
 
 /// Options for one task submission; start from [`TaskOptions::new`].
 ///

@@ -32,7 +32,7 @@
 //! ```
 
 use crate::api::raylet_request;
-use crate::options::Resources;
+use crate::resources::Resources;
 use crate::{Error, Result};
 use prism_protocol::ids::PlacementGroupId;
 pub use prism_protocol::messages::PlacementStrategy;
@@ -57,7 +57,7 @@ impl Bundle {
         Self::default()
     }
 
-    crate::options::resource_builders!(resources, "in this bundle");
+    crate::resources::resource_builders!(resources, "in this bundle");
 }
 
 /// A handle to a placement group. Cheap to clone; it can be passed to tasks

@@ -1,7 +1,7 @@
 //! Zero-copy views of buffers in the shared-memory store.
 
 use crate::codec::{self, Element};
-use crate::core_worker::PinGuard;
+use crate::runtime::store::PinGuard;
 use serde::{Deserialize, Deserializer};
 use std::fmt;
 use std::ops::Deref;

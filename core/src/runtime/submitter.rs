@@ -16,25 +16,24 @@
 //! 4. A worker whose queue ran dry is kept for `lease_idle_ms`, then given
 //!    back, so that back-to-back calls skip the lease round trip.
 
-use crate::core_worker::CoreWorker;
-use crate::options::SchedulingKey;
-use crate::refs::ValueState;
+use super::objects::{Objects, Submission};
+use crate::config::Config;
 use crate::Error;
 use parking_lot::Mutex;
-use prism_protocol::ids::{LeaseId, ObjectId, WorkerId};
-use prism_protocol::messages::{
-    ArgSpec, ObjectValue, PushTask, RequestLease, ReturnLease, ReturnObject, TaskSpec,
-};
+use prism_protocol::ids::{LeaseId, WorkerId};
+use prism_protocol::messages::{BundleRef, PushTask, RequestLease, ReturnLease, ReturnObject};
+use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::Connection;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A task with the object ids whose `submitted` count it holds.
-#[derive(Debug)]
-pub(crate) struct Submission {
-    pub(crate) spec: TaskSpec,
-    pub(crate) held: Vec<ObjectId>,
+/// What tasks are queued by: the resources a lease must hold, and the
+/// placement-group bundle it must come from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct SchedulingKey {
+    pub(crate) shape: ResourceSet,
+    pub(crate) bundle: Option<BundleRef>,
 }
 
 #[derive(Debug, Clone)]
@@ -54,80 +53,57 @@ struct ShapeQueue {
 }
 
 /// The task submitter of one process.
-#[derive(Debug, Default)]
-pub(crate) struct Submitter {
+#[derive(Debug)]
+pub(crate) struct TaskSubmitter {
+    rt: tokio::runtime::Handle,
+    config: Arc<Config>,
+    raylet: Connection,
+    objects: Arc<Objects>,
     shapes: Mutex<HashMap<SchedulingKey, ShapeQueue>>,
 }
 
-impl CoreWorker {
+impl TaskSubmitter {
+    pub(crate) fn new(
+        rt: tokio::runtime::Handle,
+        config: Arc<Config>,
+        raylet: Connection,
+        objects: Arc<Objects>,
+    ) -> Self {
+        TaskSubmitter {
+            rt,
+            config,
+            raylet,
+            objects,
+            shapes: Mutex::new(HashMap::new()),
+        }
+    }
+
     /// Resolves, queues and eventually runs a task. When every argument is
     /// a value or a ready object this happens on the calling thread, and the
     /// task may be on its way to a worker before this returns.
-    pub(crate) fn submit_task(self: &Arc<Self>, shape: SchedulingKey, mut submission: Submission) {
-        match self.resolve_args_now(&mut submission.spec.args) {
+    pub(crate) fn submit(self: &Arc<Self>, shape: SchedulingKey, mut submission: Submission) {
+        match self.objects.resolve_args_now(&mut submission.spec.args) {
             Ok(true) => self.enqueue(shape, submission),
-            Err(e) => self.finish_task(&submission, Err(e)),
+            Err(e) => self.objects.finish_task(&submission, Err(e)),
             Ok(false) => {
-                let core = self.clone();
+                let submitter = self.clone();
                 self.rt.spawn(async move {
-                    match core.resolve_args(submission.spec.args.clone()).await {
+                    let objects = &submitter.objects;
+                    match objects.resolve_args(submission.spec.args.clone()).await {
                         Ok(args) => {
                             let mut submission = submission;
                             submission.spec.args = args;
-                            core.enqueue(shape, submission);
+                            submitter.enqueue(shape, submission);
                         }
-                        Err(e) => core.finish_task(&submission, Err(e)),
+                        Err(e) => objects.finish_task(&submission, Err(e)),
                     }
                 });
             }
         }
     }
 
-    /// Inlines arguments whose objects are ready here; `Ok(false)` if some
-    /// are still being computed (nothing is changed then).
-    pub(crate) fn resolve_args_now(&self, args: &mut [ArgSpec]) -> Result<bool, Error> {
-        let mut resolved = Vec::new();
-        for (i, arg) in args.iter().enumerate() {
-            let ArgSpec::Ref(info) = arg else { continue };
-            if !self.refs.is_mine(&info.owner) {
-                continue; // the executor asks the owner
-            }
-            match self.refs.value_now(info.id) {
-                Some(Ok(ObjectValue::Inline(bytes))) => resolved.push((i, bytes)),
-                Some(Ok(ObjectValue::InStore { .. })) => {}
-                Some(Err(e)) => return Err(e),
-                None => return Ok(false),
-            }
-        }
-        for (i, bytes) in resolved {
-            args[i] = ArgSpec::Value(bytes);
-        }
-        Ok(true)
-    }
-
-    /// Waits for every reference argument and inlines the small ones.
-    pub(crate) async fn resolve_args(
-        self: &Arc<Self>,
-        args: Vec<ArgSpec>,
-    ) -> Result<Vec<ArgSpec>, Error> {
-        let mut out = Vec::with_capacity(args.len());
-        for arg in args {
-            let resolved = match arg {
-                ArgSpec::Ref(info) if self.refs.is_mine(&info.owner) => {
-                    match self.wait_owned(info.id).await? {
-                        (ObjectValue::Inline(bytes), _) => ArgSpec::Value(bytes),
-                        (ObjectValue::InStore { .. }, _) => ArgSpec::Ref(info),
-                    }
-                }
-                other => other,
-            };
-            out.push(resolved);
-        }
-        Ok(out)
-    }
-
     fn enqueue(self: &Arc<Self>, shape: SchedulingKey, submission: Submission) {
-        let mut shapes = self.submitter.shapes.lock();
+        let mut shapes = self.shapes.lock();
         let queue = shapes.entry(shape.clone()).or_default();
         queue.tasks.push_back(submission);
         let ready = self.pump(&shape, queue);
@@ -170,10 +146,10 @@ impl CoreWorker {
                 .min(self.config.max_lease_requests_per_shape.max(1))
         {
             queue.requesting += 1;
-            let core = self.clone();
+            let this = self.clone();
             let shape = shape.clone();
             self.rt
-                .spawn(async move { core.request_lease(shape).await });
+                .spawn(async move { this.request_lease(shape).await });
         }
         ready
     }
@@ -187,7 +163,7 @@ impl CoreWorker {
                     bundle: shape.bundle,
                 })
                 .await?;
-            let conn = self.peer(&grant.address).await?;
+            let conn = self.objects.peers.get(&grant.address).await?;
             Ok::<_, Error>(LeasedWorker {
                 lease_id: grant.lease_id,
                 worker_id: grant.worker_id,
@@ -197,7 +173,7 @@ impl CoreWorker {
             })
         }
         .await;
-        let mut shapes = self.submitter.shapes.lock();
+        let mut shapes = self.shapes.lock();
         let queue = shapes.entry(shape.clone()).or_default();
         queue.requesting = queue.requesting.saturating_sub(1);
         match granted {
@@ -214,7 +190,7 @@ impl CoreWorker {
                 let failed: Vec<Submission> = queue.tasks.drain(..).collect();
                 drop(shapes);
                 for s in failed {
-                    self.finish_task(&s, Err(e.clone()));
+                    self.objects.finish_task(&s, Err(e.clone()));
                 }
             }
         }
@@ -224,13 +200,13 @@ impl CoreWorker {
     /// connection's reader task, which also sends the shape's next queued
     /// task to the same worker: no task is spawned per call.
     fn dispatch(self: &Arc<Self>, shape: SchedulingKey, worker: LeasedWorker, task: Submission) {
-        let core = self.clone();
+        let this = self.clone();
         let conn = worker.conn.clone();
         let request = PushTask {
             spec: task.spec.clone(),
         };
         conn.request_with(request, move |outcome| {
-            core.on_task_reply(shape, worker, task, outcome)
+            this.on_task_reply(shape, worker, task, outcome)
         });
     }
 
@@ -252,8 +228,8 @@ impl CoreWorker {
             }),
             Err(e) => Err(e),
         };
-        self.finish_task(&task, result);
-        let mut shapes = self.submitter.shapes.lock();
+        self.objects.finish_task(&task, result);
+        let mut shapes = self.shapes.lock();
         let queue = shapes.entry(shape.clone()).or_default();
         if worker_died {
             // The raylet frees the lease when it sees the exit.
@@ -280,12 +256,12 @@ impl CoreWorker {
     /// Gives back workers that stayed idle for `lease_idle_ms`.
     fn schedule_idle_return(self: &Arc<Self>, shape: &SchedulingKey) {
         let hold = Duration::from_millis(self.config.lease_idle_ms);
-        let core = self.clone();
+        let this = self.clone();
         let shape = shape.clone();
         self.rt.spawn(async move {
             tokio::time::sleep(hold).await;
             let expired: Vec<LeasedWorker> = {
-                let mut shapes = core.submitter.shapes.lock();
+                let mut shapes = this.shapes.lock();
                 let Some(queue) = shapes.get_mut(&shape) else {
                     return;
                 };
@@ -297,33 +273,16 @@ impl CoreWorker {
                 old
             };
             for w in expired {
-                let _ = core.raylet.notify(ReturnLease {
+                let _ = this.raylet.notify(ReturnLease {
                     lease_id: w.lease_id,
                 });
             }
         });
     }
 
-    /// Records a task's outcome on its return object and releases its args.
-    pub(crate) fn finish_task(
-        self: &Arc<Self>,
-        submission: &Submission,
-        result: Result<prism_protocol::messages::ReturnObject, Error>,
-    ) {
-        let (value, contained) = match result {
-            Ok(ret) => (ValueState::Ready(ret.value), ret.contained),
-            Err(e) => (ValueState::Failed(e), Vec::new()),
-        };
-        let mut releases = self
-            .refs
-            .set_value(submission.spec.return_id, value, contained);
-        releases.extend(self.refs.remove_submitted(&submission.held));
-        self.apply_releases(releases);
-    }
-
     /// Gives back every idle lease (shutdown).
     pub(crate) fn return_all_leases(&self) {
-        let mut shapes = self.submitter.shapes.lock();
+        let mut shapes = self.shapes.lock();
         for queue in shapes.values_mut() {
             for w in queue.idle.drain(..) {
                 let _ = self.raylet.notify(ReturnLease {

@@ -30,11 +30,14 @@
 //! on. The panic message is also printed to the worker's stderr, which
 //! reaches the driver's terminal.
 
-use crate::core_worker::{CoreWorker, Loaded};
-use crate::private::{self, ActorCell, ActorClass, Args, CallError, CallResult, Invocation};
+use super::objects::Objects;
+use super::registry::{self, ActorCell, ActorClass, Args, CallError, CallResult, Invocation};
+use super::store::Loaded;
+use crate::config::Config;
 use crate::{Error, Result};
 use bytes::Bytes;
 use parking_lot::Mutex;
+use prism_protocol::ids::WorkerId;
 use prism_protocol::messages::{
     ActorCall, ActorSpec, ArgSpec, BecomeActor, ExecutorRequest, ObjectValue, PushTask, Response,
     ReturnObject, TaskSpec,
@@ -135,15 +138,43 @@ impl CallThreads {
     }
 }
 
-/// What a worker process is serving.
-#[derive(Default)]
-pub(crate) struct ExecutorState {
+/// The executing side of a process: what it runs and the actor it hosts.
+pub(crate) struct Executor {
+    rt: tokio::runtime::Handle,
+    config: Arc<Config>,
+    worker_id: WorkerId,
+    objects: Arc<Objects>,
     jobs: Mutex<Option<std::sync::mpsc::Sender<Job>>>,
     actor: Mutex<Option<ActorInstance>>,
-    next_seq: Mutex<HashMap<prism_protocol::ids::WorkerId, u64>>,
+    next_seq: Mutex<HashMap<WorkerId, u64>>,
 }
 
-impl ExecutorState {
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor")
+            .field("worker_id", &self.worker_id)
+            .finish()
+    }
+}
+
+impl Executor {
+    pub(crate) fn new(
+        rt: tokio::runtime::Handle,
+        config: Arc<Config>,
+        worker_id: WorkerId,
+        objects: Arc<Objects>,
+    ) -> Self {
+        Executor {
+            rt,
+            config,
+            worker_id,
+            objects,
+            jobs: Mutex::new(None),
+            actor: Mutex::new(None),
+            next_seq: Mutex::new(HashMap::new()),
+        }
+    }
+
     /// Installs the executor thread's queue.
     pub(crate) fn set_queue(&self, tx: std::sync::mpsc::Sender<Job>) {
         *self.jobs.lock() = Some(tx);
@@ -151,8 +182,9 @@ impl ExecutorState {
 
     fn post(&self, job: Job) -> Result<()> {
         match self.jobs.lock().as_ref() {
-            Some(tx) => tx.send(job).map_err(|_| Error::Protocol {
-                message: "the executor thread has stopped".into(),
+            Some(tx) => tx.send(job).map_err(|_| Error::NotServed {
+                service: "this worker (its executor thread has stopped)".into(),
+                request: "a task or actor call".into(),
             }),
             None => Err(Error::NotServed {
                 service: "a driver".into(),
@@ -162,73 +194,76 @@ impl ExecutorState {
     }
 }
 
-/// Handles task, actor and lifecycle requests.
-pub(crate) fn handle(
-    core: &Arc<CoreWorker>,
-    conn: &Connection,
-    id: Option<u64>,
-    request: ExecutorRequest,
-) {
-    match request {
-        ExecutorRequest::PushTask(PushTask { spec }) => {
-            let c = core.clone();
-            let reply = conn.clone();
-            let posted = core.executor.post(Box::new(move || {
-                let response = c.run_task_here(&spec);
-                reply.respond(id, response);
-            }));
-            if let Err(e) = posted {
-                conn.respond(id, Response::Error(e));
+impl Executor {
+    /// Handles task, actor and lifecycle requests.
+    pub(crate) fn handle(
+        self: &Arc<Self>,
+        conn: &Connection,
+        id: Option<u64>,
+        request: ExecutorRequest,
+    ) {
+        let exec = self;
+        match request {
+            ExecutorRequest::PushTask(PushTask { spec }) => {
+                let c = exec.clone();
+                let reply = conn.clone();
+                let posted = exec.post(Box::new(move || {
+                    let response = c.run_task_here(&spec);
+                    reply.respond(id, response);
+                }));
+                if let Err(e) = posted {
+                    conn.respond(id, Response::Error(e));
+                }
             }
-        }
-        ExecutorRequest::BecomeActor(BecomeActor { spec }) => {
-            let core = core.clone();
-            let conn = conn.clone();
-            core.rt.clone().spawn(async move {
-                let response = match core.become_actor(spec).await {
-                    Ok(()) => Response::Ok,
-                    Err(e) => {
-                        // A failed actor's worker has no further use; leave
-                        // after the answer is out so its resources return.
-                        tokio::spawn(async {
-                            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-                            std::process::exit(0);
-                        });
-                        Response::Error(e)
-                    }
+            ExecutorRequest::BecomeActor(BecomeActor { spec }) => {
+                let exec = exec.clone();
+                let conn = conn.clone();
+                exec.rt.clone().spawn(async move {
+                    let response = match exec.become_actor(spec).await {
+                        Ok(()) => Response::Ok,
+                        Err(e) => {
+                            // A failed actor's worker has no further use; leave
+                            // after the answer is out so its resources return.
+                            tokio::spawn(async {
+                                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                                std::process::exit(0);
+                            });
+                            Response::Error(e)
+                        }
+                    };
+                    conn.respond(id, response);
+                });
+            }
+            ExecutorRequest::ActorCall(ActorCall {
+                caller, seq, spec, ..
+            }) => {
+                let expected = {
+                    let mut seqs = exec.next_seq.lock();
+                    let next = seqs.entry(caller).or_default();
+                    let expected = *next;
+                    *next = seq + 1;
+                    expected
                 };
-                conn.respond(id, response);
-            });
-        }
-        ExecutorRequest::ActorCall(ActorCall {
-            caller, seq, spec, ..
-        }) => {
-            let expected = {
-                let mut seqs = core.executor.next_seq.lock();
-                let next = seqs.entry(caller).or_default();
-                let expected = *next;
-                *next = seq + 1;
-                expected
-            };
-            if seq != expected {
-                tracing::warn!(%caller, seq, expected, "actor call arrived out of order");
+                if seq != expected {
+                    tracing::warn!(%caller, seq, expected, "actor call arrived out of order");
+                }
+                exec.enqueue_actor_call(MailItem {
+                    conn: conn.clone(),
+                    request: id,
+                    spec,
+                });
             }
-            core.enqueue_actor_call(MailItem {
-                conn: conn.clone(),
-                request: id,
-                spec,
-            });
         }
     }
 }
 
-impl CoreWorker {
+impl Executor {
     async fn fetch_args(self: &Arc<Self>, args: Vec<ArgSpec>) -> Result<Args> {
         let mut loaded = Vec::with_capacity(args.len());
         for arg in args {
             loaded.push(match arg {
                 ArgSpec::Value(bytes) => Loaded::Inline(bytes),
-                ArgSpec::Ref(info) => self.fetch(&info).await?,
+                ArgSpec::Ref(info) => self.objects.fetch(&info).await?,
             });
         }
         Ok(Args::new(loaded))
@@ -246,9 +281,9 @@ impl CoreWorker {
         if inline.len() == args.len() {
             return Ok(Args::new(inline));
         }
-        let core = self.clone();
+        let exec = self.clone();
         let args = args.to_vec();
-        self.rt.block_on(async move { core.fetch_args(args).await })
+        self.rt.block_on(async move { exec.fetch_args(args).await })
     }
 
     /// Runs an invocation on this (non-runtime) thread, catching panics.
@@ -259,12 +294,12 @@ impl CoreWorker {
                 std::panic::catch_unwind(AssertUnwindSafe(|| self.rt.block_on(fut)))
             }
         };
-        outcome.unwrap_or_else(|payload| Err(private::panic_payload_error(payload)))
+        outcome.unwrap_or_else(|payload| Err(registry::panic_payload_error(payload)))
     }
 
     /// Runs a task on the executor thread and builds its reply.
     fn run_task_here(self: &Arc<Self>, spec: &TaskSpec) -> Response {
-        let Some(function) = private::find_function(&spec.function) else {
+        let Some(function) = registry::find_function(&spec.function) else {
             return Response::Error(self.unknown(&spec.function));
         };
         let result = match self.fetch_args_here(&spec.args) {
@@ -279,7 +314,7 @@ impl CoreWorker {
     fn finish_here(self: &Arc<Self>, spec: &TaskSpec, result: CallResult) -> Response {
         if let Ok(encoded) = &result {
             let small = encoded.bytes.len() as u64 <= self.config.max_direct_call_object_size_bytes;
-            if small && encoded.contained.is_empty() && !self.refs.has_unregistered() {
+            if small && encoded.contained.is_empty() && !self.objects.refs.has_unregistered() {
                 if let Ok(encoded) = result {
                     return Response::Object(ReturnObject {
                         value: ObjectValue::Inline(Bytes::from(encoded.bytes)),
@@ -288,10 +323,10 @@ impl CoreWorker {
                 }
             }
         }
-        let core = self.clone();
+        let exec = self.clone();
         let spec = spec.clone();
         self.rt
-            .block_on(async move { core.finish_call(&spec, result).await })
+            .block_on(async move { exec.finish_call(&spec, result).await })
     }
 
     fn unknown(&self, name: &str) -> Error {
@@ -322,11 +357,11 @@ impl CoreWorker {
             // References deserialized from the arguments and still held must
             // be known to their owners before the caller lets go (refs.rs,
             // invariant 3).
-            self.register_borrows().await?;
+            self.objects.register_borrows().await?;
             let contained = encoded.contained.clone();
             let keep_alive = std::mem::take(&mut encoded.keep_alive);
-            let value = self.store_value(spec.return_id, encoded).await?;
-            self.lend(&contained, &spec.caller).await?;
+            let value = self.objects.store_value(spec.return_id, encoded).await?;
+            self.objects.lend(&contained, &spec.caller).await?;
             drop(keep_alive);
             Ok(ReturnObject { value, contained })
         }
@@ -338,12 +373,12 @@ impl CoreWorker {
     }
 
     async fn become_actor(self: &Arc<Self>, spec: ActorSpec) -> Result<()> {
-        let class = private::find_class(&spec.class).ok_or_else(|| self.unknown(&spec.class))?;
+        let class = registry::find_class(&spec.class).ok_or_else(|| self.unknown(&spec.class))?;
         let args = self.fetch_args(spec.args.clone()).await?;
         let construct = class.construct;
         let created = match tokio::task::spawn_blocking(move || construct(args)).await {
             Ok(r) => r,
-            Err(e) => Err(private::panic_error(e)),
+            Err(e) => Err(registry::panic_error(e)),
         };
         let failed = |message: String| Error::ActorCreationFailed {
             actor_id: spec.actor_id,
@@ -357,7 +392,7 @@ impl CoreWorker {
             }
             Err(CallError::Runtime(e)) => return Err(failed(e.to_string())),
         };
-        self.register_borrows().await?;
+        self.objects.register_borrows().await?;
         let cell: Arc<ActorCell> = Arc::new(tokio::sync::RwLock::new(instance));
         let concurrency = spec.options.max_concurrency.max(1) as usize;
         let concurrent = (concurrency > 1).then(|| Concurrent {
@@ -365,7 +400,7 @@ impl CoreWorker {
             permits: Arc::new(Semaphore::new(concurrency)),
         });
         tracing::info!(actor = %spec.actor_id, class = %spec.class, concurrency, "actor constructed");
-        *self.executor.actor.lock() = Some(ActorInstance {
+        *self.actor.lock() = Some(ActorInstance {
             class,
             cell,
             concurrent,
@@ -374,7 +409,7 @@ impl CoreWorker {
     }
 
     fn enqueue_actor_call(self: &Arc<Self>, item: MailItem) {
-        let actor = self.executor.actor.lock();
+        let actor = self.actor.lock();
         let Some(instance) = actor.as_ref() else {
             item.conn.respond(
                 item.request,
@@ -394,16 +429,16 @@ impl CoreWorker {
         }
         let (class, cell) = (instance.class, instance.cell.clone());
         drop(actor);
-        let core = self.clone();
-        let posted = self.executor.post(Box::new(move || {
-            let result = core.build_actor_call(class, cell, &item.spec, |core, args| {
-                core.fetch_args_here(args)
+        let exec = self.clone();
+        let posted = self.post(Box::new(move || {
+            let result = exec.build_actor_call(class, cell, &item.spec, |exec, args| {
+                exec.fetch_args_here(args)
             });
             let result = match result {
-                Ok(invocation) => core.invoke_here(invocation),
+                Ok(invocation) => exec.invoke_here(invocation),
                 Err(e) => Err(CallError::Runtime(e)),
             };
-            let response = core.finish_here(&item.spec, result);
+            let response = exec.finish_here(&item.spec, result);
             item.conn.respond(item.request, response);
         }));
         if let Err(e) = posted {
@@ -447,13 +482,13 @@ impl CoreWorker {
             .iter()
             .all(|a| matches!(a, ArgSpec::Value(_)));
         if !inline {
-            let core = self.clone();
+            let exec = self.clone();
             self.rt.spawn(async move {
-                match core.fetch_args(item.spec.args.clone()).await {
+                match exec.fetch_args(item.spec.args.clone()).await {
                     Ok(args) => {
                         let built =
-                            core.build_actor_call(class, cell, &item.spec, move |_, _| Ok(args));
-                        core.run_concurrent_call(built, threads, permits, item);
+                            exec.build_actor_call(class, cell, &item.spec, move |_, _| Ok(args));
+                        exec.run_concurrent_call(built, threads, permits, item);
                     }
                     Err(e) => item.conn.respond(item.request, Response::Error(e)),
                 }
@@ -471,11 +506,11 @@ impl CoreWorker {
         permits: Arc<Semaphore>,
         item: MailItem,
     ) {
-        let core = self.clone();
+        let exec = self.clone();
         match built {
             Ok(Invocation::Blocking(f)) => threads.push(Box::new(move || {
-                let result = core.invoke_here(Invocation::Blocking(f));
-                let response = core.finish_here(&item.spec, result);
+                let result = exec.invoke_here(Invocation::Blocking(f));
+                let response = exec.finish_here(&item.spec, result);
                 item.conn.respond(item.request, response);
             })),
             Ok(Invocation::Async(fut)) => {
@@ -483,8 +518,8 @@ impl CoreWorker {
                     let Ok(_permit) = permits.acquire_owned().await else {
                         return;
                     };
-                    let result = private::CatchUnwind(fut).await;
-                    let response = core.finish_call(&item.spec, result).await;
+                    let result = registry::CatchUnwind(fut).await;
+                    let response = exec.finish_call(&item.spec, result).await;
                     item.conn.respond(item.request, response);
                 });
             }

@@ -1,0 +1,130 @@
+//! Serving what other processes send this one: owner requests go to
+//! [`Objects`], executor requests to the [`Executor`], a driver prints the
+//! worker output the raylet forwards.
+
+use super::executor::Executor;
+use super::objects::Objects;
+use crate::Error;
+use parking_lot::Mutex;
+use prism_protocol::ids::ObjectId;
+use prism_protocol::messages::{
+    AddBorrower, Address, DriverRequest, OwnerRequest, Request, Response, Stream,
+};
+use prism_protocol::rpc::{Connection, Handler};
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, Weak};
+
+/// The components a handler serves, once they exist.
+#[derive(Debug)]
+struct Bound {
+    objects: Weak<Objects>,
+    executor: Weak<Executor>,
+    /// A worker's raylet: when that connection closes, the worker exits.
+    raylet_peer: Option<String>,
+}
+
+/// Serves requests for a runtime that may not be built yet.
+#[derive(Clone, Default)]
+pub(crate) struct CoreHandler {
+    bound: Arc<OnceLock<Bound>>,
+    /// Borrows registered over this connection by the borrower itself:
+    /// when the connection closes, that process is gone, and so are they.
+    borrows_here: Arc<Mutex<HashMap<Address, Vec<ObjectId>>>>,
+}
+
+impl CoreHandler {
+    /// Starts serving `objects` and `executor`; `raylet_peer` is set for a
+    /// worker, which exits when its raylet goes away.
+    pub(crate) fn bind(
+        &self,
+        objects: &Arc<Objects>,
+        executor: &Arc<Executor>,
+        raylet_peer: Option<String>,
+    ) {
+        let _ = self.bound.set(Bound {
+            objects: Arc::downgrade(objects),
+            executor: Arc::downgrade(executor),
+            raylet_peer,
+        });
+    }
+
+    /// The handler for one more accepted connection.
+    pub(crate) fn for_connection(&self) -> CoreHandler {
+        CoreHandler {
+            bound: self.bound.clone(),
+            borrows_here: Default::default(),
+        }
+    }
+}
+
+impl Handler for CoreHandler {
+    fn handle(&self, conn: &Connection, id: Option<u64>, request: Request) {
+        if let Request::Driver(DriverRequest::WorkerOutput(out)) = &request {
+            print_worker_output(&out.label, out.stream, &out.lines);
+            return;
+        }
+        let bound = self.bound.get();
+        let objects = bound.and_then(|b| b.objects.upgrade());
+        let executor = bound.and_then(|b| b.executor.upgrade());
+        match (request, objects, executor) {
+            (Request::Owner(request), Some(objects), _) => {
+                if let OwnerRequest::AddBorrower(AddBorrower {
+                    ids,
+                    borrower,
+                    from_borrower: true,
+                }) = &request
+                {
+                    self.borrows_here
+                        .lock()
+                        .entry(borrower.clone())
+                        .or_default()
+                        .extend(ids.iter().copied());
+                }
+                objects.handle(conn, id, request);
+            }
+            (Request::Executor(request), _, Some(executor)) => executor.handle(conn, id, request),
+            (request, _, _) => conn.respond(
+                id,
+                Response::Error(Error::NotServed {
+                    service: "this process (not ready, shutting down, or not its service)".into(),
+                    request: format!("{request:?}"),
+                }),
+            ),
+        }
+    }
+
+    fn closed(&self, conn: &Connection) {
+        let Some(bound) = self.bound.get() else {
+            return;
+        };
+        if let Some(objects) = bound.objects.upgrade() {
+            let ended: Vec<(Address, Vec<ObjectId>)> = self.borrows_here.lock().drain().collect();
+            for (borrower, ids) in ended {
+                let releases = objects.refs.remove_borrower(&ids, &borrower);
+                objects.apply_releases(releases);
+            }
+        }
+        if bound.raylet_peer.as_deref() == Some(conn.peer()) {
+            // Our raylet is gone: a worker has nothing left to do.
+            std::process::exit(0);
+        }
+    }
+}
+
+fn print_worker_output(label: &str, stream: Stream, lines: &[String]) {
+    use std::io::Write;
+    match stream {
+        Stream::Stdout => {
+            let mut out = std::io::stdout().lock();
+            for line in lines {
+                let _ = writeln!(out, "({label}) {line}");
+            }
+        }
+        Stream::Stderr => {
+            let mut out = std::io::stderr().lock();
+            for line in lines {
+                let _ = writeln!(out, "({label}) {line}");
+            }
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! The per-process runtime: every driver and worker has one [`CoreWorker`],
+//! a composition of components that each own their state.
+//!
+//! ```text
+//!  CoreWorker (this file): ids, the raylet connection, the components
+//!  ├── tasks: TaskSubmitter       submitter.rs   leases per shape, pushes tasks
+//!  ├── actors: ActorSubmitter     actors.rs      one ordered client per actor
+//!  ├── executor: Executor         executor.rs    runs tasks and actor calls here
+//!  └── objects: Objects           objects.rs     owned values, references, fetching
+//!        ├── refs: RefTable       refs.rs        counts, borrowers, readiness
+//!        ├── store: StoreClient   store.rs       the mapped segment, pins
+//!        └── peers: Peers         peers.rs       connections to other processes
+//!  handler.rs    serves incoming requests: owner ones to objects, executor
+//!                ones to the executor
+//!  registry.rs   the binary's remote functions and actor classes
+//!  startup.rs    a driver joining or starting a cluster; a worker's entry
+//! ```
+//!
+//! Components reach each other only downward in this picture: the
+//! submitters and the executor use `Objects`, which uses the store client,
+//! the peers and the reference table. The public API (the crate's root
+//! modules) reaches the runtime through [`current`].
+
+pub(crate) mod actors;
+pub(crate) mod executor;
+pub(crate) mod handler;
+pub(crate) mod objects;
+pub(crate) mod peers;
+pub(crate) mod refs;
+pub(crate) mod registry;
+pub(crate) mod startup;
+pub(crate) mod store;
+pub(crate) mod submitter;
+
+pub(crate) use objects::{Objects, Submission};
+
+use crate::config::Config;
+use crate::{Error, Result};
+use parking_lot::{Mutex, RwLock};
+use prism_protocol::ids::{JobId, NodeId, WorkerId};
+use prism_protocol::resources::ResourceSet;
+use prism_protocol::rpc::Connection;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::{Arc, Weak};
+
+static CURRENT: RwLock<Option<Arc<CoreWorker>>> = RwLock::new(None);
+
+/// The running core worker, if any.
+pub(crate) fn current() -> Result<Arc<CoreWorker>> {
+    CURRENT.read().clone().ok_or(Error::NotInitialized)
+}
+
+/// The running core worker's objects, weakly (for references decoded
+/// while it may be going away).
+pub(crate) fn current_objects() -> Weak<Objects> {
+    CURRENT
+        .read()
+        .as_ref()
+        .map(|core| Arc::downgrade(&core.objects))
+        .unwrap_or_default()
+}
+
+pub(crate) fn set_current(core: Option<Arc<CoreWorker>>) -> Option<Arc<CoreWorker>> {
+    std::mem::replace(&mut *CURRENT.write(), core)
+}
+
+/// Whether this process is a driver or a worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    Driver,
+    Worker,
+}
+
+/// The runtime of one process; see the module docs.
+#[derive(Debug)]
+pub(crate) struct CoreWorker {
+    pub(crate) role: Role,
+    pub(crate) rt: tokio::runtime::Handle,
+    pub(crate) config: Arc<Config>,
+    pub(crate) worker_id: WorkerId,
+    pub(crate) node_id: NodeId,
+    pub(crate) job_id: JobId,
+    pub(crate) session_dir: PathBuf,
+    pub(crate) raylet: Connection,
+    pub(crate) objects: Arc<Objects>,
+    pub(crate) tasks: Arc<submitter::TaskSubmitter>,
+    pub(crate) actors: Arc<actors::ActorSubmitter>,
+    pub(crate) executor: Arc<executor::Executor>,
+    /// The cluster's total resources, for feasibility checks.
+    pub(crate) cluster_total: Mutex<ResourceSet>,
+    listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl CoreWorker {
+    /// Runs `fut` to completion from synchronous code.
+    pub(crate) fn block_on<T: Send + 'static>(
+        &self,
+        fut: impl Future<Output = Result<T>> + Send + 'static,
+    ) -> Result<T> {
+        block_on(&self.rt, fut)
+    }
+
+    /// Fails at once if no node could ever run `shape`.
+    pub(crate) fn check_feasible(&self, shape: &ResourceSet) -> Result<()> {
+        let total = self.cluster_total.lock();
+        if !total.contains(shape) {
+            return Err(Error::Infeasible {
+                shape: shape.to_string(),
+                total: total.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Returns idle leases and stops listening (shutdown).
+    pub(crate) fn stop(&self) {
+        self.tasks.return_all_leases();
+        if let Some(l) = self.listener.lock().take() {
+            l.abort();
+        }
+        let _ = std::fs::remove_file(self.objects.address());
+    }
+}
+
+/// Runs a future to completion from synchronous code, on `rt`.
+pub(crate) fn block_on<T: Send + 'static>(
+    rt: &tokio::runtime::Handle,
+    fut: impl Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return rt.block_on(fut);
+    }
+    // Inside a runtime thread (a blocking task, or misuse from async code):
+    // run it on the runtime and wait for the answer on this thread.
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    rt.spawn(async move {
+        let _ = tx.send(fut.await);
+    });
+    rx.recv().unwrap_or_else(|_| {
+        Err(Error::Disconnected {
+            peer: "the prism runtime (it shut down while a call was waiting)".into(),
+        })
+    })
+}

@@ -1,0 +1,490 @@
+//! Objects from this process's side: the values it owns, the references it
+//! holds and lends, and getting any object's bytes, wherever it lives.
+//!
+//! [`Objects`] owns the reference table ([`RefTable`]) and reaches the store
+//! through its [`StoreClient`] and other owners through [`Peers`]. It
+//! answers the owner service (`GetObjectStatus`, `AddBorrower`,
+//! `RemoveBorrower`), and carries out what a count reaching zero requires
+//! (deleting from the store, ending a borrow at its owner).
+
+use super::block_on;
+use super::peers::Peers;
+use super::refs::{Readiness, RefTable, Release, ValueState};
+use super::store::{Loaded, StoreClient};
+use crate::codec::{self, Arg};
+use crate::config::Config;
+use crate::{Error, Result};
+use bytes::Bytes;
+use prism_protocol::ids::ObjectId;
+use prism_protocol::messages::{
+    AddBorrower, Address, ArgSpec, DeleteObjects, GetObjectStatus, ObjectRefInfo, ObjectValue,
+    OwnerRequest, RemoveBorrower, Response, ReturnObject, TaskSpec, WorkerBlocked,
+};
+use prism_protocol::rpc::Connection;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// A task (or actor call) with the object ids whose `submitted` count it
+/// holds until it answers.
+#[derive(Debug)]
+pub(crate) struct Submission {
+    pub(crate) spec: TaskSpec,
+    pub(crate) held: Vec<ObjectId>,
+}
+
+/// This process's objects; see the module docs.
+#[derive(Debug)]
+pub(crate) struct Objects {
+    rt: tokio::runtime::Handle,
+    config: Arc<Config>,
+    /// Workers tell the raylet when they block in `get`; drivers do not.
+    is_worker: bool,
+    raylet: Connection,
+    pub(crate) store: Arc<StoreClient>,
+    pub(crate) peers: Arc<Peers>,
+    pub(crate) refs: RefTable,
+    /// Gets and waits in progress.
+    waiting: AtomicUsize,
+}
+
+/// How a put stores its value.
+enum PutPlan<'a> {
+    /// Small: kept by the owner, with the references inside it.
+    Inline(Bytes, Vec<ObjectRefInfo>),
+    /// A large flat buffer: its header and memory image.
+    Raw([u8; codec::RAW_HEADER_BYTES], &'a [u8]),
+    /// A large encoded value, with the references inside it.
+    Encoded(Vec<u8>, Vec<ObjectRefInfo>),
+}
+
+/// Marks this worker as waiting for objects while it lives: a worker that
+/// waits lends its task's CPUs back to the raylet, so the tasks it waits for
+/// can be scheduled even when every CPU is leased (nested `get`s).
+pub(crate) struct WaitGuard {
+    objects: Option<Arc<Objects>>,
+}
+
+impl Drop for WaitGuard {
+    fn drop(&mut self) {
+        if let Some(objects) = &self.objects {
+            if objects.waiting.fetch_sub(1, Ordering::SeqCst) == 1 {
+                let _ = objects.raylet.notify(WorkerBlocked { blocked: false });
+            }
+        }
+    }
+}
+
+impl Objects {
+    pub(crate) fn new(
+        rt: tokio::runtime::Handle,
+        config: Arc<Config>,
+        is_worker: bool,
+        raylet: Connection,
+        store: Arc<StoreClient>,
+        peers: Arc<Peers>,
+        address: Address,
+    ) -> Self {
+        Objects {
+            rt,
+            config,
+            is_worker,
+            raylet,
+            store,
+            peers,
+            refs: RefTable::new(address),
+            waiting: AtomicUsize::new(0),
+        }
+    }
+
+    /// This process's address (its socket path).
+    pub(crate) fn address(&self) -> &Address {
+        self.refs.me()
+    }
+
+    /// A guard for a get or wait that may block.
+    pub(crate) fn waiting(self: &Arc<Self>) -> WaitGuard {
+        if !self.is_worker {
+            return WaitGuard { objects: None };
+        }
+        if self.waiting.fetch_add(1, Ordering::SeqCst) == 0 {
+            let _ = self.raylet.notify(WorkerBlocked { blocked: true });
+        }
+        WaitGuard {
+            objects: Some(self.clone()),
+        }
+    }
+
+    /// Carries out what a reference count reaching zero requires.
+    pub(crate) fn apply_releases(self: &Arc<Self>, releases: Vec<Release>) {
+        if releases.is_empty() {
+            return;
+        }
+        let mut deletes = Vec::new();
+        let mut ends: HashMap<Address, Vec<ObjectId>> = HashMap::new();
+        for r in releases {
+            match r {
+                Release::DeleteFromStore(id) => deletes.push(id),
+                Release::EndBorrow { owner, id } => ends.entry(owner).or_default().push(id),
+            }
+        }
+        if !deletes.is_empty() {
+            let _ = self.raylet.notify(DeleteObjects { ids: deletes });
+        }
+        for (owner, ids) in ends {
+            let borrower = self.address().clone();
+            let peers = self.peers.clone();
+            self.rt.spawn(async move {
+                if let Ok(conn) = peers.get(&owner).await {
+                    let _ = conn.notify(RemoveBorrower { ids, borrower });
+                }
+            });
+        }
+    }
+
+    pub(crate) fn drop_local_ref(self: &Arc<Self>, id: ObjectId) {
+        let releases = self.refs.remove_local(id);
+        self.apply_releases(releases);
+    }
+
+    /// Records a task's outcome on its return object and releases what it
+    /// held.
+    pub(crate) fn finish_task(
+        self: &Arc<Self>,
+        submission: &Submission,
+        result: Result<ReturnObject>,
+    ) {
+        let (value, contained) = match result {
+            Ok(ret) => (ValueState::Ready(ret.value), ret.contained),
+            Err(e) => (ValueState::Failed(e), Vec::new()),
+        };
+        let mut releases = self
+            .refs
+            .set_value(submission.spec.return_id, value, contained);
+        releases.extend(self.refs.remove_submitted(&submission.held));
+        self.apply_releases(releases);
+    }
+
+    /// Drops the `submitted` counts in `held`.
+    pub(crate) fn release_held(self: &Arc<Self>, held: &[ObjectId]) {
+        let releases = self.refs.remove_submitted(held);
+        self.apply_releases(releases);
+    }
+
+    /// Tells owners about references this process deserialized.
+    pub(crate) async fn register_borrows(self: &Arc<Self>) -> Result<()> {
+        let pending = self.refs.take_unregistered();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let mut by_owner: HashMap<Address, Vec<ObjectRefInfo>> = HashMap::new();
+        for info in pending {
+            by_owner.entry(info.owner.clone()).or_default().push(info);
+        }
+        for (owner, infos) in by_owner {
+            let ids = infos.iter().map(|i| i.id).collect();
+            let conn = self.peers.get(&owner).await?;
+            conn.request(AddBorrower {
+                ids,
+                borrower: self.address().clone(),
+                from_borrower: true,
+            })
+            .await?;
+            let late = self.refs.registered(&infos);
+            self.apply_releases(late);
+        }
+        Ok(())
+    }
+
+    /// Registers `borrower` for `refs` with their owners (before handing a
+    /// value that contains them to `borrower`).
+    pub(crate) async fn lend(&self, refs: &[ObjectRefInfo], borrower: &Address) -> Result<()> {
+        let mut by_owner: HashMap<&Address, Vec<ObjectId>> = HashMap::new();
+        for r in refs {
+            if &r.owner != borrower {
+                by_owner.entry(&r.owner).or_default().push(r.id);
+            }
+        }
+        for (owner, ids) in by_owner {
+            if self.refs.is_mine(owner) {
+                self.refs.add_borrower(&ids, borrower);
+            } else {
+                self.peers
+                    .get(owner)
+                    .await?
+                    .request(AddBorrower {
+                        ids,
+                        borrower: borrower.clone(),
+                        from_borrower: false,
+                    })
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for an object's value, wherever it is.
+    pub(crate) async fn fetch(&self, info: &ObjectRefInfo) -> Result<Loaded> {
+        let value = if self.refs.is_mine(&info.owner) {
+            self.wait_owned(info.id).await?.0
+        } else {
+            let owner_died = || Error::OwnerDied {
+                object_id: info.id,
+                owner: info.owner.clone(),
+            };
+            let conn = self
+                .peers
+                .get(&info.owner)
+                .await
+                .map_err(|_| owner_died())?;
+            match conn.request(GetObjectStatus { id: info.id }).await {
+                Ok(ret) => ret.value,
+                Err(Error::Disconnected { .. }) => return Err(owner_died()),
+                Err(e) => return Err(e),
+            }
+        };
+        match value {
+            ObjectValue::Inline(bytes) => Ok(Loaded::Inline(bytes)),
+            ObjectValue::InStore { .. } => self.store.load(info.id).await,
+        }
+    }
+
+    /// Waits until an owned object is ready.
+    pub(crate) async fn wait_owned(
+        &self,
+        id: ObjectId,
+    ) -> Result<(ObjectValue, Vec<ObjectRefInfo>)> {
+        loop {
+            match self.refs.readiness(id) {
+                Readiness::Ready(v, contains) => return Ok((v, contains)),
+                Readiness::Failed(e) => return Err(e),
+                Readiness::Wait(rx) => {
+                    let _ = rx.await;
+                }
+            }
+        }
+    }
+
+    /// Stores an encoded value as a new owned object (inline or in the store).
+    pub(crate) async fn store_value(
+        &self,
+        id: ObjectId,
+        encoded: codec::Encoded,
+    ) -> Result<ObjectValue> {
+        if encoded.bytes.len() as u64 <= self.config.max_direct_call_object_size_bytes {
+            return Ok(ObjectValue::Inline(Bytes::from(encoded.bytes)));
+        }
+        self.store.write(id, &[&encoded.bytes]).await
+    }
+
+    /// [`StoreClient::write`] from synchronous code: the copy runs on the
+    /// calling thread, only the two store requests go through the runtime.
+    fn write_to_store_blocking(&self, id: ObjectId, parts: &[&[u8]]) -> Result<ObjectValue> {
+        let size: u64 = parts.iter().map(|p| p.len() as u64).sum();
+        let store = self.store.clone();
+        let offset = block_on(&self.rt, async move { store.create(id, size).await })?;
+        self.store.write_parts(offset, parts)?;
+        let store = self.store.clone();
+        block_on(&self.rt, async move { store.seal(id).await })?;
+        Ok(ObjectValue::InStore { size })
+    }
+
+    /// Decides how a value is stored: inline, or as store parts (a raw
+    /// buffer is not copied here; it is written straight into the store).
+    fn plan_put<'a, T: serde::Serialize + 'static>(&self, value: &'a T) -> Result<PutPlan<'a>> {
+        let threshold = self.config.max_direct_call_object_size_bytes as usize;
+        Ok(match codec::raw_parts(value) {
+            Some((tag, payload)) if payload.len() + codec::RAW_HEADER_BYTES > threshold => {
+                PutPlan::Raw(codec::raw_header(tag, payload.len()), payload)
+            }
+            _ => {
+                let encoded = codec::encode(value)?;
+                if encoded.bytes.len() <= threshold {
+                    PutPlan::Inline(Bytes::from(encoded.bytes), encoded.contained)
+                } else {
+                    PutPlan::Encoded(encoded.bytes, encoded.contained)
+                }
+            }
+        })
+    }
+
+    fn record_put(
+        &self,
+        id: ObjectId,
+        stored: ObjectValue,
+        contains: Vec<ObjectRefInfo>,
+    ) -> ObjectRefInfo {
+        self.refs.add_owned(id, ValueState::Ready(stored), contains);
+        ObjectRefInfo {
+            id,
+            owner: self.address().clone(),
+        }
+    }
+
+    /// Creates an owned object from a value and returns its reference.
+    pub(crate) fn put_object<T: serde::Serialize + 'static>(
+        &self,
+        value: &T,
+    ) -> Result<ObjectRefInfo> {
+        let id = ObjectId::new();
+        let (stored, contains) = match self.plan_put(value)? {
+            PutPlan::Inline(bytes, contains) => (ObjectValue::Inline(bytes), contains),
+            PutPlan::Raw(header, payload) => (
+                self.write_to_store_blocking(id, &[&header, payload])?,
+                Vec::new(),
+            ),
+            PutPlan::Encoded(bytes, contains) => {
+                (self.write_to_store_blocking(id, &[&bytes])?, contains)
+            }
+        };
+        Ok(self.record_put(id, stored, contains))
+    }
+
+    /// The async form of [`Objects::put_object`].
+    pub(crate) async fn put_object_async<T: serde::Serialize + 'static>(
+        &self,
+        value: &T,
+    ) -> Result<ObjectRefInfo> {
+        let id = ObjectId::new();
+        let (stored, contains) = match self.plan_put(value)? {
+            PutPlan::Inline(bytes, contains) => (ObjectValue::Inline(bytes), contains),
+            PutPlan::Raw(header, payload) => {
+                (self.store.write(id, &[&header, payload]).await?, Vec::new())
+            }
+            PutPlan::Encoded(bytes, contains) => (self.store.write(id, &[&bytes]).await?, contains),
+        };
+        Ok(self.record_put(id, stored, contains))
+    }
+
+    /// A pending owned object with one local count, for a call's return.
+    pub(crate) fn new_pending(&self, id: ObjectId) -> ObjectRefInfo {
+        self.refs.add_owned(id, ValueState::Pending, Vec::new());
+        ObjectRefInfo {
+            id,
+            owner: self.address().clone(),
+        }
+    }
+
+    /// Turns call arguments into wire arguments. Large values are put in the
+    /// store first; every object the call refers to (directly or nested in
+    /// a value) gains a `submitted` count, returned as `held`, that the
+    /// caller drops when the call answers.
+    pub(crate) fn prepare_args(&self, args: Vec<Arg>) -> Result<(Vec<ArgSpec>, Vec<ObjectId>)> {
+        let threshold = self.config.max_direct_call_object_size_bytes as usize;
+        let mut specs = Vec::with_capacity(args.len());
+        let mut held = Vec::new();
+        let mut large = Vec::new();
+        let mut keep_alive = Vec::new();
+        for arg in args {
+            match arg {
+                Arg::Ref(info) => {
+                    held.push(info.id);
+                    specs.push(ArgSpec::Ref(info));
+                }
+                Arg::Value(encoded) if encoded.bytes.len() > threshold => {
+                    let id = ObjectId::new();
+                    let contained = encoded.contained;
+                    keep_alive.extend(encoded.keep_alive);
+                    let store = self.store.clone();
+                    let bytes = encoded.bytes;
+                    let value =
+                        block_on(&self.rt, async move { store.write(id, &[&bytes]).await })?;
+                    // Owned with one count, which the task takes over from
+                    // the (never created) handle.
+                    self.refs.add_owned(id, ValueState::Ready(value), contained);
+                    large.push(id);
+                    specs.push(ArgSpec::Ref(ObjectRefInfo {
+                        id,
+                        owner: self.address().clone(),
+                    }));
+                }
+                Arg::Value(encoded) => {
+                    held.extend(encoded.contained.iter().map(|c| c.id));
+                    keep_alive.extend(encoded.keep_alive);
+                    specs.push(ArgSpec::Value(Bytes::from(encoded.bytes)));
+                }
+            }
+        }
+        self.refs.add_submitted(&held);
+        for id in large {
+            self.refs.add_submitted(&[id]);
+            let _ = self.refs.remove_local(id);
+            held.push(id);
+        }
+        drop(keep_alive);
+        Ok((specs, held))
+    }
+
+    /// Inlines arguments whose objects are ready here; `Ok(false)` if some
+    /// are still being computed (nothing is changed then).
+    pub(crate) fn resolve_args_now(&self, args: &mut [ArgSpec]) -> Result<bool> {
+        let mut resolved = Vec::new();
+        for (i, arg) in args.iter().enumerate() {
+            let ArgSpec::Ref(info) = arg else { continue };
+            if !self.refs.is_mine(&info.owner) {
+                continue; // the executor asks the owner
+            }
+            match self.refs.value_now(info.id) {
+                Some(Ok(ObjectValue::Inline(bytes))) => resolved.push((i, bytes)),
+                Some(Ok(ObjectValue::InStore { .. })) => {}
+                Some(Err(e)) => return Err(e),
+                None => return Ok(false),
+            }
+        }
+        for (i, bytes) in resolved {
+            args[i] = ArgSpec::Value(bytes);
+        }
+        Ok(true)
+    }
+
+    /// Waits for every reference argument and inlines the small ones.
+    pub(crate) async fn resolve_args(&self, args: Vec<ArgSpec>) -> Result<Vec<ArgSpec>> {
+        let mut out = Vec::with_capacity(args.len());
+        for arg in args {
+            let resolved = match arg {
+                ArgSpec::Ref(info) if self.refs.is_mine(&info.owner) => {
+                    match self.wait_owned(info.id).await? {
+                        (ObjectValue::Inline(bytes), _) => ArgSpec::Value(bytes),
+                        (ObjectValue::InStore { .. }, _) => ArgSpec::Ref(info),
+                    }
+                }
+                other => other,
+            };
+            out.push(resolved);
+        }
+        Ok(out)
+    }
+
+    /// Serves the owner service.
+    pub(crate) fn handle(
+        self: &Arc<Self>,
+        conn: &Connection,
+        id: Option<u64>,
+        request: OwnerRequest,
+    ) {
+        match request {
+            OwnerRequest::GetObjectStatus(GetObjectStatus { id: object_id }) => {
+                let objects = self.clone();
+                let conn = conn.clone();
+                self.rt.spawn(async move {
+                    let response = match objects.wait_owned(object_id).await {
+                        Ok((value, contained)) => {
+                            Response::Object(ReturnObject { value, contained })
+                        }
+                        Err(e) => Response::Error(e),
+                    };
+                    conn.respond(id, response);
+                });
+            }
+            OwnerRequest::AddBorrower(AddBorrower { ids, borrower, .. }) => {
+                self.refs.add_borrower(&ids, &borrower);
+                conn.respond(id, Response::Ok);
+            }
+            OwnerRequest::RemoveBorrower(RemoveBorrower { ids, borrower }) => {
+                let releases = self.refs.remove_borrower(&ids, &borrower);
+                self.apply_releases(releases);
+                conn.respond(id, Response::Ok);
+            }
+        }
+    }
+}

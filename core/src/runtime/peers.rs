@@ -1,0 +1,49 @@
+//! Connections to other core workers (owners, leased workers, actors),
+//! made once per address and reused while open.
+
+use crate::Result;
+use parking_lot::Mutex;
+use prism_protocol::messages::Address;
+use prism_protocol::rpc::{Connection, Handler};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Makes the handler that serves what a peer sends back on a connection
+/// this process opened.
+pub(crate) type MakeHandler = Box<dyn Fn() -> Arc<dyn Handler> + Send + Sync>;
+
+/// The pool of peer connections.
+pub(crate) struct Peers {
+    open: Mutex<HashMap<Address, Connection>>,
+    make_handler: MakeHandler,
+}
+
+impl std::fmt::Debug for Peers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Peers")
+            .field("open", &self.open.lock().len())
+            .finish()
+    }
+}
+
+impl Peers {
+    pub(crate) fn new(make_handler: MakeHandler) -> Self {
+        Peers {
+            open: Mutex::new(HashMap::new()),
+            make_handler,
+        }
+    }
+
+    /// The connection to the core worker at `address`.
+    pub(crate) async fn get(&self, address: &str) -> Result<Connection> {
+        if let Some(c) = self.open.lock().get(address) {
+            if !c.is_closed() {
+                return Ok(c.clone());
+            }
+        }
+        let conn = Connection::connect(Path::new(address), (self.make_handler)()).await?;
+        self.open.lock().insert(address.to_string(), conn.clone());
+        Ok(conn)
+    }
+}

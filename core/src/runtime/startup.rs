@@ -1,0 +1,306 @@
+//! Starting a process's runtime: a driver joining (or starting) a cluster,
+//! and worker mode, what a process started by a raylet does instead of
+//! `main`. Both end in [`build`], which puts the components together.
+//!
+//! The raylet starts workers by re-executing the job's binary with
+//! `PRISM_WORKER=1`. A function placed in the ELF `.init_array` section runs
+//! before `main` (and before a test harness), sees the variable, and turns
+//! the process into a worker: it connects to the raylet, maps the store,
+//! serves tasks until the raylet goes away, and exits. So any binary that
+//! links `prism` (an example, a `main`, a `cargo test` or `cargo nextest`
+//! test executable) serves as its own worker, with no code in `main`.
+//! Remote functions and actor classes are found through tables built by the
+//! linker (`linkme`), which are complete before any code runs.
+
+use super::actors::ActorSubmitter;
+use super::executor::{Executor, Job};
+use super::handler::CoreHandler;
+use super::objects::Objects;
+use super::peers::Peers;
+use super::store::StoreClient;
+use super::submitter::TaskSubmitter;
+use super::{set_current, CoreWorker, Role};
+use crate::config::Config;
+use crate::{Error, Result};
+use parking_lot::Mutex;
+use prism_protocol::ids::{JobId, NodeId, WorkerId};
+use prism_protocol::messages::{GetClusterResources, RegisterDriver, RegisterWorker};
+use prism_protocol::resources::{Quantity, ResourceSet, CPU};
+use prism_protocol::rpc::{self, Connection, Handler};
+use prism_raylet::{Raylet, RayletConfig};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[used]
+#[link_section = ".init_array"]
+static WORKER_ENTRY: extern "C" fn() = worker_entry;
+
+extern "C" fn worker_entry() {
+    enter_worker_if_requested();
+}
+
+/// Runs the worker and exits, if this process was started as one.
+pub(crate) fn enter_worker_if_requested() {
+    if std::env::var_os("PRISM_WORKER").is_none() {
+        return;
+    }
+    // Before main, std has not yet ignored SIGPIPE; a write to a closed
+    // socket must be an error, not death.
+    // SAFETY: setting a signal disposition has no memory-safety preconditions.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+    let code = match std::panic::catch_unwind(run) {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
+            eprintln!("prism worker failed: {e}");
+            1
+        }
+        Err(_) => 101,
+    };
+    std::process::exit(code);
+}
+
+fn env(name: &str) -> Result<String> {
+    std::env::var(name).map_err(|_| Error::Config {
+        key: name.to_string(),
+        value: String::new(),
+        expected: "a value set by the raylet that started this worker".into(),
+    })
+}
+
+fn env_id(name: &str) -> Result<u128> {
+    let v = env(name)?;
+    v.parse().map_err(|_| Error::Config {
+        key: name.to_string(),
+        value: v,
+        expected: "an id".into(),
+    })
+}
+
+fn run() -> Result<()> {
+    let worker_id = WorkerId(env_id("PRISM_WORKER_ID")?);
+    let session_dir = PathBuf::from(env("PRISM_SESSION_DIR")?);
+    let raylet_socket = PathBuf::from(env("PRISM_RAYLET_SOCKET")?);
+    let store_path = PathBuf::from(env("PRISM_STORE_PATH")?);
+    let node_id = NodeId(env_id("PRISM_NODE_ID")?);
+    let job_id = JobId(env_id("PRISM_JOB_ID")?);
+    crate::logging::init_file_logging(&session_dir, &format!("worker-{}.log", worker_id.0 as u64));
+    let config = Arc::new(Config::default().apply_env()?);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.runtime_threads.max(1))
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("start the worker's runtime", e))?;
+    let handle = rt.handle().clone();
+    let (jobs_tx, jobs) = std::sync::mpsc::channel::<Job>();
+    rt.block_on(async move {
+        let handler = CoreHandler::default();
+        let raylet = Connection::connect(&raylet_socket, Arc::new(handler.clone())).await?;
+        let core = build(Startup {
+            role: Role::Worker,
+            rt: handle,
+            config,
+            worker_id,
+            node_id,
+            job_id,
+            session_dir,
+            store_path,
+            raylet: raylet.clone(),
+            handler,
+        })?;
+        core.executor.set_queue(jobs_tx);
+        set_current(Some(core.clone()));
+        fetch_cluster_total(&core).await?;
+        raylet
+            .request(RegisterWorker {
+                worker_id,
+                address: core.objects.address().clone(),
+                pid: std::process::id(),
+            })
+            .await?;
+        tracing::info!(worker = %worker_id, "worker ready");
+        Ok::<(), Error>(())
+    })?;
+    // This thread is now the executor thread; the runtime's threads serve
+    // connections. The process ends when the raylet goes away (the
+    // handler exits it).
+    while let Ok(job) = jobs.recv() {
+        job();
+    }
+    drop(rt);
+    Ok(())
+}
+
+/// Caches the cluster's total resources for feasibility checks.
+async fn fetch_cluster_total(core: &Arc<CoreWorker>) -> Result<()> {
+    let resources = core.raylet.request(GetClusterResources {}).await?;
+    *core.cluster_total.lock() = resources.total;
+    Ok(())
+}
+
+/// Connects a driver: to the raylet at `config.address`, or to a raylet
+/// started here (an embedded single-node cluster), which is returned.
+pub(crate) async fn start_driver(
+    config: Arc<Config>,
+    handle: tokio::runtime::Handle,
+) -> Result<(Arc<CoreWorker>, Option<Raylet>)> {
+    let (socket, raylet) = match &config.address {
+        Some(address) => {
+            let path = PathBuf::from(address);
+            let socket = if path.is_dir() {
+                path.join("sockets").join("raylet.sock")
+            } else {
+                path
+            };
+            (socket, None)
+        }
+        None => {
+            let raylet = start_raylet(&config).await?;
+            (raylet.socket_path().to_path_buf(), Some(raylet))
+        }
+    };
+    let handler = CoreHandler::default();
+    let conn = Connection::connect(&socket, Arc::new(handler.clone()))
+        .await
+        .map_err(|e| match &config.address {
+            Some(a) => Error::io(format!("join the cluster at {a} (is it running?)"), e),
+            None => e,
+        })?;
+    let worker_id = WorkerId::new();
+    let session_guess = socket
+        .parent()
+        .and_then(|p| p.parent())
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    let executable =
+        std::env::current_exe().map_err(|e| Error::io("find this program's executable", e))?;
+    let cwd = std::env::current_dir().map_err(|e| Error::io("read the working directory", e))?;
+    let registration = conn
+        .request(RegisterDriver {
+            address: socket_path(&session_guess, worker_id).display().to_string(),
+            pid: std::process::id(),
+            executable,
+            cwd,
+            log_to_driver: config.log_to_driver,
+        })
+        .await?;
+    let core = build(Startup {
+        role: Role::Driver,
+        rt: handle,
+        config,
+        worker_id,
+        node_id: registration.node_id,
+        job_id: registration.job_id,
+        session_dir: registration.session_dir,
+        store_path: registration.store_path,
+        raylet: conn,
+        handler,
+    })?;
+    fetch_cluster_total(&core).await?;
+    Ok((core, raylet))
+}
+
+/// Starts the embedded raylet of a driver with no address, in a fresh
+/// session directory.
+async fn start_raylet(config: &Config) -> Result<Raylet> {
+    let session_dir = crate::logging::new_session_dir(&config.temp_dir)?;
+    crate::logging::init_file_logging(&session_dir, &format!("driver-{}.log", std::process::id()));
+    let resources: ResourceSet = config.node_resources()?;
+    let cpus = resources.get(CPU).units() / Quantity::SCALE;
+    let mut raylet_config = RayletConfig::local(session_dir, cpus, config.store_capacity());
+    raylet_config.resources = resources;
+    raylet_config.idle_worker_timeout = Duration::from_millis(config.idle_worker_timeout_ms);
+    raylet_config.idle_worker_reap_period =
+        Duration::from_millis(config.idle_worker_reap_period_ms);
+    raylet_config.worker_start_attempts = config.worker_start_attempts;
+    raylet_config.removed_placement_groups_kept = config.removed_placement_groups_kept;
+    if let Some(n) = config.max_workers_per_job {
+        raylet_config.max_workers_per_job = n.max(1);
+    }
+    Raylet::start(raylet_config).await
+}
+
+/// The socket a core worker listens on.
+fn socket_path(session_dir: &Path, worker_id: WorkerId) -> PathBuf {
+    session_dir
+        .join("sockets")
+        .join(format!("core-{:016x}.sock", worker_id.0 as u64))
+}
+
+/// What connecting produced, before the runtime exists.
+struct Startup {
+    role: Role,
+    rt: tokio::runtime::Handle,
+    config: Arc<Config>,
+    worker_id: WorkerId,
+    node_id: NodeId,
+    job_id: JobId,
+    session_dir: PathBuf,
+    store_path: PathBuf,
+    raylet: Connection,
+    handler: CoreHandler,
+}
+
+/// Puts the components together and starts listening on this process's
+/// socket.
+fn build(s: Startup) -> Result<Arc<CoreWorker>> {
+    let address = socket_path(&s.session_dir, s.worker_id);
+    let store = StoreClient::open(s.raylet.clone(), &s.store_path)?;
+    let peers = Arc::new(Peers::new(Box::new(|| {
+        Arc::new(CoreHandler::default()) as Arc<dyn Handler>
+    })));
+    let objects = Arc::new(Objects::new(
+        s.rt.clone(),
+        s.config.clone(),
+        s.role == Role::Worker,
+        s.raylet.clone(),
+        store,
+        peers,
+        address.display().to_string(),
+    ));
+    let tasks = Arc::new(TaskSubmitter::new(
+        s.rt.clone(),
+        s.config.clone(),
+        s.raylet.clone(),
+        objects.clone(),
+    ));
+    let actors = Arc::new(ActorSubmitter::new(
+        s.rt.clone(),
+        s.worker_id,
+        s.raylet.clone(),
+        objects.clone(),
+    ));
+    let executor = Arc::new(Executor::new(
+        s.rt.clone(),
+        s.config.clone(),
+        s.worker_id,
+        objects.clone(),
+    ));
+    let raylet_peer = (s.role == Role::Worker).then(|| s.raylet.peer().to_string());
+    s.handler.bind(&objects, &executor, raylet_peer);
+    let handler = s.handler.clone();
+    let listener = {
+        let _guard = s.rt.enter();
+        rpc::serve(&address, move || {
+            Arc::new(handler.for_connection()) as Arc<dyn Handler>
+        })?
+    };
+    Ok(Arc::new(CoreWorker {
+        role: s.role,
+        rt: s.rt,
+        config: s.config,
+        worker_id: s.worker_id,
+        node_id: s.node_id,
+        job_id: s.job_id,
+        session_dir: s.session_dir,
+        raylet: s.raylet,
+        objects,
+        tasks,
+        actors,
+        executor,
+        cluster_total: Mutex::new(ResourceSet::new()),
+        listener: Mutex::new(Some(listener)),
+    }))
+}
