@@ -3,10 +3,10 @@
 
 mod common;
 
-use common::cluster;
+use common::{cluster, wait_until};
 use prism::{ActorHandle, ActorOptions, Error, ObjectRef};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[prism::actor]
 struct Log {
@@ -69,15 +69,9 @@ impl Gate {
     /// Returns true if `n` calls were inside at once within the deadline.
     fn rendezvous(&self, n: usize) -> bool {
         INSIDE.fetch_add(1, Ordering::SeqCst);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut met = false;
-        while Instant::now() < deadline {
-            if INSIDE.load(Ordering::SeqCst) >= n {
-                met = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        let met = wait_until(Duration::from_secs(10), || {
+            INSIDE.load(Ordering::SeqCst) >= n
+        });
         // Stay a little so the others see the count too.
         std::thread::sleep(Duration::from_millis(100));
         met
@@ -107,15 +101,9 @@ impl Burst {
     /// leaves the count as it found it.
     fn rendezvous(&self, n: usize) -> bool {
         self.inside.fetch_add(1, Ordering::SeqCst);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut met = false;
-        while Instant::now() < deadline {
-            if self.inside.load(Ordering::SeqCst) >= n {
-                met = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        let met = wait_until(Duration::from_secs(10), || {
+            self.inside.load(Ordering::SeqCst) >= n
+        });
         std::thread::sleep(Duration::from_millis(100));
         self.inside.fetch_sub(1, Ordering::SeqCst);
         met

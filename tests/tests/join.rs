@@ -3,8 +3,8 @@
 
 mod common;
 
-use common::cluster;
-use std::time::{Duration, Instant};
+use common::{cluster, is_gone, must_eventually, must_run_child};
+use std::time::Duration;
 
 #[prism::remote]
 fn square(x: i64) -> i64 {
@@ -37,28 +37,18 @@ fn a_second_driver_joins_through_prism_address() {
     }
     cluster();
     let session = prism::runtime_context().unwrap().session_dir;
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "a_second_driver_joins_through_prism_address",
-            "--nocapture",
-        ])
-        .env("PRISM_JOIN_CHILD", "1")
-        .env("PRISM_ADDRESS", &session)
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the joining driver did not finish within 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "the joining driver failed: {status}");
+    must_run_child(
+        "the joining driver",
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_second_driver_joins_through_prism_address",
+                "--nocapture",
+            ])
+            .env("PRISM_JOIN_CHILD", "1")
+            .env("PRISM_ADDRESS", &session),
+        Duration::from_secs(60),
+    );
 }
 
 #[test]
@@ -142,18 +132,10 @@ fn workers_started_for_a_burst_are_stopped_when_idle() {
         pids.len() > 2,
         "six concurrent zero-CPU tasks should have grown the pool: {pids:?}"
     );
-    let alive = |pid: &u32| std::path::Path::new(&format!("/proc/{pid}")).exists();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let n = pids.iter().filter(|p| alive(p)).count();
-        if n <= 2 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{n} workers still alive; idle ones beyond the pool must stop"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    must_eventually(
+        "idle workers beyond the pool of two stop",
+        Duration::from_secs(20),
+        || pids.iter().filter(|p| !is_gone(**p)).count() <= 2,
+    );
     prism::shutdown();
 }

@@ -106,25 +106,18 @@ fn a_worker_that_cannot_start_fails_the_request_that_waits_for_it() {
     std::fs::create_dir_all(&dir).unwrap();
     let copy = dir.join("driver-copy");
     std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
-    let mut child = std::process::Command::new(&copy)
-        .args(["--exact", NAME, "--nocapture"])
-        .env("PRISM_START_FAILURE_CHILD", "1")
-        .spawn()
-        .unwrap();
     // Bounded: before the fix the actor call waited forever.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
+    let outcome = std::panic::catch_unwind(|| {
+        prism_tests::must_run_child(
+            "a driver whose workers cannot start (its requests must fail, not wait)",
+            std::process::Command::new(&copy)
+                .args(["--exact", NAME, "--nocapture"])
+                .env("PRISM_START_FAILURE_CHILD", "1"),
+            std::time::Duration::from_secs(60),
+        )
+    });
     let _ = std::fs::remove_dir_all(&dir);
-    let status = status.expect("the request must fail within 60 s, not wait forever");
-    assert!(status.success(), "the child test failed: {status}");
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
 }

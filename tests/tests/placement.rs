@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{cluster, must_eventually};
+use common::{cluster, is_gone as gone, must_eventually};
 use prism::{Bundle, PlacementGroupState, PlacementStrategy, TaskOptions};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -117,13 +117,6 @@ fn a_group_reserves_its_bundles_and_work_placed_in_it_runs_on_them() {
         assert_eq!(state, prism::PlacementGroupState::Removed);
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-/// True once `pid` has exited (gone, or a zombie not yet reaped).
-fn gone(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| s.contains(") Z "))
-        .unwrap_or(true)
 }
 
 #[test]
