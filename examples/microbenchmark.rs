@@ -374,7 +374,12 @@ fn main() -> prism::Result<()> {
 
     if b.wants("get_100mb_in_worker") {
         let data: Vec<f32> = (0..25_000_000u32).map(|i| (i % 7) as f32).collect();
+        // The first put into a fresh store: its memory is new to the
+        // machine (compare put_100mb_random_gigabytes, which lands on
+        // memory this one used).
+        let start = Instant::now();
         let big = prism::put_ref(&data)?;
+        report("first_put_100mb_ms", ms(start.elapsed()), "ms");
         prism::get(&sum_view::remote(&big)?)?;
         let mut rounds = Vec::new();
         for _ in 0..5 {

@@ -52,6 +52,7 @@ impl Segment {
         file.set_len(capacity.max(1))
             .map_err(|e| Error::io(format!("size the object store to {capacity} bytes"), e))?;
         let map = MmapRaw::map_raw(&file).map_err(|e| Error::io("map the object store", e))?;
+        advise_huge_pages(&map);
         Ok(Segment {
             mapped_chunks: chunk_bitmap(map.len() as u64),
             map,
@@ -69,12 +70,39 @@ impl Segment {
             .map_err(|e| Error::io(format!("open object store at {}", path.display()), e))?;
         let map = MmapRaw::map_raw(&file)
             .map_err(|e| Error::io(format!("map object store at {}", path.display()), e))?;
+        advise_huge_pages(&map);
         Ok(Segment {
             mapped_chunks: chunk_bitmap(map.len() as u64),
             map,
             path: path.to_path_buf(),
             _file: None,
         })
+    }
+
+    /// Allocates (and zeroes) the memory of the segment's first `len`
+    /// bytes now, without mapping it into this process, so that the first
+    /// objects written there do not wait for it. Lowest offsets are handed
+    /// out first, so the first objects land there. Costs `len` bytes of
+    /// memory from now on instead of when the store fills; a no-op in
+    /// processes that only opened the segment.
+    pub fn allocate_ahead(&self, len: u64) -> Result<(), Error> {
+        use std::os::fd::AsRawFd;
+        let Some(file) = &self._file else {
+            return Ok(());
+        };
+        let len = len.min(self.len());
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: fallocate on a file descriptor we own; no memory is passed.
+        let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len as libc::off_t) };
+        if r != 0 {
+            return Err(Error::io(
+                format!("allocate the object store's first {len} bytes ahead"),
+                std::io::Error::last_os_error(),
+            ));
+        }
+        Ok(())
     }
 
     /// The mapped length.
@@ -174,6 +202,22 @@ impl Segment {
             let ptr = unsafe { self.map.as_mut_ptr().add(start as usize) };
             prefault_for_write(ptr, (end - start) as usize);
         }
+    }
+}
+
+/// Asks for transparent huge pages on the segment's mapping: where the
+/// kernel allows them for shared memory (`shmem_enabled` set to `advise`),
+/// a fresh 2 MiB chunk then costs one fault instead of 512. Elsewhere the
+/// advice is ignored.
+fn advise_huge_pages(map: &MmapRaw) {
+    // SAFETY: the range is exactly our own mapping; the advice does not
+    // change its contents.
+    unsafe {
+        libc::madvise(
+            map.as_mut_ptr() as *mut libc::c_void,
+            map.len(),
+            libc::MADV_HUGEPAGE,
+        );
     }
 }
 

@@ -57,6 +57,9 @@ pub struct RayletConfig {
     pub worker_start_attempts: u32,
     /// Removed placement groups kept readable as `Removed`.
     pub removed_placement_groups_kept: usize,
+    /// Bytes at the start of the store allocated in the background at
+    /// start-up, so the first puts do not wait for fresh memory.
+    pub object_store_warm_bytes: u64,
 }
 
 impl RayletConfig {
@@ -74,6 +77,7 @@ impl RayletConfig {
             idle_worker_reap_period: std::time::Duration::from_secs(1),
             worker_start_attempts: 3,
             removed_placement_groups_kept: 10_000,
+            object_store_warm_bytes: 128 << 20,
         }
     }
 }
@@ -107,6 +111,7 @@ impl Raylet {
             store_path: segment.path().to_path_buf(),
         });
         let node = Node::new(config, node_id, segment, launcher);
+        warm_store(&node);
         let serving = node.clone();
         let server = prism_protocol::rpc::serve(&socket, move || server::handler(&serving))?;
         let reaping = Arc::downgrade(&node);
@@ -143,5 +148,34 @@ impl Raylet {
         self.node.kill_all_workers();
         let _ = std::fs::remove_file(&self.socket);
         tracing::info!("raylet stopped");
+    }
+}
+
+/// Allocates the store's first `object_store_warm_bytes` on a thread of its
+/// own, at the lowest priority and once start-up is done (forking the
+/// first workers, answering the driver), so that `init` does not wait for
+/// it.
+fn warm_store(node: &Arc<Node>) {
+    let bytes = node.config.object_store_warm_bytes;
+    if bytes == 0 {
+        return;
+    }
+    let node = node.clone();
+    let started = std::thread::Builder::new()
+        .name("prism-store-warm".into())
+        .spawn(move || {
+            // SAFETY: setpriority on this thread's own id; no memory is passed.
+            unsafe {
+                let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+                libc::setpriority(libc::PRIO_PROCESS, tid, 19);
+            }
+            // After start-up: `init` returns in a few milliseconds.
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            if let Err(e) = node.segment.allocate_ahead(bytes) {
+                tracing::warn!(error = %e, "the store's first pages were not allocated ahead");
+            }
+        });
+    if let Err(e) = started {
+        tracing::warn!(error = %e, "no thread to allocate the store's first pages ahead");
     }
 }

@@ -216,6 +216,7 @@ async fn start_raylet(config: &Config) -> Result<Raylet> {
         Duration::from_millis(config.idle_worker_reap_period_ms);
     raylet_config.worker_start_attempts = config.worker_start_attempts;
     raylet_config.removed_placement_groups_kept = config.removed_placement_groups_kept;
+    raylet_config.object_store_warm_bytes = config.object_store_warm_bytes;
     if let Some(n) = config.max_workers_per_job {
         raylet_config.max_workers_per_job = n.max(1);
     }
