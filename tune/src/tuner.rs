@@ -1,0 +1,479 @@
+//! The Tuner: runs one trial per config of a search space, each a Trainer
+//! of its own, as many at once as the cluster holds, and gathers their
+//! results.
+
+use crate::space::SearchSpace;
+use crate::TuneError;
+use prism_train::{Checkpoint, Metrics, RunConfig, ScalingConfig, Trainer};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::VecDeque;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// Whether a metric is better high or low.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Higher is better (accuracy).
+    Max,
+    /// Lower is better (loss).
+    Min,
+}
+
+/// How the search runs (Ray's `TuneConfig`).
+///
+/// ```
+/// use prism_tune::{Mode, TuneConfig};
+///
+/// let tune = TuneConfig::new()
+///     .metric("val_accuracy")
+///     .mode(Mode::Max)
+///     .num_samples(8)
+///     .max_concurrent_trials(4)
+///     .seed(7);
+/// assert_eq!(tune.num_samples, 8);
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct TuneConfig {
+    /// The metric trials are compared by (as reported with `report`).
+    pub metric: Option<String>,
+    /// Whether it is better high or low.
+    pub mode: Mode,
+    /// How many times the search space (every grid combination) is sampled.
+    pub num_samples: usize,
+    /// Trials running at once; `None`: as many as the cluster's CPUs hold.
+    pub max_concurrent_trials: Option<usize>,
+    /// The seed of the sampled parameters.
+    pub seed: u64,
+}
+
+impl Default for TuneConfig {
+    fn default() -> Self {
+        TuneConfig {
+            metric: None,
+            mode: Mode::Max,
+            num_samples: 1,
+            max_concurrent_trials: None,
+            seed: 0,
+        }
+    }
+}
+
+impl TuneConfig {
+    /// One sample, no metric, concurrency from the cluster, seed 0.
+    pub fn new() -> Self {
+        TuneConfig::default()
+    }
+
+    /// Compares trials by `metric`.
+    pub fn metric(mut self, metric: impl Into<String>) -> Self {
+        self.metric = Some(metric.into());
+        self
+    }
+
+    /// Higher or lower is better.
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Samples the space `n` times.
+    pub fn num_samples(mut self, n: usize) -> Self {
+        self.num_samples = n;
+        self
+    }
+
+    /// Runs at most `n` trials at once.
+    pub fn max_concurrent_trials(mut self, n: usize) -> Self {
+        self.max_concurrent_trials = Some(n);
+        self
+    }
+
+    /// Samples from `seed`.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+}
+
+/// What one trial did.
+#[derive(Debug, Clone)]
+pub struct TrialResult {
+    /// `trial_00000`, ...: its folder's name in the experiment folder.
+    pub name: String,
+    /// The config it ran with.
+    pub config: Value,
+    /// Its last report (with the Trainer's `training_iteration`, ...).
+    pub metrics: Option<Metrics>,
+    /// Every report, in order.
+    pub metrics_history: Vec<Metrics>,
+    /// Its latest checkpoint.
+    pub checkpoint: Option<Checkpoint>,
+    /// Its folder (`params.json`, `result.json`, `progress.csv`,
+    /// checkpoints).
+    pub path: PathBuf,
+    /// Why it failed, if it did.
+    pub error: Option<String>,
+}
+
+impl TrialResult {
+    /// The metric's value in the trial's last report.
+    pub fn last(&self, metric: &str) -> Option<f64> {
+        self.metrics.as_ref()?.get(metric)?.as_f64()
+    }
+}
+
+/// Every trial's result (Ray's `ResultGrid`), in trial order.
+#[derive(Debug, Clone)]
+pub struct ResultGrid {
+    trials: Vec<TrialResult>,
+    metric: Option<String>,
+    mode: Mode,
+    path: PathBuf,
+}
+
+impl ResultGrid {
+    /// The trials, in order.
+    pub fn trials(&self) -> &[TrialResult] {
+        &self.trials
+    }
+
+    /// How many trials ran.
+    pub fn len(&self) -> usize {
+        self.trials.len()
+    }
+
+    /// Whether there were none.
+    pub fn is_empty(&self) -> bool {
+        self.trials.is_empty()
+    }
+
+    /// The trials that failed.
+    pub fn errors(&self) -> Vec<&TrialResult> {
+        self.trials.iter().filter(|t| t.error.is_some()).collect()
+    }
+
+    /// The experiment's folder.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The best trial by the [`TuneConfig`]'s metric and mode, compared on
+    /// each trial's last report.
+    pub fn get_best_result(&self) -> Result<&TrialResult, TuneError> {
+        let metric = self.metric.as_deref().ok_or(TuneError::InvalidConfig {
+            field: "metric",
+            reason: "no metric was set: give TuneConfig::metric, or call get_best_result_by".into(),
+        })?;
+        self.get_best_result_by(metric, self.mode)
+    }
+
+    /// The best trial by `metric` and `mode`, compared on each trial's last
+    /// report; trials that did not report it are skipped.
+    pub fn get_best_result_by(&self, metric: &str, mode: Mode) -> Result<&TrialResult, TuneError> {
+        let scored = self
+            .trials
+            .iter()
+            .filter_map(|t| Some((t.last(metric)?, t)))
+            .filter(|(v, _)| !v.is_nan());
+        let best = match mode {
+            Mode::Max => scored.max_by(|a, b| a.0.total_cmp(&b.0)),
+            Mode::Min => scored.min_by(|a, b| a.0.total_cmp(&b.0)),
+        };
+        best.map(|(_, t)| t).ok_or_else(|| {
+            let mut reported: Vec<String> = self
+                .trials
+                .iter()
+                .filter_map(|t| t.metrics.as_ref())
+                .flat_map(|m| m.keys().cloned())
+                .collect();
+            reported.sort();
+            reported.dedup();
+            TuneError::NoResult {
+                metric: metric.to_string(),
+                reported,
+            }
+        })
+    }
+}
+
+type MakeTrainer = dyn Fn(Value) -> Result<Trainer, String> + Send + Sync;
+
+/// A hyperparameter search (Ray's `Tuner`): the training function runs once
+/// per config of the search space, each run a [`Trainer`] of its own (so
+/// `prism_train::report` and checkpoints work inside it as they do in any
+/// Trainer).
+///
+/// ```no_run
+/// use prism_tune::{grid, loguniform, Mode, SearchSpace, TuneConfig, Tuner};
+///
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct Params { lr: f64, layers: u32 }
+///
+/// fn train(p: Params) -> Result<(), prism_train::TrainError> {
+///     let loss = (p.lr - 0.01).abs() + p.layers as f64 * 0.001;
+///     prism_train::report(serde_json::json!({ "loss": loss }), None)
+/// }
+///
+/// fn main() -> Result<(), Box<dyn std::error::Error>> {
+///     prism::init(prism::Config::default())?;
+///     let space = SearchSpace::new()
+///         .set("lr", loguniform(1e-4, 1e-1))
+///         .set("layers", grid([1, 2]));
+///     let results = Tuner::new(train, space)
+///         .tune_config(TuneConfig::new().metric("loss").mode(Mode::Min).num_samples(4))
+///         .run_config(prism_train::RunConfig::new("lr_search").storage_path("/tmp/tune"))
+///         .fit()?;
+///     println!("best: {}", results.get_best_result()?.config);
+///     Ok(())
+/// }
+/// ```
+pub struct Tuner {
+    make_trainer: Arc<MakeTrainer>,
+    space: SearchSpace,
+    tune: TuneConfig,
+    run: RunConfig,
+    scaling: ScalingConfig,
+}
+
+impl std::fmt::Debug for Tuner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tuner")
+            .field("space", &self.space)
+            .field("tune", &self.tune)
+            .field("run", &self.run)
+            .field("scaling", &self.scaling)
+            .finish()
+    }
+}
+
+impl Tuner {
+    /// A search running `train_fn(config)` for each config of `space`; each
+    /// config is decoded into `C` first (a config that does not fit `C`
+    /// fails its trial, naming the field).
+    pub fn new<C, E>(train_fn: fn(C) -> Result<(), E>, space: SearchSpace) -> Self
+    where
+        C: Serialize + DeserializeOwned + 'static,
+        E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
+    {
+        let make_trainer = move |config: Value| -> Result<Trainer, String> {
+            let typed: C = serde_json::from_value(config).map_err(|e| {
+                format!("the config does not fit the training function's type: {e}")
+            })?;
+            Ok(Trainer::new(train_fn, typed))
+        };
+        Tuner {
+            make_trainer: Arc::new(make_trainer),
+            space,
+            tune: TuneConfig::default(),
+            run: RunConfig::default(),
+            scaling: ScalingConfig::new(1),
+        }
+    }
+
+    /// Sets the metric, mode, samples, concurrency and seed.
+    pub fn tune_config(mut self, tune: TuneConfig) -> Self {
+        self.tune = tune;
+        self
+    }
+
+    /// Sets the experiment's name and folder (trials are kept in
+    /// `storage_path/name/trial_NNNNN`), and each trial's checkpoint and
+    /// failure handling.
+    pub fn run_config(mut self, run: RunConfig) -> Self {
+        self.run = run;
+        self
+    }
+
+    /// Sets each trial's workers and resources (default: one worker, one
+    /// CPU).
+    pub fn scaling_config(mut self, scaling: ScalingConfig) -> Self {
+        self.scaling = scaling;
+        self
+    }
+
+    /// Runs every trial and returns their results. Fails only when the
+    /// experiment cannot run at all (a bad space, no cluster, an unwritable
+    /// folder); a failed trial is reported in its result.
+    pub fn fit(self) -> Result<ResultGrid, TuneError> {
+        let configs = self.space.configs(self.tune.num_samples, self.tune.seed)?;
+        let dir = self.run.run_dir();
+        std::fs::create_dir_all(&dir).map_err(|source| TuneError::Io {
+            action: "create the experiment folder",
+            path: dir.clone(),
+            source,
+        })?;
+        let concurrency = self.concurrency()?.clamp(1, configs.len().max(1));
+        let total = configs.len();
+        let queue: Mutex<VecDeque<(usize, Value)>> =
+            Mutex::new(configs.into_iter().enumerate().collect());
+        let results: Mutex<Vec<Option<TrialResult>>> = Mutex::new(vec![None; total]);
+        let done = Mutex::new(0usize);
+        std::thread::scope(|scope| {
+            for _ in 0..concurrency {
+                scope.spawn(|| loop {
+                    let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+                    let Some((index, config)) = next else {
+                        return;
+                    };
+                    let trial = self.run_trial(index, config, &dir);
+                    let finished = {
+                        let mut n = done.lock().unwrap_or_else(|e| e.into_inner());
+                        *n += 1;
+                        *n
+                    };
+                    self.print_progress(&trial, finished, total);
+                    results.lock().unwrap_or_else(|e| e.into_inner())[index] = Some(trial);
+                });
+            }
+        });
+        let trials: Vec<TrialResult> = results
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner())
+            .into_iter()
+            .flatten()
+            .collect();
+        let grid = ResultGrid {
+            trials,
+            metric: self.tune.metric.clone(),
+            mode: self.tune.mode,
+            path: dir,
+        };
+        write_table(&grid)?;
+        Ok(grid)
+    }
+
+    /// Trials at once: as set, or as many as the cluster's CPUs hold.
+    fn concurrency(&self) -> Result<usize, TuneError> {
+        if let Some(n) = self.tune.max_concurrent_trials {
+            if n == 0 {
+                return Err(TuneError::InvalidConfig {
+                    field: "max_concurrent_trials",
+                    reason: "must be at least 1".into(),
+                });
+            }
+            return Ok(n);
+        }
+        let (total, _) = prism::cluster_resources().map_err(|source| TuneError::Prism {
+            action: "read the cluster's resources (is prism::init done?)",
+            source,
+        })?;
+        let cpus = total.get("CPU").as_f64();
+        let per_worker = self
+            .scaling
+            .resources_per_worker
+            .get("CPU")
+            .copied()
+            .unwrap_or(1.0);
+        let per_trial = per_worker * self.scaling.num_workers.max(1) as f64;
+        Ok(if per_trial > 0.0 {
+            (cpus / per_trial).floor().max(1.0) as usize
+        } else {
+            1
+        })
+    }
+
+    fn run_trial(&self, index: usize, config: Value, dir: &Path) -> TrialResult {
+        let name = format!("trial_{index:05}");
+        let mut run = self.run.clone();
+        run.name = name.clone();
+        run.storage_path = dir.to_path_buf();
+        let path = run.run_dir();
+        let failed = |error: String| TrialResult {
+            name: name.clone(),
+            config: config.clone(),
+            metrics: None,
+            metrics_history: Vec::new(),
+            checkpoint: None,
+            path: path.clone(),
+            error: Some(error),
+        };
+        let trainer = match (self.make_trainer)(config.clone()) {
+            Ok(t) => t,
+            Err(e) => return failed(e),
+        };
+        let result = trainer
+            .scaling_config(self.scaling.clone())
+            .run_config(run)
+            .fit();
+        TrialResult {
+            name: name.clone(),
+            config,
+            metrics: result.metrics,
+            metrics_history: result.metrics_history,
+            checkpoint: result.checkpoint,
+            path: result.path,
+            error: result.error.map(|e| e.to_string()),
+        }
+    }
+
+    fn print_progress(&self, trial: &TrialResult, finished: usize, total: usize) {
+        let outcome = match (&trial.error, &self.tune.metric) {
+            (Some(e), _) => format!("ERROR: {e}"),
+            (None, Some(m)) => match trial.last(m) {
+                Some(v) => format!("{m}={v}"),
+                None => format!("{m} not reported"),
+            },
+            (None, None) => "TERMINATED".to_string(),
+        };
+        println!(
+            "[tune] {} ({finished}/{total} done) {} {outcome}",
+            trial.name, trial.config
+        );
+    }
+}
+
+/// Writes `results.csv` in the experiment folder: one row per trial with
+/// its config and last metrics, as Ray's `ResultGrid.get_dataframe()`.
+fn write_table(grid: &ResultGrid) -> Result<(), TuneError> {
+    let path = grid.path.join("results.csv");
+    let io = |source| TuneError::Io {
+        action: "write the results table",
+        path: path.clone(),
+        source,
+    };
+    let mut metric_names: Vec<String> = grid
+        .trials
+        .iter()
+        .filter_map(|t| t.metrics.as_ref())
+        .flat_map(|m| m.keys().cloned())
+        .collect();
+    metric_names.sort();
+    metric_names.dedup();
+    let mut out = String::from("trial,config,error");
+    for m in &metric_names {
+        out.push(',');
+        out.push_str(&csv_field(m));
+    }
+    out.push('\n');
+    for t in &grid.trials {
+        out.push_str(&csv_field(&t.name));
+        out.push(',');
+        out.push_str(&csv_field(&t.config.to_string()));
+        out.push(',');
+        out.push_str(&csv_field(t.error.as_deref().unwrap_or("")));
+        for m in &metric_names {
+            out.push(',');
+            let v = t.metrics.as_ref().and_then(|x| x.get(m));
+            let text = match v {
+                Some(Value::String(s)) => s.clone(),
+                Some(v) => v.to_string(),
+                None => String::new(),
+            };
+            out.push_str(&csv_field(&text));
+        }
+        out.push('\n');
+    }
+    let mut file = std::fs::File::create(&path).map_err(io)?;
+    file.write_all(out.as_bytes()).map_err(io)
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}

@@ -1,0 +1,102 @@
+//! The Tuner on a real cluster: trials run as Trainers on worker
+//! processes, two at once on two CPUs, and are compared by their metric.
+
+use prism_tests::{must, ClusterSpec};
+use prism_tune::{grid, Mode, SearchSpace, TuneConfig, Tuner};
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize)]
+struct Params {
+    x: f64,
+    steps: u32,
+}
+
+/// Scores best at x = 0.3; "diverges" at x above 0.8.
+fn objective(p: Params) -> Result<(), String> {
+    if p.x > 0.8 {
+        return Err(format!("diverged at x = {}", p.x));
+    }
+    for step in 0..p.steps {
+        let score = -(p.x - 0.3).powi(2) - 0.01 / f64::from(step + 1);
+        prism_train::report(serde_json::json!({ "score": score, "step": step }), None)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// A fresh folder for one test's experiments.
+fn experiment_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("prism-tune-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+#[test]
+fn trials_run_as_trainers_and_the_best_config_wins() {
+    ClusterSpec::new().cpus(2).start();
+    let storage = experiment_dir("search");
+    let space = SearchSpace::new()
+        .set("x", grid([0.1, 0.3, 0.6, 0.9]))
+        .set("steps", 3);
+    let results = must(
+        Tuner::new(objective, space)
+            .tune_config(TuneConfig::new().metric("score").mode(Mode::Max))
+            .run_config(prism_train::RunConfig::new("search").storage_path(&storage))
+            .fit(),
+        "a search over a valid space must run",
+    );
+    assert_eq!(results.len(), 4, "one trial per grid value");
+    let best = must(results.get_best_result(), "the best trial must be found");
+    assert_eq!(best.config["x"], 0.3, "x = 0.3 scores best");
+    assert_eq!(best.metrics_history.len(), 3, "every report is kept");
+    let errors = results.errors();
+    assert_eq!(errors.len(), 1, "only x = 0.9 fails");
+    let message = errors[0].error.as_deref().unwrap_or_default();
+    assert!(message.contains("diverged at x = 0.9"), "{message}");
+    assert_eq!(errors[0].config["x"], 0.9);
+    // Each trial keeps the Trainer's folder; the experiment has a table.
+    assert!(
+        best.path.join("result.json").is_file(),
+        "{}",
+        best.path.display()
+    );
+    let table = must(
+        std::fs::read_to_string(results.path().join("results.csv")),
+        "the experiment must write results.csv",
+    );
+    assert_eq!(
+        table.lines().count(),
+        5,
+        "a header and four trials:\n{table}"
+    );
+    assert!(
+        table.lines().next().unwrap_or_default().contains("score"),
+        "{table}"
+    );
+    let lowest = must(
+        results.get_best_result_by("score", Mode::Min),
+        "the worst trial by score must be found",
+    );
+    assert_eq!(lowest.config["x"], 0.6);
+    let _ = std::fs::remove_dir_all(&storage);
+}
+
+#[test]
+fn a_config_that_does_not_fit_the_function_fails_its_trial_by_name() {
+    ClusterSpec::new().cpus(2).start();
+    let storage = experiment_dir("badtype");
+    let space = SearchSpace::new()
+        .set("x", grid([0.2]))
+        .set("steps", "three");
+    let results = must(
+        Tuner::new(objective, space)
+            .run_config(prism_train::RunConfig::new("badtype").storage_path(&storage))
+            .fit(),
+        "the experiment runs even when a trial cannot",
+    );
+    let error = results.trials()[0].error.clone().unwrap_or_default();
+    assert!(error.contains("steps") || error.contains("u32"), "{error}");
+    let missing = results.get_best_result().unwrap_err().to_string();
+    assert!(missing.contains("no metric was set"), "{missing}");
+    let _ = std::fs::remove_dir_all(&storage);
+}
