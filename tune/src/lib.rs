@@ -9,16 +9,19 @@
 //! `progress.csv`, checkpoints) under the experiment's folder, next to a
 //! `results.csv` table of every trial.
 //!
-//! Not yet built: early-stopping schedulers (ASHA, median stopping) and
+//! A scheduler ([`Asha`]) or a stop condition ([`TuneConfig::stop_at`])
+//! can end trials early. Not yet built: the median stopping rule and
 //! resuming an experiment whose driver died.
 #![warn(missing_docs, missing_debug_implementations)]
 #![doc(test(attr(deny(warnings))))]
 
 mod error;
 mod rng;
+mod schedulers;
 mod space;
 mod tuner;
 
 pub use error::TuneError;
+pub use schedulers::{Asha, Decision, Fifo, TrialScheduler};
 pub use space::{choice, grid, loguniform, quniform, randint, randn, uniform, Param, SearchSpace};
-pub use tuner::{Mode, ResultGrid, TrialResult, TuneConfig, Tuner};
+pub use tuner::{Mode, ResultGrid, SharedScheduler, TrialResult, TuneConfig, Tuner};

@@ -2,6 +2,7 @@
 //! of its own, as many at once as the cluster holds, and gathers their
 //! results.
 
+use crate::schedulers::{Decision, Fifo, TrialScheduler};
 use crate::space::SearchSpace;
 use crate::TuneError;
 use prism_train::{Checkpoint, Metrics, RunConfig, ScalingConfig, Trainer};
@@ -22,20 +23,25 @@ pub enum Mode {
     Min,
 }
 
+/// The scheduler shared by an experiment's trials.
+pub type SharedScheduler = Arc<Mutex<dyn TrialScheduler>>;
+
 /// How the search runs (Ray's `TuneConfig`).
 ///
 /// ```
-/// use prism_tune::{Mode, TuneConfig};
+/// use prism_tune::{Asha, Mode, TuneConfig};
 ///
 /// let tune = TuneConfig::new()
 ///     .metric("val_accuracy")
 ///     .mode(Mode::Max)
 ///     .num_samples(8)
 ///     .max_concurrent_trials(4)
+///     .scheduler(Asha::new().max_t(10).grace_period(1))
+///     .stop_at("training_iteration", 20.0)
 ///     .seed(7);
 /// assert_eq!(tune.num_samples, 8);
 /// ```
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct TuneConfig {
     /// The metric trials are compared by (as reported with `report`).
     pub metric: Option<String>,
@@ -47,6 +53,11 @@ pub struct TuneConfig {
     pub max_concurrent_trials: Option<usize>,
     /// The seed of the sampled parameters.
     pub seed: u64,
+    /// Decides after each report whether a trial goes on (default
+    /// [`Fifo`]: every trial runs to its end).
+    pub scheduler: Option<SharedScheduler>,
+    /// A trial stops once one of these metrics reaches its value.
+    pub stop: Vec<(String, f64)>,
 }
 
 impl Default for TuneConfig {
@@ -57,6 +68,8 @@ impl Default for TuneConfig {
             num_samples: 1,
             max_concurrent_trials: None,
             seed: 0,
+            scheduler: None,
+            stop: Vec::new(),
         }
     }
 }
@@ -96,6 +109,20 @@ impl TuneConfig {
         self.seed = seed;
         self
     }
+
+    /// Lets `scheduler` stop trials early ([`crate::Asha`]).
+    pub fn scheduler(mut self, scheduler: impl TrialScheduler + 'static) -> Self {
+        self.scheduler = Some(Arc::new(Mutex::new(scheduler)));
+        self
+    }
+
+    /// Stops a trial once its `metric` reaches `value` (Ray's
+    /// `RunConfig(stop={metric: value})`), for example
+    /// `stop_at("training_iteration", 10.0)`.
+    pub fn stop_at(mut self, metric: impl Into<String>, value: f64) -> Self {
+        self.stop.push((metric.into(), value));
+        self
+    }
 }
 
 /// What one trial did.
@@ -116,6 +143,8 @@ pub struct TrialResult {
     pub path: PathBuf,
     /// Why it failed, if it did.
     pub error: Option<String>,
+    /// A scheduler or a stop condition ended it before its function did.
+    pub stopped_early: bool,
 }
 
 impl TrialResult {
@@ -299,6 +328,14 @@ impl Tuner {
     /// folder); a failed trial is reported in its result.
     pub fn fit(self) -> Result<ResultGrid, TuneError> {
         let configs = self.space.configs(self.tune.num_samples, self.tune.seed)?;
+        let scheduler: SharedScheduler = match &self.tune.scheduler {
+            Some(s) => s.clone(),
+            None => Arc::new(Mutex::new(Fifo)),
+        };
+        scheduler
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .setup(self.tune.metric.as_deref(), self.tune.mode)?;
         let dir = self.run.run_dir();
         std::fs::create_dir_all(&dir).map_err(|source| TuneError::Io {
             action: "create the experiment folder",
@@ -318,7 +355,7 @@ impl Tuner {
                     let Some((index, config)) = next else {
                         return;
                     };
-                    let trial = self.run_trial(index, config, &dir);
+                    let trial = self.run_trial(index, config, &dir, &scheduler);
                     let finished = {
                         let mut n = done.lock().unwrap_or_else(|e| e.into_inner());
                         *n += 1;
@@ -375,7 +412,13 @@ impl Tuner {
         })
     }
 
-    fn run_trial(&self, index: usize, config: Value, dir: &Path) -> TrialResult {
+    fn run_trial(
+        &self,
+        index: usize,
+        config: Value,
+        dir: &Path,
+        scheduler: &SharedScheduler,
+    ) -> TrialResult {
         let name = format!("trial_{index:05}");
         let mut run = self.run.clone();
         run.name = name.clone();
@@ -389,14 +432,29 @@ impl Tuner {
             checkpoint: None,
             path: path.clone(),
             error: Some(error),
+            stopped_early: false,
         };
         let trainer = match (self.make_trainer)(config.clone()) {
             Ok(t) => t,
             Err(e) => return failed(e),
         };
+        let (scheduler, stops, trial) = (scheduler.clone(), self.tune.stop.clone(), name.clone());
         let result = trainer
             .scaling_config(self.scaling.clone())
             .run_config(run)
+            .stop_when(move |metrics| {
+                let reached = stops.iter().any(|(metric, value)| {
+                    metrics
+                        .get(metric)
+                        .and_then(Value::as_f64)
+                        .is_some_and(|x| x >= *value)
+                });
+                let decision = scheduler
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .on_result(&trial, metrics);
+                reached || decision == Decision::Stop
+            })
             .fit();
         TrialResult {
             name: name.clone(),
@@ -406,6 +464,7 @@ impl Tuner {
             checkpoint: result.checkpoint,
             path: result.path,
             error: result.error.map(|e| e.to_string()),
+            stopped_early: result.stopped_early,
         }
     }
 
@@ -417,6 +476,11 @@ impl Tuner {
                 None => format!("{m} not reported"),
             },
             (None, None) => "TERMINATED".to_string(),
+        };
+        let outcome = if trial.stopped_early {
+            format!("{outcome} (stopped early)")
+        } else {
+            outcome
         };
         println!(
             "[tune] {} ({finished}/{total} done) {} {outcome}",

@@ -2,7 +2,7 @@
 //! processes, two at once on two CPUs, and are compared by their metric.
 
 use prism_tests::{must, ClusterSpec};
-use prism_tune::{grid, Mode, SearchSpace, TuneConfig, Tuner};
+use prism_tune::{grid, Asha, Mode, SearchSpace, TuneConfig, Tuner};
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize)]
@@ -98,5 +98,71 @@ fn a_config_that_does_not_fit_the_function_fails_its_trial_by_name() {
     assert!(error.contains("steps") || error.contains("u32"), "{error}");
     let missing = results.get_best_result().unwrap_err().to_string();
     assert!(missing.contains("no metric was set"), "{missing}");
+    let _ = std::fs::remove_dir_all(&storage);
+}
+
+#[test]
+fn asha_stops_trials_that_fall_behind_and_stop_at_ends_every_trial() {
+    ClusterSpec::new().cpus(2).start();
+    let storage = experiment_dir("asha");
+    // One trial at a time, the best first: the later ones meet its score
+    // at the first rung and fall behind it.
+    let space = SearchSpace::new()
+        .set("x", grid([0.3, 0.1, 0.6]))
+        .set("steps", 8);
+    let results = must(
+        Tuner::new(objective, space)
+            .tune_config(
+                TuneConfig::new()
+                    .metric("score")
+                    .mode(Mode::Max)
+                    .max_concurrent_trials(1)
+                    .scheduler(Asha::new().max_t(8).grace_period(1).reduction_factor(2.0)),
+            )
+            .run_config(prism_train::RunConfig::new("asha").storage_path(&storage))
+            .fit(),
+        "a search with ASHA must run",
+    );
+    let reports: Vec<usize> = results
+        .trials()
+        .iter()
+        .map(|t| t.metrics_history.len())
+        .collect();
+    assert_eq!(
+        reports,
+        vec![8, 1, 1],
+        "the leader runs to max_t, the others stop at rung 1"
+    );
+    assert!(results.trials()[1].stopped_early && results.trials()[2].stopped_early);
+    assert!(
+        results.errors().is_empty(),
+        "a stopped trial is not a failed one"
+    );
+    assert_eq!(
+        must(results.get_best_result(), "a best trial").config["x"],
+        0.3
+    );
+
+    let stopped = must(
+        Tuner::new(
+            objective,
+            SearchSpace::new()
+                .set("x", grid([0.2, 0.4]))
+                .set("steps", 8),
+        )
+        .tune_config(TuneConfig::new().stop_at("training_iteration", 3.0))
+        .run_config(prism_train::RunConfig::new("stop_at").storage_path(&storage))
+        .fit(),
+        "a search with a stop condition must run",
+    );
+    for trial in stopped.trials() {
+        assert_eq!(
+            trial.metrics_history.len(),
+            3,
+            "{} stops at iteration 3",
+            trial.name
+        );
+        assert!(trial.stopped_early);
+    }
     let _ = std::fs::remove_dir_all(&storage);
 }

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub type Metrics = Map<String, Value>;
 
 type ReportHook = Box<dyn FnMut(&Metrics) + Send>;
+type StopHook = Box<dyn FnMut(&Metrics) -> bool + Send>;
 
 /// Runs a training function data-parallel on a group of workers (Ray
 /// Train's `TorchTrainer`).
@@ -66,6 +67,7 @@ pub struct Trainer {
     run: RunConfig,
     datasets: BTreeMap<String, Dataset>,
     on_report: Option<ReportHook>,
+    stop_when: Option<StopHook>,
 }
 
 impl std::fmt::Debug for Trainer {
@@ -100,6 +102,8 @@ pub struct TrainResult {
     pub error: Option<TrainError>,
     /// Worker-group failures the run recovered from (or died of).
     pub num_failures: usize,
+    /// The run was stopped after a report by [`Trainer::stop_when`].
+    pub stopped_early: bool,
 }
 
 impl TrainResult {
@@ -146,6 +150,7 @@ impl Trainer {
             run: RunConfig::default(),
             datasets: BTreeMap::new(),
             on_report: None,
+            stop_when: None,
         }
     }
 
@@ -175,6 +180,16 @@ impl Trainer {
         self
     }
 
+    /// Stops the run after a report for which `stop` returns true (called
+    /// on the driver with each report's row, after [`Trainer::on_report`]'s
+    /// hook): the workers are stopped, and the result, with the reports and
+    /// checkpoints made so far, says [`TrainResult::stopped_early`]. This is
+    /// how a tuning scheduler ends a trial early.
+    pub fn stop_when(mut self, stop: impl FnMut(&Metrics) -> bool + Send + 'static) -> Self {
+        self.stop_when = Some(Box::new(stop));
+        self
+    }
+
     /// Runs training to the end, restarting the worker group from the
     /// latest checkpoint after a failure, up to `max_failures` times.
     /// Never panics on a failed run: the error is in
@@ -190,6 +205,7 @@ impl Trainer {
                 path: self.run.run_dir(),
                 error: None,
                 num_failures: 0,
+                stopped_early: false,
             },
             iteration: 0,
             written: 0,
@@ -418,6 +434,10 @@ impl Trainer {
                 )));
             }
             self.take_reports(&events, storage, run)?;
+            if run.result.stopped_early {
+                // Dropping the group stops the workers.
+                return Ok(());
+            }
         }
     }
 
@@ -486,6 +506,9 @@ impl Trainer {
         run.written = iteration;
         if let Some(hook) = &mut self.on_report {
             hook(&metrics);
+        }
+        if let Some(stop) = &mut self.stop_when {
+            run.result.stopped_early = stop(&metrics);
         }
         run.result.metrics_history.push(metrics.clone());
         run.result.metrics = Some(metrics);
