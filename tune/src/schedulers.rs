@@ -22,7 +22,7 @@ pub enum Decision {
 pub trait TrialScheduler: Send + std::fmt::Debug {
     /// Called before the first trial with the experiment's metric and mode;
     /// fails if the scheduler's settings cannot work.
-    fn setup(&mut self, metric: Option<&str>, mode: Mode) -> Result<(), TuneError>;
+    fn setup(&mut self, metric: Option<&str>, mode: Option<Mode>) -> Result<(), TuneError>;
 
     /// A trial reported `metrics` (with the Trainer's `training_iteration`).
     fn on_result(&mut self, trial: &str, metrics: &Metrics) -> Decision;
@@ -33,7 +33,7 @@ pub trait TrialScheduler: Send + std::fmt::Debug {
 pub struct Fifo;
 
 impl TrialScheduler for Fifo {
-    fn setup(&mut self, _: Option<&str>, _: Mode) -> Result<(), TuneError> {
+    fn setup(&mut self, _: Option<&str>, _: Option<Mode>) -> Result<(), TuneError> {
         Ok(())
     }
 
@@ -141,7 +141,7 @@ impl Asha {
 }
 
 impl TrialScheduler for Asha {
-    fn setup(&mut self, metric: Option<&str>, mode: Mode) -> Result<(), TuneError> {
+    fn setup(&mut self, metric: Option<&str>, mode: Option<Mode>) -> Result<(), TuneError> {
         let invalid = |field, reason: String| Err(TuneError::InvalidConfig { field, reason });
         if self.metric.is_none() {
             match metric {
@@ -155,7 +155,15 @@ impl TrialScheduler for Asha {
                 }
             }
         }
-        self.mode.get_or_insert(mode);
+        if self.mode.is_none() {
+            self.mode = mode;
+        }
+        if self.mode.is_none() {
+            return invalid(
+                "Asha mode",
+                "no mode: set TuneConfig::mode or Asha::mode (Mode::Max or Mode::Min)".into(),
+            );
+        }
         if !(self.reduction_factor.is_finite() && self.reduction_factor > 1.0) {
             return invalid(
                 "Asha reduction_factor",
@@ -251,7 +259,7 @@ mod tests {
     #[test]
     fn a_trial_behind_the_leaders_at_a_rung_stops_and_one_ahead_goes_on() {
         let mut asha = Asha::new().max_t(8).reduction_factor(2.0);
-        asha.setup(Some("score"), Mode::Max).unwrap();
+        asha.setup(Some("score"), Some(Mode::Max)).unwrap();
         assert_eq!(
             asha.on_result("a", &report(1, 0.9)),
             Decision::Continue,
@@ -281,7 +289,7 @@ mod tests {
     #[test]
     fn in_min_mode_lower_is_better() {
         let mut asha = Asha::new().max_t(8).reduction_factor(2.0);
-        asha.setup(Some("loss"), Mode::Min).unwrap();
+        asha.setup(Some("loss"), Some(Mode::Min)).unwrap();
         let loss = |t: u64, v: f64| match json!({ "training_iteration": t, "loss": v }) {
             serde_json::Value::Object(m) => m,
             _ => unreachable!("an object literal"),
@@ -297,17 +305,20 @@ mod tests {
 
     #[test]
     fn settings_that_cannot_work_are_named() {
-        let err = Asha::new().setup(None, Mode::Max).unwrap_err().to_string();
+        let err = Asha::new()
+            .setup(None, Some(Mode::Max))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("metric"), "{err}");
         let err = Asha::new()
             .reduction_factor(1.0)
-            .setup(Some("s"), Mode::Max)
+            .setup(Some("s"), Some(Mode::Max))
             .unwrap_err();
         assert!(err.to_string().contains("reduction_factor"), "{err}");
         let err = Asha::new()
             .max_t(3)
             .grace_period(5)
-            .setup(Some("s"), Mode::Max)
+            .setup(Some("s"), Some(Mode::Max))
             .unwrap_err();
         assert!(err.to_string().contains("grace_period"), "{err}");
     }

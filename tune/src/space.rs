@@ -133,7 +133,7 @@ pub struct SearchSpace {
 }
 
 impl SearchSpace {
-    /// An empty space (one config, `{}`).
+    /// An empty space; give it at least one parameter before searching.
     pub fn new() -> Self {
         SearchSpace::default()
     }
@@ -174,6 +174,12 @@ impl SearchSpace {
         }
         self.validate()?;
         let leaves = self.leaves("");
+        if leaves.is_empty() {
+            return Err(TuneError::InvalidConfig {
+                field: "search space",
+                reason: "it is empty: set at least one parameter with SearchSpace::set".into(),
+            });
+        }
         let grids: Vec<(usize, &Vec<Value>)> = leaves
             .iter()
             .enumerate()
@@ -438,7 +444,9 @@ mod tests {
             let text = err.to_string();
             assert!(text.contains("x.y") && text.contains(words), "{text}");
         }
-        let err = SearchSpace::new().configs(0, 0).unwrap_err();
+        let err = SearchSpace::new().set("a", 1).configs(0, 0).unwrap_err();
         assert!(err.to_string().contains("num_samples"), "{err}");
+        let err = SearchSpace::new().configs(1, 0).unwrap_err();
+        assert!(err.to_string().contains("empty"), "{err}");
     }
 }

@@ -45,8 +45,9 @@ pub type SharedScheduler = Arc<Mutex<dyn TrialScheduler>>;
 pub struct TuneConfig {
     /// The metric trials are compared by (as reported with `report`).
     pub metric: Option<String>,
-    /// Whether it is better high or low.
-    pub mode: Mode,
+    /// Whether it is better high or low (given with the metric, as Ray
+    /// requires).
+    pub mode: Option<Mode>,
     /// How many times the search space (every grid combination) is sampled.
     pub num_samples: usize,
     /// Trials running at once; `None`: as many as the cluster's CPUs hold.
@@ -64,7 +65,7 @@ impl Default for TuneConfig {
     fn default() -> Self {
         TuneConfig {
             metric: None,
-            mode: Mode::Max,
+            mode: None,
             num_samples: 1,
             max_concurrent_trials: None,
             seed: 0,
@@ -88,7 +89,7 @@ impl TuneConfig {
 
     /// Higher or lower is better.
     pub fn mode(mut self, mode: Mode) -> Self {
-        self.mode = mode;
+        self.mode = Some(mode);
         self
     }
 
@@ -159,7 +160,7 @@ impl TrialResult {
 pub struct ResultGrid {
     trials: Vec<TrialResult>,
     metric: Option<String>,
-    mode: Mode,
+    mode: Option<Mode>,
     path: PathBuf,
 }
 
@@ -192,11 +193,13 @@ impl ResultGrid {
     /// The best trial by the [`TuneConfig`]'s metric and mode, compared on
     /// each trial's last report.
     pub fn get_best_result(&self) -> Result<&TrialResult, TuneError> {
-        let metric = self.metric.as_deref().ok_or(TuneError::InvalidConfig {
-            field: "metric",
-            reason: "no metric was set: give TuneConfig::metric, or call get_best_result_by".into(),
-        })?;
-        self.get_best_result_by(metric, self.mode)
+        let (Some(metric), Some(mode)) = (self.metric.as_deref(), self.mode) else {
+            return Err(TuneError::InvalidConfig {
+                field: "metric",
+                reason: "no metric was set: give TuneConfig::metric and mode, or call get_best_result_by".into(),
+            });
+        };
+        self.get_best_result_by(metric, mode)
     }
 
     /// The best trial by `metric` and `mode`, compared on each trial's last
@@ -327,7 +330,9 @@ impl Tuner {
     /// experiment cannot run at all (a bad space, no cluster, an unwritable
     /// folder); a failed trial is reported in its result.
     pub fn fit(self) -> Result<ResultGrid, TuneError> {
+        self.check_metric_and_mode()?;
         let configs = self.space.configs(self.tune.num_samples, self.tune.seed)?;
+        self.check_trial_fits()?;
         let scheduler: SharedScheduler = match &self.tune.scheduler {
             Some(s) => s.clone(),
             None => Arc::new(Mutex::new(Fifo)),
@@ -380,6 +385,49 @@ impl Tuner {
         };
         write_table(&grid)?;
         Ok(grid)
+    }
+
+    /// A metric needs a mode and a mode a metric (as in Ray).
+    fn check_metric_and_mode(&self) -> Result<(), TuneError> {
+        match (&self.tune.metric, self.tune.mode) {
+            (Some(m), None) => Err(TuneError::InvalidConfig {
+                field: "mode",
+                reason: format!("the metric {m:?} is set without a mode: add .mode(Mode::Max) or .mode(Mode::Min)"),
+            }),
+            (None, Some(_)) => Err(TuneError::InvalidConfig {
+                field: "metric",
+                reason: "a mode is set without a metric: add .metric(\"name\")".into(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Fails before any trial starts if one trial needs more of a resource
+    /// than the whole cluster has.
+    fn check_trial_fits(&self) -> Result<(), TuneError> {
+        let (total, _) = prism::cluster_resources().map_err(|source| TuneError::Prism {
+            action: "read the cluster's resources (is prism::init done?)",
+            source,
+        })?;
+        let workers = self.scaling.num_workers.max(1) as f64;
+        let mut per_worker = self.scaling.resources_per_worker.clone();
+        per_worker.entry("CPU".into()).or_insert(1.0);
+        if self.scaling.use_gpu {
+            per_worker.entry("GPU".into()).or_insert(1.0);
+        }
+        for (name, amount) in per_worker {
+            let need = amount * workers;
+            let have = total.get(&name).as_f64();
+            if need > have + 1e-9 {
+                return Err(TuneError::InvalidConfig {
+                    field: "scaling_config",
+                    reason: format!(
+                        "one trial needs {need} {name} ({workers} workers of {amount}) but the cluster has {have} in all: ask for less, or add nodes"
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Trials at once: as set, or as many as the cluster's CPUs hold.

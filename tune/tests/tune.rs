@@ -1,7 +1,7 @@
 //! The Tuner on a real cluster: trials run as Trainers on worker
 //! processes, two at once on two CPUs, and are compared by their metric.
 
-use prism_tests::{must, ClusterSpec};
+use prism_tests::{must, must_fail, ClusterSpec};
 use prism_tune::{grid, Asha, Mode, SearchSpace, TuneConfig, Tuner};
 use serde::{Deserialize, Serialize};
 
@@ -164,5 +164,44 @@ fn asha_stops_trials_that_fall_behind_and_stop_at_ends_every_trial() {
         );
         assert!(trial.stopped_early);
     }
+    let _ = std::fs::remove_dir_all(&storage);
+}
+
+#[test]
+fn settings_that_cannot_work_fail_before_any_trial_starts() {
+    ClusterSpec::new().cpus(2).start();
+    let storage = experiment_dir("bad");
+    let space = || SearchSpace::new().set("x", grid([0.1])).set("steps", 1);
+    let run = || prism_train::RunConfig::new("bad").storage_path(&storage);
+    let cases: Vec<(Tuner, &str)> = vec![
+        (
+            Tuner::new(objective, space()).tune_config(TuneConfig::new().metric("score")),
+            "without a mode",
+        ),
+        (
+            Tuner::new(objective, space()).tune_config(TuneConfig::new().mode(Mode::Min)),
+            "without a metric",
+        ),
+        (Tuner::new(objective, SearchSpace::new()), "empty"),
+        (
+            Tuner::new(objective, space()).scaling_config(prism_train::ScalingConfig::new(3)),
+            "needs 3 CPU",
+        ),
+        (
+            Tuner::new(objective, space()).tune_config(TuneConfig::new().scheduler(Asha::new())),
+            "no metric",
+        ),
+    ];
+    for (tuner, words) in cases {
+        let err = must_fail(
+            tuner.run_config(run()).fit(),
+            "a setting that cannot work must fail",
+        );
+        assert!(err.to_string().contains(words), "{err}");
+    }
+    assert!(
+        !storage.join("bad").join("trial_00000").exists(),
+        "no trial may start"
+    );
     let _ = std::fs::remove_dir_all(&storage);
 }
