@@ -10,8 +10,8 @@
 //! `results.csv` table of every trial.
 //!
 //! A scheduler ([`Asha`]) or a stop condition ([`TuneConfig::stop_at`])
-//! can end trials early. Not yet built: the median stopping rule and
-//! resuming an experiment whose driver died.
+//! can end trials early, and [`Tuner::restore`] continues an experiment
+//! whose driver died. Not yet built: the median stopping rule.
 #![warn(missing_docs, missing_debug_implementations)]
 #![doc(test(attr(deny(warnings))))]
 
@@ -19,6 +19,7 @@ mod error;
 mod rng;
 mod schedulers;
 mod space;
+mod state;
 mod tuner;
 
 pub use error::TuneError;

@@ -4,10 +4,11 @@
 
 use crate::schedulers::{Decision, Fifo, TrialScheduler};
 use crate::space::SearchSpace;
+use crate::state::{load_trial, ExperimentState, Finished};
 use crate::TuneError;
 use prism_train::{Checkpoint, Metrics, RunConfig, ScalingConfig, Trainer};
 use serde::de::DeserializeOwned;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::io::Write;
@@ -15,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 /// Whether a metric is better high or low.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Mode {
     /// Higher is better (accuracy).
     Max,
@@ -268,6 +269,8 @@ pub struct Tuner {
     tune: TuneConfig,
     run: RunConfig,
     scaling: ScalingConfig,
+    /// An experiment read back by [`Tuner::restore`].
+    restored: Option<ExperimentState>,
 }
 
 impl std::fmt::Debug for Tuner {
@@ -302,20 +305,64 @@ impl Tuner {
             tune: TuneConfig::default(),
             run: RunConfig::default(),
             scaling: ScalingConfig::new(1),
+            restored: None,
         }
+    }
+
+    /// Continues the experiment in `path` (its folder, `storage_path/name`)
+    /// whose driver died: trials that finished are kept as they are, the
+    /// others run again, each resuming from its latest checkpoint (as a
+    /// Trainer resumes its run folder). Give the same training function;
+    /// set the scheduler and concurrency again with
+    /// [`Tuner::tune_config`] (its metric and mode must be the saved ones,
+    /// and a scheduler starts afresh).
+    pub fn restore<C, E>(
+        path: impl AsRef<Path>,
+        train_fn: fn(C) -> Result<(), E>,
+    ) -> Result<Self, TuneError>
+    where
+        C: Serialize + DeserializeOwned + 'static,
+        E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
+    {
+        let path = path.as_ref();
+        let state = ExperimentState::load(path)?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let storage = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let mut tuner = Tuner::new(train_fn, SearchSpace::new());
+        tuner.tune.metric = state.metric.clone();
+        tuner.tune.mode = state.mode;
+        tuner.run = RunConfig::new(name).storage_path(storage);
+        tuner.restored = Some(state);
+        Ok(tuner)
     }
 
     /// Sets the metric, mode, samples, concurrency and seed.
     pub fn tune_config(mut self, tune: TuneConfig) -> Self {
-        self.tune = tune;
+        if let Some(state) = &self.restored {
+            // A restored experiment keeps its trials and how they compare.
+            let mut tune = tune;
+            tune.metric = state.metric.clone();
+            tune.mode = state.mode;
+            self.tune = tune;
+        } else {
+            self.tune = tune;
+        }
         self
     }
 
     /// Sets the experiment's name and folder (trials are kept in
     /// `storage_path/name/trial_NNNNN`), and each trial's checkpoint and
-    /// failure handling.
+    /// failure handling. A restored experiment keeps its folder.
     pub fn run_config(mut self, run: RunConfig) -> Self {
+        let (name, storage) = (self.run.name.clone(), self.run.storage_path.clone());
         self.run = run;
+        if self.restored.is_some() {
+            self.run.name = name;
+            self.run.storage_path = storage;
+        }
         self
     }
 
@@ -331,7 +378,13 @@ impl Tuner {
     /// folder); a failed trial is reported in its result.
     pub fn fit(self) -> Result<ResultGrid, TuneError> {
         self.check_metric_and_mode()?;
-        let configs = self.space.configs(self.tune.num_samples, self.tune.seed)?;
+        let (configs, finished) = match &self.restored {
+            Some(state) => (state.configs.clone(), state.finished.clone()),
+            None => (
+                self.space.configs(self.tune.num_samples, self.tune.seed)?,
+                Default::default(),
+            ),
+        };
         self.check_trial_fits()?;
         let scheduler: SharedScheduler = match &self.tune.scheduler {
             Some(s) => s.clone(),
@@ -347,12 +400,30 @@ impl Tuner {
             path: dir.clone(),
             source,
         })?;
-        let concurrency = self.concurrency()?.clamp(1, configs.len().max(1));
+        let state = Mutex::new(ExperimentState {
+            configs: configs.clone(),
+            metric: self.tune.metric.clone(),
+            mode: self.tune.mode,
+            finished: finished.clone(),
+        });
+        state.lock().unwrap_or_else(|e| e.into_inner()).save(&dir)?;
         let total = configs.len();
-        let queue: Mutex<VecDeque<(usize, Value)>> =
-            Mutex::new(configs.into_iter().enumerate().collect());
-        let results: Mutex<Vec<Option<TrialResult>>> = Mutex::new(vec![None; total]);
-        let done = Mutex::new(0usize);
+        let mut kept = vec![None; total];
+        for (&index, how) in &finished {
+            if let Some(config) = configs.get(index) {
+                let name = trial_name(index);
+                kept[index] = Some(load_trial(dir.join(&name), name, config.clone(), how));
+            }
+        }
+        let to_run: VecDeque<(usize, Value)> = configs
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| !finished.contains_key(i))
+            .collect();
+        let concurrency = self.concurrency()?.clamp(1, to_run.len().max(1));
+        let done = Mutex::new(finished.len());
+        let queue = Mutex::new(to_run);
+        let results: Mutex<Vec<Option<TrialResult>>> = Mutex::new(kept);
         std::thread::scope(|scope| {
             for _ in 0..concurrency {
                 scope.spawn(|| loop {
@@ -367,6 +438,19 @@ impl Tuner {
                         *n
                     };
                     self.print_progress(&trial, finished, total);
+                    {
+                        let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
+                        state.finished.insert(
+                            index,
+                            Finished {
+                                error: trial.error.clone(),
+                                stopped_early: trial.stopped_early,
+                            },
+                        );
+                        if let Err(e) = state.save(&dir) {
+                            eprintln!("prism-tune: {e}; a restore would run {} again", trial.name);
+                        }
+                    }
                     results.lock().unwrap_or_else(|e| e.into_inner())[index] = Some(trial);
                 });
             }
@@ -467,7 +551,7 @@ impl Tuner {
         dir: &Path,
         scheduler: &SharedScheduler,
     ) -> TrialResult {
-        let name = format!("trial_{index:05}");
+        let name = trial_name(index);
         let mut run = self.run.clone();
         run.name = name.clone();
         run.storage_path = dir.to_path_buf();
@@ -535,6 +619,11 @@ impl Tuner {
             trial.name, trial.config
         );
     }
+}
+
+/// A trial's name: its folder in the experiment folder.
+fn trial_name(index: usize) -> String {
+    format!("trial_{index:05}")
 }
 
 /// Writes `results.csv` in the experiment folder: one row per trial with
