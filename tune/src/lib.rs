@@ -9,9 +9,9 @@
 //! `progress.csv`, checkpoints) under the experiment's folder, next to a
 //! `results.csv` table of every trial.
 //!
-//! A scheduler ([`Asha`]) or a stop condition ([`TuneConfig::stop_at`])
-//! can end trials early, and [`Tuner::restore`] continues an experiment
-//! whose driver died. Not yet built: the median stopping rule.
+//! A scheduler ([`Asha`], [`MedianStopping`]) or a stop condition
+//! ([`TuneConfig::stop_at`]) can end trials early, and [`Tuner::restore`]
+//! continues an experiment whose driver died.
 #![warn(missing_docs, missing_debug_implementations)]
 #![doc(test(attr(deny(warnings))))]
 
@@ -23,6 +23,6 @@ mod state;
 mod tuner;
 
 pub use error::TuneError;
-pub use schedulers::{Asha, Decision, Fifo, TrialScheduler};
+pub use schedulers::{Asha, Decision, Fifo, MedianStopping, TrialScheduler};
 pub use space::{choice, grid, loguniform, quniform, randint, randn, uniform, Param, SearchSpace};
 pub use tuner::{Mode, ResultGrid, SharedScheduler, TrialResult, TuneConfig, Tuner};

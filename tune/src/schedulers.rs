@@ -143,27 +143,11 @@ impl Asha {
 impl TrialScheduler for Asha {
     fn setup(&mut self, metric: Option<&str>, mode: Option<Mode>) -> Result<(), TuneError> {
         let invalid = |field, reason: String| Err(TuneError::InvalidConfig { field, reason });
-        if self.metric.is_none() {
-            match metric {
-                Some(m) => self.metric = Some(m.to_string()),
-                None => {
-                    return invalid(
-                        "Asha metric",
-                        "no metric to compare trials by: set TuneConfig::metric or Asha::metric"
-                            .into(),
-                    )
-                }
-            }
-        }
-        if self.mode.is_none() {
-            self.mode = mode;
-        }
-        if self.mode.is_none() {
-            return invalid(
-                "Asha mode",
-                "no mode: set TuneConfig::mode or Asha::mode (Mode::Max or Mode::Min)".into(),
-            );
-        }
+        adopt(
+            "Asha metric and mode",
+            (&mut self.metric, &mut self.mode),
+            (metric, mode),
+        )?;
         if !(self.reduction_factor.is_finite() && self.reduction_factor > 1.0) {
             return invalid(
                 "Asha reduction_factor",
@@ -215,6 +199,157 @@ impl TrialScheduler for Asha {
             break;
         }
         Decision::Continue
+    }
+}
+
+/// The median stopping rule (Ray's `MedianStoppingRule`): after
+/// `grace_period` (in `time_attr`, by default `training_iteration`), a
+/// trial stops when its best result so far is worse than the median of the
+/// other trials' running averages at the same time, once at least
+/// `min_samples_required` other trials have results to compare.
+///
+/// ```
+/// use prism_tune::MedianStopping;
+///
+/// let rule = MedianStopping::new().grace_period(2.0).min_samples_required(3);
+/// # let _ = rule;
+/// ```
+#[derive(Debug, Clone)]
+pub struct MedianStopping {
+    time_attr: String,
+    metric: Option<String>,
+    mode: Option<Mode>,
+    grace_period: f64,
+    min_samples_required: usize,
+    /// Per trial, its (time, value) reports (negated in `Min` mode).
+    results: HashMap<String, Vec<(f64, f64)>>,
+}
+
+impl Default for MedianStopping {
+    fn default() -> Self {
+        MedianStopping {
+            time_attr: "training_iteration".into(),
+            metric: None,
+            mode: None,
+            grace_period: 1.0,
+            min_samples_required: 3,
+            results: HashMap::new(),
+        }
+    }
+}
+
+impl MedianStopping {
+    /// Grace period 1 iteration, 3 other trials needed; metric and mode
+    /// from the `TuneConfig`.
+    pub fn new() -> Self {
+        MedianStopping::default()
+    }
+
+    /// The time every trial gets before it can be stopped.
+    pub fn grace_period(mut self, t: f64) -> Self {
+        self.grace_period = t;
+        self
+    }
+
+    /// Other trials needed before a median is trusted.
+    pub fn min_samples_required(mut self, n: usize) -> Self {
+        self.min_samples_required = n;
+        self
+    }
+
+    /// The reported attribute that counts time.
+    pub fn time_attr(mut self, attr: impl Into<String>) -> Self {
+        self.time_attr = attr.into();
+        self
+    }
+
+    /// Compares trials by `metric` (instead of the `TuneConfig`'s).
+    pub fn metric(mut self, metric: impl Into<String>) -> Self {
+        self.metric = Some(metric.into());
+        self
+    }
+
+    /// Higher or lower is better (instead of the `TuneConfig`'s mode).
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.mode = Some(mode);
+        self
+    }
+}
+
+/// Takes the experiment's metric and mode where the scheduler has none.
+fn adopt(
+    who: &'static str,
+    own: (&mut Option<String>, &mut Option<Mode>),
+    given: (Option<&str>, Option<Mode>),
+) -> Result<(), TuneError> {
+    if own.0.is_none() {
+        *own.0 = given.0.map(str::to_string);
+    }
+    if own.1.is_none() {
+        *own.1 = given.1;
+    }
+    if own.0.is_none() || own.1.is_none() {
+        return Err(TuneError::InvalidConfig {
+            field: who,
+            reason: "needs a metric and a mode to compare trials: set TuneConfig::metric and mode"
+                .into(),
+        });
+    }
+    Ok(())
+}
+
+impl TrialScheduler for MedianStopping {
+    fn setup(&mut self, metric: Option<&str>, mode: Option<Mode>) -> Result<(), TuneError> {
+        adopt(
+            "MedianStopping metric and mode",
+            (&mut self.metric, &mut self.mode),
+            (metric, mode),
+        )?;
+        self.results.clear();
+        Ok(())
+    }
+
+    fn on_result(&mut self, trial: &str, metrics: &Metrics) -> Decision {
+        let metric = self.metric.as_deref().unwrap_or_default();
+        let (Some(t), Some(value)) = (
+            metrics.get(&self.time_attr).and_then(|v| v.as_f64()),
+            metrics.get(metric).and_then(|v| v.as_f64()),
+        ) else {
+            return Decision::Continue;
+        };
+        let value = match self.mode {
+            Some(Mode::Min) => -value,
+            _ => value,
+        };
+        let mine = self.results.entry(trial.to_string()).or_default();
+        mine.push((t, value));
+        let best = mine
+            .iter()
+            .map(|(_, v)| *v)
+            .fold(f64::NEG_INFINITY, f64::max);
+        if t < self.grace_period {
+            return Decision::Continue;
+        }
+        let means: Vec<f64> = self
+            .results
+            .iter()
+            .filter(|(name, _)| name.as_str() != trial)
+            .filter_map(|(_, reports)| {
+                let upto: Vec<f64> = reports
+                    .iter()
+                    .filter(|(u, _)| *u <= t)
+                    .map(|(_, v)| *v)
+                    .collect();
+                (!upto.is_empty()).then(|| upto.iter().sum::<f64>() / upto.len() as f64)
+            })
+            .collect();
+        if means.len() < self.min_samples_required.max(1) {
+            return Decision::Continue;
+        }
+        match percentile(means.into_iter(), 50.0) {
+            Some(median) if best < median => Decision::Stop,
+            _ => Decision::Continue,
+        }
     }
 }
 
@@ -321,6 +456,46 @@ mod tests {
             .setup(Some("s"), Some(Mode::Max))
             .unwrap_err();
         assert!(err.to_string().contains("grace_period"), "{err}");
+    }
+
+    #[test]
+    fn the_median_rule_stops_a_trial_whose_best_is_below_the_others_median() {
+        let mut rule = MedianStopping::new()
+            .grace_period(2.0)
+            .min_samples_required(2);
+        rule.setup(Some("score"), Some(Mode::Max)).unwrap();
+        for (trial, values) in [("a", [0.5, 0.7, 0.9]), ("b", [0.4, 0.6, 0.8])] {
+            for (i, v) in values.iter().enumerate() {
+                assert_eq!(
+                    rule.on_result(trial, &report(i as u64 + 1, *v)),
+                    Decision::Continue
+                );
+            }
+        }
+        assert_eq!(
+            rule.on_result("c", &report(1, 0.1)),
+            Decision::Continue,
+            "in its grace period"
+        );
+        // At t = 2 the others' running means are 0.6 and 0.5: median 0.55.
+        assert_eq!(rule.on_result("c", &report(2, 0.2)), Decision::Stop);
+        assert_eq!(rule.on_result("d", &report(1, 0.3)), Decision::Continue);
+        assert_eq!(
+            rule.on_result("d", &report(2, 0.6)),
+            Decision::Continue,
+            "best 0.6 is above"
+        );
+        let mut alone = MedianStopping::new().grace_period(1.0);
+        alone.setup(Some("score"), Some(Mode::Max)).unwrap();
+        assert_eq!(
+            alone.on_result("a", &report(5, -9.0)),
+            Decision::Continue,
+            "nobody to compare"
+        );
+        let err = MedianStopping::new()
+            .setup(Some("score"), None)
+            .unwrap_err();
+        assert!(err.to_string().contains("mode"), "{err}");
     }
 
     #[test]

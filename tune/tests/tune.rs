@@ -189,7 +189,7 @@ fn settings_that_cannot_work_fail_before_any_trial_starts() {
         ),
         (
             Tuner::new(objective, space()).tune_config(TuneConfig::new().scheduler(Asha::new())),
-            "no metric",
+            "needs a metric",
         ),
     ];
     for (tuner, words) in cases {
