@@ -20,7 +20,7 @@ use std::env;
 use std::path::PathBuf;
 use std::process::Command;
 
-fn main() {
+pub fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     if env::var_os("CARGO_FEATURE_TCH").is_none() {
         return;

@@ -31,18 +31,21 @@
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "common/fmnist.rs"]
+mod fmnist;
 
 use prism_train::collective::ReduceOp;
 use prism_train::data::DistributedSampler;
 use prism_train::torch::{get_device, prepare_model, DdpOptions};
 use prism_train::{CheckpointConfig, CheckpointScoreOrder, RunConfig, ScalingConfig, Trainer};
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 use tch::nn::{self, Module, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
 
 use common::BoxError;
+use fmnist::{load, OnDevice, PIXELS};
 
 /// The network trained.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,96 +84,6 @@ struct EpochMetrics {
     epoch_seconds: f64,
     /// Where rank 0 trained: "cpu" or "cuda:N".
     device: String,
-}
-
-/// Images as bytes and their labels, split into train and test.
-struct Images {
-    pixels: Vec<u8>,
-    labels: Vec<u8>,
-    peak: f32,
-    train: Vec<usize>,
-    test: Vec<usize>,
-}
-
-const PIXELS: usize = 784;
-
-fn load(path: &Path) -> Result<Images, BoxError> {
-    let bytes = std::fs::read(path).map_err(|e| {
-        format!(
-            "{}: {e}; run scripts/fetch-dataset.sh first",
-            path.display()
-        )
-    })?;
-    if bytes.len() < 21 || &bytes[..8] != b"PRISMDS1" {
-        return Err(format!(
-            "{} is not a dataset written by scripts/fetch-dataset.sh",
-            path.display()
-        )
-        .into());
-    }
-    let n = u32::from_le_bytes(bytes[8..12].try_into()?) as usize;
-    let peak = f32::from(bytes[20]);
-    let labels = bytes[21..21 + n].to_vec();
-    let pixels = bytes[21 + n..].to_vec();
-    if pixels.len() != n * PIXELS {
-        return Err(format!(
-            "{} is truncated: {} pixel bytes for {n} images",
-            path.display(),
-            pixels.len()
-        )
-        .into());
-    }
-    let (mut train, mut test) = (Vec::new(), Vec::new());
-    let mut seen = [0usize; 10];
-    for (i, &label) in labels.iter().enumerate() {
-        let k = &mut seen[usize::from(label) % 10];
-        if *k % 7 == 6 {
-            test.push(i)
-        } else {
-            train.push(i)
-        }
-        *k += 1;
-    }
-    Ok(Images {
-        pixels,
-        labels,
-        peak,
-        train,
-        test,
-    })
-}
-
-/// The whole dataset on the training device: pixels as bytes, labels.
-struct OnDevice {
-    pixels: Tensor,
-    labels: Tensor,
-    peak: f64,
-    device: Device,
-}
-
-impl OnDevice {
-    fn new(images: &Images, device: Device) -> OnDevice {
-        let n = images.labels.len() as i64;
-        OnDevice {
-            pixels: Tensor::from_slice(&images.pixels)
-                .view([n, PIXELS as i64])
-                .to_device(device),
-            labels: Tensor::from_slice(&images.labels)
-                .to_kind(Kind::Int64)
-                .to_device(device),
-            peak: f64::from(images.peak),
-            device,
-        }
-    }
-
-    /// A batch of images (as floats in 0..1) and labels, by index: the
-    /// indices go to the device, the gather and conversion run there.
-    fn batch(&self, indices: &[usize]) -> (Tensor, Tensor) {
-        let idx: Vec<i64> = indices.iter().map(|&i| i as i64).collect();
-        let idx = Tensor::from_slice(&idx).to_device(self.device);
-        let x = self.pixels.index_select(0, &idx).to_kind(Kind::Float) / self.peak;
-        (x, self.labels.index_select(0, &idx))
-    }
 }
 
 fn model(vs: &nn::Path, arch: Arch) -> nn::Sequential {
