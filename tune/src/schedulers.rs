@@ -12,8 +12,10 @@ use std::collections::HashMap;
 pub enum Decision {
     /// It goes on.
     Continue,
-    /// It stops now; its reports and checkpoints so far are kept.
+    /// It stops now, early; its reports and checkpoints so far are kept.
     Stop,
+    /// It has had its budget (ASHA's `max_t`): it ends now, complete.
+    Finish,
 }
 
 /// Decides, report by report, which trials go on. One scheduler serves
@@ -48,7 +50,7 @@ impl TrialScheduler for Fifo {
 /// below `max_t` (in `time_attr`, by default `training_iteration`). A trial
 /// reaching a rung is compared with the trials that reached it before: if
 /// it is not in their best `1 / reduction_factor`, it stops. Every trial
-/// stops at `max_t`.
+/// ends at `max_t` ([`Decision::Finish`]: complete, not stopped early).
 ///
 /// ```
 /// use prism_tune::Asha;
@@ -176,7 +178,7 @@ impl TrialScheduler for Asha {
             return Decision::Continue;
         };
         if t >= self.max_t as f64 {
-            return Decision::Stop;
+            return Decision::Finish;
         }
         let metric = self.metric.as_deref().unwrap_or_default();
         let Some(value) = metrics.get(metric).and_then(|v| v.as_f64()) else {
@@ -416,7 +418,7 @@ mod tests {
         );
         assert_eq!(
             asha.on_result("a", &report(8, 0.9)),
-            Decision::Stop,
+            Decision::Finish,
             "max_t reached"
         );
     }

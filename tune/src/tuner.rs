@@ -13,7 +13,9 @@ use serde_json::Value;
 use std::collections::VecDeque;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Whether a metric is better high or low.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,8 +60,11 @@ pub struct TuneConfig {
     /// Decides after each report whether a trial goes on (default
     /// [`Fifo`]: every trial runs to its end).
     pub scheduler: Option<SharedScheduler>,
-    /// A trial stops once one of these metrics reaches its value.
+    /// A trial ends, complete, once one of these metrics reaches its value.
     pub stop: Vec<(String, f64)>,
+    /// Seconds between the driver's progress lines (running, pending and
+    /// finished trials, the best result so far); 0 turns them off.
+    pub progress_interval_s: f64,
 }
 
 impl Default for TuneConfig {
@@ -72,6 +77,7 @@ impl Default for TuneConfig {
             seed: 0,
             scheduler: None,
             stop: Vec::new(),
+            progress_interval_s: 5.0,
         }
     }
 }
@@ -118,11 +124,17 @@ impl TuneConfig {
         self
     }
 
-    /// Stops a trial once its `metric` reaches `value` (Ray's
+    /// Ends a trial once its `metric` reaches `value` (Ray's
     /// `RunConfig(stop={metric: value})`), for example
     /// `stop_at("training_iteration", 10.0)`.
     pub fn stop_at(mut self, metric: impl Into<String>, value: f64) -> Self {
         self.stop.push((metric.into(), value));
+        self
+    }
+
+    /// Prints a progress line every `seconds` while trials run (0: never).
+    pub fn progress_interval_s(mut self, seconds: f64) -> Self {
+        self.progress_interval_s = seconds;
         self
     }
 }
@@ -145,7 +157,8 @@ pub struct TrialResult {
     pub path: PathBuf,
     /// Why it failed, if it did.
     pub error: Option<String>,
-    /// A scheduler or a stop condition ended it before its function did.
+    /// A scheduler stopped it early ([`Decision::Stop`]); a trial that
+    /// reached a stop condition or its `max_t` is complete, not stopped.
     pub stopped_early: bool,
 }
 
@@ -422,38 +435,77 @@ impl Tuner {
             .collect();
         let concurrency = self.concurrency()?.clamp(1, to_run.len().max(1));
         let done = Mutex::new(finished.len());
+        let progress = Arc::new(Mutex::new(Progress {
+            total,
+            done: finished.len(),
+            ..Progress::default()
+        }));
+        let all_done = AtomicBool::new(false);
         let queue = Mutex::new(to_run);
         let results: Mutex<Vec<Option<TrialResult>>> = Mutex::new(kept);
         std::thread::scope(|scope| {
-            for _ in 0..concurrency {
-                scope.spawn(|| loop {
-                    let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
-                    let Some((index, config)) = next else {
-                        return;
-                    };
-                    let trial = self.run_trial(index, config, &dir, &scheduler);
-                    let finished = {
-                        let mut n = done.lock().unwrap_or_else(|e| e.into_inner());
-                        *n += 1;
-                        *n
-                    };
-                    self.print_progress(&trial, finished, total);
-                    {
-                        let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
-                        state.finished.insert(
-                            index,
-                            Finished {
-                                error: trial.error.clone(),
-                                stopped_early: trial.stopped_early,
-                            },
-                        );
-                        if let Err(e) = state.save(&dir) {
-                            eprintln!("prism-tune: {e}; a restore would run {} again", trial.name);
+            if self.tune.progress_interval_s > 0.0 {
+                let every = Duration::from_secs_f64(self.tune.progress_interval_s);
+                let (progress, all_done, metric) = (&progress, &all_done, &self.tune.metric);
+                scope.spawn(move || {
+                    let started = Instant::now();
+                    let mut next = started + every;
+                    while !all_done.load(Ordering::Relaxed) {
+                        std::thread::sleep(Duration::from_millis(50));
+                        if Instant::now() >= next {
+                            next += every;
+                            let p = progress.lock().unwrap_or_else(|e| e.into_inner());
+                            println!("{}", p.line(started.elapsed(), metric.as_deref()));
                         }
                     }
-                    results.lock().unwrap_or_else(|e| e.into_inner())[index] = Some(trial);
                 });
             }
+            let workers: Vec<_> = (0..concurrency)
+                .map(|_| {
+                    scope.spawn(|| loop {
+                        let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+                        let Some((index, config)) = next else {
+                            return;
+                        };
+                        progress.lock().unwrap_or_else(|e| e.into_inner()).running += 1;
+                        let trial = self.run_trial(index, config, &dir, &scheduler, &progress);
+                        {
+                            let mut p = progress.lock().unwrap_or_else(|e| e.into_inner());
+                            p.running -= 1;
+                            p.done += 1;
+                            p.stopped += usize::from(trial.stopped_early);
+                            p.errors += usize::from(trial.error.is_some());
+                        }
+                        let finished = {
+                            let mut n = done.lock().unwrap_or_else(|e| e.into_inner());
+                            *n += 1;
+                            *n
+                        };
+                        self.print_progress(&trial, finished, total);
+                        {
+                            let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
+                            state.finished.insert(
+                                index,
+                                Finished {
+                                    error: trial.error.clone(),
+                                    stopped_early: trial.stopped_early,
+                                },
+                            );
+                            if let Err(e) = state.save(&dir) {
+                                eprintln!(
+                                    "prism-tune: {e}; a restore would run {} again",
+                                    trial.name
+                                );
+                            }
+                        }
+                        results.lock().unwrap_or_else(|e| e.into_inner())[index] = Some(trial);
+                    })
+                })
+                .collect();
+            for worker in workers {
+                let _ = worker.join();
+            }
+            all_done.store(true, Ordering::Relaxed);
         });
         let trials: Vec<TrialResult> = results
             .into_inner()
@@ -550,6 +602,7 @@ impl Tuner {
         config: Value,
         dir: &Path,
         scheduler: &SharedScheduler,
+        progress: &Arc<Mutex<Progress>>,
     ) -> TrialResult {
         let name = trial_name(index);
         let mut run = self.run.clone();
@@ -571,10 +624,21 @@ impl Tuner {
             Err(e) => return failed(e),
         };
         let (scheduler, stops, trial) = (scheduler.clone(), self.tune.stop.clone(), name.clone());
+        let early = Arc::new(AtomicBool::new(false));
+        let stopped_by_scheduler = early.clone();
+        let (progress, metric, mode) = (progress.clone(), self.tune.metric.clone(), self.tune.mode);
         let result = trainer
             .scaling_config(self.scaling.clone())
             .run_config(run)
             .stop_when(move |metrics| {
+                if let (Some(metric), Some(mode)) = (&metric, mode) {
+                    if let Some(v) = metrics.get(metric).and_then(Value::as_f64) {
+                        progress
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .offer(v, mode, &trial);
+                    }
+                }
                 let reached = stops.iter().any(|(metric, value)| {
                     metrics
                         .get(metric)
@@ -585,7 +649,8 @@ impl Tuner {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .on_result(&trial, metrics);
-                reached || decision == Decision::Stop
+                stopped_by_scheduler.store(decision == Decision::Stop, Ordering::Relaxed);
+                reached || decision != Decision::Continue
             })
             .fit();
         TrialResult {
@@ -596,7 +661,7 @@ impl Tuner {
             checkpoint: result.checkpoint,
             path: result.path,
             error: result.error.map(|e| e.to_string()),
-            stopped_early: result.stopped_early,
+            stopped_early: result.stopped_early && early.load(Ordering::Relaxed),
         }
     }
 
@@ -618,6 +683,49 @@ impl Tuner {
             "[tune] {} ({finished}/{total} done) {} {outcome}",
             trial.name, trial.config
         );
+    }
+}
+
+/// What the progress lines show.
+#[derive(Debug, Default)]
+struct Progress {
+    total: usize,
+    running: usize,
+    done: usize,
+    stopped: usize,
+    errors: usize,
+    /// The best value of the metric reported so far, and by which trial.
+    best: Option<(f64, String)>,
+}
+
+impl Progress {
+    fn offer(&mut self, value: f64, mode: Mode, trial: &str) {
+        let better = match &self.best {
+            None => !value.is_nan(),
+            Some((b, _)) => match mode {
+                Mode::Max => value > *b,
+                Mode::Min => value < *b,
+            },
+        };
+        if better {
+            self.best = Some((value, trial.to_string()));
+        }
+    }
+
+    fn line(&self, elapsed: Duration, metric: Option<&str>) -> String {
+        let pending = self.total.saturating_sub(self.done + self.running);
+        let mut line = format!(
+            "[tune] {:.1} s: {} running, {pending} pending, {} done ({} stopped early, {} failed)",
+            elapsed.as_secs_f64(),
+            self.running,
+            self.done,
+            self.stopped,
+            self.errors
+        );
+        if let (Some(metric), Some((value, trial))) = (metric, &self.best) {
+            line.push_str(&format!("; best {metric} {value} ({trial})"));
+        }
+        line
     }
 }
 
@@ -676,5 +784,35 @@ fn csv_field(s: &str) -> String {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
         s.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_lines_count_trials_and_keep_the_best_by_mode() {
+        let mut p = Progress {
+            total: 8,
+            running: 2,
+            done: 3,
+            stopped: 1,
+            errors: 1,
+            best: None,
+        };
+        p.offer(0.5, Mode::Max, "trial_00001");
+        p.offer(f64::NAN, Mode::Max, "trial_00002");
+        p.offer(0.7, Mode::Max, "trial_00003");
+        p.offer(0.6, Mode::Max, "trial_00004");
+        let line = p.line(Duration::from_millis(12_300), Some("acc"));
+        assert_eq!(
+            line,
+            "[tune] 12.3 s: 2 running, 3 pending, 3 done (1 stopped early, 1 failed); best acc 0.7 (trial_00003)"
+        );
+        let mut low = Progress::default();
+        low.offer(0.3, Mode::Min, "a");
+        low.offer(0.2, Mode::Min, "b");
+        assert_eq!(low.best, Some((0.2, "b".to_string())));
     }
 }

@@ -135,6 +135,10 @@ fn asha_stops_trials_that_fall_behind_and_stop_at_ends_every_trial() {
     );
     assert!(results.trials()[1].stopped_early && results.trials()[2].stopped_early);
     assert!(
+        !results.trials()[0].stopped_early,
+        "the leader reached max_t: complete, not stopped early"
+    );
+    assert!(
         results.errors().is_empty(),
         "a stopped trial is not a failed one"
     );
@@ -162,7 +166,10 @@ fn asha_stops_trials_that_fall_behind_and_stop_at_ends_every_trial() {
             "{} stops at iteration 3",
             trial.name
         );
-        assert!(trial.stopped_early);
+        assert!(
+            !trial.stopped_early,
+            "a trial that met its stop condition is complete"
+        );
     }
     let _ = std::fs::remove_dir_all(&storage);
 }
