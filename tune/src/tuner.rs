@@ -281,7 +281,8 @@ pub struct Tuner {
     space: SearchSpace,
     tune: TuneConfig,
     run: RunConfig,
-    scaling: ScalingConfig,
+    /// Each trial's workers; `None`: the Trainer's own (`with_trainer`).
+    scaling: Option<ScalingConfig>,
     /// An experiment read back by [`Tuner::restore`].
     restored: Option<ExperimentState>,
 }
@@ -317,7 +318,61 @@ impl Tuner {
             space,
             tune: TuneConfig::default(),
             run: RunConfig::default(),
-            scaling: ScalingConfig::new(1),
+            scaling: Some(ScalingConfig::new(1)),
+            restored: None,
+        }
+    }
+
+    /// A search over Trainers: `make_trainer(config)` builds each trial's
+    /// Trainer (its training function, datasets and workers), as Ray's
+    /// `Tuner(trainer, param_space=...)` tunes a `TorchTrainer`. The Tuner
+    /// sets each trial's run folder and stopping; the workers are the
+    /// Trainer's unless [`Tuner::scaling_config`] sets them.
+    ///
+    /// ```no_run
+    /// use prism_train::{data::Dataset, ScalingConfig, Trainer};
+    /// use prism_tune::{grid, SearchSpace, Tuner};
+    ///
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Params { lr: f64 }
+    ///
+    /// fn train(p: Params) -> Result<(), prism_train::TrainError> {
+    ///     let rows = prism_train::get_dataset_shard("train")?.count();
+    ///     prism_train::report(serde_json::json!({ "rows": rows, "lr": p.lr }), None)
+    /// }
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// prism::init(prism::Config::default())?;
+    /// let data = Dataset::range(1000);
+    /// let results = Tuner::with_trainer(
+    ///     move |p: Params| {
+    ///         Trainer::new(train, p)
+    ///             .dataset("train", data.clone())
+    ///             .scaling_config(ScalingConfig::new(2))
+    ///     },
+    ///     SearchSpace::new().set("lr", grid([0.01, 0.1])),
+    /// )
+    /// .fit()?;
+    /// # let _ = results;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_trainer<C, F>(make_trainer: F, space: SearchSpace) -> Self
+    where
+        C: DeserializeOwned + 'static,
+        F: Fn(C) -> Trainer + Send + Sync + 'static,
+    {
+        let make = move |config: Value| -> Result<Trainer, String> {
+            let typed: C = serde_json::from_value(config).map_err(|e| {
+                format!("the config does not fit the training function's type: {e}")
+            })?;
+            Ok(make_trainer(typed))
+        };
+        Tuner {
+            make_trainer: Arc::new(make),
+            space,
+            tune: TuneConfig::default(),
+            run: RunConfig::default(),
+            scaling: None,
             restored: None,
         }
     }
@@ -337,19 +392,33 @@ impl Tuner {
         C: Serialize + DeserializeOwned + 'static,
         E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
     {
-        let path = path.as_ref();
+        Tuner::new(train_fn, SearchSpace::new()).restored_from(path.as_ref())
+    }
+
+    /// [`Tuner::restore`] for a search made with [`Tuner::with_trainer`].
+    pub fn restore_with_trainer<C, F>(
+        path: impl AsRef<Path>,
+        make_trainer: F,
+    ) -> Result<Self, TuneError>
+    where
+        C: DeserializeOwned + 'static,
+        F: Fn(C) -> Trainer + Send + Sync + 'static,
+    {
+        Tuner::with_trainer(make_trainer, SearchSpace::new()).restored_from(path.as_ref())
+    }
+
+    fn restored_from(mut self, path: &Path) -> Result<Self, TuneError> {
         let state = ExperimentState::load(path)?;
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let storage = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let mut tuner = Tuner::new(train_fn, SearchSpace::new());
-        tuner.tune.metric = state.metric.clone();
-        tuner.tune.mode = state.mode;
-        tuner.run = RunConfig::new(name).storage_path(storage);
-        tuner.restored = Some(state);
-        Ok(tuner)
+        self.tune.metric = state.metric.clone();
+        self.tune.mode = state.mode;
+        self.run = RunConfig::new(name).storage_path(storage);
+        self.restored = Some(state);
+        Ok(self)
     }
 
     /// Sets the metric, mode, samples, concurrency and seed.
@@ -382,7 +451,7 @@ impl Tuner {
     /// Sets each trial's workers and resources (default: one worker, one
     /// CPU).
     pub fn scaling_config(mut self, scaling: ScalingConfig) -> Self {
-        self.scaling = scaling;
+        self.scaling = Some(scaling);
         self
     }
 
@@ -398,7 +467,8 @@ impl Tuner {
                 Default::default(),
             ),
         };
-        self.check_trial_fits()?;
+        let scaling = self.trial_scaling(configs.first());
+        self.check_trial_fits(&scaling)?;
         let scheduler: SharedScheduler = match &self.tune.scheduler {
             Some(s) => s.clone(),
             None => Arc::new(Mutex::new(Fifo)),
@@ -433,7 +503,7 @@ impl Tuner {
             .enumerate()
             .filter(|(i, _)| !finished.contains_key(i))
             .collect();
-        let concurrency = self.concurrency()?.clamp(1, to_run.len().max(1));
+        let concurrency = self.concurrency(&scaling)?.clamp(1, to_run.len().max(1));
         let done = Mutex::new(finished.len());
         let progress = Arc::new(Mutex::new(Progress {
             total,
@@ -540,15 +610,15 @@ impl Tuner {
 
     /// Fails before any trial starts if one trial needs more of a resource
     /// than the whole cluster has.
-    fn check_trial_fits(&self) -> Result<(), TuneError> {
+    fn check_trial_fits(&self, scaling: &ScalingConfig) -> Result<(), TuneError> {
         let (total, _) = prism::cluster_resources().map_err(|source| TuneError::Prism {
             action: "read the cluster's resources (is prism::init done?)",
             source,
         })?;
-        let workers = self.scaling.num_workers.max(1) as f64;
-        let mut per_worker = self.scaling.resources_per_worker.clone();
+        let workers = scaling.num_workers.max(1) as f64;
+        let mut per_worker = scaling.resources_per_worker.clone();
         per_worker.entry("CPU".into()).or_insert(1.0);
-        if self.scaling.use_gpu {
+        if scaling.use_gpu {
             per_worker.entry("GPU".into()).or_insert(1.0);
         }
         for (name, amount) in per_worker {
@@ -566,8 +636,20 @@ impl Tuner {
         Ok(())
     }
 
+    /// Each trial's workers: as set on the Tuner, or those of the Trainer
+    /// built for `sample` (one worker if it cannot be built).
+    fn trial_scaling(&self, sample: Option<&Value>) -> ScalingConfig {
+        if let Some(s) = &self.scaling {
+            return s.clone();
+        }
+        sample
+            .and_then(|config| (self.make_trainer)(config.clone()).ok())
+            .map(|t| t.scaling().clone())
+            .unwrap_or_else(|| ScalingConfig::new(1))
+    }
+
     /// Trials at once: as set, or as many as the cluster's CPUs hold.
-    fn concurrency(&self) -> Result<usize, TuneError> {
+    fn concurrency(&self, scaling: &ScalingConfig) -> Result<usize, TuneError> {
         if let Some(n) = self.tune.max_concurrent_trials {
             if n == 0 {
                 return Err(TuneError::InvalidConfig {
@@ -582,13 +664,12 @@ impl Tuner {
             source,
         })?;
         let cpus = total.get("CPU").as_f64();
-        let per_worker = self
-            .scaling
+        let per_worker = scaling
             .resources_per_worker
             .get("CPU")
             .copied()
             .unwrap_or(1.0);
-        let per_trial = per_worker * self.scaling.num_workers.max(1) as f64;
+        let per_trial = per_worker * scaling.num_workers.max(1) as f64;
         Ok(if per_trial > 0.0 {
             (cpus / per_trial).floor().max(1.0) as usize
         } else {
@@ -627,8 +708,11 @@ impl Tuner {
         let early = Arc::new(AtomicBool::new(false));
         let stopped_by_scheduler = early.clone();
         let (progress, metric, mode) = (progress.clone(), self.tune.metric.clone(), self.tune.mode);
+        let trainer = match &self.scaling {
+            Some(scaling) => trainer.scaling_config(scaling.clone()),
+            None => trainer,
+        };
         let result = trainer
-            .scaling_config(self.scaling.clone())
             .run_config(run)
             .stop_when(move |metrics| {
                 if let (Some(metric), Some(mode)) = (&metric, mode) {

@@ -212,3 +212,58 @@ fn settings_that_cannot_work_fail_before_any_trial_starts() {
     );
     let _ = std::fs::remove_dir_all(&storage);
 }
+
+#[derive(Serialize, Deserialize)]
+struct DataParams {
+    x: f64,
+}
+
+fn with_data(p: DataParams) -> Result<(), String> {
+    let rows = prism_train::get_dataset_shard("train")
+        .map_err(|e| e.to_string())?
+        .count();
+    let world = prism_train::get_context()
+        .map_err(|e| e.to_string())?
+        .world_size();
+    let score = -(p.x - 0.3).powi(2);
+    prism_train::report(
+        serde_json::json!({ "score": score, "rows": rows, "world": world }),
+        None,
+    )
+    .map_err(|e| e.to_string())
+}
+
+#[test]
+fn a_configured_trainer_with_its_dataset_and_workers_is_tuned() {
+    ClusterSpec::new().cpus(2).start();
+    let storage = experiment_dir("trainer");
+    let data = prism_train::data::Dataset::range(10);
+    let results = must(
+        Tuner::with_trainer(
+            move |p: DataParams| {
+                prism_train::Trainer::new(with_data, p)
+                    .dataset("train", data.clone())
+                    .scaling_config(prism_train::ScalingConfig::new(2))
+            },
+            SearchSpace::new().set("x", grid([0.1, 0.3])),
+        )
+        .tune_config(TuneConfig::new().metric("score").mode(Mode::Max))
+        .run_config(prism_train::RunConfig::new("trainer").storage_path(&storage))
+        .fit(),
+        "a search over a configured Trainer must run",
+    );
+    assert!(results.errors().is_empty(), "{:?}", results.errors());
+    for trial in results.trials() {
+        let m = trial.metrics.clone().unwrap_or_default();
+        assert_eq!(m["world"], 2, "each trial runs the Trainer's two workers");
+        assert_eq!(
+            m["rows"], 5,
+            "each worker gets half of the Trainer's dataset"
+        );
+    }
+    assert_eq!(
+        must(results.get_best_result(), "a best trial").config["x"],
+        0.3
+    );
+    let _ = std::fs::remove_dir_all(&storage);
+}

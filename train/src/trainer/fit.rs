@@ -160,6 +160,11 @@ impl Trainer {
         self
     }
 
+    /// The workers and resources it will run with.
+    pub fn scaling(&self) -> &ScalingConfig {
+        &self.scaling
+    }
+
     /// Sets the run's name, storage, checkpoints and failure handling.
     pub fn run_config(mut self, run: RunConfig) -> Self {
         self.run = run;
