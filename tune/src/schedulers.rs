@@ -44,6 +44,31 @@ impl TrialScheduler for Fifo {
     }
 }
 
+/// The builder methods every comparing scheduler has: which reported
+/// attribute counts time, and the metric and mode when they differ from
+/// the `TuneConfig`'s.
+macro_rules! comparison_builders {
+    () => {
+        /// The reported attribute that counts time.
+        pub fn time_attr(mut self, attr: impl Into<String>) -> Self {
+            self.time_attr = attr.into();
+            self
+        }
+
+        /// Compares trials by `metric` (instead of the `TuneConfig`'s).
+        pub fn metric(mut self, metric: impl Into<String>) -> Self {
+            self.metric = Some(metric.into());
+            self
+        }
+
+        /// Higher or lower is better (instead of the `TuneConfig`'s mode).
+        pub fn mode(mut self, mode: Mode) -> Self {
+            self.mode = Some(mode);
+            self
+        }
+    };
+}
+
 /// Asynchronous successive halving (Ray's `ASHAScheduler`, one bracket).
 ///
 /// Rungs sit at `grace_period`, `grace_period * reduction_factor`, ...
@@ -110,23 +135,7 @@ impl Asha {
         self
     }
 
-    /// The reported attribute that counts time.
-    pub fn time_attr(mut self, attr: impl Into<String>) -> Self {
-        self.time_attr = attr.into();
-        self
-    }
-
-    /// Compares trials by `metric` (instead of the `TuneConfig`'s).
-    pub fn metric(mut self, metric: impl Into<String>) -> Self {
-        self.metric = Some(metric.into());
-        self
-    }
-
-    /// Higher or lower is better (instead of the `TuneConfig`'s mode).
-    pub fn mode(mut self, mode: Mode) -> Self {
-        self.mode = Some(mode);
-        self
-    }
+    comparison_builders!();
 
     /// The rungs' times, highest first.
     pub fn rungs(&self) -> Vec<u64> {
@@ -259,23 +268,7 @@ impl MedianStopping {
         self
     }
 
-    /// The reported attribute that counts time.
-    pub fn time_attr(mut self, attr: impl Into<String>) -> Self {
-        self.time_attr = attr.into();
-        self
-    }
-
-    /// Compares trials by `metric` (instead of the `TuneConfig`'s).
-    pub fn metric(mut self, metric: impl Into<String>) -> Self {
-        self.metric = Some(metric.into());
-        self
-    }
-
-    /// Higher or lower is better (instead of the `TuneConfig`'s mode).
-    pub fn mode(mut self, mode: Mode) -> Self {
-        self.mode = Some(mode);
-        self
-    }
+    comparison_builders!();
 }
 
 /// Takes the experiment's metric and mode where the scheduler has none.
