@@ -167,6 +167,21 @@ impl TrialResult {
     pub fn last(&self, metric: &str) -> Option<f64> {
         self.metrics.as_ref()?.get(metric)?.as_f64()
     }
+
+    /// The trial's report with the best value of `metric` in `mode` (Ray's
+    /// `best_result` of a trial); `None` if it never reported it.
+    pub fn best(&self, metric: &str, mode: Mode) -> Option<&Metrics> {
+        let scored = self
+            .metrics_history
+            .iter()
+            .filter_map(|m| Some((m.get(metric)?.as_f64()?, m)))
+            .filter(|(v, _)| !v.is_nan());
+        let best = match mode {
+            Mode::Max => scored.max_by(|a, b| a.0.total_cmp(&b.0)),
+            Mode::Min => scored.min_by(|a, b| a.0.total_cmp(&b.0)),
+        };
+        best.map(|(_, m)| m)
+    }
 }
 
 /// Every trial's result (Ray's `ResultGrid`), in trial order.
@@ -874,6 +889,34 @@ fn csv_field(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_trials_best_report_is_found_by_metric_and_mode() {
+        let report = |v: f64| match serde_json::json!({ "loss": v }) {
+            Value::Object(m) => m,
+            _ => unreachable!("an object literal"),
+        };
+        let trial = TrialResult {
+            name: "trial_00000".into(),
+            config: Value::Null,
+            metrics: Some(report(0.5)),
+            metrics_history: vec![report(0.9), report(0.2), report(f64::NAN), report(0.5)],
+            checkpoint: None,
+            path: PathBuf::new(),
+            error: None,
+            stopped_early: false,
+        };
+        let lowest = trial
+            .best("loss", Mode::Min)
+            .and_then(|m| m["loss"].as_f64());
+        assert_eq!(lowest, Some(0.2));
+        let highest = trial
+            .best("loss", Mode::Max)
+            .and_then(|m| m["loss"].as_f64());
+        assert_eq!(highest, Some(0.9));
+        assert!(trial.best("accuracy", Mode::Max).is_none());
+        assert_eq!(trial.last("loss"), Some(0.5));
+    }
 
     #[test]
     fn progress_lines_count_trials_and_keep_the_best_by_mode() {
