@@ -62,7 +62,7 @@ impl ActorRef {
             caller: core.objects.address().clone(),
         };
         let client = core.actors.client(self.actor_id, &self.class);
-        core.actors.send(&client, Submission { spec, held });
+        core.actors.send(&client, Submission::new(spec, held));
         Ok(r)
     }
 }

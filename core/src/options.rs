@@ -26,7 +26,13 @@ use prism_protocol::messages::{self, BundleRef};
 pub struct TaskOptions {
     resources: Resources,
     placement: Option<Result<BundleRef>>,
+    /// `None`: Ray's default, 3.
+    max_retries: Option<i64>,
+    retry_exceptions: bool,
 }
+
+/// Retries of a task whose worker dies, unless set (Ray's default).
+const DEFAULT_MAX_RETRIES: i64 = 3;
 
 impl TaskOptions {
     /// Defaults: one CPU.
@@ -45,6 +51,35 @@ impl TaskOptions {
     pub fn placement_group(mut self, group: &PlacementGroup, bundle_index: Option<usize>) -> Self {
         self.placement = Some(group.bundle_ref(bundle_index));
         self
+    }
+
+    /// How many times the task runs again if its worker process dies
+    /// (default 3, as Ray; -1 for no limit, 0 for never). The caller sees
+    /// only the final outcome; a final error says how many attempts were
+    /// made and why each failed.
+    pub fn max_retries(mut self, n: i64) -> Self {
+        self.max_retries = Some(n);
+        self
+    }
+
+    /// Also retries the task when the function itself fails (returns `Err`
+    /// or panics), within the same `max_retries` (Ray's
+    /// `retry_exceptions=True`).
+    pub fn retry_exceptions(mut self, yes: bool) -> Self {
+        self.retry_exceptions = yes;
+        self
+    }
+
+    /// The retry settings, checked.
+    pub(crate) fn retry_policy(&self) -> Result<(i64, bool)> {
+        let n = self.max_retries.unwrap_or(DEFAULT_MAX_RETRIES);
+        if n < -1 {
+            return Err(Error::invalid(
+                "max_retries",
+                format!("{n}: give -1 (no limit), 0 (never) or a positive count"),
+            ));
+        }
+        Ok((n, self.retry_exceptions))
     }
 
     /// The resource shape this asks for, and from where.

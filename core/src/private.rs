@@ -86,6 +86,7 @@ pub fn submit_task<R>(
 ) -> Result<ObjectRef<R>> {
     let core = current()?;
     let shape = options.scheduling_key()?;
+    let (max_retries, retry_exceptions) = options.retry_policy()?;
     if shape.bundle.is_none() {
         core.check_feasible(&shape.shape)?;
     }
@@ -100,7 +101,10 @@ pub fn submit_task<R>(
         return_id,
         caller: core.objects.address().clone(),
     };
-    core.tasks.submit(shape, Submission { spec, held });
+    core.tasks.submit(
+        shape,
+        Submission::new(spec, held).retries(max_retries, retry_exceptions),
+    );
     Ok(r)
 }
 

@@ -380,3 +380,91 @@ fn nested_gets_do_not_deadlock_a_full_node() {
         vec![4; 4]
     );
 }
+
+/// Dies on its first attempt (the marker file does not exist yet), then
+/// returns 7.
+#[prism::remote]
+fn dies_once(marker: String) -> i64 {
+    let marker = std::path::Path::new(&marker);
+    if !marker.exists() {
+        let _ = std::fs::write(marker, b"");
+        std::process::exit(3);
+    }
+    7
+}
+
+/// Fails on its first attempt, then returns 8.
+#[prism::remote]
+fn fails_once(marker: String) -> Result<i64, String> {
+    let marker = std::path::Path::new(&marker);
+    if !marker.exists() {
+        let _ = std::fs::write(marker, b"");
+        return Err("not yet".into());
+    }
+    Ok(8)
+}
+
+fn marker(name: &str) -> String {
+    let path = std::env::temp_dir().join(format!("prism-retry-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    path.display().to_string()
+}
+
+#[test]
+fn a_task_whose_worker_dies_is_retried_and_the_caller_sees_only_the_result() {
+    cluster();
+    let m = marker("dies");
+    let value = prism::get_timeout(
+        &dies_once::remote(m.clone()).unwrap(),
+        Duration::from_secs(30),
+    );
+    assert_eq!(value.unwrap(), 7, "the second attempt answers");
+    let _ = std::fs::remove_file(&m);
+    // With retries off, the worker's death is the answer.
+    let m = marker("dies-no-retry");
+    let once = TaskOptions::new().max_retries(0);
+    let err = prism::get_timeout(
+        &dies_once::remote_with(once, m.clone()).unwrap(),
+        Duration::from_secs(30),
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::WorkerDied { .. }), "{err}");
+    let _ = std::fs::remove_file(&m);
+}
+
+#[test]
+fn a_final_error_says_how_many_attempts_were_made_and_why() {
+    cluster();
+    let twice = TaskOptions::new().max_retries(1);
+    let err = prism::get_timeout(
+        &exits_midway::remote_with(twice).unwrap(),
+        Duration::from_secs(30),
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, Error::WorkerDied { .. }), "{text}");
+    assert!(
+        text.contains("attempt 2 of 2") && text.contains("attempt 1:"),
+        "{text}"
+    );
+}
+
+#[test]
+fn application_errors_are_retried_only_when_asked() {
+    cluster();
+    let m = marker("fails");
+    let err = prism::get(&fails_once::remote(m.clone()).unwrap()).unwrap_err();
+    assert!(
+        matches!(err, Error::TaskFailed { .. }),
+        "not retried by default: {err}"
+    );
+    let _ = std::fs::remove_file(&m);
+    let retried = TaskOptions::new().retry_exceptions(true);
+    assert_eq!(
+        prism::get(&fails_once::remote_with(retried, m.clone()).unwrap()).unwrap(),
+        8
+    );
+    let _ = std::fs::remove_file(&m);
+    let err = fails_once::remote_with(TaskOptions::new().max_retries(-2), m).unwrap_err();
+    assert!(err.to_string().contains("max_retries"), "{err}");
+}

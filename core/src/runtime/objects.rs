@@ -26,11 +26,100 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// A task (or actor call) with the object ids whose `submitted` count it
-/// holds until it answers.
+/// holds until it answers, and what may be retried.
 #[derive(Debug)]
 pub(crate) struct Submission {
     pub(crate) spec: TaskSpec,
     pub(crate) held: Vec<ObjectId>,
+    /// Attempts left after a failure that may be retried (-1: no limit).
+    pub(crate) retries_left: i64,
+    /// Whether the function's own errors and panics are retried too.
+    pub(crate) retry_exceptions: bool,
+    /// Why each earlier attempt failed.
+    pub(crate) failures: Vec<String>,
+}
+
+impl Submission {
+    /// A call that is not retried.
+    pub(crate) fn new(spec: TaskSpec, held: Vec<ObjectId>) -> Self {
+        Submission {
+            spec,
+            held,
+            retries_left: 0,
+            retry_exceptions: false,
+            failures: Vec::new(),
+        }
+    }
+
+    /// Retried up to `max_retries` times (-1: no limit) when its worker
+    /// dies, and with `retry_exceptions` when the function fails.
+    pub(crate) fn retries(mut self, max_retries: i64, retry_exceptions: bool) -> Self {
+        self.retries_left = max_retries;
+        self.retry_exceptions = retry_exceptions;
+        self
+    }
+
+    /// Whether `error` ends this attempt with another one to come; if so,
+    /// records it.
+    pub(crate) fn retry_after(&mut self, error: &Error) -> bool {
+        let retriable = match error {
+            Error::WorkerDied { .. } => true,
+            Error::TaskFailed { .. } => self.retry_exceptions,
+            _ => false,
+        };
+        if !retriable || self.retries_left == 0 {
+            return false;
+        }
+        if self.retries_left > 0 {
+            self.retries_left -= 1;
+        }
+        self.failures.push(error.to_string());
+        true
+    }
+
+    /// The final error, saying how many attempts were made and why the
+    /// earlier ones failed.
+    pub(crate) fn final_error(&self, error: Error) -> Error {
+        if self.failures.is_empty() {
+            return error;
+        }
+        let attempts = self.failures.len() + 1;
+        let earlier = self
+            .failures
+            .iter()
+            .enumerate()
+            .map(|(i, f)| format!("attempt {}: {f}", i + 1))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let note = format!(" (attempt {attempts} of {attempts}; earlier: {earlier})");
+        match error {
+            Error::WorkerDied {
+                function,
+                worker,
+                pid,
+                reason,
+            } => Error::WorkerDied {
+                function,
+                worker,
+                pid,
+                reason: reason + &note,
+            },
+            Error::TaskFailed {
+                function,
+                message,
+                kind,
+                worker,
+                pid,
+            } => Error::TaskFailed {
+                function,
+                message: message + &note,
+                kind,
+                worker,
+                pid,
+            },
+            other => other,
+        }
+    }
 }
 
 /// This process's objects; see the module docs.

@@ -214,7 +214,7 @@ impl TaskSubmitter {
         self: &Arc<Self>,
         shape: SchedulingKey,
         worker: LeasedWorker,
-        task: Submission,
+        mut task: Submission,
         outcome: Result<ReturnObject, Error>,
     ) {
         let worker_died = matches!(outcome, Err(Error::Disconnected { .. }));
@@ -228,9 +228,20 @@ impl TaskSubmitter {
             }),
             Err(e) => Err(e),
         };
-        self.objects.finish_task(&task, result);
+        let retry = match &result {
+            Err(e) => task.retry_after(e),
+            Ok(_) => false,
+        };
+        if !retry {
+            let result = result.map_err(|e| task.final_error(e));
+            self.objects.finish_task(&task, result);
+        }
         let mut shapes = self.shapes.lock();
         let queue = shapes.entry(shape.clone()).or_default();
+        if retry {
+            // Next in line: on this worker if it lives, else on a new lease.
+            queue.tasks.push_front(task);
+        }
         if worker_died {
             // The raylet frees the lease when it sees the exit.
             let ready = self.pump(&shape, queue);
