@@ -29,6 +29,9 @@ pub struct TaskOptions {
     /// `None`: Ray's default, 3.
     max_retries: Option<i64>,
     retry_exceptions: bool,
+    /// With `retry_exceptions`: retry only errors whose message contains
+    /// one of these (empty: every error).
+    retry_matching: Vec<String>,
 }
 
 /// Retries of a task whose worker dies, unless set (Ray's default).
@@ -70,8 +73,21 @@ impl TaskOptions {
         self
     }
 
+    /// Retries the function's own errors only when their message (the
+    /// `Display` of the returned `Err`, or the panic message) contains one
+    /// of `patterns`, within `max_retries`; turns `retry_exceptions` on. The
+    /// Rust counterpart of Ray's `retry_exceptions=[SomeError, ...]`.
+    pub fn retry_exceptions_matching<S: Into<String>>(
+        mut self,
+        patterns: impl IntoIterator<Item = S>,
+    ) -> Self {
+        self.retry_exceptions = true;
+        self.retry_matching = patterns.into_iter().map(Into::into).collect();
+        self
+    }
+
     /// The retry settings, checked.
-    pub(crate) fn retry_policy(&self) -> Result<(i64, bool)> {
+    pub(crate) fn retry_policy(&self) -> Result<(i64, bool, Vec<String>)> {
         let n = self.max_retries.unwrap_or(DEFAULT_MAX_RETRIES);
         if n < -1 {
             return Err(Error::invalid(
@@ -79,7 +95,13 @@ impl TaskOptions {
                 format!("{n}: give -1 (no limit), 0 (never) or a positive count"),
             ));
         }
-        Ok((n, self.retry_exceptions))
+        if self.retry_matching.iter().any(String::is_empty) {
+            return Err(Error::invalid(
+                "retry_exceptions_matching",
+                "an empty pattern matches every error: use retry_exceptions(true) for that",
+            ));
+        }
+        Ok((n, self.retry_exceptions, self.retry_matching.clone()))
     }
 
     /// The resource shape this asks for, and from where.

@@ -86,7 +86,7 @@ pub fn submit_task<R>(
 ) -> Result<ObjectRef<R>> {
     let core = current()?;
     let shape = options.scheduling_key()?;
-    let (max_retries, retry_exceptions) = options.retry_policy()?;
+    let (max_retries, retry_exceptions, retry_matching) = options.retry_policy()?;
     if shape.bundle.is_none() {
         core.check_feasible(&shape.shape)?;
     }
@@ -103,7 +103,7 @@ pub fn submit_task<R>(
     };
     core.tasks.submit(
         shape,
-        Submission::new(spec, held).retries(max_retries, retry_exceptions),
+        Submission::new(spec, held).retries(max_retries, retry_exceptions, retry_matching),
     );
     Ok(r)
 }

@@ -468,3 +468,26 @@ fn application_errors_are_retried_only_when_asked() {
     let err = fails_once::remote_with(TaskOptions::new().max_retries(-2), m).unwrap_err();
     assert!(err.to_string().contains("max_retries"), "{err}");
 }
+
+#[test]
+fn application_errors_can_be_retried_only_when_they_match() {
+    cluster();
+    let m = marker("fails-matching");
+    // "not yet" is the first attempt's error: retried when asked for it.
+    let matching = TaskOptions::new().retry_exceptions_matching(["not yet"]);
+    assert_eq!(
+        prism::get(&fails_once::remote_with(matching, m.clone()).unwrap()).unwrap(),
+        8
+    );
+    let _ = std::fs::remove_file(&m);
+    let other = TaskOptions::new().retry_exceptions_matching(["timeout"]);
+    let err = prism::get(&fails_once::remote_with(other, m.clone()).unwrap()).unwrap_err();
+    assert!(err.to_string().contains("not yet"), "{err}");
+    let _ = std::fs::remove_file(&m);
+    let empty = TaskOptions::new().retry_exceptions_matching([""]);
+    let err = fails_once::remote_with(empty, m).unwrap_err();
+    assert!(
+        err.to_string().contains("retry_exceptions_matching"),
+        "{err}"
+    );
+}

@@ -35,6 +35,9 @@ pub(crate) struct Submission {
     pub(crate) retries_left: i64,
     /// Whether the function's own errors and panics are retried too.
     pub(crate) retry_exceptions: bool,
+    /// With `retry_exceptions`: only errors whose message contains one of
+    /// these (empty: all).
+    pub(crate) retry_matching: Vec<String>,
     /// Why each earlier attempt failed.
     pub(crate) failures: Vec<String>,
 }
@@ -47,15 +50,22 @@ impl Submission {
             held,
             retries_left: 0,
             retry_exceptions: false,
+            retry_matching: Vec::new(),
             failures: Vec::new(),
         }
     }
 
     /// Retried up to `max_retries` times (-1: no limit) when its worker
     /// dies, and with `retry_exceptions` when the function fails.
-    pub(crate) fn retries(mut self, max_retries: i64, retry_exceptions: bool) -> Self {
+    pub(crate) fn retries(
+        mut self,
+        max_retries: i64,
+        retry_exceptions: bool,
+        retry_matching: Vec<String>,
+    ) -> Self {
         self.retries_left = max_retries;
         self.retry_exceptions = retry_exceptions;
+        self.retry_matching = retry_matching;
         self
     }
 
@@ -64,7 +74,14 @@ impl Submission {
     pub(crate) fn retry_after(&mut self, error: &Error) -> bool {
         let retriable = match error {
             Error::WorkerDied { .. } => true,
-            Error::TaskFailed { .. } => self.retry_exceptions,
+            Error::TaskFailed { message, .. } => {
+                self.retry_exceptions
+                    && (self.retry_matching.is_empty()
+                        || self
+                            .retry_matching
+                            .iter()
+                            .any(|p| message.contains(p.as_str())))
+            }
             _ => false,
         };
         if !retriable || self.retries_left == 0 {
