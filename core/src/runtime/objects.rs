@@ -164,6 +164,27 @@ enum PutPlan<'a> {
     Encoded(Vec<u8>, Vec<ObjectRefInfo>),
 }
 
+impl PutPlan<'_> {
+    /// What goes into the store, back to back; `None` for an inline value.
+    fn store_parts(&self) -> Option<Vec<&[u8]>> {
+        match self {
+            PutPlan::Inline(..) => None,
+            PutPlan::Raw(header, payload) => Some(vec![&header[..], payload]),
+            PutPlan::Encoded(bytes, _) => Some(vec![&bytes[..]]),
+        }
+    }
+
+    /// The value kept by the owner (for an inline plan), and the
+    /// references the value contains.
+    fn into_owned(self) -> (Option<Bytes>, Vec<ObjectRefInfo>) {
+        match self {
+            PutPlan::Inline(bytes, contains) => (Some(bytes), contains),
+            PutPlan::Raw(..) => (None, Vec::new()),
+            PutPlan::Encoded(_, contains) => (None, contains),
+        }
+    }
+}
+
 /// Marks this worker as waiting for objects while it lives: a worker that
 /// waits lends its task's CPUs back to the raylet, so the tasks it waits for
 /// can be scheduled even when every CPU is leased (nested `get`s).
@@ -414,12 +435,17 @@ impl Objects {
         })
     }
 
+    /// Records a put as an owned object: stored as `in_store`, or inline.
     fn record_put(
         &self,
         id: ObjectId,
-        stored: ObjectValue,
-        contains: Vec<ObjectRefInfo>,
+        in_store: Option<ObjectValue>,
+        plan: PutPlan<'_>,
     ) -> ObjectRefInfo {
+        let (inline, contains) = plan.into_owned();
+        let stored = in_store
+            .or(inline.map(ObjectValue::Inline))
+            .unwrap_or(ObjectValue::Inline(Bytes::new()));
         self.refs.add_owned(id, ValueState::Ready(stored), contains);
         ObjectRefInfo {
             id,
@@ -433,17 +459,12 @@ impl Objects {
         value: &T,
     ) -> Result<ObjectRefInfo> {
         let id = ObjectId::new();
-        let (stored, contains) = match self.plan_put(value)? {
-            PutPlan::Inline(bytes, contains) => (ObjectValue::Inline(bytes), contains),
-            PutPlan::Raw(header, payload) => (
-                self.write_to_store_blocking(id, &[&header, payload])?,
-                Vec::new(),
-            ),
-            PutPlan::Encoded(bytes, contains) => {
-                (self.write_to_store_blocking(id, &[&bytes])?, contains)
-            }
+        let plan = self.plan_put(value)?;
+        let in_store = match plan.store_parts() {
+            Some(parts) => Some(self.write_to_store_blocking(id, &parts)?),
+            None => None,
         };
-        Ok(self.record_put(id, stored, contains))
+        Ok(self.record_put(id, in_store, plan))
     }
 
     /// The async form of [`Objects::put_object`].
@@ -452,14 +473,12 @@ impl Objects {
         value: &T,
     ) -> Result<ObjectRefInfo> {
         let id = ObjectId::new();
-        let (stored, contains) = match self.plan_put(value)? {
-            PutPlan::Inline(bytes, contains) => (ObjectValue::Inline(bytes), contains),
-            PutPlan::Raw(header, payload) => {
-                (self.store.write(id, &[&header, payload]).await?, Vec::new())
-            }
-            PutPlan::Encoded(bytes, contains) => (self.store.write(id, &[&bytes]).await?, contains),
+        let plan = self.plan_put(value)?;
+        let in_store = match plan.store_parts() {
+            Some(parts) => Some(self.store.write(id, &parts).await?),
+            None => None,
         };
-        Ok(self.record_put(id, stored, contains))
+        Ok(self.record_put(id, in_store, plan))
     }
 
     /// A pending owned object with one local count, for a call's return.
