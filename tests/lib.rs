@@ -167,11 +167,17 @@ fn is_worker(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// True once `pid` has exited (gone, or a zombie not yet reaped).
+/// True once `pid` has exited: gone, or a zombie not yet reaped whose
+/// threads have all exited (a process's leader turns zombie while its
+/// other threads may still be closing its files).
 pub fn is_gone(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|s| s.contains(") Z "))
-        .unwrap_or(true)
+        .unwrap_or(true);
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    zombie && threads <= 1
 }
 
 /// Sends SIGKILL to `pid`.

@@ -137,6 +137,7 @@ pub fn create_actor<A: Actor>(
     let core = current()?;
     let args = args.into_iter().collect::<Result<Vec<_>>>()?;
     let options = options.into_wire(&core.config.namespace)?;
+    let may_restart = options.max_restarts != 0;
     if options.placement.is_none() {
         core.check_feasible(&options.resources)?;
     }
@@ -162,9 +163,10 @@ pub fn create_actor<A: Actor>(
         actor_id,
         class: A::CLASS.to_string(),
     };
-    // The constructor's arguments are released once the actor is up.
+    // The constructor's arguments are released once the actor is up, or
+    // for one that may restart (and so construct again), once it is dead.
     let client = core.actors.client(raw.actor_id, &raw.class);
-    core.actors.release_after_start(&client, held);
+    core.actors.release_after_start(&client, held, may_restart);
     Ok(ActorHandle::from_ref(raw))
 }
 
@@ -201,11 +203,96 @@ pub fn get_actor_in<A: Actor>(name: &str, namespace: &str) -> Result<ActorHandle
     }))
 }
 
-/// Kills an actor's process at once; calls in flight and later calls fail
+/// Kills an actor's process at once, for good, whatever its
+/// `max_restarts` (Ray's `ray.kill`): calls in flight and later calls fail
 /// with [`Error::ActorDied`], and its name becomes free.
 pub fn kill<A: Actor>(actor: &ActorHandle<A>) -> Result<()> {
+    kill_actor(actor.id(), true)
+}
+
+/// Kills an actor's process at once, as a crash would (Ray's `ray.kill`
+/// with `no_restart=False`): with restarts left it is restarted, its calls
+/// in flight retried within `max_task_retries`; without, it dies as with
+/// [`kill`].
+///
+/// ```no_run
+/// #[prism::actor(max_restarts = 1)]
+/// struct Session {
+///     calls: u32,
+/// }
+///
+/// #[prism::actor]
+/// impl Session {
+///     fn new() -> Self {
+///         Session { calls: 0 }
+///     }
+///     fn call(&mut self) -> u32 {
+///         self.calls += 1;
+///         self.calls
+///     }
+/// }
+///
+/// fn main() -> prism::Result<()> {
+///     prism::init(prism::Config::default())?;
+///     let session = Session::remote()?;
+///     prism::get(&session.call()?)?;
+///     prism::kill_allow_restart(&session)?;
+///     // The restarted actor ran its constructor again.
+///     assert_eq!(prism::get(&session.call()?)?, 1);
+///     Ok(())
+/// }
+/// ```
+pub fn kill_allow_restart<A: Actor>(actor: &ActorHandle<A>) -> Result<()> {
+    kill_actor(actor.id(), false)
+}
+
+fn kill_actor(actor_id: ActorId, no_restart: bool) -> Result<()> {
     let core = current()?;
     let c = core.clone();
-    let actor_id = actor.id();
-    core.block_on(async move { c.raylet.request(KillActor { actor_id }).await })
+    core.block_on(async move {
+        c.raylet
+            .request(KillActor {
+                actor_id,
+                no_restart,
+            })
+            .await
+    })?;
+    core.actors.killed(actor_id);
+    Ok(())
+}
+
+/// Ends the calling actor once the method that calls it returns (Ray's
+/// `ray.actor.exit_actor`): that method's result still reaches its caller,
+/// the actor is not restarted whatever its `max_restarts`, its name becomes
+/// free, and every later call fails with [`Error::ActorDied`] saying it
+/// exited. Calls already queued behind the method are not run. An error if
+/// this process hosts no actor.
+///
+/// ```no_run
+/// #[prism::actor]
+/// struct Job {
+///     done: bool,
+/// }
+///
+/// #[prism::actor]
+/// impl Job {
+///     fn new() -> Self {
+///         Job { done: false }
+///     }
+///     fn finish(&mut self) -> prism::Result<String> {
+///         self.done = true;
+///         prism::exit_actor()?;
+///         Ok("finished".to_string())
+///     }
+/// }
+///
+/// fn main() -> prism::Result<()> {
+///     prism::init(prism::Config::default())?;
+///     let job = Job::remote()?;
+///     assert_eq!(prism::get(&job.finish()?)?, "finished");
+///     Ok(())
+/// }
+/// ```
+pub fn exit_actor() -> Result<()> {
+    current()?.executor.request_exit()
 }

@@ -127,7 +127,9 @@ pub mod private;
 #[doc(hidden)]
 pub use private as __private;
 
-pub use actor::{get_actor, get_actor_in, kill, Actor, ActorHandle, ActorRef};
+pub use actor::{
+    exit_actor, get_actor, get_actor_in, kill, kill_allow_restart, Actor, ActorHandle, ActorRef,
+};
 pub use api::{
     cluster_resources, get, get_async, get_many, get_many_async, get_many_timeout, get_timeout,
     get_view, init, is_initialized, object_store_stats, put, put_async, put_ref, runtime_context,

@@ -88,13 +88,10 @@ impl TaskOptions {
 
     /// The retry settings, checked.
     pub(crate) fn retry_policy(&self) -> Result<(i64, bool, Vec<String>)> {
-        let n = self.max_retries.unwrap_or(DEFAULT_MAX_RETRIES);
-        if n < -1 {
-            return Err(Error::invalid(
-                "max_retries",
-                format!("{n}: give -1 (no limit), 0 (never) or a positive count"),
-            ));
-        }
+        let n = check_count(
+            "max_retries",
+            self.max_retries.unwrap_or(DEFAULT_MAX_RETRIES),
+        )?;
         if self.retry_matching.iter().any(String::is_empty) {
             return Err(Error::invalid(
                 "retry_exceptions_matching",
@@ -149,6 +146,10 @@ pub struct ActorOptions {
     max_concurrency: u32,
     resources: Resources,
     placement: Option<Result<BundleRef>>,
+    /// `None`: 0, as Ray.
+    max_restarts: Option<i64>,
+    /// `None`: 0, as Ray.
+    max_task_retries: Option<i64>,
 }
 
 impl Default for ActorOptions {
@@ -159,8 +160,21 @@ impl Default for ActorOptions {
             max_concurrency: 1,
             resources: Resources::default(),
             placement: None,
+            max_restarts: None,
+            max_task_retries: None,
         }
     }
+}
+
+/// Checks a retry or restart count: -1 (no limit) or more.
+fn check_count(setting: &str, n: i64) -> Result<i64> {
+    if n < -1 {
+        return Err(Error::invalid(
+            setting,
+            format!("{n}: give -1 (no limit), 0 (never) or a positive count"),
+        ));
+    }
+    Ok(n)
 }
 
 impl ActorOptions {
@@ -196,11 +210,32 @@ impl ActorOptions {
         self
     }
 
+    /// How many times the actor is restarted when its process dies (default
+    /// 0, as Ray; -1 for no limit). A restart runs the constructor again,
+    /// with the original arguments, in a new process; calls sent meanwhile
+    /// wait for it. State kept in the old process is lost.
+    pub fn max_restarts(mut self, n: i64) -> Self {
+        self.max_restarts = Some(n);
+        self
+    }
+
+    /// How many times a call that was running when the actor's process
+    /// died is sent again to the restarted actor (default 0, as Ray; -1 for
+    /// no limit). A call not sent again fails with
+    /// [`Error::ActorUnavailable`](crate::Error::ActorUnavailable). Only
+    /// useful with [`max_restarts`](Self::max_restarts).
+    pub fn max_task_retries(mut self, n: i64) -> Self {
+        self.max_task_retries = Some(n);
+        self
+    }
+
     /// Fills in fields not set here from `defaults` (the struct's attribute).
     pub fn or(mut self, defaults: ActorOptions) -> Self {
         self.name = self.name.or(defaults.name);
         self.namespace = self.namespace.or(defaults.namespace);
         self.placement = self.placement.or(defaults.placement);
+        self.max_restarts = self.max_restarts.or(defaults.max_restarts);
+        self.max_task_retries = self.max_task_retries.or(defaults.max_task_retries);
         if self.max_concurrency == 1 {
             self.max_concurrency = defaults.max_concurrency;
         }
@@ -222,7 +257,11 @@ impl ActorOptions {
                 return Err(Error::invalid("actor name", "must not be empty"));
             }
         }
+        let max_restarts = check_count("max_restarts", self.max_restarts.unwrap_or(0))?;
+        let max_task_retries = check_count("max_task_retries", self.max_task_retries.unwrap_or(0))?;
         Ok(messages::ActorOptions {
+            max_restarts,
+            max_task_retries,
             name: self.name,
             namespace: self
                 .namespace
@@ -265,5 +304,25 @@ mod tests {
         assert_eq!(o.name.as_deref(), Some("a"));
         assert_eq!(o.max_concurrency, 4);
         assert_eq!(o.resources.num_cpus, Some(1.0));
+    }
+
+    #[test]
+    fn restart_counts_below_minus_one_are_rejected_by_name() {
+        let err = ActorOptions::new()
+            .max_restarts(-2)
+            .into_wire("ns")
+            .unwrap_err();
+        assert!(err.to_string().contains("max_restarts"), "{err}");
+        let err = ActorOptions::new()
+            .max_task_retries(-5)
+            .into_wire("ns")
+            .unwrap_err();
+        assert!(err.to_string().contains("max_task_retries"), "{err}");
+        let wire = ActorOptions::new()
+            .max_restarts(-1)
+            .or(ActorOptions::new().max_restarts(2).max_task_retries(3))
+            .into_wire("ns")
+            .unwrap();
+        assert_eq!((wire.max_restarts, wire.max_task_retries), (-1, 3));
     }
 }

@@ -19,6 +19,8 @@ struct Options {
     name: Option<LitStr>,
     namespace: Option<LitStr>,
     max_concurrency: Option<syn::Expr>,
+    max_restarts: Option<syn::Expr>,
+    max_task_retries: Option<syn::Expr>,
     num_cpus: Option<syn::Expr>,
     num_gpus: Option<syn::Expr>,
     resources: Vec<(LitStr, syn::Expr)>,
@@ -38,6 +40,8 @@ fn parse_options(attr: TokenStream, allow_actor: bool) -> syn::Result<Options> {
             "num_gpus" => o.num_gpus = Some(meta.value()?.parse()?),
             "namespace" if allow_actor => o.namespace = Some(meta.value()?.parse()?),
             "max_concurrency" if allow_actor => o.max_concurrency = Some(meta.value()?.parse()?),
+            "max_restarts" if allow_actor => o.max_restarts = Some(meta.value()?.parse()?),
+            "max_task_retries" if allow_actor => o.max_task_retries = Some(meta.value()?.parse()?),
             "resource" => {
                 let content;
                 syn::parenthesized!(content in meta.input);
@@ -48,7 +52,7 @@ fn parse_options(attr: TokenStream, allow_actor: bool) -> syn::Result<Options> {
             }
             _ => {
                 let known = if allow_actor {
-                    "name, namespace, max_concurrency, num_cpus, num_gpus, resource(\"name\", amount)"
+                    "name, namespace, max_concurrency, max_restarts, max_task_retries, num_cpus, num_gpus, resource(\"name\", amount)"
                 } else {
                     "name, num_cpus, num_gpus, resource(\"name\", amount)"
                 };
@@ -264,7 +268,8 @@ fn expand_remote(options: Options, func: ItemFn) -> syn::Result<Tokens> {
 /// (on its `impl` block).
 ///
 /// On the struct, options set creation defaults: `name = "..."`,
-/// `namespace = "..."`, `max_concurrency = 4`, `num_cpus = 1`,
+/// `namespace = "..."`, `max_concurrency = 4`, `max_restarts = 3`,
+/// `max_task_retries = 1`, `num_cpus = 1`,
 /// `num_gpus = 1`, `resource("custom", 1.0)`. On the `impl` block, the
 /// associated function `new` is the constructor, and every method taking
 /// `&self` or `&mut self` can be called remotely through the handle.
@@ -297,6 +302,12 @@ fn expand_actor_struct(o: Options, s: ItemStruct) -> Tokens {
     }
     if let Some(n) = &o.max_concurrency {
         calls.push(quote! { .max_concurrency(#n) });
+    }
+    if let Some(n) = &o.max_restarts {
+        calls.push(quote! { .max_restarts(#n) });
+    }
+    if let Some(n) = &o.max_task_retries {
+        calls.push(quote! { .max_task_retries(#n) });
     }
     let class = ident.to_string();
     let doc = format!("A handle on a remote [`{ident}`] actor; its methods call the actor.");

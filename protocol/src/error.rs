@@ -87,6 +87,19 @@ pub enum Error {
         /// Why it died.
         reason: String,
     },
+    /// An actor's process died while a call was running on it, and the
+    /// call was not sent again (`max_task_retries` used up); the actor
+    /// itself is restarting, and later calls wait for it (Ray's
+    /// `ActorUnavailableError`).
+    #[error("actor {class} ({actor_id}) was unavailable for this call: {reason}")]
+    ActorUnavailable {
+        /// The actor.
+        actor_id: ActorId,
+        /// Its class name.
+        class: String,
+        /// What happened to the call.
+        reason: String,
+    },
     /// No live actor has that name in that namespace.
     #[error("no actor named {name:?} in namespace {namespace:?}")]
     ActorNotFound {

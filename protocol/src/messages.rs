@@ -111,6 +111,12 @@ pub struct ActorOptions {
     pub resources: ResourceSet,
     /// The placement-group bundle its resources come from, if any.
     pub placement: Option<BundleRef>,
+    /// How many times its process is restarted after it dies (-1: no
+    /// limit).
+    pub max_restarts: i64,
+    /// How many times a call that was running when the process died is
+    /// sent again to the restarted actor (-1: no limit).
+    pub max_task_retries: i64,
 }
 
 /// A bundle of a placement group that a task or actor is scheduled into.
@@ -192,6 +198,9 @@ pub struct ActorSpec {
 pub enum ActorState {
     /// Scheduled, constructor not finished.
     Pending,
+    /// Its process died and a new one is being started (constructor not
+    /// finished).
+    Restarting,
     /// Running at this address.
     Alive {
         /// The actor worker's address.
@@ -214,6 +223,14 @@ pub struct ActorInfo {
     pub class: String,
     /// Its state.
     pub state: ActorState,
+    /// How many times its process was restarted.
+    pub num_restarts: u32,
+    /// Its `max_task_retries` option, which every caller applies.
+    pub max_task_retries: i64,
+    /// Its `max_concurrency` option (1: calls run one at a time, in
+    /// order, so of the calls a dead process had, only the first can have
+    /// been running).
+    pub max_concurrency: u32,
 }
 
 /// Which output stream a line came from.
@@ -432,7 +449,8 @@ services! {
             /// What to create.
             spec: ActorSpec,
         } => ();
-        /// An actor's state, now or (with `wait`) once it leaves `Pending`.
+        /// An actor's state, now or (with `wait`) once it is neither
+        /// pending nor restarting.
         GetActor {
             /// The actor.
             actor_id: ActorId,
@@ -446,8 +464,17 @@ services! {
             /// Its namespace.
             namespace: String,
         } => ActorInfo;
-        /// Kill an actor.
+        /// Kill an actor's process.
         KillActor {
+            /// The actor.
+            actor_id: ActorId,
+            /// False: restart it if it has restarts left (Ray's
+            /// `no_restart=False`).
+            no_restart: bool,
+        } => ();
+        /// The calling actor is ending itself (`prism::exit_actor`): mark
+        /// it dead for good; its process exits by itself.
+        ExitActor {
             /// The actor.
             actor_id: ActorId,
         } => ();

@@ -200,6 +200,11 @@ impl Connection {
         &self.inner.peer
     }
 
+    /// How many frames are still waiting to be written to the socket.
+    pub fn unsent_frames(&self) -> usize {
+        *self.inner.queued.lock()
+    }
+
     /// Whether the socket has closed.
     pub fn is_closed(&self) -> bool {
         self.inner.closed.load(Ordering::SeqCst)

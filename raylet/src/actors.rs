@@ -9,7 +9,7 @@
 //! caller's reply handle).
 
 use prism_protocol::error::Error;
-use prism_protocol::ids::{ActorId, WorkerId};
+use prism_protocol::ids::{ActorId, JobId, WorkerId};
 use prism_protocol::messages::{ActorInfo, ActorSpec, ActorState};
 use std::collections::HashMap;
 
@@ -18,10 +18,25 @@ struct ActorEntry<R> {
     info: ActorInfo,
     /// (namespace, name), while the actor holds it.
     name: Option<(String, String)>,
+    /// The worker of its current process (`None` while it waits for one).
     worker: Option<WorkerId>,
     waiters: Vec<R>,
-    /// The spec, until handed to the actor's worker.
-    spec: Option<ActorSpec>,
+    /// What each of its processes is started from.
+    spec: ActorSpec,
+    /// Whether the current incarnation's worker was handed the spec.
+    handed: bool,
+    /// Why it dies if its process exits with no restart left (set by a
+    /// kill that allows a restart).
+    death_reason: Option<String>,
+}
+
+/// What becomes of an actor whose process is gone.
+#[derive(Debug)]
+pub(crate) enum Lost<R> {
+    /// It is restarting: lease a worker for it again.
+    Restart(Box<ActorSpec>),
+    /// It is dead for good: answer these waiters.
+    Dead(Answers<R>),
 }
 
 /// Waiters to answer with an actor's settled state.
@@ -75,33 +90,105 @@ impl<R> ActorTable<R> {
                     actor_id: spec.actor_id,
                     class: spec.class.clone(),
                     state: ActorState::Pending,
+                    num_restarts: 0,
+                    max_task_retries: spec.options.max_task_retries,
+                    max_concurrency: spec.options.max_concurrency,
                 },
                 name,
                 worker: None,
                 waiters: Vec::new(),
-                spec: Some(spec),
+                spec,
+                handed: false,
+                death_reason: None,
             },
         );
         Ok(())
     }
 
     /// The actor got `worker`: returns its spec, to hand to the worker
-    /// (once; `None` after that or for an unknown actor).
+    /// (once per process; `None` after that, for a dead actor or for an
+    /// unknown one).
     pub(crate) fn assign(&mut self, actor: ActorId, worker: WorkerId) -> Option<ActorSpec> {
         let entry = self.actors.get_mut(&actor)?;
+        if entry.handed || matches!(entry.info.state, ActorState::Dead(_)) {
+            return None;
+        }
         entry.worker = Some(worker);
-        entry.spec.take()
+        entry.handed = true;
+        Some(entry.spec.clone())
     }
 
-    /// The constructor finished (`state` is `Alive` or `Dead`); a pending
-    /// actor takes that state. Returns the waiters to answer.
-    pub(crate) fn started(&mut self, actor: ActorId, state: ActorState) -> Answers<R> {
+    /// The constructor on `worker` finished (`state` is `Alive` or
+    /// `Dead`); a pending or restarting actor still on that worker takes
+    /// that state. Returns the waiters to answer.
+    pub(crate) fn started(
+        &mut self,
+        actor: ActorId,
+        worker: WorkerId,
+        state: ActorState,
+    ) -> Answers<R> {
         match self.actors.get_mut(&actor) {
-            Some(entry) if matches!(entry.info.state, ActorState::Pending) => {
+            Some(entry)
+                if entry.worker == Some(worker)
+                    && matches!(
+                        entry.info.state,
+                        ActorState::Pending | ActorState::Restarting
+                    ) =>
+            {
                 entry.info.state = state;
+                if matches!(entry.info.state, ActorState::Dead(_)) {
+                    self.free_name(actor);
+                    return self.actors.get_mut(&actor).map(wake).unwrap_or_default();
+                }
                 wake(entry)
             }
             _ => Vec::new(),
+        }
+    }
+
+    /// The actor's process is gone (`reason` says how). With restarts left
+    /// and `may_restart` (its job still runs), it becomes `Restarting` and
+    /// the caller leases a worker for it again; otherwise it dies.
+    pub(crate) fn lost(&mut self, actor: ActorId, reason: String, may_restart: bool) -> Lost<R> {
+        let Some(entry) = self.actors.get_mut(&actor) else {
+            return Lost::Dead(Vec::new());
+        };
+        if matches!(entry.info.state, ActorState::Dead(_)) {
+            return Lost::Dead(Vec::new());
+        }
+        let max = entry.spec.options.max_restarts;
+        let restarts_left = max < 0 || i64::from(entry.info.num_restarts) < max;
+        if !(restarts_left && may_restart) {
+            let reason = match entry.death_reason.take() {
+                Some(why) => why,
+                None if max != 0 && may_restart => format!(
+                    "{reason}; it was restarted {} time(s), its max_restarts",
+                    entry.info.num_restarts
+                ),
+                None => reason,
+            };
+            return Lost::Dead(self.died(actor, reason));
+        }
+        entry.info.num_restarts += 1;
+        entry.info.state = ActorState::Restarting;
+        entry.worker = None;
+        entry.handed = false;
+        entry.death_reason = None;
+        tracing::info!(
+            actor = %actor,
+            class = %entry.info.class,
+            restart = entry.info.num_restarts,
+            %reason,
+            "restarting an actor whose process died"
+        );
+        Lost::Restart(Box::new(entry.spec.clone()))
+    }
+
+    /// The reason the actor dies with if its process exits with no restart
+    /// left (a kill that allows a restart).
+    pub(crate) fn set_death_reason(&mut self, actor: ActorId, reason: String) {
+        if let Some(entry) = self.actors.get_mut(&actor) {
+            entry.death_reason = Some(reason);
         }
     }
 
@@ -118,15 +205,20 @@ impl<R> ActorTable<R> {
                 reason,
             });
         }
-        if let Some(key) = entry.name.take() {
-            self.names.remove(&key);
-        }
-        wake(entry)
+        let answers = wake(entry);
+        self.free_name(actor);
+        answers
     }
 
-    /// An actor's state now, or (with `wait`, while pending) `None` after
-    /// queueing `reply` for [`ActorTable::started`] or
-    /// [`ActorTable::died`].
+    fn free_name(&mut self, actor: ActorId) {
+        if let Some(key) = self.actors.get_mut(&actor).and_then(|e| e.name.take()) {
+            self.names.remove(&key);
+        }
+    }
+
+    /// An actor's state now, or (with `wait`, while pending or
+    /// restarting) `None` after queueing `reply` for
+    /// [`ActorTable::started`] or [`ActorTable::died`].
     pub(crate) fn watch(
         &mut self,
         actor: ActorId,
@@ -135,7 +227,13 @@ impl<R> ActorTable<R> {
     ) -> Option<(R, Result<ActorInfo, Error>)> {
         match self.actors.get_mut(&actor) {
             None => Some((reply, Err(unknown(actor)))),
-            Some(entry) if wait && matches!(entry.info.state, ActorState::Pending) => {
+            Some(entry)
+                if wait
+                    && matches!(
+                        entry.info.state,
+                        ActorState::Pending | ActorState::Restarting
+                    ) =>
+            {
                 entry.waiters.push(reply);
                 None
             }
@@ -153,6 +251,11 @@ impl<R> ActorTable<R> {
                 name: name.to_string(),
                 namespace: namespace.to_string(),
             })
+    }
+
+    /// The job an actor belongs to.
+    pub(crate) fn job_of(&self, actor: ActorId) -> Option<JobId> {
+        self.actors.get(&actor).map(|e| e.spec.job)
     }
 
     /// The worker an actor runs on (`None` while it waits for one).
@@ -176,11 +279,14 @@ fn wake<R>(entry: &mut ActorEntry<R>) -> Answers<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use prism_protocol::ids::JobId;
     use prism_protocol::messages::ActorOptions;
     use prism_protocol::resources::ResourceSet;
 
     fn spec(name: Option<&str>) -> ActorSpec {
+        restartable(name, 0)
+    }
+
+    fn restartable(name: Option<&str>, max_restarts: i64) -> ActorSpec {
         ActorSpec {
             actor_id: ActorId::new(),
             class: "demo::Counter".into(),
@@ -191,6 +297,8 @@ mod tests {
                 max_concurrency: 1,
                 resources: ResourceSet::new(),
                 placement: None,
+                max_restarts,
+                max_task_retries: 0,
             },
             owner: String::new(),
             job: JobId::new(),
@@ -236,11 +344,81 @@ mod tests {
             worker,
             pid: 1,
         };
-        assert!(table.started(id, alive).is_empty());
+        assert!(table.started(id, worker, alive).is_empty());
         // A late constructor failure does not overwrite Alive.
-        table.started(id, ActorState::Dead(unknown(id)));
+        table.started(id, worker, ActorState::Dead(unknown(id)));
         let (_, now) = table.watch(id, true, 1).unwrap();
         assert!(matches!(now.unwrap().state, ActorState::Alive { .. }));
         assert!(table.worker_of(ActorId::new()).is_err());
+    }
+
+    fn alive(worker: WorkerId) -> ActorState {
+        ActorState::Alive {
+            address: "a".into(),
+            worker,
+            pid: 1,
+        }
+    }
+
+    #[test]
+    fn a_lost_actor_restarts_until_max_restarts_then_dies_keeping_its_name_meanwhile() {
+        let mut table: ActorTable<u32> = ActorTable::default();
+        let s = restartable(Some("svc"), 2);
+        let id = s.actor_id;
+        table.add(s).unwrap();
+        for restart in 1..=2u32 {
+            let worker = WorkerId::new();
+            assert!(table.assign(id, worker).is_some());
+            table.started(id, worker, alive(worker));
+            assert!(matches!(
+                table.lost(id, "exit 9".into(), true),
+                Lost::Restart(_)
+            ));
+            let info = table.named("svc", "ns").unwrap();
+            assert!(matches!(info.state, ActorState::Restarting));
+            assert_eq!(info.num_restarts, restart);
+            // Callers that wait hear the outcome of the restart.
+            assert!(table.watch(id, true, 5).is_none());
+            // The old process's late constructor answer is ignored.
+            assert!(table.started(id, worker, alive(worker)).is_empty());
+        }
+        let worker = WorkerId::new();
+        table.assign(id, worker).unwrap();
+        let answers = table.started(id, worker, alive(worker));
+        assert_eq!(answers.len(), 1, "the waiter hears the restart");
+        let Lost::Dead(answers) = table.lost(id, "exit 9".into(), true) else {
+            panic!("restarts are used up");
+        };
+        assert!(answers.is_empty());
+        let (_, info) = table.watch(id, false, 0).unwrap();
+        let ActorState::Dead(e) = info.unwrap().state else {
+            panic!("dead");
+        };
+        assert!(e.to_string().contains("restarted 2 time(s)"), "{e}");
+        assert!(table.named("svc", "ns").is_err(), "the name is free");
+    }
+
+    #[test]
+    fn an_actor_of_an_ended_job_or_killed_for_good_is_not_restarted() {
+        let mut table: ActorTable<u32> = ActorTable::default();
+        let s = restartable(None, -1);
+        let id = s.actor_id;
+        table.add(s).unwrap();
+        assert!(matches!(
+            table.lost(id, "job ended".into(), false),
+            Lost::Dead(_)
+        ));
+        assert!(table.assign(id, WorkerId::new()).is_none());
+        // A kill that allows a restart, with none left, dies with its reason.
+        let s = restartable(None, 0);
+        let id = s.actor_id;
+        table.add(s).unwrap();
+        table.set_death_reason(id, "killed by prism::kill_allow_restart".into());
+        table.lost(id, "signal 9".into(), true);
+        let (_, info) = table.watch(id, false, 0).unwrap();
+        let ActorState::Dead(e) = info.unwrap().state else {
+            panic!("dead");
+        };
+        assert!(e.to_string().contains("kill_allow_restart"), "{e}");
     }
 }

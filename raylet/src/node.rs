@@ -13,7 +13,7 @@
 //! actor starts and deaths), and only after releasing the lock forks and
 //! kills processes.
 
-use crate::actors::{ActorTable, Answers};
+use crate::actors::{ActorTable, Answers, Lost};
 use crate::kv::KvTable;
 use crate::launcher::{Launcher, WorkerLaunch};
 use crate::scheduler::{Decision, Grantee, LeaseRequest, Limits, Scheduler};
@@ -216,7 +216,14 @@ impl Node {
                 error,
             } => answer_actor_waiters(c.actors.died(actor, error.to_string())),
             Decision::ActorLost { actor, reason } => {
-                answer_actor_waiters(c.actors.died(actor, reason))
+                let job_runs = c
+                    .actors
+                    .job_of(actor)
+                    .is_some_and(|job| c.jobs.contains_key(&job));
+                match c.actors.lost(actor, reason, job_runs) {
+                    Lost::Restart(spec) => c.scheduler.request_lease(actor_lease(&spec)),
+                    Lost::Dead(answers) => answer_actor_waiters(answers),
+                }
             }
             Decision::StartWorker {
                 worker,
@@ -334,14 +341,10 @@ impl Node {
         self.control(|c| {
             let (shape, bundle) = (spec.options.resources.clone(), spec.options.placement);
             c.scheduler.check_feasible(&shape, bundle)?;
-            let actor = spec.actor_id;
+            debug_assert_eq!(job, spec.job);
+            let lease = actor_lease(&spec);
             c.actors.add(spec)?;
-            c.scheduler.request_lease(LeaseRequest {
-                shape,
-                job,
-                bundle,
-                grantee: Grantee::Actor(actor),
-            });
+            c.scheduler.request_lease(lease);
             Ok(())
         })
     }
@@ -371,9 +374,12 @@ impl Node {
                     worker: worker_id,
                     pid,
                 },
+                // The process died while constructing: its exit decides
+                // (a restart, or death with the exit's reason).
+                Err(Error::Disconnected { .. }) => return,
                 Err(e) => ActorState::Dead(e),
             };
-            let answers = node.state.lock().actors.started(actor, state);
+            let answers = node.state.lock().actors.started(actor, worker_id, state);
             answer_actor_waiters(answers);
         });
     }
@@ -394,11 +400,22 @@ impl Node {
         self.state.lock().actors.named(name, namespace)
     }
 
-    /// Kills an actor: it is marked dead at once and its worker is stopped
-    /// (or its queued lease dropped).
-    pub(crate) fn kill_actor(self: &Arc<Self>, actor: ActorId) -> Result<(), Error> {
+    /// Kills an actor's process. With `no_restart` it is marked dead at
+    /// once (its queued lease dropped); otherwise its exit restarts it if
+    /// it has restarts left, as any other death of its process would.
+    pub(crate) fn kill_actor(
+        self: &Arc<Self>,
+        actor: ActorId,
+        no_restart: bool,
+    ) -> Result<(), Error> {
         let pid = self.control(|c| {
             let worker = c.actors.worker_of(actor)?;
+            if !no_restart {
+                c.actors
+                    .set_death_reason(actor, "killed by prism::kill_allow_restart".into());
+                // A process not started yet is left to start.
+                return Ok(worker.and_then(|w| c.scheduler.worker(w)).map(|w| w.pid));
+            }
             answer_actor_waiters(c.actors.died(actor, "killed by prism::kill".into()));
             match worker {
                 None => {
@@ -409,6 +426,19 @@ impl Node {
             }
         })?;
         self.kill(pid.into_iter().collect());
+        Ok(())
+    }
+
+    /// An actor ended itself with `prism::exit_actor`: dead for good, its
+    /// name free; its process exits by itself.
+    pub(crate) fn exit_actor(&self, actor: ActorId) -> Result<(), Error> {
+        let mut control = self.state.lock();
+        control.actors.worker_of(actor)?;
+        let answers = control
+            .actors
+            .died(actor, "it ended itself with prism::exit_actor".into());
+        drop(control);
+        answer_actor_waiters(answers);
         Ok(())
     }
 
@@ -432,6 +462,16 @@ impl Node {
             tokio::time::sleep(Duration::from_millis(ms)).await;
             node.control(|c| c.scheduler.group_deadline(id, token));
         });
+    }
+}
+
+/// The lease an actor's process holds for its lifetime.
+fn actor_lease(spec: &ActorSpec) -> LeaseRequest<ReplyTo> {
+    LeaseRequest {
+        shape: spec.options.resources.clone(),
+        job: spec.job,
+        bundle: spec.options.placement,
+        grantee: Grantee::Actor(spec.actor_id),
     }
 }
 

@@ -1,9 +1,10 @@
 //! Actors through a real cluster: order, concurrency, handles passed
-//! around, names, kill, constructor failure.
+//! around, names, kill, constructor failure, restarts after their process
+//! dies, and ending themselves.
 
 mod common;
 
-use common::{cluster, wait_until};
+use common::{cluster, must_fail, wait_until};
 use prism::{ActorHandle, ActorOptions, Error, ObjectRef};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -276,5 +277,170 @@ fn each_actor_lives_in_its_own_process() {
         pa,
         std::process::id(),
         "an actor must not run in the driver"
+    );
+}
+
+/// Counts calls; its count starts again at 0 in a restarted process.
+#[prism::actor(max_restarts = 1)]
+struct Counter {
+    calls: u32,
+}
+
+#[prism::actor]
+impl Counter {
+    fn new() -> Self {
+        Counter { calls: 0 }
+    }
+
+    fn incr(&mut self) -> u32 {
+        self.calls += 1;
+        self.calls
+    }
+
+    fn pid(&self) -> u32 {
+        std::process::id()
+    }
+
+    /// Kills its own process the first time (the marker file does not
+    /// exist yet), as a crash in the middle of a call would.
+    fn die_once(&mut self, marker: String) -> u32 {
+        let marker = std::path::Path::new(&marker);
+        if !marker.exists() {
+            let _ = std::fs::write(marker, b"");
+            std::process::exit(3);
+        }
+        self.calls += 1;
+        self.calls
+    }
+
+    /// Ends the actor once this call has answered.
+    fn finish(&mut self) -> prism::Result<u32> {
+        prism::exit_actor()?;
+        Ok(self.calls)
+    }
+}
+
+fn marker(name: &str) -> String {
+    let path = std::env::temp_dir().join(format!("prism-actor-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    path.display().to_string()
+}
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+#[test]
+fn an_actor_whose_process_dies_runs_its_constructor_again_until_max_restarts() {
+    let c = cluster();
+    // A call sent while the killed process is still closing its sockets
+    // may reach it; one task retry covers that (max_task_retries = 0 is
+    // the next test's).
+    let options = ActorOptions::new().name("restarting").max_task_retries(1);
+    let counter = Counter::remote_with(options).unwrap();
+    for expected in 1..=3 {
+        assert_eq!(prism::get(&counter.incr().unwrap()).unwrap(), expected);
+    }
+    let first = prism::get(&counter.pid().unwrap()).unwrap();
+    c.kill_worker(first, LIMIT);
+    // A call sent right after the death waits for the restart; the new
+    // process ran the constructor again, so the count starts over.
+    let after = prism::get_timeout(&counter.incr().unwrap(), LIMIT).unwrap();
+    assert_eq!(after, 1, "a restarted actor starts from its constructor");
+    let second = prism::get(&counter.pid().unwrap()).unwrap();
+    assert_ne!(first, second, "the restarted actor runs in a new process");
+    let same: ActorHandle<Counter> = prism::get_actor("restarting").unwrap();
+    assert_eq!(
+        same.id(),
+        counter.id(),
+        "it keeps its name while it restarts"
+    );
+    // Its one restart is used: the next death is final.
+    c.kill_worker(second, LIMIT);
+    let err = must_fail(
+        prism::get_timeout(&counter.incr().unwrap(), LIMIT),
+        "a call after the last restart is used up must fail",
+    );
+    assert!(
+        matches!(&err, Error::ActorDied { reason, .. } if reason.contains("restarted 1 time")),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_call_running_when_the_process_dies_is_sent_again_only_within_max_task_retries() {
+    cluster();
+    let retried = Counter::remote_with(ActorOptions::new().max_task_retries(1)).unwrap();
+    let m = marker("retried");
+    let answer = prism::get_timeout(&retried.die_once(m).unwrap(), LIMIT).unwrap();
+    assert_eq!(answer, 1, "the call ran again on the restarted actor");
+
+    let not_retried = Counter::remote().unwrap();
+    prism::get(&not_retried.incr().unwrap()).unwrap();
+    let m = marker("not-retried");
+    let doomed = not_retried.die_once(m).unwrap();
+    let queued: Vec<_> = (0..3).map(|_| not_retried.incr().unwrap()).collect();
+    let err = must_fail(
+        prism::get_timeout(&doomed, LIMIT),
+        "a call whose process died is not sent again with max_task_retries = 0",
+    );
+    assert!(
+        matches!(&err, Error::ActorUnavailable { reason, .. } if reason.contains("max_task_retries = 0")),
+        "{err}"
+    );
+    // Calls queued behind it went to the restarted actor, in order.
+    let counts: Vec<u32> = queued
+        .iter()
+        .map(|r| prism::get_timeout(r, LIMIT).unwrap())
+        .collect();
+    assert_eq!(counts, vec![1, 2, 3]);
+}
+
+#[test]
+fn kill_allow_restart_restarts_the_actor_and_kill_ends_it_for_good() {
+    cluster();
+    let counter = Counter::remote().unwrap();
+    let first = prism::get(&counter.pid().unwrap()).unwrap();
+    prism::kill_allow_restart(&counter).unwrap();
+    let second = prism::get_timeout(&counter.pid().unwrap(), LIMIT).unwrap();
+    assert_ne!(first, second, "a kill that allows a restart restarts it");
+
+    let counter = Counter::remote_with(ActorOptions::new().max_restarts(5)).unwrap();
+    prism::get(&counter.incr().unwrap()).unwrap();
+    prism::kill(&counter).unwrap();
+    let err = must_fail(
+        prism::get_timeout(&counter.incr().unwrap(), LIMIT),
+        "prism::kill ends an actor whatever its max_restarts",
+    );
+    assert!(
+        matches!(&err, Error::ActorDied { reason, .. } if reason.contains("prism::kill")),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_actor_that_calls_exit_actor_answers_that_call_then_ends_without_restart() {
+    cluster();
+    let counter =
+        Counter::remote_with(ActorOptions::new().name("leaving").max_restarts(3)).unwrap();
+    prism::get(&counter.incr().unwrap()).unwrap();
+    let last = counter.finish().unwrap();
+    let after = counter.incr().unwrap();
+    assert_eq!(
+        prism::get_timeout(&last, LIMIT).unwrap(),
+        1,
+        "the call that ends the actor still answers"
+    );
+    let err = must_fail(
+        prism::get_timeout(&after, LIMIT),
+        "a call after exit_actor must fail",
+    );
+    assert!(
+        matches!(&err, Error::ActorDied { reason, .. } if reason.contains("exit_actor")),
+        "{err}"
+    );
+    Counter::remote_with(ActorOptions::new().name("leaving")).expect("its name is free again");
+    let outside = prism::exit_actor().unwrap_err();
+    assert!(
+        outside.to_string().contains("outside an actor"),
+        "{outside}"
     );
 }

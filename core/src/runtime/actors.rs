@@ -14,10 +14,12 @@ use super::objects::{Objects, Submission};
 use crate::{Error, Result};
 use parking_lot::Mutex;
 use prism_protocol::ids::{ActorId, ObjectId, WorkerId};
-use prism_protocol::messages::{ActorCall, ActorState, GetActor};
+use prism_protocol::messages::{ActorCall, ActorInfo, ActorState, GetActor};
 use prism_protocol::rpc::Connection;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// The actor clients of one process.
 #[derive(Debug)]
@@ -36,9 +38,16 @@ pub(crate) struct ActorSubmitter {
 /// no earlier call is still waiting; otherwise it joins the backlog, which
 /// one drain task sends in order. Either way calls leave in submission
 /// order under the state lock, numbered by `seq`.
+///
+/// When the actor's process dies, the calls it was running are set aside
+/// (`lost`) and the drain task finds the actor again: restarted, its lost
+/// calls are sent again first (within `max_task_retries`) and then the
+/// backlog; dead, every call fails with the reason.
 pub(crate) struct ActorClient {
     actor_id: ActorId,
     class: String,
+    /// Calls written to the current process and not answered yet.
+    in_flight: AtomicUsize,
     state: Mutex<ClientState>,
 }
 
@@ -50,16 +59,40 @@ impl std::fmt::Debug for ActorClient {
 
 #[derive(Default)]
 struct ClientState {
-    /// The actor's connection, once it is alive.
+    /// The connection to the actor's current process, while it is alive.
     conn: Option<Connection>,
+    /// The worker of the process `conn` reaches (or reached).
+    worker: Option<WorkerId>,
     /// Why calls fail, once it is known to be dead.
     dead: Option<Error>,
     seq: u64,
-    backlog: std::collections::VecDeque<Submission>,
+    backlog: VecDeque<Submission>,
     draining: bool,
-    /// Constructor arguments, released once the actor is up.
+    /// Calls whose process closed its connection before answering, by
+    /// `seq`, until the actor is found again; with whether they reached it
+    /// (a write that failed did not).
+    lost: BTreeMap<u64, (Submission, bool)>,
+    /// Constructor arguments, released once the actor is up (or, for an
+    /// actor that may restart, once it is dead).
     ctor_held: Vec<ObjectId>,
+    keep_ctor_args: bool,
 }
+
+thread_local! {
+    /// True while this thread writes an actor call: an answer that comes
+    /// meanwhile, on this thread, is the write failing.
+    static WRITING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// What the drain task does next.
+enum Step {
+    Locate(Option<WorkerId>),
+    Send(Submission),
+}
+
+/// How long a caller waits for the node to notice that a process whose
+/// connection closed is gone.
+const EXIT_NOTICE_LIMIT: Duration = Duration::from_secs(10);
 
 impl ActorSubmitter {
     pub(crate) fn new(
@@ -86,6 +119,7 @@ impl ActorSubmitter {
         let client = Arc::new(ActorClient {
             actor_id,
             class: class.to_string(),
+            in_flight: AtomicUsize::new(0),
             state: Mutex::new(ClientState {
                 draining: true,
                 ..Default::default()
@@ -99,10 +133,19 @@ impl ActorSubmitter {
         client
     }
 
-    /// Releases an actor's constructor arguments once it is up (or dead).
-    pub(crate) fn release_after_start(&self, client: &ActorClient, held: Vec<ObjectId>) {
+    /// Releases an actor's constructor arguments once it is up (or dead);
+    /// with `keep` (it may restart, and each restart runs the constructor
+    /// again) only once it is dead for good.
+    pub(crate) fn release_after_start(
+        &self,
+        client: &ActorClient,
+        held: Vec<ObjectId>,
+        keep: bool,
+    ) {
         let mut state = client.state.lock();
-        if state.conn.is_some() || state.dead.is_some() {
+        state.keep_ctor_args |= keep;
+        let up = state.conn.is_some() && !state.keep_ctor_args;
+        if up || state.dead.is_some() {
             drop(state);
             self.objects.release_held(&held);
         } else {
@@ -151,6 +194,7 @@ impl ActorSubmitter {
         submission: Submission,
     ) {
         let Some(conn) = state.conn.clone() else {
+            state.backlog.push_front(submission);
             return;
         };
         let seq = state.seq;
@@ -161,64 +205,94 @@ impl ActorSubmitter {
             seq,
             spec: submission.spec.clone(),
         };
+        client.in_flight.fetch_add(1, Ordering::SeqCst);
         let this = self.clone();
-        let client = client.clone();
+        let c = client.clone();
+        WRITING.set(true);
         conn.request_with(request, move |outcome| match outcome {
-            Ok(ret) => this.objects.finish_task(&submission, Ok(ret)),
+            // This may run right here, under the state lock (the write
+            // failed, so the call never reached the process): settle it on
+            // a task.
             Err(Error::Disconnected { .. }) => {
-                // Ask the control store why, off the reader task.
                 let t = this.clone();
-                this.rt.spawn(async move {
-                    let e = t.why_actor_died(&client).await;
-                    t.objects.finish_task(&submission, Err(e));
-                });
+                let reached = !WRITING.get();
+                this.rt
+                    .spawn(async move { t.call_lost(&c, seq, submission, reached) });
             }
-            Err(e) => this.objects.finish_task(&submission, Err(e)),
+            outcome => {
+                c.in_flight.fetch_sub(1, Ordering::SeqCst);
+                this.objects.finish_task(&submission, outcome);
+            }
         });
+        WRITING.set(false);
     }
 
-    /// Sends the backlog in order, resolving arguments as needed; on first
-    /// run, also finds the actor.
-    async fn drain(self: Arc<Self>, client: Arc<ActorClient>) {
-        let needs_lookup = {
-            let state = client.state.lock();
-            state.conn.is_none() && state.dead.is_none()
-        };
-        if needs_lookup {
-            let found = match self.actor_state(client.actor_id, true).await {
-                Ok(ActorState::Alive { address, .. }) => self.objects.peers.get(&address).await,
-                Ok(ActorState::Dead(e)) => Err(e),
-                Ok(ActorState::Pending) => Err(Error::Protocol {
-                    message: "the control store answered a waiting lookup with a pending actor"
-                        .into(),
-                }),
-                Err(e) => Err(e),
-            };
-            let held = {
-                let mut state = client.state.lock();
-                match found {
-                    Ok(conn) => state.conn = Some(conn),
-                    Err(e) => state.dead = Some(e),
-                }
-                std::mem::take(&mut state.ctor_held)
-            };
-            self.objects.release_held(&held);
+    /// The actor's process closed its connection while running a call: set
+    /// the call aside, and have the drain task find out what became of the
+    /// actor.
+    fn call_lost(
+        self: &Arc<Self>,
+        client: &Arc<ActorClient>,
+        seq: u64,
+        submission: Submission,
+        reached: bool,
+    ) {
+        client.state.lock().lost.insert(seq, (submission, reached));
+        client.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.forget_connection(client);
+    }
+
+    /// Drops the connection to the actor's process and has the drain task
+    /// find the actor again (restarted, or dead).
+    fn forget_connection(self: &Arc<Self>, client: &Arc<ActorClient>) {
+        let mut state = client.state.lock();
+        state.conn = None;
+        let start = !state.draining;
+        state.draining = true;
+        drop(state);
+        if start {
+            let this = self.clone();
+            let c = client.clone();
+            self.rt.spawn(async move { this.drain(c).await });
         }
+    }
+
+    /// This process killed the actor: its later calls go to the restarted
+    /// process (or fail with the actor's death), never to the killed one.
+    pub(crate) fn killed(self: &Arc<Self>, actor_id: ActorId) {
+        let client = self.clients.lock().get(&actor_id).cloned();
+        if let Some(client) = client {
+            if client.state.lock().conn.is_some() {
+                self.forget_connection(&client);
+            }
+        }
+    }
+
+    /// Finds the actor when there is no connection to it, then sends the
+    /// backlog in order, resolving arguments as needed.
+    async fn drain(self: Arc<Self>, client: Arc<ActorClient>) {
         loop {
-            let next = {
+            let step = {
                 let mut state = client.state.lock();
-                match state.backlog.pop_front() {
-                    Some(s) => s,
-                    None => {
-                        state.draining = false;
-                        return;
-                    }
+                if state.dead.is_none() && state.conn.is_none() {
+                    Step::Locate(state.worker)
+                } else if let Some(s) = state.backlog.pop_front() {
+                    Step::Send(s)
+                } else {
+                    state.draining = false;
+                    return;
                 }
             };
-            let mut submission = next;
+            let mut submission = match step {
+                Step::Locate(old) => {
+                    self.locate(&client, old).await;
+                    continue;
+                }
+                Step::Send(s) => s,
+            };
             let dead = client.state.lock().dead.clone();
             if let Some(e) = dead {
-                self.objects.finish_task(&submission, Err(e));
+                self.fail(&submission, e);
                 continue;
             }
             match self
@@ -233,27 +307,136 @@ impl ActorSubmitter {
                 }
             }
             let mut state = client.state.lock();
+            if let Some(e) = state.dead.clone() {
+                drop(state);
+                self.fail(&submission, e);
+                continue;
+            }
             self.write_actor_call(&client, &mut state, submission);
         }
     }
 
-    async fn actor_state(&self, actor_id: ActorId, wait: bool) -> Result<ActorState> {
-        let info = self.raylet.request(GetActor { actor_id, wait }).await?;
-        Ok(info.state)
+    fn fail(self: &Arc<Self>, submission: &Submission, error: Error) {
+        let error = submission.final_error(error);
+        self.objects.finish_task(submission, Err(error));
     }
 
-    async fn why_actor_died(&self, actor: &ActorClient) -> Error {
-        // The raylet may not have seen the exit yet; ask a few times.
-        for _ in 0..20 {
-            if let Ok(ActorState::Dead(e)) = self.actor_state(actor.actor_id, false).await {
-                return e;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    /// Finds the actor's process (a new one if `old`'s died), then settles
+    /// the calls lost with the old one: sent again first if the actor
+    /// restarted and they have retries left, failed otherwise.
+    async fn locate(self: &Arc<Self>, client: &Arc<ActorClient>, old: Option<WorkerId>) {
+        let found = self.find(client, old).await;
+        // Every call still out on the old process fails as soon as its
+        // connection closes; wait for all of them (bounded).
+        let deadline = Instant::now() + EXIT_NOTICE_LIMIT;
+        while client.in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        Error::ActorDied {
-            actor_id: actor.actor_id,
-            class: actor.class.clone(),
-            reason: "the connection to the actor's process closed".into(),
+        let mut failed = Vec::new();
+        let held = {
+            let mut state = client.state.lock();
+            let lost = std::mem::take(&mut state.lost);
+            match found {
+                Ok((conn, worker, info)) => {
+                    state.conn = Some(conn);
+                    state.worker = Some(worker);
+                    state.seq = 0;
+                    // With one call at a time, only the first call the old
+                    // process got can have been running; the ones behind it
+                    // never started and simply go to the new process.
+                    let first = lost.iter().find(|(_, (_, reached))| *reached);
+                    let running = first.map(|(seq, _)| *seq);
+                    let sequential = info.max_concurrency == 1;
+                    for (seq, (mut submission, reached)) in lost.into_iter().rev() {
+                        if !reached || (sequential && Some(seq) != running) {
+                            state.backlog.push_front(submission);
+                            continue;
+                        }
+                        let error = Error::ActorUnavailable {
+                            actor_id: client.actor_id,
+                            class: client.class.clone(),
+                            reason: format!(
+                                "its process died while {} ran; the actor was restarted \
+                                 (restart {}) and this call was not sent again \
+                                 (max_task_retries = {}); later calls go to the new process",
+                                submission.spec.function, info.num_restarts, info.max_task_retries
+                            ),
+                        };
+                        if submission.failures.is_empty() {
+                            submission.retries_left = info.max_task_retries;
+                        }
+                        if submission.retry_after(&error) {
+                            state.backlog.push_front(submission);
+                        } else {
+                            failed.push((submission, error));
+                        }
+                    }
+                }
+                Err(e) => {
+                    state.dead = Some(e.clone());
+                    failed.extend(lost.into_values().map(|(s, _)| (s, e.clone())));
+                }
+            }
+            if state.dead.is_some() || !state.keep_ctor_args {
+                std::mem::take(&mut state.ctor_held)
+            } else {
+                Vec::new()
+            }
+        };
+        for (submission, error) in failed {
+            self.fail(&submission, error);
+        }
+        self.objects.release_held(&held);
+    }
+
+    /// Waits until the actor is alive in a process other than `old`'s and
+    /// connects to it, or returns why it is dead.
+    async fn find(
+        &self,
+        client: &ActorClient,
+        mut old: Option<WorkerId>,
+    ) -> Result<(Connection, WorkerId, ActorInfo)> {
+        let deadline = Instant::now() + EXIT_NOTICE_LIMIT;
+        loop {
+            let info = self
+                .raylet
+                .request(GetActor {
+                    actor_id: client.actor_id,
+                    wait: true,
+                })
+                .await?;
+            let (address, worker) = match &info.state {
+                ActorState::Alive {
+                    address, worker, ..
+                } => (address.clone(), *worker),
+                ActorState::Dead(e) => return Err(e.clone()),
+                ActorState::Pending | ActorState::Restarting => {
+                    return Err(Error::Protocol {
+                        message: "the control store answered a waiting lookup with an actor \
+                                  that is not started yet"
+                            .into(),
+                    })
+                }
+            };
+            if Some(worker) != old {
+                match self.objects.peers.get(&address).await {
+                    Ok(conn) if !conn.is_closed() => return Ok((conn, worker, info)),
+                    // It died before we reached it: its exit decides.
+                    _ => old = Some(worker),
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(Error::ActorDied {
+                    actor_id: client.actor_id,
+                    class: client.class.clone(),
+                    reason: format!(
+                        "the connection to its process closed, and after {} s its node \
+                         still reports that process alive",
+                        EXIT_NOTICE_LIMIT.as_secs()
+                    ),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
 }

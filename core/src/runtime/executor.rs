@@ -37,16 +37,22 @@ use crate::config::Config;
 use crate::{Error, Result};
 use bytes::Bytes;
 use parking_lot::Mutex;
-use prism_protocol::ids::WorkerId;
+use prism_protocol::ids::{ActorId, WorkerId};
 use prism_protocol::messages::{
-    ActorCall, ActorSpec, ArgSpec, BecomeActor, ExecutorRequest, ObjectValue, PushTask, Response,
-    ReturnObject, TaskSpec,
+    ActorCall, ActorSpec, ArgSpec, BecomeActor, ExecutorRequest, ExitActor, ObjectValue, PushTask,
+    Response, ReturnObject, TaskSpec,
 };
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use tokio::sync::Semaphore;
+
+/// Where the hosted actor is in ending itself (`prism::exit_actor`).
+const RUNNING: u8 = 0;
+const EXIT_ASKED: u8 = 1;
+const EXITING: u8 = 2;
 
 /// Work for the executor thread.
 pub(crate) type Job = Box<dyn FnOnce() + Send>;
@@ -58,6 +64,7 @@ struct MailItem {
 }
 
 struct ActorInstance {
+    actor_id: ActorId,
     class: &'static ActorClass,
     cell: Arc<ActorCell>,
     /// Actors with `max_concurrency` above 1: their call threads and the
@@ -147,6 +154,8 @@ pub(crate) struct Executor {
     jobs: Mutex<Option<std::sync::mpsc::Sender<Job>>>,
     actor: Mutex<Option<ActorInstance>>,
     next_seq: Mutex<HashMap<WorkerId, u64>>,
+    raylet: Connection,
+    exit: AtomicU8,
 }
 
 impl std::fmt::Debug for Executor {
@@ -163,6 +172,7 @@ impl Executor {
         config: Arc<Config>,
         worker_id: WorkerId,
         objects: Arc<Objects>,
+        raylet: Connection,
     ) -> Self {
         Executor {
             rt,
@@ -172,7 +182,103 @@ impl Executor {
             jobs: Mutex::new(None),
             actor: Mutex::new(None),
             next_seq: Mutex::new(HashMap::new()),
+            raylet,
+            exit: AtomicU8::new(RUNNING),
         }
+    }
+
+    /// The hosted actor asked to end once the running method returns.
+    pub(crate) fn request_exit(&self) -> Result<()> {
+        if self.actor.lock().is_none() {
+            return Err(Error::invalid(
+                "exit_actor",
+                "called outside an actor's method; only an actor can end itself \
+                 (to stop one from outside, use prism::kill)",
+            ));
+        }
+        let _ = self
+            .exit
+            .compare_exchange(RUNNING, EXIT_ASKED, Ordering::SeqCst, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// The error a call gets when it was queued behind `exit_actor`.
+    fn exited_error(
+        &self,
+        actor_id: ActorId,
+        class: &ActorClass,
+        spec: &TaskSpec,
+    ) -> Option<Response> {
+        if self.exit.load(Ordering::SeqCst) == RUNNING {
+            return None;
+        }
+        Some(Response::Error(Error::ActorDied {
+            actor_id,
+            class: class.name.to_string(),
+            reason: format!(
+                "it ended itself with prism::exit_actor before {} ran",
+                spec.function
+            ),
+        }))
+    }
+
+    /// If the method that just returned called `exit_actor`: tells the
+    /// node the actor is gone for good, before its caller hears the answer
+    /// (so whoever looks it up next finds it dead, its name free). Blocks;
+    /// for the threads that run synchronous methods.
+    fn announce_exit_blocking(&self) -> bool {
+        let Some(actor_id) = self.begin_exit() else {
+            return false;
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let raylet = self.raylet.clone();
+        self.rt.spawn(async move {
+            let _ = tx.send(raylet.request(ExitActor { actor_id }).await);
+        });
+        match rx.recv_timeout(std::time::Duration::from_secs(10)) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "could not tell the node the actor exited"),
+            Err(_) => tracing::warn!("the node did not confirm the actor's exit in 10 s"),
+        }
+        true
+    }
+
+    /// [`Executor::announce_exit_blocking`] for async methods.
+    async fn announce_exit(&self) -> bool {
+        let Some(actor_id) = self.begin_exit() else {
+            return false;
+        };
+        if let Err(e) = self.raylet.request(ExitActor { actor_id }).await {
+            tracing::warn!(error = %e, "could not tell the node the actor exited");
+        }
+        true
+    }
+
+    /// The hosted actor, if it asked to exit and nobody started exiting.
+    fn begin_exit(&self) -> Option<ActorId> {
+        if self.exit.load(Ordering::SeqCst) != EXIT_ASKED {
+            return None;
+        }
+        self.exit
+            .compare_exchange(EXIT_ASKED, EXITING, Ordering::SeqCst, Ordering::SeqCst)
+            .ok()?;
+        self.actor.lock().as_ref().map(|a| a.actor_id)
+    }
+
+    /// After the exiting call's answer was queued on `conn`: gives it a
+    /// bounded time to leave, then ends the process.
+    fn exit_after_answer(&self, conn: &Connection) {
+        let conn = conn.clone();
+        self.rt.spawn(async move {
+            for _ in 0..2000 {
+                if conn.unsent_frames() == 0 {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+            tracing::info!("the actor ended itself with prism::exit_actor");
+            std::process::exit(0);
+        });
     }
 
     /// Installs the executor thread's queue.
@@ -401,6 +507,7 @@ impl Executor {
         });
         tracing::info!(actor = %spec.actor_id, class = %spec.class, concurrency, "actor constructed");
         *self.actor.lock() = Some(ActorInstance {
+            actor_id: spec.actor_id,
             class,
             cell,
             concurrent,
@@ -420,7 +527,13 @@ impl Executor {
             );
             return;
         };
+        let actor_id = instance.actor_id;
         if let Some(concurrent) = &instance.concurrent {
+            if let Some(refused) = self.exited_error(actor_id, instance.class, &item.spec) {
+                drop(actor);
+                item.conn.respond(item.request, refused);
+                return;
+            }
             let (threads, permits) = (concurrent.threads.clone(), concurrent.permits.clone());
             let (class, cell) = (instance.class, instance.cell.clone());
             drop(actor);
@@ -431,6 +544,10 @@ impl Executor {
         drop(actor);
         let exec = self.clone();
         let posted = self.post(Box::new(move || {
+            if let Some(refused) = exec.exited_error(actor_id, class, &item.spec) {
+                item.conn.respond(item.request, refused);
+                return;
+            }
             let result = exec.build_actor_call(class, cell, &item.spec, |exec, args| {
                 exec.fetch_args_here(args)
             });
@@ -439,7 +556,11 @@ impl Executor {
                 Err(e) => Err(CallError::Runtime(e)),
             };
             let response = exec.finish_here(&item.spec, result);
+            let exiting = exec.announce_exit_blocking();
             item.conn.respond(item.request, response);
+            if exiting {
+                exec.exit_after_answer(&item.conn);
+            }
         }));
         if let Err(e) = posted {
             tracing::error!(error = %e, "cannot run an actor call");
@@ -511,7 +632,11 @@ impl Executor {
             Ok(Invocation::Blocking(f)) => threads.push(Box::new(move || {
                 let result = exec.invoke_here(Invocation::Blocking(f));
                 let response = exec.finish_here(&item.spec, result);
+                let exiting = exec.announce_exit_blocking();
                 item.conn.respond(item.request, response);
+                if exiting {
+                    exec.exit_after_answer(&item.conn);
+                }
             })),
             Ok(Invocation::Async(fut)) => {
                 self.rt.spawn(async move {
@@ -520,7 +645,11 @@ impl Executor {
                     };
                     let result = registry::CatchUnwind(fut).await;
                     let response = exec.finish_call(&item.spec, result).await;
+                    let exiting = exec.announce_exit().await;
                     item.conn.respond(item.request, response);
+                    if exiting {
+                        exec.exit_after_answer(&item.conn);
+                    }
                 });
             }
             Err(e) => item.conn.respond(item.request, Response::Error(e)),

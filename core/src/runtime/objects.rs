@@ -73,7 +73,7 @@ impl Submission {
     /// records it.
     pub(crate) fn retry_after(&mut self, error: &Error) -> bool {
         let retriable = match error {
-            Error::WorkerDied { .. } => true,
+            Error::WorkerDied { .. } | Error::ActorUnavailable { .. } => true,
             Error::TaskFailed { message, .. } => {
                 self.retry_exceptions
                     && (self.retry_matching.is_empty()

@@ -278,6 +278,7 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
         s.config.clone(),
         s.worker_id,
         objects.clone(),
+        s.raylet.clone(),
     ));
     let raylet_peer = (s.role == Role::Worker).then(|| s.raylet.peer().to_string());
     s.handler.bind(&objects, &executor, raylet_peer);
