@@ -150,6 +150,7 @@ pub struct ActorOptions {
     max_restarts: Option<i64>,
     /// `None`: 0, as Ray.
     max_task_retries: Option<i64>,
+    detached: bool,
 }
 
 impl Default for ActorOptions {
@@ -162,6 +163,7 @@ impl Default for ActorOptions {
             placement: None,
             max_restarts: None,
             max_task_retries: None,
+            detached: false,
         }
     }
 }
@@ -229,6 +231,20 @@ impl ActorOptions {
         self
     }
 
+    /// Lets the actor outlive the driver that created it (Ray's
+    /// `lifetime="detached"`): it lives until it is killed, ends itself, or
+    /// the cluster stops, and another driver finds it by name. An actor
+    /// that is not detached ends with its job's driver.
+    ///
+    /// Constructor arguments passed as object references are owned by
+    /// the creating driver; a detached actor restarted after that driver
+    /// left cannot fetch them, so pass a restartable detached actor its
+    /// arguments by value.
+    pub fn detached(mut self) -> Self {
+        self.detached = true;
+        self
+    }
+
     /// Fills in fields not set here from `defaults` (the struct's attribute).
     pub fn or(mut self, defaults: ActorOptions) -> Self {
         self.name = self.name.or(defaults.name);
@@ -236,6 +252,7 @@ impl ActorOptions {
         self.placement = self.placement.or(defaults.placement);
         self.max_restarts = self.max_restarts.or(defaults.max_restarts);
         self.max_task_retries = self.max_task_retries.or(defaults.max_task_retries);
+        self.detached |= defaults.detached;
         if self.max_concurrency == 1 {
             self.max_concurrency = defaults.max_concurrency;
         }
@@ -262,6 +279,7 @@ impl ActorOptions {
         Ok(messages::ActorOptions {
             max_restarts,
             max_task_retries,
+            detached: self.detached,
             name: self.name,
             namespace: self
                 .namespace

@@ -117,6 +117,8 @@ pub struct ActorOptions {
     /// How many times a call that was running when the process died is
     /// sent again to the restarted actor (-1: no limit).
     pub max_task_retries: i64,
+    /// Outlives its job's driver (Ray's `lifetime="detached"`).
+    pub detached: bool,
 }
 
 /// A bundle of a placement group that a task or actor is scheduled into.

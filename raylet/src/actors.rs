@@ -11,7 +11,7 @@
 use prism_protocol::error::Error;
 use prism_protocol::ids::{ActorId, JobId, WorkerId};
 use prism_protocol::messages::{ActorInfo, ActorSpec, ActorState};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 #[derive(Debug)]
 struct ActorEntry<R> {
@@ -258,6 +258,19 @@ impl<R> ActorTable<R> {
         self.actors.get(&actor).map(|e| e.spec.job)
     }
 
+    /// `job`'s detached actors that are not dead.
+    pub(crate) fn detached_of(&self, job: JobId) -> HashSet<ActorId> {
+        self.actors
+            .iter()
+            .filter(|(_, e)| {
+                e.spec.job == job
+                    && e.spec.options.detached
+                    && !matches!(e.info.state, ActorState::Dead(_))
+            })
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
     /// The worker an actor runs on (`None` while it waits for one).
     pub(crate) fn worker_of(&self, actor: ActorId) -> Result<Option<WorkerId>, Error> {
         self.actors
@@ -299,6 +312,7 @@ mod tests {
                 placement: None,
                 max_restarts,
                 max_task_retries: 0,
+                detached: false,
             },
             owner: String::new(),
             job: JobId::new(),

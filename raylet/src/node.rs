@@ -289,13 +289,22 @@ impl Node {
         self.kill(after.kills);
     }
 
-    /// A driver left: its workers, actors and placement groups end with it.
+    /// A driver left: its workers, actors and placement groups end with
+    /// it, except its detached actors, which live on (their job stays,
+    /// retired, so they can be restarted; its output has nowhere to go but
+    /// the logs).
     pub(crate) fn end_job(self: &Arc<Self>, job_id: JobId) {
-        self.control(|c| {
-            c.jobs.remove(&job_id);
-            c.scheduler.end_job(job_id);
+        let kept = self.control(|c| {
+            let keep = c.actors.detached_of(job_id);
+            if keep.is_empty() {
+                c.jobs.remove(&job_id);
+            } else if let Some(job) = c.jobs.get_mut(&job_id) {
+                job.log_to_driver = false;
+            }
+            c.scheduler.end_job(job_id, &keep);
+            keep.len()
         });
-        tracing::info!(job = %job_id, "job ended; its workers were stopped");
+        tracing::info!(job = %job_id, detached_actors_kept = kept, "job ended; its workers were stopped");
     }
 
     /// A started worker connected back.

@@ -1,9 +1,11 @@
-//! A second driver joins a running cluster through PRISM_ADDRESS, and
-//! requests wait until their resources are free.
+//! A second driver joins a running cluster through PRISM_ADDRESS, detached
+//! actors outlive the driver that made them, and requests wait until their
+//! resources are free.
 
 mod common;
 
-use common::{cluster, is_gone, must_eventually, must_run_child};
+use common::{cluster, is_gone, must, must_become, must_eventually, must_run_child};
+use prism::{ActorHandle, ActorOptions, Error};
 use std::time::Duration;
 
 #[prism::remote]
@@ -138,4 +140,73 @@ fn workers_started_for_a_burst_are_stopped_when_idle() {
         || pids.iter().filter(|p| !is_gone(**p)).count() <= 2,
     );
     prism::shutdown();
+}
+
+#[prism::actor]
+struct Tally {
+    count: u32,
+}
+
+#[prism::actor]
+impl Tally {
+    fn new(start: u32) -> Self {
+        Tally { count: start }
+    }
+
+    fn add(&mut self) -> u32 {
+        self.count += 1;
+        self.count
+    }
+
+    fn pid(&self) -> u32 {
+        std::process::id()
+    }
+}
+
+#[test]
+fn a_detached_actor_outlives_its_driver_and_another_driver_finds_it() {
+    if std::env::var_os("PRISM_JOIN_CHILD").is_some() {
+        return;
+    }
+    if std::env::var_os("PRISM_DETACHED_CHILD").is_some() {
+        // The first driver: one detached actor, one that ends with it.
+        prism::init(prism::Config::default()).expect("joins the running cluster");
+        let options = ActorOptions::new().namespace("detached-test");
+        let kept = Tally::remote_with(options.clone().name("kept").detached(), 10).unwrap();
+        let gone = Tally::remote_with(options.name("gone"), 0).unwrap();
+        assert_eq!(prism::get(&kept.add().unwrap()).unwrap(), 11);
+        prism::get(&gone.pid().unwrap()).unwrap();
+        prism::shutdown();
+        return;
+    }
+    cluster();
+    let session = prism::runtime_context().unwrap().session_dir;
+    must_run_child(
+        "the driver that creates a detached actor",
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_detached_actor_outlives_its_driver_and_another_driver_finds_it",
+                "--nocapture",
+            ])
+            .env("PRISM_DETACHED_CHILD", "1")
+            .env("PRISM_ADDRESS", &session),
+        Duration::from_secs(60),
+    );
+    let kept: ActorHandle<Tally> = must(
+        prism::get_actor_in("kept", "detached-test"),
+        "a detached actor is found by name after its driver exited",
+    );
+    assert_eq!(
+        prism::get(&kept.add().unwrap()).unwrap(),
+        12,
+        "it kept its state"
+    );
+    let err = must_become(
+        "the creator's other actor ends with its job",
+        Duration::from_secs(20),
+        || prism::get_actor_in::<Tally>("gone", "detached-test").err(),
+    );
+    assert!(matches!(err, Error::ActorNotFound { .. }), "{err}");
+    prism::kill(&kept).unwrap();
 }

@@ -31,7 +31,7 @@ use prism_protocol::error::Error;
 use prism_protocol::ids::{ActorId, JobId, LeaseId, PlacementGroupId, WorkerId};
 use prism_protocol::messages::{BundleRef, PlacementGroupInfo};
 use prism_protocol::resources::{ResourceSet, CPU};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -121,6 +121,9 @@ struct JobRecord {
     /// Worker processes that failed to start (or exited before they
     /// registered) since one last registered.
     start_failures: u32,
+    /// Its driver left, but detached actors of it live on: it keeps no
+    /// worker pool, and its record stays so they can be restarted.
+    retired: bool,
 }
 
 /// What the scheduler decided; the caller carries it out.
@@ -213,6 +216,7 @@ impl<R> Scheduler<R> {
             JobRecord {
                 executable,
                 start_failures: 0,
+                retired: false,
             },
         );
         for _ in 0..self.limits.prestart_workers {
@@ -221,9 +225,19 @@ impl<R> Scheduler<R> {
     }
 
     /// A job's driver left: forgets it and its placement groups, and stops
-    /// its workers.
-    pub(crate) fn end_job(&mut self, job: JobId) {
-        self.jobs.remove(&job);
+    /// its workers, except the detached actors in `keep` (and their queued
+    /// leases): while any is kept the job stays, retired, so they can be
+    /// restarted.
+    pub(crate) fn end_job(&mut self, job: JobId, keep: &HashSet<ActorId>) {
+        let kept = |usage: &WorkerUse| matches!(usage, WorkerUse::Actor(a) if keep.contains(a));
+        if keep.is_empty() {
+            self.jobs.remove(&job);
+        } else if let Some(record) = self.jobs.get_mut(&job) {
+            record.retired = true;
+            self.pending.retain(|r| {
+                r.job != job || matches!(r.grantee, Grantee::Actor(a) if keep.contains(&a))
+            });
+        }
         let groups: Vec<PlacementGroupId> = self
             .groups
             .iter()
@@ -236,7 +250,7 @@ impl<R> Scheduler<R> {
         let pids: Vec<u32> = self
             .workers
             .values()
-            .filter(|w| w.job == job)
+            .filter(|w| w.job == job && !kept(&w.usage))
             .map(|w| w.pid)
             .collect();
         for pid in pids {
@@ -576,7 +590,8 @@ impl<R> Scheduler<R> {
         if let Some(lease) = lease.and_then(|id| self.leases.remove(&id)) {
             self.release_lease(&lease);
         }
-        if self.jobs.contains_key(&worker.job) && !self.stopping {
+        let keeps_pool = self.jobs.get(&worker.job).is_some_and(|j| !j.retired);
+        if keeps_pool && !self.stopping {
             let pool = self
                 .workers
                 .values()
@@ -635,7 +650,11 @@ impl<R> Scheduler<R> {
         let mut victims = Vec::new();
         for w in idle {
             let n = kept.entry(w.job).or_default();
-            if *n < self.limits.prestart_workers
+            let pool = match self.jobs.get(&w.job) {
+                Some(j) if !j.retired => self.limits.prestart_workers,
+                _ => 0,
+            };
+            if *n < pool
                 || now.saturating_duration_since(w.idle_since) < self.limits.idle_worker_timeout
             {
                 *n += 1;

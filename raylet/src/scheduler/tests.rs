@@ -268,7 +268,7 @@ fn an_ended_job_stops_its_workers_and_a_late_fork_is_unwanted() {
     let job = JobId::new();
     s.add_job(job, "/bin/demo".into());
     let starting = round(&mut s).started[0].0;
-    s.end_job(job);
+    s.end_job(job, &HashSet::new());
     assert!(round(&mut s).stopped.contains(&0));
     assert!(
         !s.set_pid(starting, 42),
@@ -442,4 +442,70 @@ fn an_actor_lease_is_not_bound_by_the_job_limit_and_dies_with_its_worker() {
     assert_eq!(r.actor_grants, vec![(actor, r.actor_grants[0].1)]);
     s.worker_exited(r.actor_grants[0].1, "crashed".into());
     assert_eq!(round(&mut s).lost, vec![actor]);
+}
+
+/// [`boot`] with pids unique across rounds.
+fn boot_unique(s: &mut Sched, started: &[(WorkerId, Vec<u32>)]) {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1000);
+    for (worker, _) in started {
+        let pid = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        assert!(s.set_pid(*worker, pid));
+        s.register_worker(*worker, format!("w{pid}"), pid).unwrap();
+    }
+}
+
+fn actor_lease(job: JobId, actor: ActorId) -> LeaseRequest<u32> {
+    LeaseRequest {
+        shape: shape(0.0, 0.0),
+        job,
+        bundle: None,
+        grantee: Grantee::Actor(actor),
+    }
+}
+
+#[test]
+fn an_ended_job_keeps_its_detached_actors_and_can_restart_them_without_a_pool() {
+    let mut s = scheduler(2.0, 0.0, 1, 8);
+    let job = JobId::new();
+    s.add_job(job, "/bin/demo".into());
+    let r = round(&mut s);
+    boot_unique(&mut s, &r.started);
+    let (detached, attached) = (ActorId::new(), ActorId::new());
+    s.request_lease(actor_lease(job, detached));
+    s.request_lease(actor_lease(job, attached));
+    let mut grants = Vec::new();
+    for _ in 0..4 {
+        let r = round(&mut s);
+        boot_unique(&mut s, &r.started);
+        grants.extend(r.actor_grants);
+    }
+    assert_eq!(grants.len(), 2, "both actors got a worker: {grants:?}");
+    let worker_of = |a: ActorId| grants.iter().find(|g| g.0 == a).map(|g| g.1).unwrap();
+    let kept_pid = s.worker(worker_of(detached)).unwrap().pid;
+    s.end_job(job, &HashSet::from([detached]));
+    let r = round(&mut s);
+    assert!(
+        !r.stopped.contains(&kept_pid),
+        "the detached actor's process lives on"
+    );
+    assert!(!r.stopped.is_empty(), "every other worker of the job stops");
+    for pid in r.stopped {
+        let id = s
+            .workers
+            .iter()
+            .find(|(_, w)| w.pid == pid)
+            .map(|(id, _)| *id);
+        s.worker_exited(id.unwrap(), "stopped".into());
+    }
+    let r = round(&mut s);
+    assert_eq!(r.lost, vec![attached]);
+    assert!(r.started.is_empty(), "a retired job keeps no worker pool");
+    // The detached actor's process dies: a restart gets a new worker.
+    s.worker_exited(worker_of(detached), "crashed".into());
+    assert_eq!(round(&mut s).lost, vec![detached]);
+    s.request_lease(actor_lease(job, detached));
+    let r = round(&mut s);
+    assert_eq!(r.started.len(), 1, "the restart starts a worker");
+    boot_unique(&mut s, &r.started);
+    assert_eq!(round(&mut s).actor_grants.len(), 1);
 }
