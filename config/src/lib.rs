@@ -108,7 +108,8 @@ macro_rules! parse_via_fromstr {
 parse_via_fromstr!(
     u32 => "an unsigned integer",
     u64 => "an unsigned integer",
-    usize => "an unsigned integer"
+    usize => "an unsigned integer",
+    f64 => "a number"
 );
 
 impl ParseValue for bool {
@@ -140,6 +141,13 @@ impl ParseValue for PathBuf {
     const EXPECTED: &'static str = "a path";
     fn parse_value(s: &str) -> Option<Self> {
         Some(PathBuf::from(s))
+    }
+}
+
+impl ParseValue for Option<PathBuf> {
+    const EXPECTED: &'static str = "a path";
+    fn parse_value(s: &str) -> Option<Self> {
+        Some(Some(PathBuf::from(s)).filter(|p| !p.as_os_str().is_empty()))
     }
 }
 

@@ -77,6 +77,17 @@ prism_config::table! {
     /// machine's shared memory, in no process's PSS until used); 0 turns
     /// it off.
     object_store_warm_bytes: u64 = 128 << 20;
+    /// Spill objects to disk when the store fills, instead of failing puts
+    /// and task results with `ObjectStoreFull`; they are read back when
+    /// needed. On, as in Ray.
+    object_spilling: bool = true;
+    /// The store's fill level (a fraction of its capacity, in (0, 1]) from
+    /// which unpinned objects are spilled in the background, least
+    /// recently used first. 0.8, as Ray: room for the next puts stays free.
+    object_spilling_threshold: f64 = 0.8;
+    /// Where spill files go; `None` is `spill/` in the session directory.
+    /// Files are deleted when their objects are freed and at shutdown.
+    object_spill_dir: Option<PathBuf> = None;
     }
     extra {
         /// Custom resources this node offers (name to amount).
@@ -120,6 +131,18 @@ impl Config {
     /// Adds a custom resource.
     pub fn resource(mut self, name: impl Into<String>, amount: f64) -> Self {
         self.resources.insert(name.into(), amount);
+        self
+    }
+
+    /// Turns spilling objects to disk on or off (default on).
+    pub fn object_spilling(mut self, on: bool) -> Self {
+        self.object_spilling = on;
+        self
+    }
+
+    /// Sets where spill files go.
+    pub fn object_spill_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.object_spill_dir = Some(dir.into());
         self
     }
 

@@ -15,6 +15,10 @@
 //!    undoes that.
 //! 5. `delete(id)`, sent by the owner once no reference remains, frees the
 //!    space at once, or when the last reader unpins.
+//!
+//! Between seal and delete, an object nobody has pinned may be spilled: the
+//! raylet writes its bytes to a file and its range is freed; a later `pin`
+//! finds it on disk, and the raylet reads it back into a new range first.
 #![warn(missing_docs, missing_debug_implementations)]
 
 mod allocator;
@@ -23,4 +27,4 @@ mod table;
 
 pub use allocator::Allocator;
 pub use segment::Segment;
-pub use table::{ObjectTable, Placement};
+pub use table::{ObjectTable, Pin, Placement, SpillOutcome};

@@ -270,6 +270,14 @@ pub struct StoreStats {
     pub num_objects: u64,
     /// Objects pinned by at least one reader.
     pub num_pinned: u64,
+    /// Objects whose bytes are in spill files now.
+    pub num_spilled: u64,
+    /// Objects spilled since the node started.
+    pub spilled_total: u64,
+    /// Bytes spilled since the node started.
+    pub spilled_bytes_total: u64,
+    /// Objects read back from spill files since the node started.
+    pub restored_total: u64,
 }
 
 /// A request: its struct is its name on the wire, and `Reply` is what it is

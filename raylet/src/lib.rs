@@ -23,8 +23,10 @@ mod node;
 mod resources;
 mod scheduler;
 mod server;
+mod spill;
 
 pub use resources::{Allocation, NodeResources};
+pub use spill::SpillConfig;
 
 use launcher::ProcessLauncher;
 use node::Node;
@@ -60,6 +62,8 @@ pub struct RayletConfig {
     /// Bytes at the start of the store allocated in the background at
     /// start-up, so the first puts do not wait for fresh memory.
     pub object_store_warm_bytes: u64,
+    /// Spilling objects to disk when the store fills.
+    pub spill: SpillConfig,
 }
 
 impl RayletConfig {
@@ -68,7 +72,6 @@ impl RayletConfig {
         let mut resources = ResourceSet::new();
         resources.set(CPU, Quantity::whole(cpus));
         RayletConfig {
-            session_dir,
             resources,
             object_store_bytes: store_bytes,
             prestart_workers: cpus as usize,
@@ -78,6 +81,12 @@ impl RayletConfig {
             worker_start_attempts: 3,
             removed_placement_groups_kept: 10_000,
             object_store_warm_bytes: 128 << 20,
+            spill: SpillConfig {
+                enabled: true,
+                threshold: 0.8,
+                dir: session_dir.join("spill"),
+            },
+            session_dir,
         }
     }
 }
@@ -100,6 +109,7 @@ impl Raylet {
             std::fs::create_dir_all(dir)
                 .map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
         }
+        config.spill.prepare()?;
         let socket = sockets.join("raylet.sock");
         let node_id = NodeId::new();
         let segment =
@@ -146,6 +156,7 @@ impl Raylet {
     pub fn shutdown(self) {
         self.server.abort();
         self.node.kill_all_workers();
+        self.node.config.spill.remove_all();
         let _ = std::fs::remove_file(&self.socket);
         tracing::info!("raylet stopped");
     }

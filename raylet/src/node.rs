@@ -19,15 +19,16 @@ use crate::launcher::{Launcher, WorkerLaunch};
 use crate::scheduler::{Decision, Grantee, LeaseRequest, Limits, Scheduler};
 use crate::RayletConfig;
 use parking_lot::Mutex;
-use prism_object_store::{ObjectTable, Segment};
+use prism_object_store::{ObjectTable, Pin, Placement, Segment, SpillOutcome};
 use prism_protocol::error::Error;
-use prism_protocol::ids::{ActorId, JobId, NodeId, PlacementGroupId, WorkerId};
+use prism_protocol::ids::{ActorId, JobId, NodeId, ObjectId, PlacementGroupId, WorkerId};
 use prism_protocol::messages::{
     ActorSpec, ActorState, BecomeActor, LeaseGrant, Registration, Reply, Response,
 };
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,6 +45,11 @@ impl ReplyTo {
             conn: conn.clone(),
             request,
         }
+    }
+
+    /// Whether the requester's connection has closed.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.conn.is_closed()
     }
 
     pub(crate) fn send(self, response: Response) {
@@ -100,6 +106,10 @@ pub(crate) struct Node {
     pub(crate) kv: Mutex<KvTable>,
     state: Mutex<Control>,
     launcher: Arc<dyn Launcher>,
+    /// Notified whenever a spill or a restore ends.
+    store_changed: tokio::sync::Notify,
+    /// Whether a background spill pass runs.
+    background_spill: AtomicBool,
 }
 
 impl Node {
@@ -130,6 +140,8 @@ impl Node {
             segment,
             launcher,
             config,
+            store_changed: tokio::sync::Notify::new(),
+            background_spill: AtomicBool::new(false),
         })
     }
 
@@ -471,6 +483,186 @@ impl Node {
             tokio::time::sleep(Duration::from_millis(ms)).await;
             node.control(|c| c.scheduler.group_deadline(id, token));
         });
+    }
+}
+
+/// The most rounds of spilling (or waiting for other spills) one create or
+/// restore makes before it reports the store full.
+const SPILL_ROUNDS: usize = 64;
+
+/// How long a create or restore that found nothing to spill waits for
+/// spills and restores under way before it looks again.
+const SPILL_WAIT: Duration = Duration::from_millis(200);
+
+impl Node {
+    /// Reserves room for a new object, spilling others to disk as needed
+    /// when the store is full. `ObjectStoreFull` only when nothing can be
+    /// spilled (every other object is pinned by a reader or being written)
+    /// or spilling is off.
+    pub(crate) async fn create_object(
+        self: &Arc<Self>,
+        id: ObjectId,
+        size: u64,
+    ) -> Result<Placement, Error> {
+        let mut last = None;
+        for _ in 0..SPILL_ROUNDS {
+            let created = self.store.lock().create(id, size);
+            match created {
+                Ok(p) => {
+                    self.spill_in_background();
+                    return Ok(p);
+                }
+                Err(e @ Error::ObjectStoreFull { .. }) => last = Some(e),
+                Err(e) => return Err(e),
+            }
+            if !self.config.spill.enabled || !self.make_room(size).await {
+                break;
+            }
+        }
+        Err(last.unwrap_or(Error::ObjectNotFound { object_id: id }))
+    }
+
+    /// Pins an object for a reader, reading it back from its spill file
+    /// first if it was spilled.
+    pub(crate) async fn pin_object(self: &Arc<Self>, id: ObjectId) -> Result<Placement, Error> {
+        for _ in 0..SPILL_ROUNDS {
+            let changed = self.store_changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let pinned = self.store.lock().pin(id)?;
+            match pinned {
+                Pin::Pinned(p) => return Ok(p),
+                Pin::Restoring => {
+                    let _ = tokio::time::timeout(SPILL_WAIT, changed).await;
+                    continue;
+                }
+                Pin::OnDisk => {}
+            }
+            self.restore(id).await?;
+        }
+        Err(Error::Protocol {
+            message: format!(
+                "object {id} could not be read back from disk after {SPILL_ROUNDS} attempts"
+            ),
+        })
+    }
+
+    /// Reads a spilled object back into memory, spilling others to make
+    /// room if needed.
+    async fn restore(self: &Arc<Self>, id: ObjectId) -> Result<(), Error> {
+        let begun = self.store.lock().begin_restore(id);
+        let at = match begun {
+            Ok(Some(at)) => at,
+            Ok(None) => return Ok(()), // in memory, or someone restores it
+            Err(e @ Error::ObjectStoreFull { .. }) => {
+                if self.make_room(e_size(&e)).await {
+                    return Ok(());
+                }
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
+        let node = self.clone();
+        let read =
+            tokio::task::spawn_blocking(move || node.config.spill.read(&node.segment, id, at))
+                .await
+                .unwrap_or_else(|e| Err(Error::io("restore a spilled object", e)));
+        if let Err(e) = &read {
+            tracing::warn!(object = %id, error = %e, "could not restore a spilled object");
+        }
+        let remove_file = self.store.lock().restore_done(id, read.is_ok());
+        if remove_file {
+            self.config.spill.remove(id);
+        }
+        self.store_changed.notify_waiters();
+        read
+    }
+
+    /// Spills enough least recently used objects to free `size` bytes, or
+    /// waits a little for spills under way. False if nothing was spilled
+    /// and nothing is under way: no room can be made.
+    async fn make_room(self: &Arc<Self>, size: u64) -> bool {
+        let changed = self.store_changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        if self.spill(ObjectTable::footprint(size)).await > 0 {
+            return true;
+        }
+        // Spills or restores by others may still free room.
+        tokio::time::timeout(SPILL_WAIT, changed).await.is_ok()
+    }
+
+    /// Spills objects to free at least `need` bytes; returns the bytes
+    /// freed.
+    async fn spill(self: &Arc<Self>, need: u64) -> u64 {
+        let picked = self.store.lock().pick_spills(need);
+        if picked.is_empty() {
+            return 0;
+        }
+        let node = self.clone();
+        let written = tokio::task::spawn_blocking(move || {
+            picked
+                .into_iter()
+                .map(|(id, at)| (id, at, node.config.spill.write(&node.segment, id, at)))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        let mut freed = 0;
+        let mut discard = Vec::new();
+        {
+            let mut store = self.store.lock();
+            for (id, at, result) in written {
+                if let Err(e) = &result {
+                    tracing::warn!(object = %id, error = %e, "could not spill an object");
+                }
+                match store.spill_done(id, result.is_ok()) {
+                    SpillOutcome::Spilled => freed += ObjectTable::footprint(at.size),
+                    SpillOutcome::Discard => discard.push(id),
+                }
+            }
+        }
+        for id in discard {
+            self.config.spill.remove(id);
+        }
+        self.store_changed.notify_waiters();
+        freed
+    }
+
+    /// Starts a spill pass in the background when the store is past the
+    /// spilling threshold, bringing it back under (one pass at a time).
+    pub(crate) fn spill_in_background(self: &Arc<Self>) {
+        let spill = &self.config.spill;
+        if !spill.enabled || !self.store.lock().above(spill.threshold, 0) {
+            return;
+        }
+        if self.background_spill.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let node = self.clone();
+        tokio::spawn(async move {
+            let need = node.store.lock().excess_over(node.config.spill.threshold);
+            node.spill(need).await;
+            node.background_spill.store(false, Ordering::SeqCst);
+        });
+    }
+
+    /// Deletes objects, and the spill files of those on disk.
+    pub(crate) fn delete_objects(&self, ids: Vec<ObjectId>) {
+        let on_disk: Vec<ObjectId> = {
+            let mut store = self.store.lock();
+            ids.into_iter().filter(|id| store.delete(*id)).collect()
+        };
+        for id in on_disk {
+            self.config.spill.remove(id);
+        }
+    }
+}
+
+fn e_size(e: &Error) -> u64 {
+    match e {
+        Error::ObjectStoreFull { requested, .. } => *requested,
+        _ => 0,
     }
 }
 

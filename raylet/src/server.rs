@@ -10,6 +10,7 @@
 use crate::node::{Job, Node, ReplyTo};
 use crate::scheduler::{Grantee, LeaseRequest};
 use parking_lot::Mutex;
+use prism_object_store::{Pin, Placement};
 use prism_protocol::error::{Error, Result};
 use prism_protocol::ids::{JobId, LeaseId, ObjectId, PlacementGroupId, WorkerId};
 use prism_protocol::messages::{
@@ -36,7 +37,8 @@ struct ClientHandler {
     node: Arc<Node>,
     conn_id: u64,
     role: Mutex<Role>,
-    pins: Mutex<HashMap<ObjectId, u64>>,
+    /// Objects this connection's process reads, with their pin counts.
+    pins: Arc<Mutex<HashMap<ObjectId, u64>>>,
 }
 
 pub(crate) fn handler(node: &Arc<Node>) -> Arc<dyn Handler> {
@@ -44,7 +46,7 @@ pub(crate) fn handler(node: &Arc<Node>) -> Arc<dyn Handler> {
         node: node.clone(),
         conn_id: NEXT_CONN.fetch_add(1, Ordering::Relaxed),
         role: Mutex::new(Role::Unregistered),
-        pins: Mutex::new(HashMap::new()),
+        pins: Arc::new(Mutex::new(HashMap::new())),
     })
 }
 
@@ -77,9 +79,10 @@ impl Handler for ClientHandler {
             R::RegisterWorker(r) => answer(self.handle_register_worker(conn, r)),
             R::ReturnLease(r) => answer(self.handle_return_lease(r.lease_id)),
             R::WorkerBlocked(r) => answer(self.handle_worker_blocked(r.blocked)),
-            R::CreateObject(r) => answer(self.handle_create_object(r.id, r.size)),
+            // Answered now, or once spilling made room or a restore ended.
+            R::CreateObject(r) => return self.handle_create_object(r.id, r.size, reply),
+            R::GetObject(r) => return self.handle_get_object(r.id, reply),
             R::SealObject(r) => answer(self.node.store.lock().seal(r.id)),
-            R::GetObject(r) => answer(self.handle_get_object(r.id)),
             R::ReleaseObject(r) => answer(self.handle_release_object(r.id)),
             R::DeleteObjects(r) => answer(self.handle_delete_objects(r.ids)),
             R::GetStoreStats(_) => answer(Ok(self.node.store.lock().stats())),
@@ -187,22 +190,53 @@ impl ClientHandler {
         Ok(())
     }
 
-    fn handle_create_object(&self, id: ObjectId, size: u64) -> Result<ObjectLocation> {
-        let placement = self.node.store.lock().create(id, size)?;
-        Ok(ObjectLocation {
-            offset: placement.offset,
-            size: placement.size,
-        })
+    fn handle_create_object(&self, id: ObjectId, size: u64, reply: ReplyTo) {
+        let now = self.node.store.lock().create(id, size);
+        let placement = match now {
+            Err(Error::ObjectStoreFull { .. }) if self.node.config.spill.enabled => {
+                let node = self.node.clone();
+                tokio::spawn(async move {
+                    let created = node.create_object(id, size).await;
+                    reply.send(Response::from_result(created.map(location)));
+                });
+                return;
+            }
+            Ok(p) => {
+                self.node.spill_in_background();
+                Ok(p)
+            }
+            other => other,
+        };
+        reply.send(Response::from_result(placement.map(location)));
     }
 
     /// Pins the object for this connection until it releases it or closes.
-    fn handle_get_object(&self, id: ObjectId) -> Result<ObjectLocation> {
-        let placement = self.node.store.lock().pin(id)?;
-        *self.pins.lock().entry(id).or_default() += 1;
-        Ok(ObjectLocation {
-            offset: placement.offset,
-            size: placement.size,
-        })
+    fn handle_get_object(&self, id: ObjectId, reply: ReplyTo) {
+        let now = self.node.store.lock().pin(id);
+        let placement = match now {
+            Ok(Pin::Pinned(p)) => Ok(p),
+            Ok(Pin::OnDisk | Pin::Restoring) => {
+                let (node, pins) = (self.node.clone(), self.pins.clone());
+                tokio::spawn(async move {
+                    let pinned = node.pin_object(id).await;
+                    if pinned.is_ok() {
+                        if reply.is_closed() {
+                            // Its reader left while it was restored.
+                            node.store.lock().unpin(id);
+                            return;
+                        }
+                        *pins.lock().entry(id).or_default() += 1;
+                    }
+                    reply.send(Response::from_result(pinned.map(location)));
+                });
+                return;
+            }
+            Err(e) => Err(e),
+        };
+        if placement.is_ok() {
+            *self.pins.lock().entry(id).or_default() += 1;
+        }
+        reply.send(Response::from_result(placement.map(location)));
     }
 
     fn handle_release_object(&self, id: ObjectId) -> Result<()> {
@@ -218,10 +252,7 @@ impl ClientHandler {
     }
 
     fn handle_delete_objects(&self, ids: Vec<ObjectId>) -> Result<()> {
-        let mut store = self.node.store.lock();
-        for id in ids {
-            store.delete(id);
-        }
+        self.node.delete_objects(ids);
         Ok(())
     }
 
@@ -252,4 +283,11 @@ impl ClientHandler {
 
 fn answer<T: Reply>(result: Result<T>) -> Response {
     Response::from_result(result)
+}
+
+fn location(p: Placement) -> ObjectLocation {
+    ObjectLocation {
+        offset: p.offset,
+        size: p.size,
+    }
 }

@@ -1,17 +1,118 @@
-//! A small object store fills up with a clear error and recovers when
-//! references are dropped.
+//! A store that fills: objects spill to disk and are read back intact; with
+//! spilling off, a clear error that recovers when references are dropped;
+//! bad spill settings fail `init` by name. Each test runs its own small
+//! cluster in a child process (one cluster per process).
 
+mod common;
+
+use common::{must, must_eventually, must_run_child};
 use prism::Error;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+const CHILD: &str = "PRISM_STORE_TEST_CHILD";
+
+/// Runs test `name` of this binary again in a child with `env`, and
+/// requires it to pass. True in the child, where the caller does the work.
+fn in_child(name: &str, env: &[(&str, &str)]) -> bool {
+    if std::env::var_os(CHILD).is_some() {
+        return true;
+    }
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", name, "--nocapture"])
+        .env(CHILD, "1");
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    must_run_child(name, &mut command, Duration::from_secs(120));
+    false
+}
+
+fn small_store() -> prism::Config {
+    prism::Config::default()
+        .num_cpus(1)
+        .object_store_memory(8 << 20)
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| seed.wrapping_add((i % 251) as u8))
+        .collect()
+}
+
+#[prism::remote]
+fn make_block(seed: u8, len: usize) -> Vec<u8> {
+    pattern(seed, len)
+}
+
+fn files_in(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0)
+}
+
 #[test]
-fn a_full_store_says_what_was_asked_and_what_is_used() {
-    prism::init(
-        prism::Config::default()
-            .num_cpus(1)
-            .object_store_memory(8 << 20),
-    )
-    .unwrap();
+fn objects_that_do_not_fit_are_spilled_to_disk_and_read_back_intact() {
+    let name = "objects_that_do_not_fit_are_spilled_to_disk_and_read_back_intact";
+    if !in_child(name, &[]) {
+        return;
+    }
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("prism-spill-test-{}", std::process::id()));
+    must(
+        prism::init(small_store().object_spill_dir(&dir)),
+        "a cluster with a small store starts",
+    );
+    // Five 3 MiB objects in an 8 MiB store: the older ones must spill.
+    let len = 3 << 20;
+    let mut refs: Vec<_> = (0..4u8)
+        .map(|seed| {
+            must(
+                prism::put(pattern(seed, len)),
+                "a put that does not fit spills others",
+            )
+        })
+        .collect();
+    refs.push(must(
+        make_block::remote(4, len),
+        "a task result goes to the store too",
+    ));
+    must(prism::get(&refs[4]), "the task ran");
+    let stats = prism::object_store_stats().unwrap();
+    assert!(
+        stats.spilled_total >= 2,
+        "older objects were spilled: {stats:?}"
+    );
+    assert!(files_in(&dir) >= 1, "spill files are in {}", dir.display());
+    for (seed, r) in refs.iter().enumerate() {
+        let value = must(prism::get(r), "a spilled object is read back");
+        assert!(
+            value == pattern(seed as u8, len),
+            "object {seed} came back changed"
+        );
+    }
+    let stats = prism::object_store_stats().unwrap();
+    assert!(
+        stats.restored_total >= 1,
+        "spilled objects were restored: {stats:?}"
+    );
+    // Freed objects take their files with them.
+    drop(refs);
+    must_eventually(
+        "spill files of freed objects are deleted",
+        Duration::from_secs(10),
+        || files_in(&dir) == 0,
+    );
+    prism::shutdown();
+    assert!(!dir.exists(), "the spill directory goes at shutdown");
+}
+
+#[test]
+fn with_spilling_off_a_full_store_says_what_was_asked_and_what_is_used() {
+    let name = "with_spilling_off_a_full_store_says_what_was_asked_and_what_is_used";
+    if !in_child(name, &[("PRISM_OBJECT_SPILLING", "false")]) {
+        return;
+    }
+    prism::init(small_store()).unwrap();
     let first = prism::put(vec![1u8; 6 << 20]).unwrap();
     let err = prism::put(vec![2u8; 6 << 20]).unwrap_err();
     match &err {
@@ -44,4 +145,22 @@ fn a_full_store_says_what_was_asked_and_what_is_used() {
         }
     }
     prism::shutdown();
+}
+
+#[test]
+fn bad_spill_settings_fail_init_naming_the_setting() {
+    let name = "bad_spill_settings_fail_init_naming_the_setting";
+    if !in_child(name, &[]) {
+        return;
+    }
+    let mut config = small_store();
+    config.object_spilling_threshold = 1.5;
+    let err = prism::init(config).unwrap_err();
+    assert!(
+        err.to_string().contains("object_spilling_threshold"),
+        "{err}"
+    );
+    let err =
+        prism::init(small_store().object_spill_dir("/proc/prism-cannot-write-here")).unwrap_err();
+    assert!(err.to_string().contains("object_spill_dir"), "{err}");
 }

@@ -217,6 +217,11 @@ async fn start_raylet(config: &Config) -> Result<Raylet> {
     raylet_config.worker_start_attempts = config.worker_start_attempts;
     raylet_config.removed_placement_groups_kept = config.removed_placement_groups_kept;
     raylet_config.object_store_warm_bytes = config.object_store_warm_bytes;
+    raylet_config.spill.enabled = config.object_spilling;
+    raylet_config.spill.threshold = config.object_spilling_threshold;
+    if let Some(dir) = &config.object_spill_dir {
+        raylet_config.spill.dir = dir.clone();
+    }
     if let Some(n) = config.max_workers_per_job {
         raylet_config.max_workers_per_job = n.max(1);
     }

@@ -1,0 +1,112 @@
+//! Spill files: one per spilled object, named by its id, in the node's
+//! spill directory. Plain blocking file I/O, called on blocking threads;
+//! the object table decides what is spilled and restored
+//! (`prism_object_store::ObjectTable::pick_spills`).
+
+use prism_object_store::{Placement, Segment};
+use prism_protocol::error::Error;
+use prism_protocol::ids::ObjectId;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+/// How a node spills objects.
+#[derive(Debug, Clone)]
+pub struct SpillConfig {
+    /// Whether objects are spilled at all (off: a full store is an error).
+    pub enabled: bool,
+    /// The store's fill level, as a fraction of its capacity, from which
+    /// unpinned objects are spilled in the background.
+    pub threshold: f64,
+    /// Where spill files go.
+    pub dir: PathBuf,
+}
+
+impl SpillConfig {
+    /// Checks the settings and makes the directory, naming what is wrong.
+    pub(crate) fn prepare(&self) -> Result<(), Error> {
+        if !(self.threshold > 0.0 && self.threshold <= 1.0) {
+            return Err(Error::invalid(
+                "object_spilling_threshold",
+                format!(
+                    "{}: give a fraction of the store in (0, 1], such as 0.8",
+                    self.threshold
+                ),
+            ));
+        }
+        if !self.enabled {
+            return Ok(());
+        }
+        let unusable = |e: std::io::Error| {
+            Error::invalid(
+                "object_spill_dir",
+                format!(
+                    "{} cannot hold spill files: {e}; give a writable directory, or turn \
+                     spilling off with object_spilling = false",
+                    self.dir.display()
+                ),
+            )
+        };
+        std::fs::create_dir_all(&self.dir).map_err(unusable)?;
+        let probe = self.dir.join(".prism-probe");
+        std::fs::write(&probe, b"ok").map_err(unusable)?;
+        let _ = std::fs::remove_file(probe);
+        Ok(())
+    }
+
+    fn path(&self, id: ObjectId) -> PathBuf {
+        self.dir.join(id.to_string())
+    }
+
+    /// Writes the object's bytes from the segment to its file.
+    pub(crate) fn write(
+        &self,
+        segment: &Segment,
+        id: ObjectId,
+        at: Placement,
+    ) -> Result<(), Error> {
+        let path = self.path(id);
+        let ptr = segment.ptr(at.offset, at.size)?;
+        // SAFETY: the range is in bounds (checked by `ptr`), and the object
+        // is sealed (immutable) and kept allocated while it is spilled.
+        let bytes = unsafe { std::slice::from_raw_parts(ptr, at.size as usize) };
+        let written = std::fs::File::create(&path).and_then(|mut f| f.write_all(bytes));
+        written.map_err(|e| {
+            let _ = std::fs::remove_file(&path);
+            Error::io(format!("spill object {id} to {}", path.display()), e)
+        })
+    }
+
+    /// Reads the object's file into its new range of the segment.
+    pub(crate) fn read(&self, segment: &Segment, id: ObjectId, at: Placement) -> Result<(), Error> {
+        let path = self.path(id);
+        let ptr = segment.ptr(at.offset, at.size)?;
+        // SAFETY: the range is in bounds and reserved for this restore: no
+        // one else writes or reads it until the table marks it restored.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(ptr, at.size as usize) };
+        std::fs::File::open(&path)
+            .and_then(|mut f| f.read_exact(bytes))
+            .map_err(|e| Error::io(format!("restore object {id} from {}", path.display()), e))
+    }
+
+    /// Removes an object's file (it was freed, restored, or discarded).
+    pub(crate) fn remove(&self, id: ObjectId) {
+        let _ = std::fs::remove_file(self.path(id));
+    }
+
+    /// Removes every spill file (the node is stopping).
+    pub(crate) fn remove_all(&self) {
+        if self.enabled {
+            remove_files_in(&self.dir);
+        }
+    }
+}
+
+fn remove_files_in(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let _ = std::fs::remove_file(entry.path());
+    }
+    let _ = std::fs::remove_dir(dir);
+}
