@@ -8,9 +8,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Every allocation starts on this boundary, so typed views of any primitive
-/// element type are aligned.
-pub const ALIGNMENT: u64 = 64;
+/// Every allocation starts on this boundary and takes a multiple of it: a
+/// page. Typed views of any primitive element type are aligned, and an
+/// object's whole footprint can be written to and read from a spill file
+/// with direct I/O (which moves whole aligned blocks). An object above the
+/// inline limit (100 KiB) loses under 4% to it.
+pub const ALIGNMENT: u64 = 4096;
 
 /// A best-fit range allocator with coalescing.
 #[derive(Debug)]
@@ -103,17 +106,17 @@ mod tests {
 
     #[test]
     fn freed_neighbours_merge_back_into_one_range() {
-        let mut a = Allocator::new(1024);
+        let mut a = Allocator::new(16 * ALIGNMENT);
         let x = a.allocate(100).unwrap();
-        let y = a.allocate(100).unwrap();
+        let y = a.allocate(ALIGNMENT + 1).unwrap();
         let z = a.allocate(100).unwrap();
-        assert_eq!((x, y, z), (0, 128, 256));
-        a.free(y, 100);
+        assert_eq!((x, y, z), (0, ALIGNMENT, 3 * ALIGNMENT));
+        a.free(y, ALIGNMENT + 1);
         a.free(x, 100);
         a.free(z, 100);
         assert_eq!(a.used(), 0);
         assert_eq!(
-            a.allocate(1024),
+            a.allocate(16 * ALIGNMENT),
             Some(0),
             "the whole space must be one range again"
         );
@@ -121,14 +124,14 @@ mod tests {
 
     #[test]
     fn allocation_fails_when_no_range_fits() {
-        let mut a = Allocator::new(256);
-        assert!(a.allocate(200).is_some());
+        let mut a = Allocator::new(4 * ALIGNMENT);
+        assert!(a.allocate(3 * ALIGNMENT + 1).is_some());
         assert!(a.allocate(64).is_none());
     }
 
     #[test]
     fn best_fit_reuses_the_lowest_hole_that_fits() {
-        let mut a = Allocator::new(4096);
+        let mut a = Allocator::new(4 * ALIGNMENT);
         let x = a.allocate(64).unwrap();
         let _y = a.allocate(64).unwrap();
         a.free(x, 64);

@@ -278,6 +278,12 @@ pub struct StoreStats {
     pub spilled_bytes_total: u64,
     /// Objects read back from spill files since the node started.
     pub restored_total: u64,
+    /// Bytes read back from spill files since the node started.
+    pub restored_bytes_total: u64,
+    /// Time spent writing spill files since the node started.
+    pub spill_write_nanos: u64,
+    /// Time spent reading spill files back since the node started.
+    pub restore_read_nanos: u64,
 }
 
 /// A request: its struct is its name on the wire, and `Reply` is what it is

@@ -28,7 +28,7 @@ use prism_protocol::messages::{
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -110,6 +110,9 @@ pub(crate) struct Node {
     store_changed: tokio::sync::Notify,
     /// Whether a background spill pass runs.
     background_spill: AtomicBool,
+    /// Time spent writing spill files and reading them back.
+    spill_write_nanos: AtomicU64,
+    restore_read_nanos: AtomicU64,
 }
 
 impl Node {
@@ -142,6 +145,8 @@ impl Node {
             config,
             store_changed: tokio::sync::Notify::new(),
             background_spill: AtomicBool::new(false),
+            spill_write_nanos: AtomicU64::new(0),
+            restore_read_nanos: AtomicU64::new(0),
         })
     }
 
@@ -563,10 +568,15 @@ impl Node {
             Err(e) => return Err(e),
         };
         let node = self.clone();
-        let read =
-            tokio::task::spawn_blocking(move || node.config.spill.read(&node.segment, id, at))
-                .await
-                .unwrap_or_else(|e| Err(Error::io("restore a spilled object", e)));
+        let read = tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            let read = node.config.spill.read(&node.segment, id, at);
+            let took = started.elapsed().as_nanos() as u64;
+            node.restore_read_nanos.fetch_add(took, Ordering::Relaxed);
+            read
+        })
+        .await
+        .unwrap_or_else(|e| Err(Error::io("restore a spilled object", e)));
         if let Err(e) = &read {
             tracing::warn!(object = %id, error = %e, "could not restore a spilled object");
         }
@@ -601,10 +611,14 @@ impl Node {
         }
         let node = self.clone();
         let written = tokio::task::spawn_blocking(move || {
-            picked
+            let started = Instant::now();
+            let written = picked
                 .into_iter()
                 .map(|(id, at)| (id, at, node.config.spill.write(&node.segment, id, at)))
-                .collect::<Vec<_>>()
+                .collect::<Vec<_>>();
+            node.spill_write_nanos
+                .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            written
         })
         .await
         .unwrap_or_default();
@@ -645,6 +659,14 @@ impl Node {
             node.spill(need).await;
             node.background_spill.store(false, Ordering::SeqCst);
         });
+    }
+
+    /// The store's figures, with the time its spill I/O took.
+    pub(crate) fn store_stats(&self) -> prism_protocol::messages::StoreStats {
+        let mut stats = self.store.lock().stats();
+        stats.spill_write_nanos = self.spill_write_nanos.load(Ordering::Relaxed);
+        stats.restore_read_nanos = self.restore_read_nanos.load(Ordering::Relaxed);
+        stats
     }
 
     /// Deletes objects, and the spill files of those on disk.

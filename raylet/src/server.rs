@@ -85,7 +85,7 @@ impl Handler for ClientHandler {
             R::SealObject(r) => answer(self.node.store.lock().seal(r.id)),
             R::ReleaseObject(r) => answer(self.handle_release_object(r.id)),
             R::DeleteObjects(r) => answer(self.handle_delete_objects(r.ids)),
-            R::GetStoreStats(_) => answer(Ok(self.node.store.lock().stats())),
+            R::GetStoreStats(_) => answer(Ok(self.node.store_stats())),
             R::CreateActor(r) => answer(self.handle_create_actor(r.spec)),
             R::GetNamedActor(r) => answer(self.node.get_named_actor(&r.name, &r.namespace)),
             R::KillActor(r) => answer(self.node.kill_actor(r.actor_id, r.no_restart)),

@@ -3,10 +3,11 @@
 //! the object table decides what is spilled and restored
 //! (`prism_object_store::ObjectTable::pick_spills`).
 
-use prism_object_store::{Placement, Segment};
+use prism_object_store::{ObjectTable, Placement, Segment};
 use prism_protocol::error::Error;
 use prism_protocol::ids::ObjectId;
 use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// How a node spills objects.
@@ -57,7 +58,9 @@ impl SpillConfig {
         self.dir.join(id.to_string())
     }
 
-    /// Writes the object's bytes from the segment to its file.
+    /// Writes the object's bytes from the segment to its file: its whole
+    /// footprint (a multiple of the store's page alignment) with direct
+    /// I/O, bypassing the page cache, where the file system allows it.
     pub(crate) fn write(
         &self,
         segment: &Segment,
@@ -65,11 +68,13 @@ impl SpillConfig {
         at: Placement,
     ) -> Result<(), Error> {
         let path = self.path(id);
-        let ptr = segment.ptr(at.offset, at.size)?;
-        // SAFETY: the range is in bounds (checked by `ptr`), and the object
-        // is sealed (immutable) and kept allocated while it is spilled.
-        let bytes = unsafe { std::slice::from_raw_parts(ptr, at.size as usize) };
-        let written = std::fs::File::create(&path).and_then(|mut f| f.write_all(bytes));
+        let len = ObjectTable::footprint(at.size);
+        let ptr = segment.ptr(at.offset, len)?;
+        // SAFETY: the range is in bounds (checked by `ptr`) and allocated to
+        // this object, which is sealed (immutable) and kept allocated while
+        // it is spilled.
+        let bytes = unsafe { std::slice::from_raw_parts(ptr, len as usize) };
+        let written = open_direct(&path, true).and_then(|mut f| f.write_all(bytes));
         written.map_err(|e| {
             let _ = std::fs::remove_file(&path);
             Error::io(format!("spill object {id} to {}", path.display()), e)
@@ -79,11 +84,12 @@ impl SpillConfig {
     /// Reads the object's file into its new range of the segment.
     pub(crate) fn read(&self, segment: &Segment, id: ObjectId, at: Placement) -> Result<(), Error> {
         let path = self.path(id);
-        let ptr = segment.ptr(at.offset, at.size)?;
+        let len = ObjectTable::footprint(at.size);
+        let ptr = segment.ptr(at.offset, len)?;
         // SAFETY: the range is in bounds and reserved for this restore: no
         // one else writes or reads it until the table marks it restored.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(ptr, at.size as usize) };
-        std::fs::File::open(&path)
+        let bytes = unsafe { std::slice::from_raw_parts_mut(ptr, len as usize) };
+        open_direct(&path, false)
             .and_then(|mut f| f.read_exact(bytes))
             .map_err(|e| Error::io(format!("restore object {id} from {}", path.display()), e))
     }
@@ -98,6 +104,26 @@ impl SpillConfig {
         if self.enabled {
             remove_files_in(&self.dir);
         }
+    }
+}
+
+/// Opens a spill file for writing (creating it) or reading, with
+/// `O_DIRECT` where the file system supports it (not tmpfs, for one), and
+/// without it elsewhere. Buffers and lengths are whole store pages, as
+/// direct I/O requires.
+fn open_direct(path: &Path, write: bool) -> std::io::Result<std::fs::File> {
+    let open = |flags: i32| {
+        let mut options = std::fs::OpenOptions::new();
+        if write {
+            options.write(true).create(true).truncate(true);
+        } else {
+            options.read(true);
+        }
+        options.custom_flags(flags).open(path)
+    };
+    match open(libc::O_DIRECT) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => open(0),
+        other => other,
     }
 }
 
