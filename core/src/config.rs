@@ -88,6 +88,17 @@ prism_config::table! {
     /// Where spill files go; `None` is `spill/` in the session directory.
     /// Files are deleted when their objects are freed and at shutdown.
     object_spill_dir: Option<PathBuf> = None;
+    /// The node's memory use (a fraction in (0, 1], of the machine's memory
+    /// or of the raylet's cgroup limit when it is lower) above which the
+    /// raylet stops the worker of the newest task, which then fails with
+    /// `WorkerDied` naming the memory in use and is retried like any worker
+    /// death. 0.95, as Ray: close to full, before the kernel's own
+    /// out-of-memory killer picks a process (perhaps the driver).
+    memory_usage_threshold: f64 = 0.95;
+    /// How often the memory monitor reads the node's memory; 0 turns it
+    /// off. 250 ms, as Ray: a task allocating at memory speed still gets
+    /// stopped before the machine is full.
+    memory_monitor_refresh_ms: u64 = 250;
     }
     extra {
         /// Custom resources this node offers (name to amount).

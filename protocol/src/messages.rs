@@ -332,6 +332,7 @@ replies! {
     Option<Bytes> => KvValue,
     bool => KvChanged,
     Vec<String> => KvKeys,
+    Option<String> => WorkerExit,
 }
 
 impl Reply for () {
@@ -480,6 +481,11 @@ services! {
             /// Its namespace.
             namespace: String,
         } => ActorInfo;
+        /// Why a worker process of this node exited, if the node knows yet.
+        WorkerExitReason {
+            /// The worker.
+            worker_id: WorkerId,
+        } => Option<String>;
         /// Kill an actor's process.
         KillActor {
             /// The actor.
@@ -665,6 +671,8 @@ pub enum Response {
     KvChanged(bool),
     /// Keys of the key-value table.
     KvKeys(Vec<String>),
+    /// Why a worker exited (`None`: not known yet).
+    WorkerExit(Option<String>),
 }
 
 impl Response {

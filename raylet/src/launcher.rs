@@ -64,6 +64,9 @@ pub(crate) struct ProcessLauncher {
 
 impl Launcher for ProcessLauncher {
     fn launch(&self, launch: WorkerLaunch, on_exit: OnExit) -> Result<u32, String> {
+        if let Some(e) = crate::faults::injected("worker_start") {
+            return Err(e.to_string());
+        }
         let WorkerLaunch {
             worker,
             job,

@@ -17,14 +17,17 @@
 #![warn(missing_docs, missing_debug_implementations)]
 
 mod actors;
+mod faults;
 mod kv;
 mod launcher;
+mod memory;
 mod node;
 mod resources;
 mod scheduler;
 mod server;
 mod spill;
 
+pub use memory::MemoryMonitorConfig;
 pub use resources::{Allocation, NodeResources};
 pub use spill::SpillConfig;
 
@@ -64,6 +67,8 @@ pub struct RayletConfig {
     pub object_store_warm_bytes: u64,
     /// Spilling objects to disk when the store fills.
     pub spill: SpillConfig,
+    /// Stopping task workers before the node runs out of memory.
+    pub memory_monitor: MemoryMonitorConfig,
 }
 
 impl RayletConfig {
@@ -81,6 +86,10 @@ impl RayletConfig {
             worker_start_attempts: 3,
             removed_placement_groups_kept: 10_000,
             object_store_warm_bytes: 128 << 20,
+            memory_monitor: MemoryMonitorConfig {
+                threshold: 0.95,
+                refresh: std::time::Duration::from_millis(250),
+            },
             spill: SpillConfig {
                 enabled: true,
                 threshold: 0.8,
@@ -109,7 +118,9 @@ impl Raylet {
             std::fs::create_dir_all(dir)
                 .map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
         }
+        faults::configure()?;
         config.spill.prepare()?;
+        config.memory_monitor.check()?;
         let socket = sockets.join("raylet.sock");
         let node_id = NodeId::new();
         let segment =
@@ -139,6 +150,7 @@ impl Raylet {
                 }
             }
         });
+        node.start_memory_monitor();
         tracing::info!(socket = %socket.display(), node = %node.node_id, "raylet started");
         Ok(Raylet {
             node,

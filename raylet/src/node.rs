@@ -86,6 +86,33 @@ pub(crate) struct Control {
     actors: ActorTable<ReplyTo>,
     jobs: HashMap<JobId, Job>,
     links: HashMap<WorkerId, WorkerLink>,
+    exits: ExitLog,
+}
+
+/// Why recent workers exited, for callers that saw one vanish (the last
+/// [`EXITS_KEPT`]). The first reason recorded stays: a kill's reason is
+/// recorded before the kill, the exit status after it.
+#[derive(Debug, Default)]
+struct ExitLog {
+    order: std::collections::VecDeque<WorkerId>,
+    reasons: HashMap<WorkerId, String>,
+}
+
+const EXITS_KEPT: usize = 4096;
+
+impl ExitLog {
+    fn record(&mut self, worker: WorkerId, reason: String) {
+        if self.reasons.contains_key(&worker) {
+            return;
+        }
+        self.order.push_back(worker);
+        self.reasons.insert(worker, reason);
+        while self.order.len() > EXITS_KEPT {
+            if let Some(old) = self.order.pop_front() {
+                self.reasons.remove(&old);
+            }
+        }
+    }
 }
 
 /// Process work decided under the lock, done after it is released.
@@ -139,6 +166,7 @@ impl Node {
                 actors: ActorTable::default(),
                 jobs: HashMap::new(),
                 links: HashMap::new(),
+                exits: ExitLog::default(),
             }),
             segment,
             launcher,
@@ -238,6 +266,10 @@ impl Node {
                     .job_of(actor)
                     .is_some_and(|job| c.jobs.contains_key(&job));
                 match c.actors.lost(actor, reason, job_runs) {
+                    Lost::Restart(_) if crate::faults::injected("actor_restart").is_some() => {
+                        let why = "its restart failed (fail point actor_restart)".to_string();
+                        answer_actor_waiters(c.actors.died(actor, why));
+                    }
                     Lost::Restart(spec) => c.scheduler.request_lease(actor_lease(&spec)),
                     Lost::Dead(answers) => answer_actor_waiters(answers),
                 }
@@ -287,6 +319,7 @@ impl Node {
         tracing::debug!(%worker, %reason, "worker exited");
         self.control(|c| {
             c.links.remove(&worker);
+            c.exits.record(worker, reason.clone());
             c.scheduler.worker_exited(worker, reason);
         });
     }
@@ -658,6 +691,60 @@ impl Node {
             let need = node.store.lock().excess_over(node.config.spill.threshold);
             node.spill(need).await;
             node.background_spill.store(false, Ordering::SeqCst);
+        });
+    }
+
+    /// Why a worker exited, if known.
+    pub(crate) fn worker_exit_reason(&self, worker: WorkerId) -> Option<String> {
+        self.state.lock().exits.reasons.get(&worker).cloned()
+    }
+
+    /// Reads the node's memory every `refresh` and, above the threshold,
+    /// stops the worker of the newest task lease, recording why so that
+    /// its caller's error says so (the task is retried like any other
+    /// worker death).
+    pub(crate) fn start_memory_monitor(self: &Arc<Self>) {
+        let watch = self.config.memory_monitor.clone();
+        if watch.refresh.is_zero() {
+            return;
+        }
+        let node = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(watch.refresh);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                tick.tick().await;
+                let Some(node) = node.upgrade() else {
+                    return;
+                };
+                let Some(memory) = crate::memory::read() else {
+                    continue;
+                };
+                if memory.fraction() <= watch.threshold {
+                    continue;
+                }
+                let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+                let reason = format!(
+                    "stopped by the memory monitor: the node's memory use, {:.2} GiB of \
+                     {:.2} GiB ({:.1}%), passed memory_usage_threshold = {}; the newest \
+                     task is stopped first",
+                    gib(memory.used),
+                    gib(memory.total),
+                    memory.fraction() * 100.0,
+                    watch.threshold
+                );
+                let victim = node.control(|c| {
+                    let victim = c.scheduler.newest_task_worker();
+                    if let Some((worker, _)) = victim {
+                        c.exits.record(worker, reason.clone());
+                    }
+                    victim
+                });
+                if let Some((worker, pid)) = victim {
+                    tracing::warn!(%worker, pid, %reason, "stopping a task worker");
+                    node.kill(vec![pid]);
+                }
+            }
         });
     }
 

@@ -82,12 +82,16 @@ impl Handler for ClientHandler {
             // Answered now, or once spilling made room or a restore ended.
             R::CreateObject(r) => return self.handle_create_object(r.id, r.size, reply),
             R::GetObject(r) => return self.handle_get_object(r.id, reply),
-            R::SealObject(r) => answer(self.node.store.lock().seal(r.id)),
+            R::SealObject(r) => answer(match crate::faults::injected("object_seal") {
+                Some(e) => Err(e),
+                None => self.node.store.lock().seal(r.id),
+            }),
             R::ReleaseObject(r) => answer(self.handle_release_object(r.id)),
             R::DeleteObjects(r) => answer(self.handle_delete_objects(r.ids)),
             R::GetStoreStats(_) => answer(Ok(self.node.store_stats())),
             R::CreateActor(r) => answer(self.handle_create_actor(r.spec)),
             R::GetNamedActor(r) => answer(self.node.get_named_actor(&r.name, &r.namespace)),
+            R::WorkerExitReason(r) => answer(Ok(self.node.worker_exit_reason(r.worker_id))),
             R::KillActor(r) => answer(self.node.kill_actor(r.actor_id, r.no_restart)),
             R::ExitActor(r) => answer(self.node.exit_actor(r.actor_id)),
             R::GetClusterResources(_) => answer(self.handle_get_cluster_resources()),
@@ -128,6 +132,9 @@ impl ClientHandler {
     }
 
     fn handle_request_lease(&self, shape: ResourceSet, bundle: Option<BundleRef>, reply: ReplyTo) {
+        if let Some(e) = crate::faults::injected("lease_grant") {
+            return reply.send(Response::Error(e));
+        }
         let job = match self.job() {
             Ok(job) => job,
             Err(e) => return reply.send(Response::Error(e)),

@@ -67,6 +67,9 @@ impl SpillConfig {
         id: ObjectId,
         at: Placement,
     ) -> Result<(), Error> {
+        if let Some(e) = crate::faults::injected("spill_write") {
+            return Err(e);
+        }
         let path = self.path(id);
         let len = ObjectTable::footprint(at.size);
         let ptr = segment.ptr(at.offset, len)?;
@@ -83,6 +86,9 @@ impl SpillConfig {
 
     /// Reads the object's file into its new range of the segment.
     pub(crate) fn read(&self, segment: &Segment, id: ObjectId, at: Placement) -> Result<(), Error> {
+        if let Some(e) = crate::faults::injected("restore_read") {
+            return Err(e);
+        }
         let path = self.path(id);
         let len = ObjectTable::footprint(at.size);
         let ptr = segment.ptr(at.offset, len)?;

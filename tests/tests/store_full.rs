@@ -1,6 +1,8 @@
-//! A store that fills: objects spill to disk and are read back intact; with
-//! spilling off, a clear error that recovers when references are dropped;
-//! bad spill settings fail `init` by name. Each test runs its own small
+//! A node under pressure. A store that fills: objects spill to disk and are
+//! read back intact; with spilling off, a clear error that recovers when
+//! references are dropped; bad spill settings fail `init` by name. Memory
+//! past its threshold: the memory monitor stops the newest task, which
+//! fails (after its retries) saying why. Each test runs its own small
 //! cluster in a child process (one cluster per process).
 
 mod common;
@@ -163,4 +165,41 @@ fn bad_spill_settings_fail_init_naming_the_setting() {
     let err =
         prism::init(small_store().object_spill_dir("/proc/prism-cannot-write-here")).unwrap_err();
     assert!(err.to_string().contains("object_spill_dir"), "{err}");
+}
+
+#[prism::remote]
+fn linger(ms: u64) -> u32 {
+    std::thread::sleep(Duration::from_millis(ms));
+    std::process::id()
+}
+
+#[test]
+fn past_the_memory_threshold_the_newest_task_is_stopped_and_its_error_says_why() {
+    let name = "past_the_memory_threshold_the_newest_task_is_stopped_and_its_error_says_why";
+    // Any machine is past a threshold of 0.01%: every task gets stopped.
+    let env = [
+        ("PRISM_MEMORY_USAGE_THRESHOLD", "0.0001"),
+        ("PRISM_MEMORY_MONITOR_REFRESH_MS", "20"),
+    ];
+    if !in_child(name, &env) {
+        return;
+    }
+    must(prism::init(small_store()), "a cluster starts");
+    let once_retried = prism::TaskOptions::new().max_retries(1);
+    let task = linger::remote_with(once_retried, 20_000).unwrap();
+    let err = prism::get_timeout(&task, Duration::from_secs(60)).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(&err, Error::WorkerDied { reason, .. } if reason.contains("memory monitor")),
+        "{text}"
+    );
+    assert!(text.contains("memory_usage_threshold = 0.0001"), "{text}");
+    assert!(
+        text.contains("attempt 1"),
+        "it was retried once first: {text}"
+    );
+    // The driver and the raylet were not touched.
+    let value = must(prism::put(vec![5u8; 1 << 20]), "the node still serves puts");
+    assert_eq!(prism::get(&value).unwrap().len(), 1 << 20);
+    prism::shutdown();
 }

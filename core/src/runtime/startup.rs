@@ -217,6 +217,8 @@ async fn start_raylet(config: &Config) -> Result<Raylet> {
     raylet_config.worker_start_attempts = config.worker_start_attempts;
     raylet_config.removed_placement_groups_kept = config.removed_placement_groups_kept;
     raylet_config.object_store_warm_bytes = config.object_store_warm_bytes;
+    raylet_config.memory_monitor.threshold = config.memory_usage_threshold;
+    raylet_config.memory_monitor.refresh = Duration::from_millis(config.memory_monitor_refresh_ms);
     raylet_config.spill.enabled = config.object_spilling;
     raylet_config.spill.threshold = config.object_spilling_threshold;
     if let Some(dir) = &config.object_spill_dir {

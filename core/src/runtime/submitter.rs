@@ -21,7 +21,9 @@ use crate::config::Config;
 use crate::Error;
 use parking_lot::Mutex;
 use prism_protocol::ids::{LeaseId, WorkerId};
-use prism_protocol::messages::{BundleRef, PushTask, RequestLease, ReturnLease, ReturnObject};
+use prism_protocol::messages::{
+    BundleRef, PushTask, RequestLease, ReturnLease, ReturnObject, WorkerExitReason,
+};
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::Connection;
 use std::collections::{HashMap, VecDeque};
@@ -214,20 +216,49 @@ impl TaskSubmitter {
         self: &Arc<Self>,
         shape: SchedulingKey,
         worker: LeasedWorker,
-        mut task: Submission,
+        task: Submission,
         outcome: Result<ReturnObject, Error>,
     ) {
-        let worker_died = matches!(outcome, Err(Error::Disconnected { .. }));
-        let result = match outcome {
-            Ok(ret) => Ok(ret),
-            Err(Error::Disconnected { .. }) => Err(Error::WorkerDied {
+        if !matches!(outcome, Err(Error::Disconnected { .. })) {
+            return self.settle_task(shape, worker, task, outcome, false);
+        }
+        // The worker died: ask the raylet why (it knows when it stopped
+        // the worker itself, as the memory monitor does), off the reader
+        // task.
+        let this = self.clone();
+        self.rt.spawn(async move {
+            let known = this
+                .raylet
+                .request(WorkerExitReason {
+                    worker_id: worker.worker_id,
+                })
+                .await
+                .ok()
+                .flatten();
+            let reason = known.unwrap_or_else(|| {
+                "the connection to the worker closed mid-task (the process exited or was killed)"
+                    .into()
+            });
+            let died = Error::WorkerDied {
                 function: task.spec.function.clone(),
                 worker: worker.worker_id,
                 pid: worker.pid,
-                reason: "the connection to the worker closed mid-task (the process exited or was killed)".into(),
-            }),
-            Err(e) => Err(e),
-        };
+                reason,
+            };
+            this.settle_task(shape, worker, task, Err(died), true);
+        });
+    }
+
+    /// Finishes or retries a task once its outcome is known, and gives its
+    /// worker the shape's next task (unless the worker died).
+    fn settle_task(
+        self: &Arc<Self>,
+        shape: SchedulingKey,
+        worker: LeasedWorker,
+        mut task: Submission,
+        result: Result<ReturnObject, Error>,
+        worker_died: bool,
+    ) {
         let retry = match &result {
             Err(e) => task.retry_after(e),
             Ok(_) => false,

@@ -113,6 +113,8 @@ struct Lease {
     lent: Option<ResourceSet>,
     /// The bundle (group, index) it was drawn from.
     bundle: Option<(PlacementGroupId, usize)>,
+    /// When it was granted.
+    granted_at: Instant,
 }
 
 #[derive(Debug)]
@@ -426,6 +428,7 @@ impl<R> Scheduler<R> {
                 holder,
                 lent: None,
                 bundle,
+                granted_at: Instant::now(),
             },
         );
         self.out.push(Decision::Granted {
@@ -604,6 +607,18 @@ impl<R> Scheduler<R> {
             }
         }
         self.schedule();
+    }
+
+    /// The worker of the most recently granted task lease (not an actor's),
+    /// with its pid: the one the memory monitor stops first, as its task
+    /// has run the shortest and loses the least work.
+    pub(crate) fn newest_task_worker(&self) -> Option<(WorkerId, u32)> {
+        self.leases
+            .values()
+            .filter(|l| l.holder.is_some())
+            .max_by_key(|l| l.granted_at)
+            .and_then(|l| Some((l.worker, self.workers.get(&l.worker)?.pid)))
+            .filter(|(_, pid)| *pid != 0)
     }
 
     /// Counts a failed start of one of `job`'s workers; the last allowed

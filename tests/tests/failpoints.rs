@@ -1,0 +1,168 @@
+//! Injected faults (the raylet's fail points; build with
+//! `--features failpoints`): each test turns one on with `FAILPOINTS` in a
+//! child process running its own cluster, and checks that the fault gives
+//! the caller a clear error, or is recovered from, with nothing else lost.
+#![cfg(feature = "failpoints")]
+
+mod common;
+
+use common::{must, must_run_child};
+use prism::{ActorOptions, Error, TaskOptions};
+use std::time::Duration;
+
+const CHILD: &str = "PRISM_FAULT_TEST_CHILD";
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Runs test `name` again in a child with `FAILPOINTS=failpoints`; true
+/// in the child.
+fn in_child(name: &str, failpoints: &str) -> bool {
+    if std::env::var_os(CHILD).is_some() {
+        return true;
+    }
+    must_run_child(
+        name,
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--nocapture"])
+            .env(CHILD, "1")
+            .env("FAILPOINTS", failpoints),
+        Duration::from_secs(120),
+    );
+    false
+}
+
+fn small_cluster() -> prism::Config {
+    prism::Config::default()
+        .num_cpus(1)
+        .object_store_memory(8 << 20)
+}
+
+#[prism::remote]
+fn square(x: i64) -> i64 {
+    x * x
+}
+
+#[prism::actor(max_restarts = 3)]
+struct Phoenix;
+
+#[prism::actor]
+impl Phoenix {
+    fn new() -> Self {
+        Phoenix
+    }
+
+    fn pid(&self) -> u32 {
+        std::process::id()
+    }
+}
+
+fn mentions(err: &Error, point: &str) -> bool {
+    err.to_string().contains(&format!("fail point {point}")) || err.to_string().contains(point)
+}
+
+#[test]
+fn a_worker_that_cannot_start_fails_its_tasks_naming_why() {
+    let name = "a_worker_that_cannot_start_fails_its_tasks_naming_why";
+    if !in_child(name, "worker_start=return") {
+        return;
+    }
+    let err = match prism::init(small_cluster()) {
+        Err(e) => e,
+        Ok(()) => prism::get_timeout(&square::remote(3).unwrap(), LIMIT).unwrap_err(),
+    };
+    assert!(mentions(&err, "worker_start"), "{err}");
+}
+
+#[test]
+fn a_refused_lease_fails_its_task_and_the_next_one_runs() {
+    let name = "a_refused_lease_fails_its_task_and_the_next_one_runs";
+    if !in_child(name, "lease_grant=1*return") {
+        return;
+    }
+    must(prism::init(small_cluster()), "a cluster starts");
+    let err = prism::get_timeout(&square::remote(3).unwrap(), LIMIT).unwrap_err();
+    assert!(mentions(&err, "lease_grant"), "{err}");
+    assert_eq!(
+        prism::get_timeout(&square::remote(4).unwrap(), LIMIT).unwrap(),
+        16
+    );
+    prism::shutdown();
+}
+
+#[test]
+fn a_seal_that_fails_fails_the_put_and_leaves_the_store_usable() {
+    let name = "a_seal_that_fails_fails_the_put_and_leaves_the_store_usable";
+    if !in_child(name, "object_seal=1*return") {
+        return;
+    }
+    must(prism::init(small_cluster()), "a cluster starts");
+    let err = prism::put(vec![1u8; 1 << 20]).unwrap_err();
+    assert!(mentions(&err, "object_seal"), "{err}");
+    let r = must(prism::put(vec![2u8; 1 << 20]), "the next put works");
+    assert_eq!(prism::get(&r).unwrap()[0], 2);
+    prism::shutdown();
+}
+
+#[test]
+fn a_spill_that_cannot_be_written_keeps_the_object_and_reports_a_full_store() {
+    let name = "a_spill_that_cannot_be_written_keeps_the_object_and_reports_a_full_store";
+    if !in_child(name, "spill_write=return") {
+        return;
+    }
+    must(prism::init(small_cluster()), "a cluster starts");
+    let kept = must(prism::put(vec![7u8; 6 << 20]), "the first put fits");
+    let err = prism::put(vec![8u8; 6 << 20]).unwrap_err();
+    assert!(matches!(err, Error::ObjectStoreFull { .. }), "{err}");
+    assert_eq!(
+        prism::get(&kept).unwrap()[100],
+        7,
+        "the object whose spill failed is intact"
+    );
+    prism::shutdown();
+}
+
+#[test]
+fn a_spill_file_that_cannot_be_read_back_fails_the_get_and_is_kept() {
+    let name = "a_spill_file_that_cannot_be_read_back_fails_the_get_and_is_kept";
+    if !in_child(name, "restore_read=1*return") {
+        return;
+    }
+    must(prism::init(small_cluster()), "a cluster starts");
+    let first = must(prism::put(vec![1u8; 5 << 20]), "the first put fits");
+    let second = must(
+        prism::put(vec![2u8; 5 << 20]),
+        "the second spills the first",
+    );
+    let err = prism::get(&first).unwrap_err();
+    assert!(mentions(&err, "restore_read"), "{err}");
+    assert_eq!(prism::get(&second).unwrap()[0], 2);
+    assert_eq!(
+        prism::get(&first).unwrap()[0],
+        1,
+        "the spill file was kept: a later get reads it back"
+    );
+    prism::shutdown();
+}
+
+#[test]
+fn an_actor_whose_restart_fails_dies_naming_why() {
+    let name = "an_actor_whose_restart_fails_dies_naming_why";
+    if !in_child(name, "actor_restart=return") {
+        return;
+    }
+    must(prism::init(small_cluster()), "a cluster starts");
+    let actor = Phoenix::remote_with(ActorOptions::new()).unwrap();
+    let pid = prism::get(&actor.pid().unwrap()).unwrap();
+    common::kill(pid);
+    let err = prism::get_timeout(&actor.pid().unwrap(), LIMIT).unwrap_err();
+    assert!(
+        matches!(&err, Error::ActorDied { reason, .. } if reason.contains("actor_restart")),
+        "{err}"
+    );
+    // Tasks are unaffected.
+    let once = TaskOptions::new().max_retries(0);
+    assert_eq!(
+        prism::get_timeout(&square::remote_with(once, 5).unwrap(), LIMIT).unwrap(),
+        25
+    );
+    prism::shutdown();
+}
