@@ -282,3 +282,31 @@ pub fn must_run_child(what: &str, command: &mut Command, limit: Duration) -> Exi
     );
     status
 }
+
+/// Set in a test's child process by [`in_own_process`].
+const OWN_PROCESS: &str = "PRISM_TEST_OWN_PROCESS";
+
+/// Runs test `name` of the current test binary again in a child process
+/// with `env` set, and requires it to pass within `limit`: for tests that
+/// need a cluster of their own (one cluster per process) or settings read
+/// at start-up. Returns true in the child, where the test does its work,
+/// and false in the parent once the child passed.
+///
+/// # Panics
+///
+/// In the parent, if the child fails or runs past `limit`.
+pub fn in_own_process(name: &str, env: &[(&str, &str)], limit: Duration) -> bool {
+    if std::env::var_os(OWN_PROCESS).is_some() {
+        return true;
+    }
+    let exe = must(std::env::current_exe(), "the test binary must be known");
+    let mut command = Command::new(exe);
+    command
+        .args(["--exact", name, "--nocapture"])
+        .env(OWN_PROCESS, "1");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    must_run_child(name, &mut command, limit);
+    false
+}

@@ -6,28 +6,20 @@
 
 mod common;
 
-use common::{must, must_run_child};
+use common::{in_own_process, must};
 use prism::{ActorOptions, Error, TaskOptions};
 use std::time::Duration;
 
-const CHILD: &str = "PRISM_FAULT_TEST_CHILD";
 const LIMIT: Duration = Duration::from_secs(60);
 
-/// Runs test `name` again in a child with `FAILPOINTS=failpoints`; true
-/// in the child.
+/// Runs test `name` in a child process of its own with
+/// `FAILPOINTS=failpoints`.
 fn in_child(name: &str, failpoints: &str) -> bool {
-    if std::env::var_os(CHILD).is_some() {
-        return true;
-    }
-    must_run_child(
+    in_own_process(
         name,
-        std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", name, "--nocapture"])
-            .env(CHILD, "1")
-            .env("FAILPOINTS", failpoints),
+        &[("FAILPOINTS", failpoints)],
         Duration::from_secs(120),
-    );
-    false
+    )
 }
 
 fn small_cluster() -> prism::Config {

@@ -7,28 +7,14 @@
 
 mod common;
 
-use common::{must, must_eventually, must_run_child};
+use common::{in_own_process, must, must_eventually};
 use prism::Error;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-const CHILD: &str = "PRISM_STORE_TEST_CHILD";
-
-/// Runs test `name` of this binary again in a child with `env`, and
-/// requires it to pass. True in the child, where the caller does the work.
+/// Runs test `name` in a child process of its own, with `env`.
 fn in_child(name: &str, env: &[(&str, &str)]) -> bool {
-    if std::env::var_os(CHILD).is_some() {
-        return true;
-    }
-    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
-    command
-        .args(["--exact", name, "--nocapture"])
-        .env(CHILD, "1");
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    must_run_child(name, &mut command, Duration::from_secs(120));
-    false
+    in_own_process(name, env, Duration::from_secs(120))
 }
 
 fn small_store() -> prism::Config {
