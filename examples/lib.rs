@@ -1,6 +1,7 @@
 //! Runnable Prism programs; see the `[[example]]` entries of this package:
 //! `cargo run --release --example quickstart`, `pi`, `pipeline`,
-//! `microbenchmark`, `scaling`. This library holds what the benchmarks share.
+//! `microbenchmark`, `scaling`, `recovery`, `spill`, `chaos`. This library
+//! holds what the benchmarks share.
 
 /// Reading process facts from `/proc`, for the memory figures.
 pub mod proc_stats {

@@ -415,6 +415,31 @@ async fn wait_ready(
     ready
 }
 
+/// Failures this process recovered from by trying again, since it started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RetryStats {
+    /// Task attempts made again after a worker died (or, with
+    /// `retry_exceptions`, after the task's own error).
+    pub task_retries: u64,
+    /// Actor calls sent again to a restarted actor (`max_task_retries`).
+    pub actor_call_retries: u64,
+}
+
+/// What this process (a driver, or a worker for the tasks it submits)
+/// retried since it started.
+///
+/// ```
+/// // A process that retried nothing yet.
+/// assert_eq!(prism::retry_stats(), prism::RetryStats::default());
+/// ```
+pub fn retry_stats() -> RetryStats {
+    let (task_retries, actor_call_retries) = crate::runtime::objects::retries();
+    RetryStats {
+        task_retries,
+        actor_call_retries,
+    }
+}
+
 /// Usage of this node's object store.
 pub fn object_store_stats() -> Result<StoreStats> {
     let core = current()?;

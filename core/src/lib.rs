@@ -132,8 +132,8 @@ pub use actor::{
 };
 pub use api::{
     cluster_resources, get, get_async, get_many, get_many_async, get_many_timeout, get_timeout,
-    get_view, init, is_initialized, object_store_stats, put, put_async, put_ref, runtime_context,
-    shutdown, wait, wait_async, RuntimeContext, WaitResult,
+    get_view, init, is_initialized, object_store_stats, put, put_async, put_ref, retry_stats,
+    runtime_context, shutdown, wait, wait_async, RetryStats, RuntimeContext, WaitResult,
 };
 pub use codec::Arg;
 pub use codec::Element;

@@ -117,15 +117,20 @@ impl ObjectTable {
     /// Reserves room for a new object.
     pub fn create(&mut self, id: ObjectId, size: u64) -> Result<Placement, Error> {
         if let Some(existing) = self.objects.get(&id) {
-            // Creating twice (a retried request) is harmless until sealed.
-            if let (false, Residence::Memory(p)) = (existing.sealed, existing.residence) {
-                if p.size == size {
-                    return Ok(p);
-                }
+            let busy = existing.pins > 0
+                || existing.spilling
+                || matches!(existing.residence, Residence::Restoring(_));
+            if busy {
+                return Err(Error::Protocol {
+                    message: format!("object {id} already exists in the store and is being read"),
+                });
             }
-            return Err(Error::Protocol {
-                message: format!("object {id} already exists in the store"),
-            });
+            // An earlier attempt of the task that makes this object died
+            // before its owner heard back, leaving a copy (written or not)
+            // that nobody has read: the new attempt replaces it. (A spill
+            // file it left is overwritten if the new copy spills, and
+            // removed at shutdown otherwise.)
+            self.remove(id);
         }
         let Some(offset) = self.allocator.allocate(size) else {
             return Err(self.full(size));
@@ -470,5 +475,25 @@ mod tests {
             Err(Error::ObjectStoreFull { .. })
         ));
         assert!(t.above(0.5, 0) && !t.above(0.9, 0));
+    }
+
+    #[test]
+    fn a_retried_task_replaces_the_copy_its_dead_attempt_left() {
+        let mut t = ObjectTable::new(1 << 20);
+        let id = ObjectId::new();
+        t.create(id, 5000).unwrap();
+        // The first attempt sealed (or not) and died; the retry's output
+        // has another size.
+        t.seal(id).unwrap();
+        let p = t.create(id, 9000).unwrap();
+        assert_eq!(p.size, 9000);
+        assert_eq!(t.stats().num_objects, 1);
+        assert_eq!(t.stats().used_bytes, ObjectTable::footprint(9000));
+        t.seal(id).unwrap();
+        assert!(matches!(t.pin(id).unwrap(), Pin::Pinned(_)));
+        assert!(
+            t.create(id, 10).is_err(),
+            "a copy being read is not replaced"
+        );
     }
 }

@@ -42,6 +42,17 @@ pub(crate) struct Submission {
     pub(crate) failures: Vec<String>,
 }
 
+/// Attempts this process made again: tasks, and actor calls sent again to
+/// a restarted actor.
+static TASK_RETRIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static ACTOR_CALL_RETRIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// What this process retried since it started: (tasks, actor calls).
+pub(crate) fn retries() -> (u64, u64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    (TASK_RETRIES.load(Relaxed), ACTOR_CALL_RETRIES.load(Relaxed))
+}
+
 impl Submission {
     /// A call that is not retried.
     pub(crate) fn new(spec: TaskSpec, held: Vec<ObjectId>) -> Self {
@@ -90,6 +101,11 @@ impl Submission {
         if self.retries_left > 0 {
             self.retries_left -= 1;
         }
+        let counter = match error {
+            Error::ActorUnavailable { .. } => &ACTOR_CALL_RETRIES,
+            _ => &TASK_RETRIES,
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.failures.push(error.to_string());
         true
     }
