@@ -26,6 +26,18 @@ pub trait Actor: Send + Sync + 'static {
     type Handle: From<ActorRef> + Clone;
     /// Options declared on the struct's attribute.
     fn default_options() -> ActorOptions;
+    /// Whether its state can be checkpointed (`#[prism::actor(checkpoint)]`).
+    const CHECKPOINTABLE: bool = false;
+    /// Encodes a state for a checkpoint; `None` if the class cannot.
+    #[doc(hidden)]
+    fn snapshot(_state: &(dyn std::any::Any + Send + Sync)) -> Option<Result<Vec<u8>, String>> {
+        None
+    }
+    /// Decodes a checkpoint; `None` if the class cannot.
+    #[doc(hidden)]
+    fn restore(_bytes: &[u8]) -> Option<Result<Box<dyn std::any::Any + Send + Sync>, String>> {
+        None
+    }
 }
 
 /// An untyped reference to an actor; typed handles wrap it.
@@ -137,6 +149,23 @@ pub fn create_actor<A: Actor>(
     let core = current()?;
     let args = args.into_iter().collect::<Result<Vec<_>>>()?;
     let options = options.into_wire(&core.config.namespace)?;
+    let checkpoints = options.checkpoint_every > 0 || options.checkpoint_interval_ms > 0;
+    if checkpoints && !A::CHECKPOINTABLE {
+        return Err(Error::invalid(
+            "checkpoint_every",
+            format!(
+                "actor {} cannot be checkpointed: mark its struct #[prism::actor(checkpoint)] \
+                 and derive Serialize and Deserialize for it",
+                A::CLASS
+            ),
+        ));
+    }
+    if checkpoints && options.max_concurrency != 1 {
+        return Err(Error::invalid(
+            "checkpoint_every",
+            "checkpoints need max_concurrency 1: a state is saved between two calls",
+        ));
+    }
     let may_restart = options.max_restarts != 0;
     if options.placement.is_none() {
         core.check_feasible(&options.resources)?;
@@ -295,4 +324,53 @@ fn kill_actor(actor_id: ActorId, no_restart: bool) -> Result<()> {
 /// ```
 pub fn exit_actor() -> Result<()> {
     current()?.executor.request_exit()
+}
+
+/// Saves the calling actor's state once the running method returns (the
+/// actor must be `#[prism::actor(checkpoint)]` and created with
+/// `checkpoint_every` or `checkpoint_interval`). The state is also saved
+/// on those schedules; each save replaces the last, in the node's
+/// key-value table, before the call that triggered it answers.
+///
+/// When a checkpointed actor's process dies and it restarts, it resumes
+/// from its latest checkpoint instead of running its constructor:
+///
+/// - every call that answered before the checkpoint is in the state;
+/// - calls that answered after it are lost: their callers have their
+///   results, but their effects on the state are gone;
+/// - the call that was running when the process died, and the calls
+///   queued behind it, run again on the restored state (within
+///   `max_task_retries` for the one that may have been running).
+///
+/// ```no_run
+/// use serde::{Deserialize, Serialize};
+///
+/// #[prism::actor(checkpoint, max_restarts = -1)]
+/// #[derive(Serialize, Deserialize)]
+/// struct Ledger {
+///     entries: Vec<u64>,
+/// }
+///
+/// #[prism::actor]
+/// impl Ledger {
+///     fn new() -> Self {
+///         Ledger { entries: Vec::new() }
+///     }
+///     fn commit(&mut self, x: u64) -> prism::Result<usize> {
+///         self.entries.push(x);
+///         prism::checkpoint_actor()?;
+///         Ok(self.entries.len())
+///     }
+/// }
+///
+/// fn main() -> prism::Result<()> {
+///     prism::init(prism::Config::default())?;
+///     let options = prism::ActorOptions::new().checkpoint_every(100);
+///     let ledger = Ledger::remote_with(options)?;
+///     assert_eq!(prism::get(&ledger.commit(7)?)?, 1);
+///     Ok(())
+/// }
+/// ```
+pub fn checkpoint_actor() -> Result<()> {
+    current()?.executor.request_checkpoint()
 }

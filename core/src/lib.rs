@@ -128,7 +128,8 @@ pub mod private;
 pub use private as __private;
 
 pub use actor::{
-    exit_actor, get_actor, get_actor_in, kill, kill_allow_restart, Actor, ActorHandle, ActorRef,
+    checkpoint_actor, exit_actor, get_actor, get_actor_in, kill, kill_allow_restart, Actor,
+    ActorHandle, ActorRef,
 };
 pub use api::{
     cluster_resources, get, get_async, get_many, get_many_async, get_many_timeout, get_timeout,

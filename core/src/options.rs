@@ -151,6 +151,8 @@ pub struct ActorOptions {
     /// `None`: 0, as Ray.
     max_task_retries: Option<i64>,
     detached: bool,
+    checkpoint_every: Option<u32>,
+    checkpoint_interval: Option<std::time::Duration>,
 }
 
 impl Default for ActorOptions {
@@ -164,6 +166,8 @@ impl Default for ActorOptions {
             max_restarts: None,
             max_task_retries: None,
             detached: false,
+            checkpoint_every: None,
+            checkpoint_interval: None,
         }
     }
 }
@@ -245,6 +249,23 @@ impl ActorOptions {
         self
     }
 
+    /// Saves the actor's state after every `n` calls, so that a restart
+    /// resumes from it instead of running the constructor (the struct must
+    /// be `#[prism::actor(checkpoint)]`). See
+    /// [`checkpoint_actor`](crate::checkpoint_actor) for what a restart
+    /// keeps and loses.
+    pub fn checkpoint_every(mut self, n: u32) -> Self {
+        self.checkpoint_every = Some(n);
+        self
+    }
+
+    /// Saves the actor's state after a call once `interval` has passed
+    /// since the last save (as [`checkpoint_every`](Self::checkpoint_every)).
+    pub fn checkpoint_interval(mut self, interval: std::time::Duration) -> Self {
+        self.checkpoint_interval = Some(interval);
+        self
+    }
+
     /// Fills in fields not set here from `defaults` (the struct's attribute).
     pub fn or(mut self, defaults: ActorOptions) -> Self {
         self.name = self.name.or(defaults.name);
@@ -253,6 +274,8 @@ impl ActorOptions {
         self.max_restarts = self.max_restarts.or(defaults.max_restarts);
         self.max_task_retries = self.max_task_retries.or(defaults.max_task_retries);
         self.detached |= defaults.detached;
+        self.checkpoint_every = self.checkpoint_every.or(defaults.checkpoint_every);
+        self.checkpoint_interval = self.checkpoint_interval.or(defaults.checkpoint_interval);
         if self.max_concurrency == 1 {
             self.max_concurrency = defaults.max_concurrency;
         }
@@ -280,6 +303,11 @@ impl ActorOptions {
             max_restarts,
             max_task_retries,
             detached: self.detached,
+            checkpoint_every: self.checkpoint_every.unwrap_or(0),
+            checkpoint_interval_ms: self
+                .checkpoint_interval
+                .map(|d| d.as_millis().max(1) as u64)
+                .unwrap_or(0),
             name: self.name,
             namespace: self
                 .namespace

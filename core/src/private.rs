@@ -113,3 +113,22 @@ pub fn submit_task<R>(
 pub fn enter_worker_mode_if_requested() {
     crate::runtime::startup::enter_worker_if_requested();
 }
+
+/// Encodes an actor's state for a checkpoint.
+pub fn encode_state<A: Serialize + 'static>(
+    state: &(dyn Any + Send + Sync),
+) -> std::result::Result<Vec<u8>, String> {
+    let state = state
+        .downcast_ref::<A>()
+        .ok_or_else(|| "the actor's state is not of its class".to_string())?;
+    rmp_serde::to_vec_named(state).map_err(|e| format!("cannot encode the actor's state: {e}"))
+}
+
+/// Decodes an actor's state from a checkpoint.
+pub fn decode_state<A: serde::de::DeserializeOwned + Send + Sync + 'static>(
+    bytes: &[u8],
+) -> std::result::Result<Box<dyn Any + Send + Sync>, String> {
+    let state: A = rmp_serde::from_slice(bytes)
+        .map_err(|e| format!("cannot decode the actor's checkpoint: {e}"))?;
+    Ok(Box::new(state))
+}

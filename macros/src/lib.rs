@@ -21,6 +21,7 @@ struct Options {
     max_concurrency: Option<syn::Expr>,
     max_restarts: Option<syn::Expr>,
     max_task_retries: Option<syn::Expr>,
+    checkpoint: bool,
     num_cpus: Option<syn::Expr>,
     num_gpus: Option<syn::Expr>,
     resources: Vec<(LitStr, syn::Expr)>,
@@ -40,6 +41,7 @@ fn parse_options(attr: TokenStream, allow_actor: bool) -> syn::Result<Options> {
             "num_gpus" => o.num_gpus = Some(meta.value()?.parse()?),
             "namespace" if allow_actor => o.namespace = Some(meta.value()?.parse()?),
             "max_concurrency" if allow_actor => o.max_concurrency = Some(meta.value()?.parse()?),
+            "checkpoint" if allow_actor => o.checkpoint = true,
             "max_restarts" if allow_actor => o.max_restarts = Some(meta.value()?.parse()?),
             "max_task_retries" if allow_actor => o.max_task_retries = Some(meta.value()?.parse()?),
             "resource" => {
@@ -52,7 +54,7 @@ fn parse_options(attr: TokenStream, allow_actor: bool) -> syn::Result<Options> {
             }
             _ => {
                 let known = if allow_actor {
-                    "name, namespace, max_concurrency, max_restarts, max_task_retries, num_cpus, num_gpus, resource(\"name\", amount)"
+                    "name, namespace, max_concurrency, max_restarts, max_task_retries, checkpoint, num_cpus, num_gpus, resource(\"name\", amount)"
                 } else {
                     "name, num_cpus, num_gpus, resource(\"name\", amount)"
                 };
@@ -269,7 +271,8 @@ fn expand_remote(options: Options, func: ItemFn) -> syn::Result<Tokens> {
 ///
 /// On the struct, options set creation defaults: `name = "..."`,
 /// `namespace = "..."`, `max_concurrency = 4`, `max_restarts = 3`,
-/// `max_task_retries = 1`, `num_cpus = 1`,
+/// `max_task_retries = 1`, `checkpoint` (its state can be checkpointed: the
+/// struct must derive `Serialize` and `Deserialize`), `num_cpus = 1`,
 /// `num_gpus = 1`, `resource("custom", 1.0)`. On the `impl` block, the
 /// associated function `new` is the constructor, and every method taking
 /// `&self` or `&mut self` can be called remotely through the handle.
@@ -311,6 +314,26 @@ fn expand_actor_struct(o: Options, s: ItemStruct) -> Tokens {
     }
     let class = ident.to_string();
     let doc = format!("A handle on a remote [`{ident}`] actor; its methods call the actor.");
+    let checkpoint = if o.checkpoint {
+        quote! {
+            const CHECKPOINTABLE: bool = true;
+            fn snapshot(
+                state: &(dyn ::core::any::Any + ::core::marker::Send + ::core::marker::Sync),
+            ) -> ::core::option::Option<::core::result::Result<::std::vec::Vec<u8>, ::std::string::String>> {
+                ::core::option::Option::Some(::prism::__private::encode_state::<Self>(state))
+            }
+            fn restore(
+                bytes: &[u8],
+            ) -> ::core::option::Option<::core::result::Result<
+                ::std::boxed::Box<dyn ::core::any::Any + ::core::marker::Send + ::core::marker::Sync>,
+                ::std::string::String,
+            >> {
+                ::core::option::Option::Some(::prism::__private::decode_state::<Self>(bytes))
+            }
+        }
+    } else {
+        quote! {}
+    };
     quote! {
         #s
 
@@ -338,6 +361,7 @@ fn expand_actor_struct(o: Options, s: ItemStruct) -> Tokens {
             fn default_options() -> ::prism::ActorOptions {
                 ::prism::ActorOptions::new() #(#calls)*
             }
+            #checkpoint
         }
     }
 }
@@ -513,6 +537,8 @@ fn expand_actor_impl(imp: ItemImpl) -> syn::Result<Tokens> {
                 name: <#self_ty as ::prism::Actor>::CLASS,
                 construct,
                 dispatch,
+                snapshot: <#self_ty as ::prism::Actor>::snapshot,
+                restore: <#self_ty as ::prism::Actor>::restore,
             }
         };
     })

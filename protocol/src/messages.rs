@@ -119,6 +119,17 @@ pub struct ActorOptions {
     pub max_task_retries: i64,
     /// Outlives its job's driver (Ray's `lifetime="detached"`).
     pub detached: bool,
+    /// Save its state after every this many calls (0: not by count).
+    pub checkpoint_every: u32,
+    /// Save its state after a call once this long has passed since the
+    /// last save (0: not by time).
+    pub checkpoint_interval_ms: u64,
+}
+
+/// The key-value table key under which an actor's latest checkpoint is
+/// kept (removed when the actor is dead for good).
+pub fn actor_checkpoint_key(actor: ActorId) -> String {
+    format!("prism/actor-checkpoint/{actor}")
 }
 
 /// A bundle of a placement group that a task or actor is scheduled into.

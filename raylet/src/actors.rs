@@ -313,6 +313,8 @@ mod tests {
                 max_restarts,
                 max_task_retries: 0,
                 detached: false,
+                checkpoint_every: 0,
+                checkpoint_interval_ms: 0,
             },
             owner: String::new(),
             job: JobId::new(),

@@ -269,9 +269,13 @@ impl Node {
                     Lost::Restart(_) if crate::faults::injected("actor_restart").is_some() => {
                         let why = "its restart failed (fail point actor_restart)".to_string();
                         answer_actor_waiters(c.actors.died(actor, why));
+                        self.forget_checkpoint(actor);
                     }
                     Lost::Restart(spec) => c.scheduler.request_lease(actor_lease(&spec)),
-                    Lost::Dead(answers) => answer_actor_waiters(answers),
+                    Lost::Dead(answers) => {
+                        answer_actor_waiters(answers);
+                        self.forget_checkpoint(actor);
+                    }
                 }
             }
             Decision::StartWorker {
@@ -476,6 +480,7 @@ impl Node {
                 return Ok(worker.and_then(|w| c.scheduler.worker(w)).map(|w| w.pid));
             }
             answer_actor_waiters(c.actors.died(actor, "killed by prism::kill".into()));
+            self.forget_checkpoint(actor);
             match worker {
                 None => {
                     c.scheduler.cancel_actor(actor);
@@ -498,7 +503,15 @@ impl Node {
             .died(actor, "it ended itself with prism::exit_actor".into());
         drop(control);
         answer_actor_waiters(answers);
+        self.forget_checkpoint(actor);
         Ok(())
+    }
+
+    /// Drops the checkpoint of an actor that is dead for good.
+    fn forget_checkpoint(&self, actor: ActorId) {
+        self.kv
+            .lock()
+            .delete(&prism_protocol::messages::actor_checkpoint_key(actor));
     }
 
     /// Answers with a group's state: now, or once it is not pending, or

@@ -444,3 +444,77 @@ fn an_actor_that_calls_exit_actor_answers_that_call_then_ends_without_restart() 
         "{outside}"
     );
 }
+
+/// A counter whose state survives restarts through checkpoints.
+#[prism::actor(checkpoint, max_restarts = -1, max_task_retries = 1)]
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Tally {
+    count: u32,
+}
+
+#[prism::actor]
+impl Tally {
+    fn new() -> Self {
+        Tally { count: 0 }
+    }
+
+    fn add(&mut self) -> u32 {
+        self.count += 1;
+        self.count
+    }
+
+    /// Adds one and asks for a checkpoint.
+    fn add_and_save(&mut self) -> prism::Result<u32> {
+        self.count += 1;
+        prism::checkpoint_actor()?;
+        Ok(self.count)
+    }
+
+    fn pid(&self) -> u32 {
+        std::process::id()
+    }
+}
+
+#[test]
+fn a_checkpointed_actor_resumes_from_its_latest_checkpoint_after_a_crash() {
+    let c = cluster();
+    let every_call = ActorOptions::new().checkpoint_every(1);
+    let tally = Tally::remote_with(every_call).unwrap();
+    for expected in 1..=3 {
+        assert_eq!(prism::get(&tally.add().unwrap()).unwrap(), expected);
+    }
+    c.kill_worker(prism::get(&tally.pid().unwrap()).unwrap(), LIMIT);
+    assert_eq!(
+        prism::get_timeout(&tally.add().unwrap(), LIMIT).unwrap(),
+        4,
+        "the restarted actor resumed from its checkpoint, not its constructor"
+    );
+
+    // Saved only when a method asks: a call after the save is lost.
+    let rarely = ActorOptions::new().checkpoint_every(1000);
+    let tally = Tally::remote_with(rarely).unwrap();
+    prism::get(&tally.add().unwrap()).unwrap();
+    assert_eq!(prism::get(&tally.add_and_save().unwrap()).unwrap(), 2);
+    assert_eq!(prism::get(&tally.add().unwrap()).unwrap(), 3);
+    c.kill_worker(prism::get(&tally.pid().unwrap()).unwrap(), LIMIT);
+    assert_eq!(
+        prism::get_timeout(&tally.add().unwrap(), LIMIT).unwrap(),
+        3,
+        "the state is the checkpoint's (2): the call after it was lost"
+    );
+}
+
+#[test]
+fn checkpoints_need_a_checkpointable_class_and_run_inside_a_checkpointed_actor() {
+    cluster();
+    let err = Counter::remote_with(ActorOptions::new().checkpoint_every(5)).unwrap_err();
+    assert!(
+        err.to_string().contains("#[prism::actor(checkpoint)]"),
+        "{err}"
+    );
+    let err = prism::checkpoint_actor().unwrap_err();
+    assert!(err.to_string().contains("outside an actor"), "{err}");
+    let plain = Tally::remote().unwrap();
+    let err = prism::get(&plain.add_and_save().unwrap()).unwrap_err();
+    assert!(err.to_string().contains("checkpoint_every"), "{err}");
+}

@@ -39,8 +39,8 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use prism_protocol::ids::{ActorId, WorkerId};
 use prism_protocol::messages::{
-    ActorCall, ActorSpec, ArgSpec, BecomeActor, ExecutorRequest, ExitActor, ObjectValue, PushTask,
-    Response, ReturnObject, TaskSpec,
+    actor_checkpoint_key, ActorCall, ActorSpec, ArgSpec, BecomeActor, ExecutorRequest, ExitActor,
+    KvGet, KvPut, ObjectValue, PushTask, Response, ReturnObject, TaskSpec,
 };
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
@@ -65,11 +65,24 @@ struct MailItem {
 
 struct ActorInstance {
     actor_id: ActorId,
+    /// When its state is saved, if it is checkpointed.
+    checkpoints: Option<Arc<Mutex<Checkpoints>>>,
     class: &'static ActorClass,
     cell: Arc<ActorCell>,
     /// Actors with `max_concurrency` above 1: their call threads and the
     /// permits bounding their async calls.
     concurrent: Option<Concurrent>,
+}
+
+/// When a checkpointed actor's state is saved: after every `every` calls,
+/// after the first call once `interval` has passed, or after a call that
+/// asked (`prism::checkpoint_actor`).
+struct Checkpoints {
+    every: u32,
+    interval: Option<std::time::Duration>,
+    calls: u32,
+    last: std::time::Instant,
+    key: String,
 }
 
 /// How an actor with `max_concurrency` above 1 runs calls.
@@ -156,6 +169,8 @@ pub(crate) struct Executor {
     next_seq: Mutex<HashMap<WorkerId, u64>>,
     raylet: Connection,
     exit: AtomicU8,
+    /// The running method asked for a checkpoint.
+    checkpoint_asked: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Executor {
@@ -184,6 +199,77 @@ impl Executor {
             next_seq: Mutex::new(HashMap::new()),
             raylet,
             exit: AtomicU8::new(RUNNING),
+            checkpoint_asked: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// The hosted actor's method asks for its state to be saved once it
+    /// returns.
+    pub(crate) fn request_checkpoint(&self) -> Result<()> {
+        let actor = self.actor.lock();
+        match actor.as_ref() {
+            None => Err(Error::invalid(
+                "checkpoint_actor",
+                "called outside an actor's method; only an actor can checkpoint itself",
+            )),
+            Some(a) if a.checkpoints.is_none() => Err(Error::invalid(
+                "checkpoint_actor",
+                format!(
+                    "actor {} was not created with checkpoints: give it \
+                     ActorOptions::checkpoint_every or checkpoint_interval",
+                    a.class.name
+                ),
+            )),
+            Some(_) => {
+                self.checkpoint_asked.store(true, Ordering::SeqCst);
+                Ok(())
+            }
+        }
+    }
+
+    /// After a call of a checkpointed actor, on its executor thread: saves
+    /// its state to the node's key-value table when one is due. The call's
+    /// caller hears back only after that, so a call that answered before a
+    /// checkpoint is in it.
+    fn checkpoint_if_due(&self, class: &ActorClass, cell: &ActorCell, policy: &Mutex<Checkpoints>) {
+        let key = {
+            let mut p = policy.lock();
+            p.calls += 1;
+            let asked = self.checkpoint_asked.swap(false, Ordering::SeqCst);
+            let by_count = p.every > 0 && p.calls >= p.every;
+            let by_time = p.interval.is_some_and(|i| p.last.elapsed() >= i);
+            if !(asked || by_count || by_time) {
+                return;
+            }
+            p.calls = 0;
+            p.last = std::time::Instant::now();
+            p.key.clone()
+        };
+        let encoded = {
+            let state = cell.blocking_read();
+            (class.snapshot)(&**state)
+        };
+        let bytes = match encoded {
+            Some(Ok(bytes)) => bytes,
+            Some(Err(e)) => return tracing::warn!(error = %e, "checkpoint not taken"),
+            None => return,
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let raylet = self.raylet.clone();
+        self.rt.spawn(async move {
+            let saved = raylet
+                .request(KvPut {
+                    key,
+                    value: Bytes::from(bytes),
+                    overwrite: true,
+                })
+                .await;
+            let _ = tx.send(saved);
+        });
+        match rx.recv_timeout(std::time::Duration::from_secs(10)) {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "checkpoint not saved"),
+            Err(_) => tracing::warn!("checkpoint not saved within 10 s"),
         }
     }
 
@@ -480,11 +566,27 @@ impl Executor {
 
     async fn become_actor(self: &Arc<Self>, spec: ActorSpec) -> Result<()> {
         let class = registry::find_class(&spec.class).ok_or_else(|| self.unknown(&spec.class))?;
-        let args = self.fetch_args(spec.args.clone()).await?;
-        let construct = class.construct;
-        let created = match tokio::task::spawn_blocking(move || construct(args)).await {
-            Ok(r) => r,
-            Err(e) => Err(registry::panic_error(e)),
+        let checkpointed =
+            spec.options.checkpoint_every > 0 || spec.options.checkpoint_interval_ms > 0;
+        let key = actor_checkpoint_key(spec.actor_id);
+        let saved = match checkpointed {
+            true => self.raylet.request(KvGet { key: key.clone() }).await?,
+            false => None,
+        };
+        let created = match saved.map(|bytes| (class.restore)(&bytes)) {
+            Some(Some(Ok(state))) => {
+                tracing::info!(actor = %spec.actor_id, "actor restored from its latest checkpoint");
+                Ok(state)
+            }
+            Some(Some(Err(e))) => Err(CallError::Runtime(Error::invalid("checkpoint", e))),
+            _ => {
+                let args = self.fetch_args(spec.args.clone()).await?;
+                let construct = class.construct;
+                match tokio::task::spawn_blocking(move || construct(args)).await {
+                    Ok(r) => r,
+                    Err(e) => Err(registry::panic_error(e)),
+                }
+            }
         };
         let failed = |message: String| Error::ActorCreationFailed {
             actor_id: spec.actor_id,
@@ -506,8 +608,19 @@ impl Executor {
             permits: Arc::new(Semaphore::new(concurrency)),
         });
         tracing::info!(actor = %spec.actor_id, class = %spec.class, concurrency, "actor constructed");
+        let checkpoints = checkpointed.then(|| {
+            Arc::new(Mutex::new(Checkpoints {
+                every: spec.options.checkpoint_every,
+                interval: (spec.options.checkpoint_interval_ms > 0)
+                    .then(|| std::time::Duration::from_millis(spec.options.checkpoint_interval_ms)),
+                calls: 0,
+                last: std::time::Instant::now(),
+                key,
+            }))
+        });
         *self.actor.lock() = Some(ActorInstance {
             actor_id: spec.actor_id,
+            checkpoints,
             class,
             cell,
             concurrent,
@@ -541,6 +654,7 @@ impl Executor {
             return;
         }
         let (class, cell) = (instance.class, instance.cell.clone());
+        let checkpoints = instance.checkpoints.clone();
         drop(actor);
         let exec = self.clone();
         let posted = self.post(Box::new(move || {
@@ -548,7 +662,7 @@ impl Executor {
                 item.conn.respond(item.request, refused);
                 return;
             }
-            let result = exec.build_actor_call(class, cell, &item.spec, |exec, args| {
+            let result = exec.build_actor_call(class, cell.clone(), &item.spec, |exec, args| {
                 exec.fetch_args_here(args)
             });
             let result = match result {
@@ -556,6 +670,9 @@ impl Executor {
                 Err(e) => Err(CallError::Runtime(e)),
             };
             let response = exec.finish_here(&item.spec, result);
+            if let Some(policy) = &checkpoints {
+                exec.checkpoint_if_due(class, &cell, policy);
+            }
             let exiting = exec.announce_exit_blocking();
             item.conn.respond(item.request, response);
             if exiting {

@@ -59,7 +59,20 @@ pub struct ActorClass {
     pub construct: fn(Args) -> std::result::Result<Box<dyn Any + Send + Sync>, CallError>,
     /// Builds a method call; `None` for an unknown method.
     pub dispatch: fn(Arc<ActorCell>, &str, Args) -> Option<Invocation>,
+    /// Encodes a state for a checkpoint; `None` if the class cannot.
+    pub snapshot: Snapshot,
+    /// Decodes a checkpoint; `None` if the class cannot.
+    pub restore: Restore,
 }
+
+/// An actor state, type-erased.
+pub type State = Box<dyn Any + Send + Sync>;
+
+/// Encodes an actor's state for a checkpoint (`None`: the class cannot).
+pub type Snapshot = fn(&(dyn Any + Send + Sync)) -> Option<std::result::Result<Vec<u8>, String>>;
+
+/// Decodes an actor's checkpoint (`None`: the class cannot).
+pub type Restore = fn(&[u8]) -> Option<std::result::Result<State, String>>;
 
 /// Every `#[prism::remote]` function in the binary.
 #[linkme::distributed_slice]
