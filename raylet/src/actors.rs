@@ -258,6 +258,20 @@ impl<R> ActorTable<R> {
         self.actors.get(&actor).map(|e| e.spec.job)
     }
 
+    /// The live actors that process `owner` created and that end with it
+    /// (all but detached ones).
+    pub(crate) fn owned_by(&self, owner: &str) -> Vec<ActorId> {
+        self.actors
+            .iter()
+            .filter(|(_, e)| {
+                e.spec.owner == owner
+                    && !e.spec.options.detached
+                    && !matches!(e.info.state, ActorState::Dead(_))
+            })
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
     /// `job`'s detached actors that are not dead.
     pub(crate) fn detached_of(&self, job: JobId) -> HashSet<ActorId> {
         self.actors

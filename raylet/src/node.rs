@@ -321,11 +321,37 @@ impl Node {
 
     fn worker_exited(self: &Arc<Self>, worker: WorkerId, reason: String) {
         tracing::debug!(%worker, %reason, "worker exited");
-        self.control(|c| {
+        let kills = self.control(|c| {
+            let address = c.scheduler.worker(worker).and_then(|w| w.address.clone());
             c.links.remove(&worker);
             c.exits.record(worker, reason.clone());
-            c.scheduler.worker_exited(worker, reason);
+            c.scheduler.worker_exited(worker, reason.clone());
+            let Some(address) = address else {
+                return Vec::new();
+            };
+            let why = format!(
+                "its owner (the process that created it, worker {worker}) exited: {reason}"
+            );
+            self.end_owned_actors(c, &address, &why)
         });
+        self.kill(kills);
+    }
+
+    /// Ends the actors that the process at `owner` created (all but
+    /// detached ones), as Ray's actors share their owner's fate; returns
+    /// the pids to kill once the lock is released.
+    fn end_owned_actors(&self, c: &mut Control, owner: &str, why: &str) -> Vec<u32> {
+        let mut pids = Vec::new();
+        for actor in c.actors.owned_by(owner) {
+            let worker = c.actors.worker_of(actor).ok().flatten();
+            answer_actor_waiters(c.actors.died(actor, why.to_string()));
+            self.forget_checkpoint(actor);
+            match worker.and_then(|w| c.scheduler.worker(w)) {
+                Some(w) => pids.push(w.pid),
+                None => c.scheduler.cancel_actor(actor),
+            }
+        }
+        pids
     }
 
     /// Records a driver and prestarts its workers. They are forked here,
@@ -380,12 +406,21 @@ impl Node {
 
     /// Stops workers beyond the prestarted pool that have been idle for
     /// `idle_worker_timeout` (a burst of tasks can grow the pool).
+    /// Workers that created live actors are kept: their actors would end
+    /// with them.
     pub(crate) fn reap_idle_workers(&self) {
-        let victims = self
-            .state
-            .lock()
-            .scheduler
-            .idle_workers_to_stop(Instant::now());
+        let victims: Vec<u32> = {
+            let c = self.state.lock();
+            c.scheduler
+                .idle_workers_to_stop(Instant::now())
+                .into_iter()
+                .filter(|(id, _)| {
+                    let address = c.scheduler.worker(*id).and_then(|w| w.address.as_deref());
+                    address.is_none_or(|a| c.actors.owned_by(a).is_empty())
+                })
+                .map(|(_, pid)| pid)
+                .collect()
+        };
         for pid in victims {
             tracing::debug!(pid, "stopping an idle worker beyond the pool size");
             self.launcher.kill(pid);

@@ -518,3 +518,27 @@ fn checkpoints_need_a_checkpointable_class_and_run_inside_a_checkpointed_actor()
     let err = prism::get(&plain.add_and_save().unwrap()).unwrap_err();
     assert!(err.to_string().contains("checkpoint_every"), "{err}");
 }
+
+/// Creates a Log actor from a task and returns it with this worker's pid.
+#[prism::remote]
+fn make_owned_log() -> (ActorHandle<Log>, u32) {
+    let log = Log::remote().expect("a task can create an actor");
+    prism::get(&log.append(0, 0).expect("call")).expect("the actor answers");
+    (log, std::process::id())
+}
+
+#[test]
+fn an_actor_ends_with_the_process_that_created_it() {
+    let c = cluster();
+    let (log, owner) = prism::get(&make_owned_log::remote().unwrap()).unwrap();
+    assert_eq!(prism::get(&log.append(1, 1).unwrap()).unwrap(), 2);
+    c.kill_worker(owner, LIMIT);
+    let err = must_fail(
+        prism::get_timeout(&log.append(1, 2).unwrap(), LIMIT),
+        "an actor whose creator died must be gone",
+    );
+    assert!(
+        matches!(&err, Error::ActorDied { reason, .. } if reason.contains("its owner")),
+        "{err}"
+    );
+}

@@ -654,16 +654,16 @@ impl<R> Scheduler<R> {
     /// Idle workers beyond each job's prestarted pool that have been idle
     /// for `idle_worker_timeout` at `now`: their pids, to be stopped. The
     /// most recently used are kept.
-    pub(crate) fn idle_workers_to_stop(&self, now: Instant) -> Vec<u32> {
+    pub(crate) fn idle_workers_to_stop(&self, now: Instant) -> Vec<(WorkerId, u32)> {
         let mut kept: HashMap<JobId, usize> = HashMap::new();
-        let mut idle: Vec<&Worker> = self
+        let mut idle: Vec<(&WorkerId, &Worker)> = self
             .workers
-            .values()
-            .filter(|w| w.usage == WorkerUse::Idle)
+            .iter()
+            .filter(|(_, w)| w.usage == WorkerUse::Idle)
             .collect();
-        idle.sort_by_key(|w| std::cmp::Reverse(w.idle_since));
+        idle.sort_by_key(|(_, w)| std::cmp::Reverse(w.idle_since));
         let mut victims = Vec::new();
-        for w in idle {
+        for (id, w) in idle {
             let n = kept.entry(w.job).or_default();
             let pool = match self.jobs.get(&w.job) {
                 Some(j) if !j.retired => self.limits.prestart_workers,
@@ -674,7 +674,7 @@ impl<R> Scheduler<R> {
             {
                 *n += 1;
             } else {
-                victims.push(w.pid);
+                victims.push((*id, w.pid));
             }
         }
         victims
