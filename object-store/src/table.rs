@@ -84,6 +84,8 @@ pub struct ObjectTable {
     spilled_bytes_total: u64,
     restored_total: u64,
     restored_bytes_total: u64,
+    /// Objects whose every copy is gone, with why, until deleted.
+    lost: HashMap<ObjectId, String>,
 }
 
 impl ObjectTable {
@@ -97,6 +99,7 @@ impl ObjectTable {
             spilled_bytes_total: 0,
             restored_total: 0,
             restored_bytes_total: 0,
+            lost: HashMap::new(),
         }
     }
 
@@ -179,6 +182,10 @@ impl ObjectTable {
                 Residence::Disk => Ok(Pin::OnDisk),
                 Residence::Restoring(_) => Ok(Pin::Restoring),
             },
+            None if self.lost.contains_key(&id) => Err(Error::ObjectLost {
+                object_id: id,
+                cause: self.lost[&id].clone(),
+            }),
             _ => Err(Error::ObjectNotFound { object_id: id }),
         }
     }
@@ -201,6 +208,7 @@ impl ObjectTable {
     /// spill or restore ends). True if its spill file should be removed
     /// now.
     pub fn delete(&mut self, id: ObjectId) -> bool {
+        self.lost.remove(&id);
         let Some(e) = self.objects.get_mut(&id) else {
             return false;
         };
@@ -321,6 +329,23 @@ impl ObjectTable {
             self.remove(id);
         }
         true
+    }
+
+    /// A spilled object whose file is gone (`cause`): it is lost, and
+    /// every later `pin` says so, until its owner deletes it. Returns the
+    /// error.
+    pub fn lost(&mut self, id: ObjectId, cause: String) -> Error {
+        if matches!(
+            self.objects.get(&id).map(|e| e.residence),
+            Some(Residence::Disk)
+        ) {
+            self.objects.remove(&id);
+            self.lost.insert(id, cause.clone());
+        }
+        Error::ObjectLost {
+            object_id: id,
+            cause,
+        }
     }
 
     /// Whether `used + extra` bytes pass `fraction` of the capacity.
@@ -495,5 +520,19 @@ mod tests {
             t.create(id, 10).is_err(),
             "a copy being read is not replaced"
         );
+    }
+
+    #[test]
+    fn a_spilled_object_whose_file_is_gone_is_reported_lost_until_deleted() {
+        let mut t = ObjectTable::new(1 << 20);
+        let id = sealed(&mut t, 5000);
+        t.pick_spills(u64::MAX);
+        t.spill_done(id, true);
+        let err = t.lost(id, "its file is gone".into());
+        assert!(matches!(err, Error::ObjectLost { .. }));
+        let again = t.pin(id).unwrap_err();
+        assert!(again.to_string().contains("its file is gone"), "{again}");
+        t.delete(id);
+        assert!(matches!(t.pin(id), Err(Error::ObjectNotFound { .. })));
     }
 }

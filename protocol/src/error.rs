@@ -186,6 +186,15 @@ pub enum Error {
         /// The object.
         object_id: ObjectId,
     },
+    /// Every copy of an object is gone (its spill file was deleted, say),
+    /// and it is not rebuilt.
+    #[error("object {object_id} is lost: {cause}")]
+    ObjectLost {
+        /// The object.
+        object_id: ObjectId,
+        /// What happened to its copies.
+        cause: String,
+    },
     /// The process that owns an object is gone, and the object with it.
     #[error("the owner of object {object_id} ({owner}) is unreachable; the object is lost")]
     OwnerDied {

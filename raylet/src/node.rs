@@ -665,6 +665,17 @@ impl Node {
         if remove_file {
             self.config.spill.remove(id);
         }
+        let read = match read {
+            // No copy is left anywhere: the object is lost.
+            Err(_) if !self.config.spill.exists(id) => {
+                let cause = format!(
+                    "it was spilled to disk and its spill file {} is gone",
+                    self.config.spill.path(id).display()
+                );
+                Err(self.store.lock().lost(id, cause))
+            }
+            other => other,
+        };
         self.store_changed.notify_waiters();
         read
     }

@@ -54,8 +54,14 @@ impl SpillConfig {
         Ok(())
     }
 
-    fn path(&self, id: ObjectId) -> PathBuf {
+    /// The spill file of an object.
+    pub(crate) fn path(&self, id: ObjectId) -> PathBuf {
         self.dir.join(id.to_string())
+    }
+
+    /// Whether an object's spill file is there.
+    pub(crate) fn exists(&self, id: ObjectId) -> bool {
+        self.path(id).exists()
     }
 
     /// Writes the object's bytes from the segment to its file: its whole

@@ -145,7 +145,9 @@ fn an_actor_whose_restart_fails_dies_naming_why() {
     let actor = Phoenix::remote_with(ActorOptions::new()).unwrap();
     let pid = prism::get(&actor.pid().unwrap()).unwrap();
     common::kill(pid);
-    let err = prism::get_timeout(&actor.pid().unwrap(), LIMIT).unwrap_err();
+    let err = common::must_become("the actor dies once its restart fails", LIMIT, || {
+        prism::get_timeout(&actor.pid().unwrap(), LIMIT).err()
+    });
     assert!(
         matches!(&err, Error::ActorDied { reason, .. } if reason.contains("actor_restart")),
         "{err}"

@@ -189,3 +189,41 @@ fn past_the_memory_threshold_the_newest_task_is_stopped_and_its_error_says_why()
     assert_eq!(prism::get(&value).unwrap().len(), 1 << 20);
     prism::shutdown();
 }
+
+#[test]
+fn an_object_whose_spill_file_is_gone_is_reported_lost_by_name() {
+    let name = "an_object_whose_spill_file_is_gone_is_reported_lost_by_name";
+    if !in_child(name, &[]) {
+        return;
+    }
+    let dir: PathBuf = std::env::temp_dir().join(format!("prism-lost-test-{}", std::process::id()));
+    must(
+        prism::init(small_store().object_spill_dir(&dir)),
+        "a cluster with a small store starts",
+    );
+    let len = 3 << 20;
+    let first = must(prism::put(pattern(1, len)), "put");
+    let _second = must(prism::put(pattern(2, len)), "put");
+    let third = must(prism::put(pattern(3, len)), "a put that spills the first");
+    must_eventually(
+        "the first object is spilled",
+        Duration::from_secs(10),
+        || files_in(&dir) >= 1,
+    );
+    // The disk loses the spill files.
+    for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+        std::fs::remove_file(entry.path()).unwrap();
+    }
+    for _ in 0..2 {
+        let err = prism::get(&first).unwrap_err();
+        assert!(
+            matches!(&err, Error::ObjectLost { cause, .. } if cause.contains("spill file")),
+            "{err}"
+        );
+    }
+    assert!(
+        prism::get(&third).unwrap() == pattern(3, len),
+        "objects in memory are intact"
+    );
+    prism::shutdown();
+}
