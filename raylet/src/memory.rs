@@ -45,16 +45,35 @@ impl MemoryUse {
     }
 }
 
-/// The fuller of the machine's memory and the raylet's cgroup's limit.
-pub(crate) fn read() -> Option<MemoryUse> {
-    let system = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|text| from_meminfo(&text));
-    let group = cgroup();
-    match (system, group) {
-        (Some(s), Some(g)) if g.fraction() > s.fraction() => Some(g),
-        (Some(s), _) => Some(s),
-        (None, g) => g,
+/// Where the node's memory is read from; the raylet's cgroup is found
+/// once, at start-up.
+#[derive(Debug)]
+pub(crate) struct Probe {
+    cgroup_dir: Option<std::path::PathBuf>,
+}
+
+impl Probe {
+    pub(crate) fn new() -> Probe {
+        let cgroup_dir = std::fs::read_to_string("/proc/self/cgroup")
+            .ok()
+            .and_then(|own| {
+                let path = own.lines().find_map(|l| l.strip_prefix("0::"))?.to_string();
+                Some(std::path::Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/')))
+            });
+        Probe { cgroup_dir }
+    }
+
+    /// The fuller of the machine's memory and the raylet's cgroup's limit.
+    pub(crate) fn read(&self) -> Option<MemoryUse> {
+        let system = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|text| from_meminfo(&text));
+        let group = self.cgroup_dir.as_deref().and_then(cgroup);
+        match (system, group) {
+            (Some(s), Some(g)) if g.fraction() > s.fraction() => Some(g),
+            (Some(s), _) => Some(s),
+            (None, g) => g,
+        }
     }
 }
 
@@ -73,11 +92,8 @@ fn from_meminfo(text: &str) -> Option<MemoryUse> {
     })
 }
 
-/// The cgroup (v2) limit and usage, when the raylet's group has a limit.
-fn cgroup() -> Option<MemoryUse> {
-    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let path = own.lines().find_map(|l| l.strip_prefix("0::"))?;
-    let dir = std::path::Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/'));
+/// The cgroup (v2) limit and usage, when the group at `dir` has a limit.
+fn cgroup(dir: &std::path::Path) -> Option<MemoryUse> {
     let read = |name: &str| -> Option<u64> {
         std::fs::read_to_string(dir.join(name))
             .ok()?
@@ -102,7 +118,7 @@ mod tests {
         assert!((m.fraction() - 0.75).abs() < 1e-9);
         assert!(from_meminfo("MemTotal: 5 kB\n").is_none());
         assert!(
-            read().is_some_and(|m| m.total > 0),
+            Probe::new().read().is_some_and(|m| m.total > 0),
             "this machine's memory is readable"
         );
     }

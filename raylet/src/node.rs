@@ -592,12 +592,8 @@ impl Node {
     ) -> Result<Placement, Error> {
         let mut last = None;
         for _ in 0..SPILL_ROUNDS {
-            let created = self.store.lock().create(id, size);
-            match created {
-                Ok(p) => {
-                    self.spill_in_background();
-                    return Ok(p);
-                }
+            match self.try_create(id, size) {
+                Ok(p) => return Ok(p),
                 Err(e @ Error::ObjectStoreFull { .. }) => last = Some(e),
                 Err(e) => return Err(e),
             }
@@ -735,13 +731,29 @@ impl Node {
         freed
     }
 
-    /// Starts a spill pass in the background when the store is past the
-    /// spilling threshold, bringing it back under (one pass at a time).
-    pub(crate) fn spill_in_background(self: &Arc<Self>) {
+    /// Reserves room for a new object now (no spilling), and starts a
+    /// background spill pass if that took the store past the spilling
+    /// threshold: one lock for both.
+    pub(crate) fn try_create(
+        self: &Arc<Self>,
+        id: ObjectId,
+        size: u64,
+    ) -> Result<Placement, Error> {
         let spill = &self.config.spill;
-        if !spill.enabled || !self.store.lock().above(spill.threshold, 0) {
-            return;
+        let (placement, past) = {
+            let mut store = self.store.lock();
+            let placement = store.create(id, size)?;
+            (placement, spill.enabled && store.above(spill.threshold, 0))
+        };
+        if past {
+            self.spill_in_background();
         }
+        Ok(placement)
+    }
+
+    /// Starts a spill pass in the background, bringing the store back
+    /// under the spilling threshold (one pass at a time).
+    fn spill_in_background(self: &Arc<Self>) {
         if self.background_spill.swap(true, Ordering::SeqCst) {
             return;
         }
@@ -768,6 +780,7 @@ impl Node {
             return;
         }
         let node = Arc::downgrade(self);
+        let probe = crate::memory::Probe::new();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(watch.refresh);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -776,7 +789,7 @@ impl Node {
                 let Some(node) = node.upgrade() else {
                     return;
                 };
-                let Some(memory) = crate::memory::read() else {
+                let Some(memory) = probe.read() else {
                     continue;
                 };
                 if memory.fraction() <= watch.threshold {

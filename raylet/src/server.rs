@@ -198,8 +198,7 @@ impl ClientHandler {
     }
 
     fn handle_create_object(&self, id: ObjectId, size: u64, reply: ReplyTo) {
-        let now = self.node.store.lock().create(id, size);
-        let placement = match now {
+        let placement = match self.node.try_create(id, size) {
             Err(Error::ObjectStoreFull { .. }) if self.node.config.spill.enabled => {
                 let node = self.node.clone();
                 tokio::spawn(async move {
@@ -207,10 +206,6 @@ impl ClientHandler {
                     reply.send(Response::from_result(created.map(location)));
                 });
                 return;
-            }
-            Ok(p) => {
-                self.node.spill_in_background();
-                Ok(p)
             }
             other => other,
         };

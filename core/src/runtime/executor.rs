@@ -39,8 +39,8 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use prism_protocol::ids::{ActorId, WorkerId};
 use prism_protocol::messages::{
-    actor_checkpoint_key, ActorCall, ActorSpec, ArgSpec, BecomeActor, ExecutorRequest, ExitActor,
-    KvGet, KvPut, ObjectValue, PushTask, Response, ReturnObject, TaskSpec,
+    actor_checkpoint_key, ActorCall, ActorSpec, ArgSpec, BecomeActor, Call, ExecutorRequest,
+    ExitActor, KvGet, KvPut, ObjectValue, PushTask, Response, ReturnObject, TaskSpec,
 };
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
@@ -254,23 +254,34 @@ impl Executor {
             Some(Err(e)) => return tracing::warn!(error = %e, "checkpoint not taken"),
             None => return,
         };
-        let (tx, rx) = std::sync::mpsc::channel();
-        let raylet = self.raylet.clone();
-        self.rt.spawn(async move {
-            let saved = raylet
-                .request(KvPut {
-                    key,
-                    value: Bytes::from(bytes),
-                    overwrite: true,
-                })
-                .await;
-            let _ = tx.send(saved);
+        let saved = self.raylet_blocking(KvPut {
+            key,
+            value: Bytes::from(bytes),
+            overwrite: true,
         });
-        match rx.recv_timeout(std::time::Duration::from_secs(10)) {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "checkpoint not saved"),
-            Err(_) => tracing::warn!("checkpoint not saved within 10 s"),
+        if let Err(e) = saved {
+            tracing::warn!(error = %e, "checkpoint not saved");
         }
+    }
+
+    /// Sends `request` to the raylet from a thread that runs synchronous
+    /// methods, and waits for the answer (at most 10 s).
+    fn raylet_blocking<C>(&self, request: C) -> Result<C::Reply>
+    where
+        C: Call + Send + 'static,
+        C::Reply: Send + 'static,
+    {
+        let raylet = self.raylet.clone();
+        super::block_on(&self.rt, async move {
+            let limit = std::time::Duration::from_secs(10);
+            match tokio::time::timeout(limit, raylet.request(request)).await {
+                Ok(answer) => answer,
+                Err(_) => Err(Error::io(
+                    format!("{} to the raylet", C::NAME),
+                    "no answer within 10 s",
+                )),
+            }
+        })
     }
 
     /// The hosted actor asked to end once the running method returns.
@@ -316,15 +327,8 @@ impl Executor {
         let Some(actor_id) = self.begin_exit() else {
             return false;
         };
-        let (tx, rx) = std::sync::mpsc::channel();
-        let raylet = self.raylet.clone();
-        self.rt.spawn(async move {
-            let _ = tx.send(raylet.request(ExitActor { actor_id }).await);
-        });
-        match rx.recv_timeout(std::time::Duration::from_secs(10)) {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "could not tell the node the actor exited"),
-            Err(_) => tracing::warn!("the node did not confirm the actor's exit in 10 s"),
+        if let Err(e) = self.raylet_blocking(ExitActor { actor_id }) {
+            tracing::warn!(error = %e, "could not tell the node the actor exited");
         }
         true
     }
@@ -662,7 +666,9 @@ impl Executor {
                 item.conn.respond(item.request, refused);
                 return;
             }
-            let result = exec.build_actor_call(class, cell.clone(), &item.spec, |exec, args| {
+            // Only a checkpointed actor reads its state after the call.
+            let checkpointing = checkpoints.as_ref().map(|policy| (policy, cell.clone()));
+            let result = exec.build_actor_call(class, cell, &item.spec, |exec, args| {
                 exec.fetch_args_here(args)
             });
             let result = match result {
@@ -670,7 +676,7 @@ impl Executor {
                 Err(e) => Err(CallError::Runtime(e)),
             };
             let response = exec.finish_here(&item.spec, result);
-            if let Some(policy) = &checkpoints {
+            if let Some((policy, cell)) = checkpointing {
                 exec.checkpoint_if_due(class, &cell, policy);
             }
             let exiting = exec.announce_exit_blocking();
