@@ -96,14 +96,17 @@ fn an_experiment_whose_driver_died_resumes_where_it_stopped() {
             .spawn(),
         "the child driver must start",
     );
-    let cut = dir
-        .join("exp")
-        .join("trial_00002")
-        .join("checkpoint_000002");
+    // A checkpoint counts once the row naming it is in result.json (the
+    // folder is renamed into place just before): wait for that row.
+    let results = dir.join("exp").join("trial_00002").join("result.json");
     must_eventually(
-        "the third trial checkpoints its second step and hangs",
+        "the third trial commits its second checkpoint and hangs",
         Duration::from_secs(60),
-        || dir.join("hanging").exists() && cut.exists(),
+        || {
+            dir.join("hanging").exists()
+                && std::fs::read_to_string(&results)
+                    .is_ok_and(|text| text.contains("checkpoint_000002"))
+        },
     );
     kill(child.id());
     let _ = child.wait();
