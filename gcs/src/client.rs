@@ -1,0 +1,167 @@
+//! A connection to the control store, presenting the cluster token.
+
+use crate::auth::{Token, HEADER};
+use crate::pb::gcs_client::GcsClient as Generated;
+use crate::pb::*;
+use crate::GcsError;
+use std::time::Duration;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+
+/// How long connecting to the head may take before it counts as
+/// unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one call may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Adds the token to every call.
+#[derive(Debug, Clone)]
+pub struct AddToken(MetadataValue<Ascii>);
+
+impl tonic::service::Interceptor for AddToken {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        request.metadata_mut().insert(HEADER, self.0.clone());
+        Ok(request)
+    }
+}
+
+/// A client of the control store. Cloning is cheap: clones share the
+/// connection.
+#[derive(Debug, Clone)]
+pub struct GcsClient {
+    address: String,
+    inner: Generated<InterceptedService<Channel, AddToken>>,
+}
+
+impl GcsClient {
+    /// Connects to the head at `address` (`HOST:PORT`).
+    pub async fn connect(address: &str, token: &Token) -> Result<GcsClient, GcsError> {
+        let bad = || GcsError::BadAddress {
+            address: address.to_string(),
+        };
+        let (host, port) = address.rsplit_once(':').ok_or_else(bad)?;
+        if host.is_empty() || port.parse::<u16>().is_err() {
+            return Err(bad());
+        }
+        let endpoint = Endpoint::from_shared(format!("http://{address}"))
+            .map_err(|_| bad())?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(CALL_TIMEOUT)
+            .tcp_nodelay(true);
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| GcsError::Unreachable {
+                address: address.to_string(),
+                reason: chain(&e),
+            })?;
+        let header =
+            MetadataValue::try_from(format!("Bearer {}", token.reveal())).map_err(|_| {
+                GcsError::BadToken {
+                    reason: "cannot travel in a header",
+                }
+            })?;
+        Ok(GcsClient {
+            address: address.to_string(),
+            inner: Generated::with_interceptor(channel, AddToken(header)),
+        })
+    }
+
+    /// The head's address.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// Joins the cluster as `node`.
+    pub async fn register_node(&mut self, node: NodeInfo) -> Result<RegisterNodeReply, GcsError> {
+        let reply = self
+            .inner
+            .register_node(RegisterNodeRequest { node: Some(node) })
+            .await;
+        self.answer("RegisterNode", reply)
+    }
+
+    /// Reports the node's free resources and waiting demand.
+    pub async fn heartbeat(
+        &mut self,
+        node_id: &str,
+        available: Vec<Resource>,
+        demands: Vec<Demand>,
+    ) -> Result<HeartbeatReply, GcsError> {
+        let reply = self
+            .inner
+            .heartbeat(HeartbeatRequest {
+                node_id: node_id.to_string(),
+                available,
+                demands,
+            })
+            .await;
+        self.answer("Heartbeat", reply)
+    }
+
+    /// Leaves the cluster on purpose.
+    pub async fn unregister_node(&mut self, node_id: &str, reason: &str) -> Result<(), GcsError> {
+        let reply = self
+            .inner
+            .unregister_node(UnregisterNodeRequest {
+                node_id: node_id.to_string(),
+                reason: reason.to_string(),
+            })
+            .await;
+        self.answer("UnregisterNode", reply).map(|_| ())
+    }
+
+    /// Every node the cluster has had, in the order they joined.
+    pub async fn get_nodes(&mut self) -> Result<Vec<NodeInfo>, GcsError> {
+        let reply = self.inner.get_nodes(GetNodesRequest {}).await;
+        self.answer("GetNodes", reply).map(|r| r.nodes)
+    }
+
+    /// The cluster's id and timing settings.
+    pub async fn cluster_info(&mut self) -> Result<GetClusterInfoReply, GcsError> {
+        let reply = self.inner.get_cluster_info(GetClusterInfoRequest {}).await;
+        self.answer("GetClusterInfo", reply)
+    }
+
+    fn answer<T>(
+        &self,
+        call: &'static str,
+        reply: Result<tonic::Response<T>, tonic::Status>,
+    ) -> Result<T, GcsError> {
+        reply.map(tonic::Response::into_inner).map_err(|status| {
+            let address = self.address.clone();
+            match status.code() {
+                tonic::Code::Unauthenticated => GcsError::Unauthenticated {
+                    address,
+                    message: status.message().to_string(),
+                },
+                tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => GcsError::Unreachable {
+                    address,
+                    reason: format!("{call}: {}", status.message()),
+                },
+                code => GcsError::Call {
+                    address,
+                    call,
+                    code,
+                    message: status.message().to_string(),
+                },
+            }
+        })
+    }
+}
+
+/// An error with its causes, as one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}

@@ -1,0 +1,69 @@
+//! What can go wrong talking to, or starting, the control store.
+
+use std::net::SocketAddr;
+
+/// An error of the control store or of a call to it.
+#[derive(Debug, thiserror::Error)]
+pub enum GcsError {
+    /// The head could not be reached at all.
+    #[error(
+        "cannot reach the cluster's head at {address}: {reason} \
+         (is `prism start --head` running there, and is the port open between the machines?)"
+    )]
+    Unreachable {
+        /// The address tried.
+        address: String,
+        /// What the connection attempt said.
+        reason: String,
+    },
+    /// The head refused the token.
+    #[error("the head at {address} refused this connection: {message}")]
+    Unauthenticated {
+        /// The head's address.
+        address: String,
+        /// The head's explanation.
+        message: String,
+    },
+    /// The address is not `host:port`.
+    #[error("{address:?} is not a head address: give it as HOST:PORT, such as 10.0.0.1:6380")]
+    BadAddress {
+        /// What was given.
+        address: String,
+    },
+    /// The port the head was to listen on is taken.
+    #[error(
+        "cannot listen on {address}: the port is in use (is a head already running here? \
+         `prism status` tells; or choose another with --port)"
+    )]
+    PortInUse {
+        /// The address asked for.
+        address: SocketAddr,
+    },
+    /// Any other I/O failure, with what was being done.
+    #[error("{action}: {source}")]
+    Io {
+        /// What was being done.
+        action: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The head answered a call with an error.
+    #[error("the head at {address} answered {call} with {code:?}: {message}")]
+    Call {
+        /// The head's address.
+        address: String,
+        /// The call.
+        call: &'static str,
+        /// The gRPC status code.
+        code: tonic::Code,
+        /// The head's message.
+        message: String,
+    },
+    /// A token that cannot be a cluster token.
+    #[error("the cluster token {reason}: give the token `prism start --head` printed")]
+    BadToken {
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+}

@@ -1,0 +1,42 @@
+//! The cluster's control store (Ray's GCS), run by the head node.
+//!
+//! It keeps the node table: every raylet registers here, sends a heartbeat
+//! with its free resources and waiting demand every
+//! `heartbeat_period`, and is marked DEAD when none arrived for
+//! `node_death_timeout` (or when it unregisters on `prism stop`). It is the
+//! only process that knows the whole cluster, and it is never on a task's
+//! path: raylets grant leases from their own state.
+//!
+//! Nodes, drivers and the `prism` command reach it over gRPC (tonic), with
+//! `proto/gcs.proto` as the contract. Every call must carry the cluster
+//! token; one without it is refused, logged, and answered with an error
+//! that says where to find the token.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), prism_gcs::GcsError> {
+//! use prism_gcs::{GcsClient, GcsServer, GcsSettings, Token};
+//! let token = Token::generate();
+//! let gcs = GcsServer::start("127.0.0.1:0".parse().unwrap(), GcsSettings::new(token.clone())).await?;
+//! let mut client = GcsClient::connect(&gcs.address().to_string(), &token).await?;
+//! println!("{} nodes", client.get_nodes().await?.len());
+//! gcs.shutdown().await;
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs, missing_debug_implementations)]
+
+mod auth;
+mod client;
+mod error;
+mod server;
+mod table;
+
+/// The messages and services generated from `proto/gcs.proto`.
+#[allow(missing_docs, clippy::all)]
+pub mod pb {
+    include!(concat!(env!("OUT_DIR"), "/prism.gcs.rs"));
+}
+
+pub use auth::Token;
+pub use client::GcsClient;
+pub use error::GcsError;
+pub use server::{GcsServer, GcsSettings};

@@ -1,0 +1,225 @@
+//! The control store's gRPC service.
+
+use crate::auth::{self, Token};
+use crate::pb::gcs_server::{Gcs, GcsServer as Service};
+use crate::pb::*;
+use crate::table::{Beat, NodeTable};
+use crate::GcsError;
+use parking_lot::Mutex;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tonic::{Request, Response, Status};
+
+/// How the control store runs.
+#[derive(Debug, Clone)]
+pub struct GcsSettings {
+    /// The token every call must carry.
+    pub token: Token,
+    /// How often nodes send heartbeats.
+    pub heartbeat_period: Duration,
+    /// A node silent this long is marked dead.
+    pub node_death_timeout: Duration,
+}
+
+impl GcsSettings {
+    /// A heartbeat every 500 ms, death after 5 s of silence.
+    pub fn new(token: Token) -> Self {
+        GcsSettings {
+            token,
+            heartbeat_period: Duration::from_millis(500),
+            node_death_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The service's state.
+#[derive(Debug)]
+struct State {
+    cluster_id: String,
+    settings: GcsSettings,
+    nodes: Mutex<NodeTable>,
+}
+
+/// A running control store. Stop it with [`GcsServer::shutdown`].
+#[derive(Debug)]
+pub struct GcsServer {
+    address: SocketAddr,
+    cluster_id: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    served: tokio::task::JoinHandle<()>,
+    watcher: tokio::task::JoinHandle<()>,
+}
+
+impl GcsServer {
+    /// Listens on `address` (port 0 picks a free one) and serves until
+    /// shut down. A port in use is [`GcsError::PortInUse`].
+    pub async fn start(address: SocketAddr, settings: GcsSettings) -> Result<GcsServer, GcsError> {
+        let listener =
+            tokio::net::TcpListener::bind(address)
+                .await
+                .map_err(|source| match source.kind() {
+                    std::io::ErrorKind::AddrInUse => GcsError::PortInUse { address },
+                    _ => GcsError::Io {
+                        action: format!("listen on {address}"),
+                        source,
+                    },
+                })?;
+        let bound = listener.local_addr().map_err(|source| GcsError::Io {
+            action: "read the listening address".into(),
+            source,
+        })?;
+        let cluster_id = uuid::Uuid::new_v4().simple().to_string();
+        let state = Arc::new(State {
+            cluster_id: cluster_id.clone(),
+            settings: settings.clone(),
+            nodes: Mutex::new(NodeTable::default()),
+        });
+        let watcher = tokio::spawn(watch_heartbeats(Arc::downgrade(&state)));
+        let service = Service::with_interceptor(Handler(state), auth::check(settings.token));
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let served = tokio::spawn(async move {
+            let result = tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = stopped.await;
+                })
+                .await;
+            if let Err(e) = result {
+                tracing::error!(error = %e, "the control store stopped serving");
+            }
+        });
+        tracing::info!(address = %bound, cluster = %cluster_id, "control store started");
+        Ok(GcsServer {
+            address: bound,
+            cluster_id,
+            stop: Some(stop),
+            served,
+            watcher,
+        })
+    }
+
+    /// The address it listens on.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// The cluster's id, made at start.
+    pub fn cluster_id(&self) -> &str {
+        &self.cluster_id
+    }
+
+    /// Stops serving and waits until the server has stopped.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.watcher.abort();
+        let _ = (&mut self.served).await;
+    }
+}
+
+/// Marks nodes dead when their heartbeats stop, checking a few times per
+/// heartbeat period.
+async fn watch_heartbeats(state: std::sync::Weak<State>) {
+    let period = match state.upgrade() {
+        Some(s) => (s.settings.heartbeat_period / 2).max(Duration::from_millis(10)),
+        None => return,
+    };
+    let mut tick = tokio::time::interval(period);
+    loop {
+        tick.tick().await;
+        let Some(state) = state.upgrade() else { return };
+        let dead = state
+            .nodes
+            .lock()
+            .check_deaths(Instant::now(), state.settings.node_death_timeout);
+        for (node, cause) in dead {
+            tracing::warn!(%node, %cause, "node marked dead");
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Handler(Arc<State>);
+
+#[tonic::async_trait]
+impl Gcs for Handler {
+    async fn register_node(
+        &self,
+        request: Request<RegisterNodeRequest>,
+    ) -> Result<Response<RegisterNodeReply>, Status> {
+        let node = request
+            .into_inner()
+            .node
+            .ok_or_else(|| Status::invalid_argument("RegisterNode without a node"))?;
+        let id = node.node_id.clone();
+        let ip = node.node_ip.clone();
+        self.0
+            .nodes
+            .lock()
+            .register(node, Instant::now())
+            .map_err(Status::already_exists)?;
+        tracing::info!(node = %id, %ip, "node joined");
+        Ok(Response::new(RegisterNodeReply {
+            cluster_id: self.0.cluster_id.clone(),
+            heartbeat_period_ms: self.0.settings.heartbeat_period.as_millis() as u64,
+        }))
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<HeartbeatRequest>,
+    ) -> Result<Response<HeartbeatReply>, Status> {
+        let beat = request.into_inner();
+        let outcome = self.0.nodes.lock().heartbeat(
+            &beat.node_id,
+            beat.available,
+            beat.demands,
+            Instant::now(),
+        );
+        let (alive, death_cause) = match outcome {
+            Beat::Alive => (true, String::new()),
+            Beat::Dead(cause) => (false, cause),
+            Beat::Unknown => (false, "this cluster never had the node".to_string()),
+        };
+        Ok(Response::new(HeartbeatReply { alive, death_cause }))
+    }
+
+    async fn unregister_node(
+        &self,
+        request: Request<UnregisterNodeRequest>,
+    ) -> Result<Response<UnregisterNodeReply>, Status> {
+        let r = request.into_inner();
+        let reason = if r.reason.is_empty() {
+            "stopped".to_string()
+        } else {
+            r.reason
+        };
+        if self.0.nodes.lock().mark_dead(&r.node_id, reason.clone()) {
+            tracing::info!(node = %r.node_id, %reason, "node left");
+        }
+        Ok(Response::new(UnregisterNodeReply {}))
+    }
+
+    async fn get_nodes(
+        &self,
+        _request: Request<GetNodesRequest>,
+    ) -> Result<Response<GetNodesReply>, Status> {
+        let nodes = self.0.nodes.lock().snapshot(Instant::now());
+        Ok(Response::new(GetNodesReply { nodes }))
+    }
+
+    async fn get_cluster_info(
+        &self,
+        _request: Request<GetClusterInfoRequest>,
+    ) -> Result<Response<GetClusterInfoReply>, Status> {
+        Ok(Response::new(GetClusterInfoReply {
+            cluster_id: self.0.cluster_id.clone(),
+            heartbeat_period_ms: self.0.settings.heartbeat_period.as_millis() as u64,
+            node_death_timeout_ms: self.0.settings.node_death_timeout.as_millis() as u64,
+        }))
+    }
+}

@@ -1,0 +1,126 @@
+//! The control store over real TCP: tokens, membership, death by silence.
+
+use prism_gcs::pb::{NodeInfo, NodeState, Resource};
+use prism_gcs::{GcsClient, GcsError, GcsServer, GcsSettings, Token};
+use std::time::{Duration, Instant};
+
+fn node(id: &str) -> NodeInfo {
+    NodeInfo {
+        node_id: id.into(),
+        node_ip: "127.0.0.1".into(),
+        total: vec![Resource {
+            name: "CPU".into(),
+            units: 10_000,
+        }],
+        ..NodeInfo::default()
+    }
+}
+
+async fn start(death: Duration) -> (GcsServer, Token) {
+    let token = Token::generate();
+    let mut settings = GcsSettings::new(token.clone());
+    settings.heartbeat_period = Duration::from_millis(50);
+    settings.node_death_timeout = death;
+    let gcs = GcsServer::start("127.0.0.1:0".parse().unwrap(), settings)
+        .await
+        .expect("the control store starts on a free port");
+    (gcs, token)
+}
+
+#[tokio::test]
+async fn calls_without_the_right_token_are_refused_with_how_to_fix_it() {
+    let (gcs, token) = start(Duration::from_secs(5)).await;
+    let address = gcs.address().to_string();
+    let mut wrong = GcsClient::connect(&address, &Token::generate())
+        .await
+        .unwrap();
+    match wrong.get_nodes().await {
+        Err(GcsError::Unauthenticated { message, .. }) => {
+            assert!(message.contains("wrong cluster token"), "{message}");
+            assert!(message.contains("PRISM_AUTH_TOKEN"), "{message}");
+        }
+        other => panic!("a wrong token must be refused, got {other:?}"),
+    }
+    let mut right = GcsClient::connect(&address, &token).await.unwrap();
+    assert!(right.get_nodes().await.unwrap().is_empty());
+    let err = wrong.register_node(node("n1")).await.unwrap_err();
+    assert!(err.to_string().contains("refused this connection"), "{err}");
+    assert!(
+        right.get_nodes().await.unwrap().is_empty(),
+        "a refused call changes nothing"
+    );
+    gcs.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_second_server_on_a_taken_port_says_so() {
+    let (gcs, token) = start(Duration::from_secs(5)).await;
+    let err = GcsServer::start(gcs.address(), GcsSettings::new(token))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, GcsError::PortInUse { .. }), "{err:?}");
+    assert!(err.to_string().contains("--port"), "{err}");
+    gcs.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_unreachable_head_and_a_bad_address_are_named() {
+    let token = Token::generate();
+    // A port that was free a moment ago: nothing listens there.
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let err = GcsClient::connect(&free.to_string(), &token)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, GcsError::Unreachable { .. }), "{err:?}");
+    assert!(err.to_string().contains("prism start --head"), "{err}");
+    for bad in ["localhost", "host:port", ":6380"] {
+        let err = GcsClient::connect(bad, &token).await.unwrap_err();
+        assert!(matches!(err, GcsError::BadAddress { .. }), "{bad}: {err:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_node_that_stops_beating_is_marked_dead_and_told_when_it_returns() {
+    let (gcs, token) = start(Duration::from_millis(300)).await;
+    let mut client = GcsClient::connect(&gcs.address().to_string(), &token)
+        .await
+        .unwrap();
+    let reply = client.register_node(node("n1")).await.unwrap();
+    assert_eq!(reply.heartbeat_period_ms, 50);
+    assert_eq!(reply.cluster_id, gcs.cluster_id());
+    client.register_node(node("n2")).await.unwrap();
+    let err = client.register_node(node("n2")).await.unwrap_err();
+    assert!(err.to_string().contains("already registered"), "{err}");
+    // n1 beats, n2 stays silent.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let dead = loop {
+        assert!(client.heartbeat("n1", vec![], vec![]).await.unwrap().alive);
+        let nodes = client.get_nodes().await.unwrap();
+        if nodes[1].state == NodeState::Dead as i32 {
+            break nodes;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "n2 was never marked dead: {nodes:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(dead[0].state, NodeState::Alive as i32);
+    assert!(
+        dead[1].death_cause.contains("no heartbeat"),
+        "{}",
+        dead[1].death_cause
+    );
+    let late = client.heartbeat("n2", vec![], vec![]).await.unwrap();
+    assert!(!late.alive && late.death_cause.contains("no heartbeat"));
+    client
+        .unregister_node("n1", "stopped by prism stop")
+        .await
+        .unwrap();
+    let nodes = client.get_nodes().await.unwrap();
+    assert_eq!(nodes[0].death_cause, "stopped by prism stop");
+    gcs.shutdown().await;
+}
