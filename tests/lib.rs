@@ -21,6 +21,8 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod netns;
+
 use std::fmt::Debug;
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};

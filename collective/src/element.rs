@@ -330,7 +330,7 @@ pub(crate) fn finish_mean<T: Element>(buf: &mut [T], op: ReduceOp, n: usize) {
 pub(crate) fn combine_bytes_into<T: Element>(dst: &mut [T], src: &[u8], op: ReduceOp) {
     let size = std::mem::size_of::<T>();
     debug_assert_eq!(src.len(), std::mem::size_of_val(dst));
-    if (src.as_ptr() as usize) % std::mem::align_of::<T>() == 0 {
+    if (src.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>()) {
         // SAFETY: T is plain old data (sealed trait), the pointer is aligned,
         // and `src` holds exactly `dst.len()` values.
         let typed = unsafe { std::slice::from_raw_parts(src.as_ptr() as *const T, dst.len()) };

@@ -252,11 +252,11 @@ impl Shared {
 
     fn all_to_all<T: Element>(&self, input: &[T], output: &mut [T]) -> Result<()> {
         let n = self.world_size;
-        if input.len() % n != 0 || output.len() != input.len() {
+        if !input.len().is_multiple_of(n) || output.len() != input.len() {
             return Err(CollectiveError::BufferLength {
                 op: OpKind::AllToAll,
                 expected: input.len().div_ceil(n) * n,
-                actual: if input.len() % n != 0 {
+                actual: if !input.len().is_multiple_of(n) {
                     input.len()
                 } else {
                     output.len()

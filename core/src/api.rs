@@ -9,7 +9,7 @@ use crate::{Error, Result};
 use parking_lot::Mutex;
 use prism_protocol::ids::{JobId, NodeId, WorkerId};
 use prism_protocol::messages::{
-    Call, GetClusterResources, GetStoreStats, ObjectRefInfo, StoreStats,
+    Call, GetClusterResources, GetNodes, GetStoreStats, NodeInfo, ObjectRefInfo, StoreStats,
 };
 use prism_protocol::resources::ResourceSet;
 use prism_raylet::Raylet;
@@ -451,6 +451,22 @@ pub fn object_store_stats() -> Result<StoreStats> {
 pub fn cluster_resources() -> Result<(ResourceSet, ResourceSet)> {
     let resources = raylet_request(GetClusterResources {})?;
     Ok((resources.total, resources.available))
+}
+
+/// Every node of the cluster, alive or dead, with its address and
+/// resources (Ray's `ray.nodes()`). In an embedded single-node cluster,
+/// the one node.
+///
+/// ```no_run
+/// prism::init(prism::Config::default())?;
+/// for node in prism::nodes()? {
+///     let state = if node.alive { "ALIVE" } else { "DEAD" };
+///     println!("{} {} {state} {:?}", node.node_id, node.node_ip, node.total);
+/// }
+/// # Ok::<(), prism::Error>(())
+/// ```
+pub fn nodes() -> Result<Vec<NodeInfo>> {
+    raylet_request(GetNodes {})
 }
 
 /// Sends one request to this process's raylet and waits for the answer.

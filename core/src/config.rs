@@ -10,15 +10,19 @@
 
 use crate::Error;
 use prism_protocol::resources::{Quantity, ResourceSet, CPU, GPU, MEMORY};
+use prism_raylet::RayletConfig;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 prism_config::table! {
     /// Runtime configuration; see the module docs for overrides.
     #[derive(Debug, Clone)]
     pub struct Config("PRISM_") {
-    /// Address of a running cluster to join (a raylet socket path or a
-    /// session directory). `None` starts an embedded single-node cluster.
+    /// Address of a running cluster to join: its head, `HOST:PORT` (the
+    /// driver connects through the raylet that `prism start` runs on this
+    /// machine), or a raylet socket path or session directory. `None`
+    /// starts an embedded single-node cluster.
     address: Option<String> = None;
     /// CPUs this node offers; `None` means every core of the machine.
     num_cpus: Option<u32> = None;
@@ -99,6 +103,17 @@ prism_config::table! {
     /// off. 250 ms, as Ray: a task allocating at memory speed still gets
     /// stopped before the machine is full.
     memory_monitor_refresh_ms: u64 = 250;
+    /// How often each node of a multi-node cluster reports its free
+    /// resources to the head (set on the head, which tells each node as it
+    /// joins). 500 ms: a few hundred bytes
+    /// per node per beat, and a view of the cluster that is never more
+    /// than half a second old.
+    heartbeat_period_ms: u64 = 500;
+    /// A node whose heartbeats stopped for this long is marked DEAD by the
+    /// head (set on the head). 5 s: ten missed beats, so a pause of a busy
+    /// machine is not taken for a death, while a dead node's callers learn
+    /// of it within seconds (Ray waits about 15 s).
+    node_death_timeout_ms: u64 = 5_000;
     }
     extra {
         /// Custom resources this node offers (name to amount).
@@ -208,6 +223,38 @@ impl Config {
             set.set(name.clone(), q);
         }
         Ok(set)
+    }
+
+    /// The raylet settings this config gives a node whose session
+    /// directory is `session_dir`: what the embedded cluster and
+    /// `prism start` run.
+    pub fn raylet_config(&self, session_dir: PathBuf) -> Result<RayletConfig, Error> {
+        let resources = self.node_resources()?;
+        let cpus = resources.get(CPU).units() / Quantity::SCALE;
+        let mut raylet = RayletConfig::local(session_dir, cpus, self.store_capacity());
+        raylet.resources = resources;
+        raylet.idle_worker_timeout = Duration::from_millis(self.idle_worker_timeout_ms);
+        raylet.idle_worker_reap_period = Duration::from_millis(self.idle_worker_reap_period_ms);
+        raylet.worker_start_attempts = self.worker_start_attempts;
+        raylet.removed_placement_groups_kept = self.removed_placement_groups_kept;
+        raylet.object_store_warm_bytes = self.object_store_warm_bytes;
+        raylet.memory_monitor.threshold = self.memory_usage_threshold;
+        raylet.memory_monitor.refresh = Duration::from_millis(self.memory_monitor_refresh_ms);
+        raylet.spill.enabled = self.object_spilling;
+        raylet.spill.threshold = self.object_spilling_threshold;
+        if let Some(dir) = &self.object_spill_dir {
+            raylet.spill.dir = dir.clone();
+        }
+        if let Some(n) = self.max_workers_per_job {
+            raylet.max_workers_per_job = n.max(1);
+        }
+        Ok(raylet)
+    }
+
+    /// Makes a fresh session directory under `temp_dir` (and points
+    /// `session_latest` at it).
+    pub fn new_session_dir(&self) -> Result<PathBuf, Error> {
+        crate::logging::new_session_dir(&self.temp_dir)
     }
 
     pub(crate) fn store_capacity(&self) -> u64 {

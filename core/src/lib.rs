@@ -133,8 +133,9 @@ pub use actor::{
 };
 pub use api::{
     cluster_resources, get, get_async, get_many, get_many_async, get_many_timeout, get_timeout,
-    get_view, init, is_initialized, object_store_stats, put, put_async, put_ref, retry_stats,
-    runtime_context, shutdown, wait, wait_async, RetryStats, RuntimeContext, WaitResult,
+    get_view, init, is_initialized, nodes, object_store_stats, put, put_async, put_ref,
+    retry_stats, runtime_context, shutdown, wait, wait_async, RetryStats, RuntimeContext,
+    WaitResult,
 };
 pub use codec::Arg;
 pub use codec::Element;
@@ -149,6 +150,7 @@ pub use prism_protocol::error::{Error, FailureKind, Result};
 pub use prism_protocol::ids::{
     ActorId, JobId, NodeId, ObjectId, PlacementGroupId, TaskId, WorkerId,
 };
+pub use prism_protocol::messages::NodeInfo;
 pub use prism_protocol::messages::PlacementGroupState;
 pub use prism_protocol::messages::StoreStats;
 pub use prism_protocol::resources::{Quantity, ResourceSet};

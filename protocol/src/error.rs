@@ -229,6 +229,13 @@ pub enum Error {
         /// The OS error.
         message: String,
     },
+    /// The cluster's head or membership: unreachable, refused, or this
+    /// node was given up.
+    #[error("cluster: {message}")]
+    Cluster {
+        /// What happened and what to do.
+        message: String,
+    },
     /// A connection to another Prism process closed.
     #[error("connection to {peer} closed")]
     Disconnected {

@@ -338,6 +338,7 @@ replies! {
     StoreStats => StoreStats,
     ActorInfo => Actor,
     ClusterResources => ClusterResources,
+    Vec<NodeInfo> => Nodes,
     ReturnObject => Object,
     PlacementGroupInfo => PlacementGroup,
     Option<Bytes> => KvValue,
@@ -513,6 +514,9 @@ services! {
         } => ();
         /// The cluster's total and free resources.
         GetClusterResources {} => ClusterResources;
+        /// Every node of the cluster, alive or dead (the local node alone
+        /// when the raylet is not part of a cluster).
+        GetNodes {} => Vec<NodeInfo>;
         /// Reserve a placement group; answered once accepted.
         CreatePlacementGroup {
             /// What to reserve.
@@ -653,6 +657,27 @@ pub struct ClusterResources {
     pub available: ResourceSet,
 }
 
+/// A node of the cluster, as `prism::nodes()` and `prism status` show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// Its id, `node-<32 hex digits>`.
+    pub node_id: String,
+    /// The address other nodes reach it at.
+    pub node_ip: String,
+    /// Its machine's host name.
+    pub hostname: String,
+    /// Whether it runs the control store.
+    pub is_head: bool,
+    /// Whether it is a live member.
+    pub alive: bool,
+    /// Why a dead node is dead (empty while alive).
+    pub death_cause: String,
+    /// Everything it offers.
+    pub total: ResourceSet,
+    /// Free at its last heartbeat.
+    pub available: ResourceSet,
+}
+
 /// An answer on the wire.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Response {
@@ -672,6 +697,8 @@ pub enum Response {
     Actor(ActorInfo),
     /// The cluster's resources.
     ClusterResources(ClusterResources),
+    /// The cluster's nodes.
+    Nodes(Vec<NodeInfo>),
     /// A task's or object's value.
     Object(ReturnObject),
     /// A placement group's state.

@@ -20,14 +20,19 @@ mod actors;
 mod faults;
 mod kv;
 mod launcher;
+mod membership;
 mod memory;
 mod node;
+mod record;
 mod resources;
 mod scheduler;
 mod server;
 mod spill;
 
+pub use membership::ClusterLink;
 pub use memory::MemoryMonitorConfig;
+pub use prism_gcs::Token;
+pub use record::{start_ticks, NodeRecord};
 pub use resources::{Allocation, NodeResources};
 pub use spill::SpillConfig;
 
@@ -69,6 +74,8 @@ pub struct RayletConfig {
     pub spill: SpillConfig,
     /// Stopping task workers before the node runs out of memory.
     pub memory_monitor: MemoryMonitorConfig,
+    /// The cluster to join; `None` for a single-node cluster of its own.
+    pub cluster: Option<ClusterLink>,
 }
 
 impl RayletConfig {
@@ -96,6 +103,7 @@ impl RayletConfig {
                 dir: session_dir.join("spill"),
             },
             session_dir,
+            cluster: None,
         }
     }
 }
@@ -151,6 +159,19 @@ impl Raylet {
             }
         });
         node.start_memory_monitor();
+        if let Some(link) = node.config.cluster.clone() {
+            match membership::Membership::join(&node, &link).await {
+                Ok(m) => {
+                    let _ = node.membership.set(m);
+                }
+                Err(e) => {
+                    server.abort();
+                    node.kill_all_workers();
+                    let _ = std::fs::remove_file(&socket);
+                    return Err(e);
+                }
+            }
+        }
         tracing::info!(socket = %socket.display(), node = %node.node_id, "raylet started");
         Ok(Raylet {
             node,
@@ -162,6 +183,33 @@ impl Raylet {
     /// The socket drivers and workers connect to.
     pub fn socket_path(&self) -> &Path {
         &self.socket
+    }
+
+    /// The node's id.
+    pub fn node_id(&self) -> NodeId {
+        self.node.node_id
+    }
+
+    /// The cluster's id, when this raylet joined one.
+    pub fn cluster_id(&self) -> Option<&str> {
+        self.node.membership.get().map(|m| m.cluster_id())
+    }
+
+    /// Waits until the cluster's head gives this node up (it missed its
+    /// heartbeats), and returns why; never returns for a raylet that is not
+    /// part of a cluster.
+    pub async fn lost(&self) -> String {
+        match self.node.membership.get() {
+            Some(m) => m.lost().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Tells the head that this node leaves, before [`Raylet::shutdown`].
+    pub async fn leave_cluster(&self, reason: &str) {
+        if let Some(m) = self.node.membership.get() {
+            m.leave(reason).await;
+        }
     }
 
     /// Kills every worker, stops serving and removes the store segment.

@@ -140,6 +140,8 @@ pub(crate) struct Node {
     /// Time spent writing spill files and reading them back.
     spill_write_nanos: AtomicU64,
     restore_read_nanos: AtomicU64,
+    /// The node's membership of a cluster, once registered.
+    pub(crate) membership: std::sync::OnceLock<crate::membership::Membership>,
 }
 
 impl Node {
@@ -175,7 +177,21 @@ impl Node {
             background_spill: AtomicBool::new(false),
             spill_write_nanos: AtomicU64::new(0),
             restore_read_nanos: AtomicU64::new(0),
+            membership: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Answers with every node of the cluster (from the head), or this node
+    /// alone when it is not part of one.
+    pub(crate) fn get_nodes(self: &Arc<Self>, reply: ReplyTo) {
+        let node = self.clone();
+        tokio::spawn(async move {
+            let answer = match node.membership.get() {
+                Some(m) => m.nodes().await,
+                None => Ok(vec![crate::membership::local_node(&node)]),
+            };
+            reply.send_result(answer);
+        });
     }
 
     pub(crate) fn registration(&self, job_id: JobId) -> Registration {

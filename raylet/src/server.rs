@@ -74,6 +74,7 @@ impl Handler for ClientHandler {
             R::GetPlacementGroup(GetPlacementGroup { id: group, wait_ms }) => {
                 return self.node.get_placement_group(group, wait_ms, reply)
             }
+            R::GetNodes(_) => return self.node.get_nodes(reply),
             // Answered now.
             R::RegisterDriver(r) => answer(self.handle_register_driver(conn, r)),
             R::RegisterWorker(r) => answer(self.handle_register_worker(conn, r)),

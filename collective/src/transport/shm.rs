@@ -135,13 +135,13 @@ impl Mapping {
     }
 
     fn atomic_u64(&self, offset: usize) -> &AtomicU64 {
-        debug_assert!(offset + 8 <= self.len && offset % 8 == 0);
+        debug_assert!(offset + 8 <= self.len && offset.is_multiple_of(8));
         // SAFETY: in bounds, aligned, and only ever accessed atomically.
         unsafe { &*(self.ptr.add(offset) as *const AtomicU64) }
     }
 
     fn atomic_u32(&self, offset: usize) -> &AtomicU32 {
-        debug_assert!(offset + 4 <= self.len && offset % 4 == 0);
+        debug_assert!(offset + 4 <= self.len && offset.is_multiple_of(4));
         // SAFETY: as for `atomic_u64`.
         unsafe { &*(self.ptr.add(offset) as *const AtomicU32) }
     }

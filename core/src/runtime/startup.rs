@@ -23,14 +23,14 @@ use super::{set_current, CoreWorker, Role};
 use crate::config::Config;
 use crate::{Error, Result};
 use parking_lot::Mutex;
+use prism_gcs::{GcsClient, Token};
 use prism_protocol::ids::{JobId, NodeId, WorkerId};
 use prism_protocol::messages::{GetClusterResources, RegisterDriver, RegisterWorker};
-use prism_protocol::resources::{Quantity, ResourceSet, CPU};
+use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::{self, Connection, Handler};
-use prism_raylet::{Raylet, RayletConfig};
+use prism_raylet::{NodeRecord, Raylet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 #[used]
 #[link_section = ".init_array"]
@@ -147,15 +147,7 @@ pub(crate) async fn start_driver(
     handle: tokio::runtime::Handle,
 ) -> Result<(Arc<CoreWorker>, Option<Raylet>)> {
     let (socket, raylet) = match &config.address {
-        Some(address) => {
-            let path = PathBuf::from(address);
-            let socket = if path.is_dir() {
-                path.join("sockets").join("raylet.sock")
-            } else {
-                path
-            };
-            (socket, None)
-        }
+        Some(address) => (local_raylet_socket(&config, address).await?, None),
         None => {
             let raylet = start_raylet(&config).await?;
             (raylet.socket_path().to_path_buf(), Some(raylet))
@@ -207,27 +199,57 @@ pub(crate) async fn start_driver(
 async fn start_raylet(config: &Config) -> Result<Raylet> {
     let session_dir = crate::logging::new_session_dir(&config.temp_dir)?;
     crate::logging::init_file_logging(&session_dir, &format!("driver-{}.log", std::process::id()));
-    let resources: ResourceSet = config.node_resources()?;
-    let cpus = resources.get(CPU).units() / Quantity::SCALE;
-    let mut raylet_config = RayletConfig::local(session_dir, cpus, config.store_capacity());
-    raylet_config.resources = resources;
-    raylet_config.idle_worker_timeout = Duration::from_millis(config.idle_worker_timeout_ms);
-    raylet_config.idle_worker_reap_period =
-        Duration::from_millis(config.idle_worker_reap_period_ms);
-    raylet_config.worker_start_attempts = config.worker_start_attempts;
-    raylet_config.removed_placement_groups_kept = config.removed_placement_groups_kept;
-    raylet_config.object_store_warm_bytes = config.object_store_warm_bytes;
-    raylet_config.memory_monitor.threshold = config.memory_usage_threshold;
-    raylet_config.memory_monitor.refresh = Duration::from_millis(config.memory_monitor_refresh_ms);
-    raylet_config.spill.enabled = config.object_spilling;
-    raylet_config.spill.threshold = config.object_spilling_threshold;
-    if let Some(dir) = &config.object_spill_dir {
-        raylet_config.spill.dir = dir.clone();
+    Raylet::start(config.raylet_config(session_dir)?).await
+}
+
+/// The raylet socket a driver joining `address` connects to: a socket path
+/// or session directory as given, or, for a head's `HOST:PORT`, the raylet
+/// that `prism start` runs on this machine for that cluster.
+async fn local_raylet_socket(config: &Config, address: &str) -> Result<PathBuf> {
+    let path = PathBuf::from(address);
+    if address.contains('/') || !address.contains(':') {
+        return Ok(if path.is_dir() {
+            path.join("sockets").join("raylet.sock")
+        } else {
+            path
+        });
     }
-    if let Some(n) = config.max_workers_per_job {
-        raylet_config.max_workers_per_job = n.max(1);
+    let records = NodeRecord::list(&config.temp_dir);
+    if let Some(r) = records.iter().find(|r| r.head == address) {
+        return Ok(r.socket.clone());
     }
-    Raylet::start(raylet_config).await
+    let no_node = || Error::Cluster {
+        message: format!(
+            "no Prism node of the cluster at {address} runs on this machine (looked in {}): \
+             start one here with `prism start --address {address}`, then run the driver again",
+            NodeRecord::dir(&config.temp_dir).display()
+        ),
+    };
+    if records.is_empty() {
+        return Err(no_node());
+    }
+    // The head may be named another way here (another of its addresses):
+    // ask it for its cluster id and match the records by that.
+    let token = match std::env::var("PRISM_AUTH_TOKEN") {
+        Ok(t) => Token::parse(&t),
+        Err(_) => Token::load(&config.temp_dir.join("token")),
+    }
+    .map_err(cluster_error)?;
+    let mut head = GcsClient::connect(address, &token)
+        .await
+        .map_err(cluster_error)?;
+    let cluster = head.cluster_info().await.map_err(cluster_error)?.cluster_id;
+    records
+        .iter()
+        .find(|r| r.cluster_id == cluster)
+        .map(|r| r.socket.clone())
+        .ok_or_else(no_node)
+}
+
+fn cluster_error(e: prism_gcs::GcsError) -> Error {
+    Error::Cluster {
+        message: e.to_string(),
+    }
 }
 
 /// The socket a core worker listens on.

@@ -206,6 +206,19 @@ impl<R> Scheduler<R> {
         &self.resources
     }
 
+    /// The shapes of the lease requests waiting for resources, and how many
+    /// of each, in the order they first arrived.
+    pub(crate) fn demands(&self) -> Vec<(ResourceSet, u64)> {
+        let mut out: Vec<(ResourceSet, u64)> = Vec::new();
+        for request in &self.pending {
+            match out.iter_mut().find(|(shape, _)| *shape == request.shape) {
+                Some((_, n)) => *n += 1,
+                None => out.push((request.shape.clone(), 1)),
+            }
+        }
+        out
+    }
+
     /// A worker's record.
     pub(crate) fn worker(&self, id: WorkerId) -> Option<&Worker> {
         self.workers.get(&id)

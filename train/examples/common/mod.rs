@@ -42,7 +42,7 @@ pub fn reporter(
             if done == epochs {
                 let _ = writeln!(err);
             }
-        } else if done == 1 || done == epochs || done % (epochs / 10).max(1) == 0 {
+        } else if done == 1 || done == epochs || done.is_multiple_of((epochs / 10).max(1)) {
             let _ = writeln!(err, "{text}");
         }
     }

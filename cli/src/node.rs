@@ -1,0 +1,302 @@
+//! `prism start`: a node process (the head's control store and raylet, or a
+//! raylet joining a head), in the background or in the foreground.
+
+use crate::{find_token, runtime, StartArgs};
+use prism_gcs::{GcsServer, GcsSettings, Token};
+use prism_raylet::{ClusterLink, NodeRecord, Raylet};
+use std::net::{SocketAddr, UdpSocket};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// How long `prism start` waits for the node it started to answer.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub(crate) fn start(args: StartArgs) -> Result<ExitCode, String> {
+    // Everything that can be checked here is, so a mistake is reported
+    // before any process starts.
+    let config = node_config(&args)?;
+    if !args.head {
+        find_token(args.token.as_deref(), &args.temp.temp_dir)?;
+    }
+    if args.block {
+        return run_node(args, config);
+    }
+    start_in_background(&args)
+}
+
+/// The node's settings: the environment's `PRISM_` values, then the flags.
+fn node_config(args: &StartArgs) -> Result<prism::Config, String> {
+    let mut config = prism::Config::default()
+        .apply_env()
+        .map_err(|e| e.to_string())?;
+    config.temp_dir = args.temp.temp_dir.clone();
+    if let Some(n) = args.num_cpus {
+        config = config.num_cpus(n);
+    }
+    if let Some(n) = args.num_gpus {
+        config = config.num_gpus(n);
+    }
+    if let Some(bytes) = args.memory {
+        config.memory_bytes = Some(bytes);
+    }
+    if let Some(bytes) = args.object_store_memory {
+        config = config.object_store_memory(bytes);
+    }
+    if let Some(json) = &args.resources {
+        let parsed: serde_json::Map<String, serde_json::Value> = serde_json::from_str(json)
+            .map_err(|e| {
+                format!("--resources {json:?} is not a JSON object of names to amounts: {e}")
+            })?;
+        for (name, amount) in parsed {
+            let amount = amount.as_f64().ok_or_else(|| {
+                format!("--resources: the amount of {name:?} must be a number, not {amount}")
+            })?;
+            config = config.resource(name, amount);
+        }
+    }
+    // Resource values are checked here (a negative amount, a built-in name).
+    config
+        .raylet_config(args.temp.temp_dir.join("unused"))
+        .map_err(|e| e.to_string())?;
+    if let Some(address) = &args.address {
+        check_address(address)?;
+    }
+    Ok(config)
+}
+
+fn check_address(address: &str) -> Result<(), String> {
+    match address.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(()),
+        _ => Err(format!(
+            "--address {address:?} is not HOST:PORT, such as 10.0.0.1:6380"
+        )),
+    }
+}
+
+/// Runs this command again with `--block` in a new session, its output in
+/// a log file, and waits until the node's record appears.
+fn start_in_background(args: &StartArgs) -> Result<ExitCode, String> {
+    let temp = &args.temp.temp_dir;
+    let logs = temp.join("logs");
+    std::fs::create_dir_all(&logs).map_err(|e| format!("cannot create {}: {e}", logs.display()))?;
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    let log_path = logs.join(format!("prism-node-{stamp}.log"));
+    let log = std::fs::File::create(&log_path)
+        .map_err(|e| format!("cannot create {}: {e}", log_path.display()))?;
+    let err_log = log
+        .try_clone()
+        .map_err(|e| format!("cannot open {}: {e}", log_path.display()))?;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let mut command = std::process::Command::new(exe);
+    command
+        .args(std::env::args_os().skip(1))
+        .arg("--block")
+        .stdin(std::process::Stdio::null())
+        .stdout(log)
+        .stderr(err_log);
+    // SAFETY: setsid is async-signal-safe; it detaches the node from this
+    // terminal's session, so closing the terminal does not stop it.
+    unsafe {
+        command.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = command
+        .spawn()
+        .map_err(|e| format!("cannot start the node process: {e}"))?;
+    let record_path = NodeRecord::dir(temp).join(format!("{}.json", child.id()));
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if let Some(record) = NodeRecord::list(temp)
+            .into_iter()
+            .find(|r| r.pid == child.id())
+        {
+            print_started(&record, temp, &log_path);
+            return Ok(ExitCode::SUCCESS);
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            let output = std::fs::read_to_string(&log_path).unwrap_or_default();
+            return Err(format!(
+                "the node did not start ({status}):\n{}",
+                output.trim_end()
+            ));
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "the node did not answer within {} s (no {}); its log is {}",
+                START_TIMEOUT.as_secs(),
+                record_path.display(),
+                log_path.display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn print_started(record: &NodeRecord, temp: &Path, log: &Path) {
+    let token_path = temp.join("token");
+    let token = Token::load(&token_path)
+        .map(|t| t.reveal().to_string())
+        .unwrap_or_else(|_| "<see the token file>".into());
+    if record.is_head {
+        println!("Prism head node started.");
+    } else {
+        println!(
+            "Prism node started and joined the cluster at {}.",
+            record.head
+        );
+    }
+    println!(
+        "  node:     {} at {} (pid {})",
+        record.node_id, record.node_ip, record.pid
+    );
+    println!("  session:  {}", record.session_dir.display());
+    println!("  log:      {}", log.display());
+    if record.is_head {
+        println!("  address:  {}", record.head);
+        println!(
+            "  token:    {token} (saved in {}, readable by you only)",
+            token_path.display()
+        );
+        println!();
+        println!("To add another machine to this cluster, run there:");
+        println!("  prism start --address {} --token {token}", record.head);
+    }
+    println!();
+    println!("To run a driver on this machine, in this cluster:");
+    println!(
+        "  PRISM_ADDRESS={} cargo run --release --example pi",
+        record.head
+    );
+    println!("To see the cluster: prism status");
+    println!("To stop this machine's nodes: prism stop");
+}
+
+/// The node process itself: runs until SIGTERM or SIGINT (it leaves the
+/// cluster), or until the head gives it up.
+fn run_node(args: StartArgs, config: prism::Config) -> Result<ExitCode, String> {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PRISM_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    let rt = runtime()?;
+    rt.block_on(serve(args, config))
+}
+
+async fn serve(args: StartArgs, config: prism::Config) -> Result<ExitCode, String> {
+    let temp = args.temp.temp_dir.clone();
+    std::fs::create_dir_all(&temp).map_err(|e| format!("cannot create {}: {e}", temp.display()))?;
+    let (gcs, head, token, node_ip) = if args.head {
+        let token = match &args.token {
+            Some(t) => Token::parse(t).map_err(|e| e.to_string())?,
+            None => Token::generate(),
+        };
+        let node_ip = match &args.node_ip_address {
+            Some(ip) => ip.clone(),
+            None => route_ip(None),
+        };
+        let mut settings = GcsSettings::new(token.clone());
+        settings.heartbeat_period = Duration::from_millis(config.heartbeat_period_ms.max(1));
+        settings.node_death_timeout = Duration::from_millis(config.node_death_timeout_ms.max(1));
+        let bind = SocketAddr::from(([0, 0, 0, 0], args.port));
+        let gcs = GcsServer::start(bind, settings)
+            .await
+            .map_err(|e| e.to_string())?;
+        token.save(&temp.join("token")).map_err(|e| e.to_string())?;
+        let head = format!("{node_ip}:{}", gcs.address().port());
+        (Some(gcs), head, token, node_ip)
+    } else {
+        let head = args.address.clone().unwrap_or_default();
+        let token = find_token(args.token.as_deref(), &temp)?;
+        let node_ip = match &args.node_ip_address {
+            Some(ip) => ip.clone(),
+            None => route_ip(Some(&head)),
+        };
+        (None, head, token, node_ip)
+    };
+    let session_dir = config.new_session_dir().map_err(|e| e.to_string())?;
+    let mut raylet_config = config
+        .raylet_config(session_dir.clone())
+        .map_err(|e| e.to_string())?;
+    raylet_config.cluster = Some(ClusterLink {
+        head: head.clone(),
+        token: token.clone(),
+        node_ip: node_ip.clone(),
+        is_head: args.head,
+    });
+    let raylet = match Raylet::start(raylet_config).await {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(gcs) = gcs {
+                gcs.shutdown().await;
+            }
+            return Err(format!(
+                "the node could not join the cluster at {head}: {e}"
+            ));
+        }
+    };
+    if !args.head && args.token.is_some() {
+        // The head took it: drivers and `prism status` on this machine
+        // find it here.
+        token.save(&temp.join("token")).map_err(|e| e.to_string())?;
+    }
+    let record = NodeRecord {
+        pid: std::process::id(),
+        start_ticks: NodeRecord::own_start_ticks(),
+        node_id: raylet.node_id().to_string(),
+        cluster_id: raylet.cluster_id().unwrap_or_default().to_string(),
+        head: head.clone(),
+        node_ip,
+        is_head: args.head,
+        session_dir,
+        socket: raylet.socket_path().to_path_buf(),
+    };
+    record.write(&temp).map_err(|e| e.to_string())?;
+    tracing::info!(node = %record.node_id, head = %head, "node up");
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("cannot watch for SIGTERM: {e}"))?;
+    let code = tokio::select! {
+        _ = terminate.recv() => None,
+        _ = tokio::signal::ctrl_c() => None,
+        cause = raylet.lost() => Some(cause),
+    };
+    let exit = match &code {
+        None => {
+            tracing::info!("stopping: leaving the cluster");
+            raylet.leave_cluster("stopped by prism stop").await;
+            ExitCode::SUCCESS
+        }
+        Some(cause) => {
+            tracing::error!(%cause, "the head gave this node up; it stops (start it again to rejoin as a new node)");
+            ExitCode::FAILURE
+        }
+    };
+    raylet.shutdown();
+    if let Some(gcs) = gcs {
+        gcs.shutdown().await;
+    }
+    record.remove(&temp);
+    Ok(exit)
+}
+
+/// The local address of the route to `head` (or to the outside, for a
+/// head): the address other machines reach this one at. No packet is sent;
+/// a machine with no route uses 127.0.0.1.
+fn route_ip(head: Option<&str>) -> String {
+    let target = head.unwrap_or("10.255.255.255:1");
+    UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| s.connect(target).map(|_| s))
+        .and_then(|s| s.local_addr())
+        .map(|a| a.ip().to_string())
+        .unwrap_or_else(|_| "127.0.0.1".into())
+}

@@ -1,0 +1,196 @@
+//! `prism status`: the cluster's nodes, resources and waiting demand, from
+//! the head's control store.
+
+use crate::{find_token, runtime, StatusArgs};
+use prism_gcs::pb::{NodeInfo, NodeState, Resource};
+use prism_gcs::GcsClient;
+use prism_raylet::NodeRecord;
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+pub(crate) fn run(args: StatusArgs) -> Result<ExitCode, String> {
+    let temp = &args.temp.temp_dir;
+    let address = match &args.address {
+        Some(a) => a.clone(),
+        None => NodeRecord::list(temp)
+            .into_iter()
+            .next()
+            .map(|r| r.head)
+            .ok_or_else(|| {
+                format!(
+                    "no Prism node runs on this machine (none recorded in {}): give the head \
+                     with --address HOST:PORT or PRISM_ADDRESS, or start one with `prism start --head`",
+                    NodeRecord::dir(temp).display()
+                )
+            })?,
+    };
+    let token = find_token(args.token.as_deref(), temp)?;
+    let rt = runtime()?;
+    let (info, nodes) = rt
+        .block_on(async {
+            let mut client = GcsClient::connect(&address, &token).await?;
+            let info = client.cluster_info().await?;
+            let nodes = client.get_nodes().await?;
+            Ok::<_, prism_gcs::GcsError>((info, nodes))
+        })
+        .map_err(|e| e.to_string())?;
+    print!("{}", render(&address, &info.cluster_id, &nodes));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The report, as `ray status` lays it out: nodes, then totals, then demand.
+fn render(address: &str, cluster_id: &str, nodes: &[NodeInfo]) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let alive: Vec<&NodeInfo> = nodes
+        .iter()
+        .filter(|n| n.state == NodeState::Alive as i32)
+        .collect();
+    let _ = writeln!(
+        out,
+        "======== Cluster {cluster_id} (head {address}) ========"
+    );
+    let _ = writeln!(
+        out,
+        "Nodes: {} alive, {} dead",
+        alive.len(),
+        nodes.len() - alive.len()
+    );
+    for n in nodes {
+        let role = if n.is_head { "head" } else { "node" };
+        if n.state == NodeState::Alive as i32 {
+            let _ = writeln!(
+                out,
+                " {} {role} {:<15} ALIVE  {}",
+                n.node_id,
+                n.node_ip,
+                usage(&n.total, &n.available)
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                " {} {role} {:<15} DEAD   {}",
+                n.node_id, n.node_ip, n.death_cause
+            );
+        }
+    }
+    let mut total: BTreeMap<String, i64> = BTreeMap::new();
+    let mut free: BTreeMap<String, i64> = BTreeMap::new();
+    let mut demand: BTreeMap<String, u64> = BTreeMap::new();
+    for n in &alive {
+        for r in &n.total {
+            *total.entry(r.name.clone()).or_default() += r.units;
+        }
+        for r in &n.available {
+            *free.entry(r.name.clone()).or_default() += r.units;
+        }
+        for d in &n.demands {
+            *demand.entry(shape(&d.shape)).or_default() += d.count;
+        }
+    }
+    let _ = writeln!(out, "Resources (alive nodes, used/total):");
+    for (name, units) in &total {
+        let used = units - free.get(name).copied().unwrap_or(0);
+        let _ = writeln!(out, " {}", amount(name, used, *units));
+    }
+    let _ = writeln!(out, "Demands:");
+    if demand.is_empty() {
+        let _ = writeln!(out, " (no resource demands)");
+    }
+    for (shape, count) in demand {
+        let _ = writeln!(out, " {shape}: {count} waiting");
+    }
+    out
+}
+
+fn usage(total: &[Resource], available: &[Resource]) -> String {
+    total
+        .iter()
+        .map(|r| {
+            let free = available
+                .iter()
+                .find(|a| a.name == r.name)
+                .map(|a| a.units)
+                .unwrap_or(0);
+            amount(&r.name, r.units - free, r.units)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `used/total name`, memory in GiB, others in units.
+fn amount(name: &str, used: i64, total: i64) -> String {
+    let scale = 10_000.0;
+    if name == "memory" {
+        let gib = scale * (1u64 << 30) as f64;
+        format!(
+            "{:.1}/{:.1} GiB memory",
+            used as f64 / gib,
+            total as f64 / gib
+        )
+    } else {
+        format!("{}/{} {name}", used as f64 / scale, total as f64 / scale)
+    }
+}
+
+fn shape(resources: &[Resource]) -> String {
+    let parts: Vec<String> = resources
+        .iter()
+        .map(|r| format!("{}: {}", r.name, r.units as f64 / 10_000.0))
+        .collect();
+    format!("{{{}}}", parts.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prism_gcs::pb::Demand;
+
+    fn cpu(units: i64) -> Vec<Resource> {
+        vec![Resource {
+            name: "CPU".into(),
+            units,
+        }]
+    }
+
+    #[test]
+    fn the_report_lists_nodes_totals_of_live_nodes_and_demand() {
+        let nodes = vec![
+            NodeInfo {
+                node_id: "node-a".into(),
+                node_ip: "10.0.0.1".into(),
+                is_head: true,
+                total: cpu(20_000),
+                available: cpu(5_000),
+                demands: vec![Demand {
+                    shape: cpu(10_000),
+                    count: 3,
+                }],
+                ..NodeInfo::default()
+            },
+            NodeInfo {
+                node_id: "node-b".into(),
+                node_ip: "10.0.0.2".into(),
+                state: NodeState::Dead as i32,
+                death_cause: "no heartbeat for 5.2 s".into(),
+                total: cpu(40_000),
+                ..NodeInfo::default()
+            },
+        ];
+        let text = render("10.0.0.1:6380", "c1", &nodes);
+        assert!(text.contains("Nodes: 1 alive, 1 dead"), "{text}");
+        assert!(
+            text.contains("node-a head 10.0.0.1        ALIVE  1.5/2 CPU"),
+            "{text}"
+        );
+        assert!(
+            text.contains("node-b node 10.0.0.2        DEAD   no heartbeat for 5.2 s"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Resources (alive nodes, used/total):\n 1.5/2 CPU\n"),
+            "{text}"
+        );
+        assert!(text.contains("{CPU: 1}: 3 waiting"), "{text}");
+    }
+}

@@ -1,0 +1,84 @@
+//! `prism stop`: this machine's node processes, asked to leave (SIGTERM),
+//! then killed if they have not stopped after the grace period.
+
+use crate::StopArgs;
+use prism_raylet::NodeRecord;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+pub(crate) fn run(args: StopArgs) -> Result<ExitCode, String> {
+    let temp = &args.temp.temp_dir;
+    let records = NodeRecord::list(temp);
+    if records.is_empty() {
+        println!(
+            "No Prism node runs on this machine (none recorded in {}).",
+            NodeRecord::dir(temp).display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Other nodes first, so that they can still tell the head they leave.
+    let (heads, others): (Vec<NodeRecord>, Vec<NodeRecord>) =
+        records.into_iter().partition(|r| r.is_head);
+    let grace = Duration::from_secs(args.grace_period);
+    let mut stopped = 0;
+    for group in [others, heads] {
+        if group.is_empty() {
+            continue;
+        }
+        let signal = if args.force {
+            libc::SIGKILL
+        } else {
+            libc::SIGTERM
+        };
+        for r in &group {
+            // SAFETY: kill has no memory-safety preconditions; the record
+            // was checked to be this very process (pid and start time).
+            unsafe { libc::kill(r.pid as libc::pid_t, signal) };
+        }
+        let left = wait_gone(&group, grace);
+        for r in &left {
+            eprintln!(
+                "prism: {} (pid {}) did not stop within {} s; killing it",
+                r.node_id,
+                r.pid,
+                grace.as_secs()
+            );
+            // SAFETY: as above.
+            unsafe { libc::kill(r.pid as libc::pid_t, libc::SIGKILL) };
+        }
+        let still = wait_gone(&left, Duration::from_secs(5));
+        for r in &group {
+            if still.iter().any(|s| s.pid == r.pid) {
+                eprintln!("prism: {} (pid {}) is still running", r.node_id, r.pid);
+                continue;
+            }
+            r.remove(temp);
+            stopped += 1;
+            let role = if r.is_head { "head node" } else { "node" };
+            println!(
+                "Stopped {role} {} (pid {}, session {}).",
+                r.node_id,
+                r.pid,
+                r.session_dir.display()
+            );
+        }
+        if !still.is_empty() {
+            return Ok(ExitCode::FAILURE);
+        }
+    }
+    println!("Stopped {stopped} Prism node process(es) on this machine.");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Waits up to `limit` for the processes to end; returns those still
+/// running.
+fn wait_gone(records: &[NodeRecord], limit: Duration) -> Vec<NodeRecord> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let left: Vec<NodeRecord> = records.iter().filter(|r| r.is_running()).cloned().collect();
+        if left.is_empty() || Instant::now() >= deadline {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

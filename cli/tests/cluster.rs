@@ -1,0 +1,402 @@
+//! The `prism` command end to end: real node processes on test hosts in
+//! network namespaces (10.77.0.x, one per host), started, inspected,
+//! killed, cut off and stopped through the command, as a user would.
+//!
+//! Needs root for the namespaces (CI runs as root); elsewhere each test
+//! says it was skipped and why.
+
+use prism_tests::netns::Network;
+use prism_tests::{must, must_become, must_eventually};
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const PRISM: &str = env!("CARGO_BIN_EXE_prism");
+/// Set in the child that acts as a driver on one of the hosts.
+const DRIVER: &str = "PRISM_CLI_TEST_DRIVER";
+
+/// Test hosts, and the temp dir of each host's node (each host plays a
+/// machine of its own). Dropping it stops every node by force and removes
+/// the namespaces and folders.
+struct Machines {
+    net: Network,
+    temps: Vec<PathBuf>,
+}
+
+impl Machines {
+    /// `None` (and a note) where namespaces cannot be made.
+    fn new(tag: &str, hosts: usize) -> Option<Machines> {
+        if let Err(why) = Network::available() {
+            eprintln!("skipped: {why}");
+            return None;
+        }
+        let net = must(Network::create(tag, hosts), "the test hosts must be made");
+        let temps = (0..hosts)
+            .map(|i| {
+                std::env::temp_dir().join(format!("prism-cli-{}-{tag}-{i}", std::process::id()))
+            })
+            .collect::<Vec<_>>();
+        for t in &temps {
+            let _ = std::fs::remove_dir_all(t);
+        }
+        Some(Machines { net, temps })
+    }
+
+    fn ip(&self, host: usize) -> &str {
+        &self.net.hosts()[host].ip
+    }
+
+    /// Runs `prism <args> --temp-dir <host's>` on `host`, bounded in time.
+    fn prism(&self, host: usize, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut command = self.net.command(host, PRISM);
+        command.args(args).arg("--temp-dir").arg(&self.temps[host]);
+        run_bounded(command, env, Duration::from_secs(60))
+    }
+
+    fn start_head(&self, env: &[(&str, &str)]) -> String {
+        let ip = self.ip(0).to_string();
+        let out = self.prism(
+            0,
+            &[
+                "start",
+                "--head",
+                "--port",
+                "6380",
+                "--node-ip-address",
+                &ip,
+                "--num-cpus",
+                "1",
+            ],
+            env,
+        );
+        assert!(out.status.success(), "the head must start: {}", text(&out));
+        format!("{ip}:6380")
+    }
+
+    fn token(&self) -> String {
+        must(
+            std::fs::read_to_string(self.temps[0].join("token")),
+            "the head saves its token",
+        )
+    }
+
+    fn join(&self, host: usize, head: &str) -> Output {
+        let (ip, token) = (self.ip(host).to_string(), self.token());
+        self.prism(
+            host,
+            &[
+                "start",
+                "--address",
+                head,
+                "--token",
+                &token,
+                "--node-ip-address",
+                &ip,
+                "--num-cpus",
+                "1",
+            ],
+            &[],
+        )
+    }
+
+    fn status(&self, host: usize) -> String {
+        let out = self.prism(host, &["status"], &[]);
+        assert!(
+            out.status.success(),
+            "prism status must work: {}",
+            text(&out)
+        );
+        text(&out)
+    }
+
+    /// The pid of the node process running on `host`.
+    fn node_pid(&self, host: usize) -> u32 {
+        let records = prism_raylet::NodeRecord::list(&self.temps[host]);
+        must(
+            records.first().map(|r| r.pid).ok_or("none"),
+            "the host runs a node",
+        )
+    }
+}
+
+impl Drop for Machines {
+    fn drop(&mut self) {
+        for t in &self.temps {
+            for r in prism_raylet::NodeRecord::list(t) {
+                // SAFETY: kill has no memory-safety preconditions; the
+                // record names a process of this test (pid and start time).
+                unsafe { libc::kill(r.pid as libc::pid_t, libc::SIGKILL) };
+                let _ = prism_tests::wait_until(Duration::from_secs(5), || !r.is_running());
+            }
+            let _ = std::fs::remove_dir_all(t);
+        }
+    }
+}
+
+fn run_bounded(mut command: Command, env: &[(&str, &str)], limit: Duration) -> Output {
+    command
+        .env_remove("PRISM_ADDRESS")
+        .env_remove("PRISM_AUTH_TOKEN")
+        .env_remove("PRISM_TEMP_DIR")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = must(command.spawn(), "the command must start");
+    let deadline = Instant::now() + limit;
+    while must(child.try_wait(), "the command's state").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{command:?} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    must(child.wait_with_output(), "the command's output")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn line_of<'a>(status: &'a str, ip: &str) -> &'a str {
+    status
+        .lines()
+        .find(|l| l.contains(&format!(" {ip} ")))
+        .unwrap_or("")
+}
+
+#[prism::remote]
+fn add(a: i64, b: i64) -> i64 {
+    a + b
+}
+
+/// The driver's part, run on a host by the test below.
+fn drive() {
+    must(
+        prism::init(prism::Config::default()),
+        "the driver joins its node",
+    );
+    let nodes = must(prism::nodes(), "the driver lists the nodes");
+    let alive = nodes.iter().filter(|n| n.alive).count();
+    println!("NODES alive={alive}");
+    for n in &nodes {
+        println!("NODE {} head={}", n.node_ip, n.is_head);
+    }
+    let sum = must(
+        prism::get(&must(add::remote(1, 2), "a task is submitted")),
+        "a task runs on the node",
+    );
+    println!("TASK {sum}");
+    prism::shutdown();
+}
+
+#[test]
+fn the_cli_starts_a_head_joins_two_nodes_shows_them_and_stops_everything() {
+    if std::env::var_os(DRIVER).is_some() {
+        return drive();
+    }
+    let Some(m) = Machines::new("e2e", 3) else {
+        return;
+    };
+    let head = m.start_head(&[]);
+    for host in [1, 2] {
+        let out = m.join(host, &head);
+        assert!(
+            out.status.success(),
+            "node {host} must join: {}",
+            text(&out)
+        );
+        assert!(
+            text(&out).contains("joined the cluster at 10.77.0.1:6380"),
+            "{}",
+            text(&out)
+        );
+    }
+    let status = m.status(2);
+    assert!(status.contains("Nodes: 3 alive, 0 dead"), "{status}");
+    for host in 0..3 {
+        assert!(
+            line_of(&status, m.ip(host)).contains("ALIVE  0/1 CPU"),
+            "{status}"
+        );
+    }
+    assert!(line_of(&status, m.ip(0)).contains("head"), "{status}");
+    assert!(status.contains(" 0/3 CPU"), "{status}");
+
+    // A driver on host 1 joins through that host's node.
+    let mut driver = m
+        .net
+        .command(1, must(std::env::current_exe(), "this test's binary"));
+    driver.args([
+        "--exact",
+        "the_cli_starts_a_head_joins_two_nodes_shows_them_and_stops_everything",
+        "--nocapture",
+    ]);
+    let temp1 = m.temps[1].display().to_string();
+    let out = run_bounded(
+        driver,
+        &[
+            (DRIVER, "1"),
+            ("PRISM_ADDRESS", &head),
+            ("PRISM_TEMP_DIR", &temp1),
+        ],
+        Duration::from_secs(60),
+    );
+    let said = text(&out);
+    assert!(out.status.success(), "the driver must run: {said}");
+    assert!(said.contains("NODES alive=3"), "{said}");
+    assert!(said.contains("NODE 10.77.0.1 head=true"), "{said}");
+    assert!(said.contains("NODE 10.77.0.3 head=false"), "{said}");
+    assert!(said.contains("TASK 3"), "{said}");
+
+    // Stopping a node: it leaves, and the head says so.
+    let pid1 = m.node_pid(1);
+    let out = m.prism(1, &["stop"], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("Stopped 1 Prism node process(es)"),
+        "{}",
+        text(&out)
+    );
+    assert!(prism_tests::is_gone(pid1), "the node process must be gone");
+    let status = m.status(0);
+    assert!(status.contains("Nodes: 2 alive, 1 dead"), "{status}");
+    assert!(
+        line_of(&status, m.ip(1)).contains("DEAD   stopped by prism stop"),
+        "{status}"
+    );
+
+    let (pid0, pid2) = (m.node_pid(0), m.node_pid(2));
+    for host in [2, 0] {
+        let out = m.prism(host, &["stop"], &[]);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    assert!(prism_tests::is_gone(pid0) && prism_tests::is_gone(pid2));
+    let out = m.prism(0, &["stop"], &[]);
+    assert!(
+        text(&out).contains("No Prism node runs on this machine"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn a_node_killed_or_cut_off_is_marked_dead_within_the_timeout() {
+    let Some(m) = Machines::new("death", 3) else {
+        return;
+    };
+    let head = m.start_head(&[
+        ("PRISM_NODE_DEATH_TIMEOUT_MS", "1500"),
+        ("PRISM_HEARTBEAT_PERIOD_MS", "200"),
+    ]);
+    for host in [1, 2] {
+        assert!(m.join(host, &head).status.success());
+    }
+    assert!(m.status(0).contains("Nodes: 3 alive"));
+
+    // A raylet that dies: SIGKILL, so it cannot say goodbye.
+    prism_tests::kill(m.node_pid(1));
+    let status = must_become(
+        "the killed node is marked dead",
+        Duration::from_secs(20),
+        || {
+            let s = m.status(0);
+            line_of(&s, m.ip(1)).contains("DEAD").then_some(s)
+        },
+    );
+    assert!(
+        line_of(&status, m.ip(1)).contains("no heartbeat for"),
+        "{status}"
+    );
+    assert!(line_of(&status, m.ip(2)).contains("ALIVE"), "{status}");
+
+    // A node cut off from the network.
+    let pid2 = m.node_pid(2);
+    must(m.net.cut(2), "host 2's link goes down");
+    let status = must_become(
+        "the cut-off node is marked dead",
+        Duration::from_secs(20),
+        || {
+            let s = m.status(0);
+            line_of(&s, m.ip(2)).contains("DEAD").then_some(s)
+        },
+    );
+    assert!(status.contains("Nodes: 1 alive, 2 dead"), "{status}");
+    // Back on the network, it learns it was given up and stops, to be
+    // started again as a new node.
+    must(m.net.join(2), "host 2's link comes back");
+    must_eventually("the given-up node stops", Duration::from_secs(20), || {
+        prism_raylet::start_ticks(pid2).is_none()
+    });
+    let out = m.join(2, &head);
+    assert!(out.status.success(), "it joins again: {}", text(&out));
+    let status = m.status(0);
+    assert!(status.contains("Nodes: 2 alive, 2 dead"), "{status}");
+}
+
+#[test]
+fn wrong_tokens_missing_tokens_and_a_taken_port_are_clear_errors() {
+    let Some(m) = Machines::new("auth", 2) else {
+        return;
+    };
+    let head = m.start_head(&[]);
+    let ip = m.ip(1).to_string();
+
+    let out = m.prism(
+        1,
+        &[
+            "start",
+            "--address",
+            &head,
+            "--token",
+            "not-the-token",
+            "--node-ip-address",
+            &ip,
+        ],
+        &[],
+    );
+    assert!(!out.status.success());
+    let said = text(&out);
+    assert!(said.contains("refused this connection"), "{said}");
+    assert!(
+        said.contains("wrong cluster token") && said.contains("PRISM_AUTH_TOKEN"),
+        "{said}"
+    );
+
+    let out = m.prism(1, &["start", "--address", &head], &[]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("no cluster token"), "{}", text(&out));
+
+    let out = m.prism(1, &["status", "--address", &head, "--token", "wrong"], &[]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("refused this connection"),
+        "{}",
+        text(&out)
+    );
+    // The refusals are in the head's log.
+    let logs = m.temps[0].join("logs");
+    let logged = std::fs::read_dir(&logs)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .any(|t| t.contains("refused a connection with a wrong cluster token"));
+    assert!(
+        logged,
+        "the head logs refused connections in {}",
+        logs.display()
+    );
+
+    let out = m.prism(0, &["start", "--head", "--port", "6380"], &[]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("port is in use"), "{}", text(&out));
+    assert!(
+        m.status(0).contains("Nodes: 1 alive, 0 dead"),
+        "nothing joined"
+    );
+}

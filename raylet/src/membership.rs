@@ -1,0 +1,237 @@
+//! The raylet as a member of a multi-node cluster: it registers with the
+//! control store on the head, reports its free resources and waiting
+//! demand every heartbeat period, and stops serving when the control store
+//! says the node was given up (it missed its heartbeats, so its work was
+//! declared lost; a node that comes back joins as a new node).
+
+use crate::node::Node;
+use prism_gcs::pb::{Demand, NodeInfo as WireNode, NodeState, Resource};
+use prism_gcs::{GcsClient, Token};
+use prism_protocol::messages::NodeInfo;
+use prism_protocol::resources::{Quantity, ResourceSet};
+use prism_protocol::Error;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// How a raylet joins a cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterLink {
+    /// The head's control store, `HOST:PORT`.
+    pub head: String,
+    /// The cluster token.
+    pub token: Token,
+    /// The address other nodes reach this node at.
+    pub node_ip: String,
+    /// Whether this node is the head.
+    pub is_head: bool,
+}
+
+/// A raylet's membership, once registered.
+#[derive(Debug)]
+pub(crate) struct Membership {
+    node_id: String,
+    client: GcsClient,
+    cluster_id: String,
+    lost: watch::Receiver<Option<String>>,
+    beating: tokio::task::JoinHandle<()>,
+}
+
+impl Membership {
+    /// Registers `node` with the head and starts its heartbeats.
+    pub(crate) async fn join(node: &Arc<Node>, link: &ClusterLink) -> Result<Membership, Error> {
+        let mut client = GcsClient::connect(&link.head, &link.token)
+            .await
+            .map_err(cluster_error)?;
+        let (total, available) = node.control(|c| {
+            let r = c.scheduler.resources();
+            (r.total().clone(), r.available())
+        });
+        let info = WireNode {
+            node_id: node.node_id.to_string(),
+            node_ip: link.node_ip.clone(),
+            hostname: hostname(),
+            is_head: link.is_head,
+            state: NodeState::Alive as i32,
+            total: to_wire(&total),
+            available: to_wire(&available),
+            session_dir: node.config.session_dir.display().to_string(),
+            pid: std::process::id(),
+            ..WireNode::default()
+        };
+        let reply = client.register_node(info).await.map_err(cluster_error)?;
+        let period = Duration::from_millis(reply.heartbeat_period_ms.max(10));
+        let (tell, lost) = watch::channel(None);
+        let beating = tokio::spawn(beat(Arc::downgrade(node), client.clone(), period, tell));
+        tracing::info!(head = %link.head, cluster = %reply.cluster_id, "joined the cluster");
+        Ok(Membership {
+            node_id: node.node_id.to_string(),
+            client,
+            cluster_id: reply.cluster_id,
+            lost,
+            beating,
+        })
+    }
+
+    /// The cluster's id.
+    pub(crate) fn cluster_id(&self) -> &str {
+        &self.cluster_id
+    }
+
+    /// Waits until the control store gives this node up; returns why.
+    pub(crate) async fn lost(&self) -> String {
+        let mut lost = self.lost.clone();
+        let cause = match lost.wait_for(Option::is_some).await {
+            Ok(cause) => cause.clone().unwrap_or_default(),
+            Err(_) => "the heartbeat task ended".into(),
+        };
+        cause
+    }
+
+    /// Leaves the cluster on purpose (`prism stop`).
+    pub(crate) async fn leave(&self, reason: &str) {
+        self.beating.abort();
+        let mut client = self.client.clone();
+        if let Err(e) = client.unregister_node(&self.node_id, reason).await {
+            tracing::warn!(error = %e, "could not tell the head that this node leaves");
+        }
+    }
+
+    /// Every node of the cluster, from the head.
+    pub(crate) async fn nodes(&self) -> Result<Vec<NodeInfo>, Error> {
+        let mut client = self.client.clone();
+        let nodes = client.get_nodes().await.map_err(cluster_error)?;
+        Ok(nodes.into_iter().map(from_wire).collect())
+    }
+}
+
+/// Sends a heartbeat every `period` until the node is gone or the head
+/// says it was given up. A head that does not answer is logged once per
+/// outage and tried again: the node keeps serving its local work.
+async fn beat(
+    node: Weak<Node>,
+    mut client: GcsClient,
+    period: Duration,
+    tell: watch::Sender<Option<String>>,
+) {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut unreachable = false;
+    loop {
+        tick.tick().await;
+        let Some(node) = node.upgrade() else { return };
+        let id = node.node_id.to_string();
+        let (available, demands) = node.control(|c| {
+            let demands = c
+                .scheduler
+                .demands()
+                .into_iter()
+                .map(|(shape, count)| Demand {
+                    shape: to_wire(&shape),
+                    count,
+                })
+                .collect::<Vec<_>>();
+            (to_wire(&c.scheduler.resources().available()), demands)
+        });
+        drop(node);
+        match client.heartbeat(&id, available, demands).await {
+            Ok(reply) if reply.alive => {
+                if unreachable {
+                    tracing::info!("the head answers heartbeats again");
+                    unreachable = false;
+                }
+            }
+            Ok(reply) => {
+                tracing::error!(cause = %reply.death_cause, "the head gave this node up; it stops");
+                let _ = tell.send(Some(reply.death_cause));
+                return;
+            }
+            Err(e) => {
+                if !unreachable {
+                    tracing::warn!(error = %e, "a heartbeat did not reach the head; trying again");
+                    unreachable = true;
+                }
+            }
+        }
+    }
+}
+
+/// The local node alone, for a raylet that is not part of a cluster.
+pub(crate) fn local_node(node: &Arc<Node>) -> NodeInfo {
+    let (total, available) = node.control(|c| {
+        let r = c.scheduler.resources();
+        (r.total().clone(), r.available())
+    });
+    NodeInfo {
+        node_id: node.node_id.to_string(),
+        node_ip: "127.0.0.1".into(),
+        hostname: hostname(),
+        is_head: true,
+        alive: true,
+        death_cause: String::new(),
+        total,
+        available,
+    }
+}
+
+fn cluster_error(e: prism_gcs::GcsError) -> Error {
+    Error::Cluster {
+        message: e.to_string(),
+    }
+}
+
+fn to_wire(set: &ResourceSet) -> Vec<Resource> {
+    set.iter()
+        .map(|(name, q)| Resource {
+            name: name.to_string(),
+            units: q.units() as i64,
+        })
+        .collect()
+}
+
+fn from_wire_set(list: &[Resource]) -> ResourceSet {
+    let mut set = ResourceSet::new();
+    for r in list {
+        set.set(r.name.clone(), Quantity::from_units(r.units.max(0) as u64));
+    }
+    set
+}
+
+fn from_wire(n: WireNode) -> NodeInfo {
+    NodeInfo {
+        alive: n.state == NodeState::Alive as i32,
+        total: from_wire_set(&n.total),
+        available: from_wire_set(&n.available),
+        node_id: n.node_id,
+        node_ip: n.node_ip,
+        hostname: n.hostname,
+        is_head: n.is_head,
+        death_cause: n.death_cause,
+    }
+}
+
+/// This machine's host name.
+pub(crate) fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resources_cross_the_wire_unchanged() {
+        let mut set = ResourceSet::new();
+        set.set("CPU", Quantity::whole(2));
+        set.set("GPU", Quantity::from_units(5_000));
+        set.set("disk", Quantity::whole(1));
+        assert_eq!(from_wire_set(&to_wire(&set)), set);
+    }
+}
