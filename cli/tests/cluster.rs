@@ -218,6 +218,15 @@ fn the_cli_starts_a_head_joins_two_nodes_shows_them_and_stops_everything() {
     }
     let status = m.status(2);
     assert!(status.contains("Nodes: 3 alive, 0 dead"), "{status}");
+    // A node's sockets and logs are its user's alone.
+    use std::os::unix::fs::PermissionsExt;
+    for host in 0..3 {
+        let record = &prism_raylet::NodeRecord::list(&m.temps[host])[0];
+        let mode = must(std::fs::metadata(&record.session_dir), "the session exists")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700, "{}", record.session_dir.display());
+    }
     for host in 0..3 {
         assert!(
             line_of(&status, m.ip(host)).contains("ALIVE  0/1 CPU"),

@@ -27,6 +27,11 @@ pub(crate) fn new_session_dir(temp_dir: &Path) -> Result<PathBuf> {
     let dir = temp_dir.join(&name);
     std::fs::create_dir_all(dir.join("logs"))
         .map_err(|e| Error::io(format!("create session directory {}", dir.display()), e))?;
+    // Its sockets and logs are this user's alone: other users of the
+    // machine can neither connect to the raylet nor read the output.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| Error::io(format!("make {} private", dir.display()), e))?;
     let latest = temp_dir.join("session_latest");
     let _ = std::fs::remove_file(&latest);
     let _ = std::os::unix::fs::symlink(&name, &latest);
