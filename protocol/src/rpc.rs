@@ -1,4 +1,20 @@
-//! A multiplexed request/response connection over a Unix-domain socket.
+//! A multiplexed request/response connection over a Unix-domain socket
+//! (processes of one node) or TCP (processes of different nodes).
+//!
+//! # Addresses
+//!
+//! A process of a single-node cluster is reached at its socket path. In a
+//! multi-node cluster it also listens on TCP and gives out both, as
+//! `<socket path>|tcp://<ip>:<port>|<node id>` (see [`Endpoint`]): a peer
+//! on the same node connects to the socket, any other over TCP.
+//!
+//! # Authentication
+//!
+//! A TCP connection starts with a handshake: the client sends `PRSM`, the
+//! token's length (`u16`, little-endian) and the cluster token; the server
+//! answers one byte, 1 to accept, or 0 followed by a length and a message
+//! saying why it refused, and closes. Unix sockets need none: they live in
+//! a session directory only their user can open.
 //!
 //! # Framing
 //!
@@ -24,10 +40,11 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt, BufReader};
-use tokio::net::{UnixListener, UnixStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 
 /// The largest frame accepted, to stop a corrupt length from allocating
@@ -77,7 +94,7 @@ enum Waiter {
 struct Inner {
     peer: String,
     /// The socket's write side, shared by direct writers and the writer task.
-    write_half: Arc<tokio::net::unix::OwnedWriteHalf>,
+    write_half: Arc<WriteHalf>,
     /// Frames handed to the writer task and not yet fully written; direct
     /// writes happen only when this is zero, under its lock.
     queued: Arc<Mutex<usize>>,
@@ -125,9 +142,64 @@ impl Connection {
         ))
     }
 
+    /// Connects to `address`: a socket path, or an [`Endpoint`] with a
+    /// socket and a TCP address, reached by its socket when its node is
+    /// `local_node` and over TCP (with the cluster token) otherwise.
+    pub async fn connect_to(
+        address: &str,
+        local_node: Option<&str>,
+        handler: Arc<dyn Handler>,
+    ) -> Result<Connection, Error> {
+        let endpoint = Endpoint::parse(address);
+        let same_node = endpoint.node.is_none() || endpoint.node.as_deref() == local_node;
+        match (&endpoint.unix, &endpoint.tcp) {
+            (Some(path), None) => Connection::connect(path, handler).await,
+            (Some(path), Some(_)) if same_node => Connection::connect(path, handler).await,
+            (_, Some(tcp)) => Connection::connect_tcp(tcp, &cluster_token()?, handler).await,
+            (None, None) => Err(Error::invalid(
+                "address",
+                format!("{address:?} names no socket"),
+            )),
+        }
+    }
+
+    /// Connects over TCP to `address` (`ip:port`), presenting `token`.
+    pub async fn connect_tcp(
+        address: &str,
+        token: &str,
+        handler: Arc<dyn Handler>,
+    ) -> Result<Connection, Error> {
+        let mut stream = TcpStream::connect(address)
+            .await
+            .map_err(|e| Error::io(format!("connect to {address}"), e))?;
+        let _ = stream.set_nodelay(true);
+        client_handshake(&mut stream, address, token).await?;
+        let (read_half, write_half) = stream.into_split();
+        Ok(Connection::start_halves(
+            Box::new(read_half),
+            WriteHalf::Tcp(write_half),
+            format!("tcp://{address}"),
+            handler,
+        ))
+    }
+
     /// Wraps an accepted or connected stream and starts its reader and writer.
     pub fn start(stream: UnixStream, peer: String, handler: Arc<dyn Handler>) -> Connection {
         let (read_half, write_half) = stream.into_split();
+        Connection::start_halves(
+            Box::new(read_half),
+            WriteHalf::Unix(write_half),
+            peer,
+            handler,
+        )
+    }
+
+    fn start_halves(
+        read_half: Box<dyn AsyncRead + Send + Unpin>,
+        write_half: WriteHalf,
+        peer: String,
+        handler: Arc<dyn Handler>,
+    ) -> Connection {
         let write_half = Arc::new(write_half);
         let queued = Arc::new(Mutex::new(0usize));
         let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
@@ -337,7 +409,7 @@ impl Connection {
 }
 
 async fn read_loop(
-    reader: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
+    reader: &mut BufReader<Box<dyn AsyncRead + Send + Unpin>>,
     conn: &Connection,
     handler: &dyn Handler,
 ) -> Result<(), Error> {
@@ -402,6 +474,194 @@ pub fn serve(
             }
         }
     }))
+}
+
+/// Accepts TCP connections on `address` until the returned task is
+/// aborted; a connection that does not present `token` is refused (and
+/// logged) before any request is read. Returns the address bound (port 0
+/// picks a free one).
+pub async fn serve_tcp(
+    address: std::net::SocketAddr,
+    token: String,
+    make_handler: impl Fn() -> Arc<dyn Handler> + Send + Sync + 'static,
+) -> Result<(tokio::task::JoinHandle<()>, std::net::SocketAddr), Error> {
+    let listener = TcpListener::bind(address)
+        .await
+        .map_err(|e| Error::io(format!("listen on {address}"), e))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| Error::io("read the listening address", e))?;
+    let token = Arc::new(token);
+    let make_handler = Arc::new(make_handler);
+    let task = tokio::spawn(async move {
+        loop {
+            match listener.accept().await {
+                Ok((mut stream, peer)) => {
+                    let (token, make_handler) = (token.clone(), make_handler.clone());
+                    tokio::spawn(async move {
+                        let _ = stream.set_nodelay(true);
+                        if let Err(e) = server_handshake(&mut stream, &token).await {
+                            tracing::warn!(%peer, error = %e, "refused a connection");
+                            return;
+                        }
+                        let (read_half, write_half) = stream.into_split();
+                        Connection::start_halves(
+                            Box::new(read_half),
+                            WriteHalf::Tcp(write_half),
+                            format!("tcp://{peer}"),
+                            make_handler(),
+                        );
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            }
+        }
+    });
+    Ok((task, bound))
+}
+
+/// The write side of either kind of socket.
+enum WriteHalf {
+    Unix(tokio::net::unix::OwnedWriteHalf),
+    Tcp(tokio::net::tcp::OwnedWriteHalf),
+}
+
+impl WriteHalf {
+    fn try_write(&self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            WriteHalf::Unix(w) => w.try_write(buf),
+            WriteHalf::Tcp(w) => w.try_write(buf),
+        }
+    }
+
+    async fn writable(&self) -> std::io::Result<()> {
+        match self {
+            WriteHalf::Unix(w) => w.writable().await,
+            WriteHalf::Tcp(w) => w.writable().await,
+        }
+    }
+}
+
+const HANDSHAKE_MAGIC: &[u8; 4] = b"PRSM";
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+async fn client_handshake(stream: &mut TcpStream, address: &str, token: &str) -> Result<(), Error> {
+    let io = |e: std::io::Error| Error::io(format!("greet {address}"), e);
+    let exchange = async {
+        let mut hello = HANDSHAKE_MAGIC.to_vec();
+        hello.extend_from_slice(&(token.len() as u16).to_le_bytes());
+        hello.extend_from_slice(token.as_bytes());
+        stream.write_all(&hello).await.map_err(io)?;
+        let mut verdict = [0u8; 1];
+        stream.read_exact(&mut verdict).await.map_err(io)?;
+        if verdict[0] == 1 {
+            return Ok(());
+        }
+        let mut len = [0u8; 2];
+        stream.read_exact(&mut len).await.map_err(io)?;
+        let mut why = vec![0u8; u16::from_le_bytes(len) as usize];
+        stream.read_exact(&mut why).await.map_err(io)?;
+        Err(Error::Cluster {
+            message: format!(
+                "{address} refused this connection: {}",
+                String::from_utf8_lossy(&why)
+            ),
+        })
+    };
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, exchange)
+        .await
+        .unwrap_or_else(|_| {
+            Err(Error::io(
+                format!("greet {address}"),
+                "no answer within 5 s",
+            ))
+        })
+}
+
+async fn server_handshake(stream: &mut TcpStream, token: &str) -> Result<(), String> {
+    let exchange = async {
+        let mut head = [0u8; 6];
+        stream
+            .read_exact(&mut head)
+            .await
+            .map_err(|e| e.to_string())?;
+        if &head[..4] != HANDSHAKE_MAGIC {
+            return Err("it does not speak Prism's protocol".to_string());
+        }
+        let mut presented = vec![0u8; u16::from_le_bytes([head[4], head[5]]) as usize];
+        stream
+            .read_exact(&mut presented)
+            .await
+            .map_err(|e| e.to_string())?;
+        if constant_time_eq(presented.as_slice(), token.as_bytes()) {
+            stream.write_all(&[1]).await.map_err(|e| e.to_string())?;
+            return Ok(());
+        }
+        let why = "a wrong cluster token was given; pass the token that `prism start --head` \
+                   printed with --token or PRISM_AUTH_TOKEN";
+        let mut refusal = vec![0u8];
+        refusal.extend_from_slice(&(why.len() as u16).to_le_bytes());
+        refusal.extend_from_slice(why.as_bytes());
+        let _ = stream.write_all(&refusal).await;
+        Err("a wrong cluster token".to_string())
+    };
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, exchange)
+        .await
+        .unwrap_or_else(|_| Err("no greeting within 5 s".to_string()))
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+static CLUSTER_TOKEN: Mutex<Option<String>> = Mutex::new(None);
+
+/// Sets the token this process presents on TCP connections to other nodes.
+pub fn set_cluster_token(token: Option<String>) {
+    *CLUSTER_TOKEN.lock() = token;
+}
+
+fn cluster_token() -> Result<String, Error> {
+    CLUSTER_TOKEN.lock().clone().ok_or_else(|| Error::Cluster {
+        message: "this process has no cluster token to reach another node with".into(),
+    })
+}
+
+/// Where a process listens: its socket, and in a multi-node cluster its
+/// TCP address and node.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Endpoint {
+    /// The Unix socket, for peers on the same node.
+    pub unix: Option<PathBuf>,
+    /// `ip:port`, for peers on other nodes.
+    pub tcp: Option<String>,
+    /// The node it runs on.
+    pub node: Option<String>,
+}
+
+impl Endpoint {
+    /// Reads `<path>`, `tcp://<ip:port>` or `<path>|tcp://<ip:port>|<node>`.
+    pub fn parse(address: &str) -> Endpoint {
+        let mut endpoint = Endpoint::default();
+        for (i, part) in address.split('|').enumerate() {
+            if let Some(tcp) = part.strip_prefix("tcp://") {
+                endpoint.tcp = Some(tcp.to_string());
+            } else if i == 0 && !part.is_empty() {
+                endpoint.unix = Some(PathBuf::from(part));
+            } else if i == 2 && !part.is_empty() {
+                endpoint.node = Some(part.to_string());
+            }
+        }
+        endpoint
+    }
+
+    /// The address string of a socket, a TCP address and a node.
+    pub fn format(unix: &Path, tcp: std::net::SocketAddr, node: &str) -> String {
+        format!("{}|tcp://{tcp}|{node}", unix.display())
+    }
 }
 
 #[cfg(test)]
@@ -488,5 +748,60 @@ mod tests {
         server.abort();
         drop(server);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tcp_connections_need_the_token_and_carry_large_answers() {
+        let (server, bound) = serve_tcp("127.0.0.1:0".parse().unwrap(), "secret".into(), || {
+            Arc::new(Echo)
+        })
+        .await
+        .unwrap();
+        let address = bound.to_string();
+        let conn = Connection::connect_tcp(&address, "secret", Arc::new(Echo))
+            .await
+            .unwrap();
+        let at = conn
+            .request(GetObject {
+                id: ObjectId::new(),
+            })
+            .await
+            .unwrap();
+        assert_eq!(at, ObjectLocation { offset: 1, size: 2 });
+        let big = conn
+            .request(GetObjectStatus {
+                id: ObjectId::new(),
+            })
+            .await
+            .unwrap();
+        match big.value {
+            ObjectValue::Inline(b) => assert_eq!(b.len(), 8 << 20),
+            other => panic!("{other:?}"),
+        }
+        let err = Connection::connect_tcp(&address, "guess", Arc::new(Echo))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("refused this connection"), "{err}");
+        assert!(err.to_string().contains("PRISM_AUTH_TOKEN"), "{err}");
+        server.abort();
+    }
+
+    #[test]
+    fn endpoints_read_back_what_format_wrote() {
+        let e = Endpoint::parse(&Endpoint::format(
+            Path::new("/s/core.sock"),
+            "10.0.0.2:4000".parse().unwrap(),
+            "node-1",
+        ));
+        assert_eq!(e.unix.as_deref(), Some(Path::new("/s/core.sock")));
+        assert_eq!(e.tcp.as_deref(), Some("10.0.0.2:4000"));
+        assert_eq!(e.node.as_deref(), Some("node-1"));
+        let plain = Endpoint::parse("/s/raylet.sock");
+        assert_eq!(plain.unix.as_deref(), Some(Path::new("/s/raylet.sock")));
+        assert!(plain.tcp.is_none() && plain.node.is_none());
+        assert_eq!(
+            Endpoint::parse("tcp://1.2.3.4:5").tcp.as_deref(),
+            Some("1.2.3.4:5")
+        );
     }
 }
