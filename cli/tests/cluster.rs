@@ -174,6 +174,53 @@ fn add(a: i64, b: i64) -> i64 {
     a + b
 }
 
+/// Sleeps so that tasks overlap, and says where it ran and what it got:
+/// the sum of `data`, and `out` bytes made here.
+#[prism::remote]
+fn where_and_sum(data: Vec<u8>, out: usize) -> (String, u64, Vec<u8>) {
+    std::thread::sleep(Duration::from_millis(400));
+    let node = prism::runtime_context()
+        .map(|c| c.node_id.to_string())
+        .unwrap_or_default();
+    let sum = data.iter().map(|&b| b as u64).sum();
+    (node, sum, vec![7u8; out])
+}
+
+/// The spreading driver's part, run on the head by the test below.
+fn spread() {
+    must(
+        prism::init(prism::Config::default()),
+        "the driver joins its node",
+    );
+    let (total, _) = must(prism::cluster_resources(), "the cluster's resources");
+    println!("CPUS {}", total.get("CPU").as_f64());
+    // 20 MB, far over the inline limit: stored on this node, and read by
+    // tasks on other nodes through their owner (this driver).
+    let data: Vec<u8> = (0..20_000_000u32).map(|i| (i % 251) as u8).collect();
+    let expected: u64 = data.iter().map(|&b| b as u64).sum();
+    let shared = must(prism::put(data), "the big object is stored");
+    let refs: Vec<_> = (0..6)
+        .map(|_| {
+            must(
+                where_and_sum::remote(&shared, 5_000_000),
+                "a task is submitted",
+            )
+        })
+        .collect();
+    let mut nodes = std::collections::BTreeSet::new();
+    for r in &refs {
+        let (node, sum, out) = must(prism::get(r), "the task's result arrives");
+        assert_eq!(sum, expected, "the task on {node} read the object whole");
+        assert!(
+            out.len() == 5_000_000 && out.iter().all(|&b| b == 7),
+            "the result from {node} is whole"
+        );
+        nodes.insert(node);
+    }
+    println!("SPREAD over {} nodes", nodes.len());
+    prism::shutdown();
+}
+
 /// The driver's part, run on a host by the test below.
 fn drive() {
     must(
@@ -408,4 +455,50 @@ fn wrong_tokens_missing_tokens_and_a_taken_port_are_clear_errors() {
         m.status(0).contains("Nodes: 1 alive, 0 dead"),
         "nothing joined"
     );
+}
+
+#[test]
+fn tasks_spill_over_to_other_nodes_and_large_objects_cross_them() {
+    if std::env::var_os(DRIVER).is_some() {
+        return spread();
+    }
+    let Some(m) = Machines::new("spread", 3) else {
+        return;
+    };
+    let head = m.start_head(&[]);
+    for host in [1, 2] {
+        assert!(m.join(host, &head).status.success());
+    }
+    must_eventually(
+        "every node is in the head's view",
+        Duration::from_secs(10),
+        || m.status(0).contains("Nodes: 3 alive"),
+    );
+    // One heartbeat later every raylet has the others in its view.
+    std::thread::sleep(Duration::from_millis(1200));
+    let mut driver = m
+        .net
+        .command(0, must(std::env::current_exe(), "this test's binary"));
+    driver.args([
+        "--exact",
+        "tasks_spill_over_to_other_nodes_and_large_objects_cross_them",
+        "--nocapture",
+    ]);
+    let temp0 = m.temps[0].display().to_string();
+    let out = run_bounded(
+        driver,
+        &[
+            (DRIVER, "1"),
+            ("PRISM_ADDRESS", &head),
+            ("PRISM_TEMP_DIR", &temp0),
+        ],
+        Duration::from_secs(120),
+    );
+    let said = text(&out);
+    assert!(out.status.success(), "the driver must run: {said}");
+    assert!(
+        said.contains("CPUS 3"),
+        "the driver sees the cluster's CPUs: {said}"
+    );
+    assert!(said.contains("SPREAD over 3 nodes"), "{said}");
 }

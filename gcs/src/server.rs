@@ -174,18 +174,23 @@ impl Gcs for Handler {
         request: Request<HeartbeatRequest>,
     ) -> Result<Response<HeartbeatReply>, Status> {
         let beat = request.into_inner();
-        let outcome = self.0.nodes.lock().heartbeat(
-            &beat.node_id,
-            beat.available,
-            beat.demands,
-            Instant::now(),
-        );
+        let now = Instant::now();
+        let (outcome, nodes) = {
+            let mut table = self.0.nodes.lock();
+            let outcome = table.heartbeat(&beat.node_id, beat.available, beat.demands, now);
+            let alive = (outcome == Beat::Alive).then(|| table.alive_snapshot(now));
+            (outcome, alive.unwrap_or_default())
+        };
         let (alive, death_cause) = match outcome {
             Beat::Alive => (true, String::new()),
             Beat::Dead(cause) => (false, cause),
             Beat::Unknown => (false, "this cluster never had the node".to_string()),
         };
-        Ok(Response::new(HeartbeatReply { alive, death_cause }))
+        Ok(Response::new(HeartbeatReply {
+            alive,
+            death_cause,
+            nodes,
+        }))
     }
 
     async fn unregister_node(

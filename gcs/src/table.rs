@@ -150,6 +150,13 @@ impl NodeTable {
             .collect()
     }
 
+    /// The live nodes, as of `now`.
+    pub(crate) fn alive_snapshot(&self, now: Instant) -> Vec<NodeInfo> {
+        let mut nodes = self.snapshot(now);
+        nodes.retain(|n| n.state == NodeState::Alive as i32);
+        nodes
+    }
+
     fn alive(&self) -> impl Iterator<Item = &Entry> {
         self.nodes
             .values()

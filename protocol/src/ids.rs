@@ -35,6 +35,12 @@ macro_rules! define_id {
             pub fn new() -> Self {
                 $name(next_unique())
             }
+
+            /// Reads the id back from its displayed form.
+            pub fn parse(text: &str) -> Option<Self> {
+                let hex = text.strip_prefix(concat!($tag, "-"))?;
+                u128::from_str_radix(hex, 16).ok().map($name)
+            }
         }
 
         impl Default for $name {

@@ -333,7 +333,7 @@ macro_rules! replies {
 
 replies! {
     Registration => Registered,
-    LeaseGrant => Lease,
+    LeaseReply => Lease,
     ObjectLocation => ObjectLocation,
     StoreStats => StoreStats,
     ActorInfo => Actor,
@@ -417,6 +417,9 @@ services! {
             cwd: PathBuf,
             /// Whether to forward worker output to this driver.
             log_to_driver: bool,
+            /// Set when a process of a job started on another node leases
+            /// workers here: the job to run them for.
+            job_id: Option<JobId>,
         } => Registration;
         /// A worker started by the raylet reports in.
         RegisterWorker {
@@ -433,7 +436,7 @@ services! {
             shape: ResourceSet,
             /// The placement-group bundle to draw from, if any.
             bundle: Option<BundleRef>,
-        } => LeaseGrant;
+        } => LeaseReply;
         /// Give a leased worker back.
         ReturnLease {
             /// The lease.
@@ -626,7 +629,22 @@ services! {
     }
 }
 
-/// A lease granted by the raylet.
+/// The answer to a lease request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum LeaseReply {
+    /// A worker here.
+    Granted(LeaseGrant),
+    /// None here soon: ask the raylet at `raylet` (on node `node_id`),
+    /// which has the resources free.
+    Spillback {
+        /// The other raylet's address.
+        raylet: Address,
+        /// Its node.
+        node_id: String,
+    },
+}
+
+/// A worker leased.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LeaseGrant {
     /// The lease, to return it.
@@ -688,7 +706,7 @@ pub enum Response {
     /// Registration accepted.
     Registered(Registration),
     /// A lease was granted.
-    Lease(LeaseGrant),
+    Lease(LeaseReply),
     /// Where an object is in the store.
     ObjectLocation(ObjectLocation),
     /// Store usage.

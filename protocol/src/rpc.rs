@@ -485,15 +485,29 @@ pub async fn serve_tcp(
     token: String,
     make_handler: impl Fn() -> Arc<dyn Handler> + Send + Sync + 'static,
 ) -> Result<(tokio::task::JoinHandle<()>, std::net::SocketAddr), Error> {
-    let listener = TcpListener::bind(address)
-        .await
+    let listener = std::net::TcpListener::bind(address)
         .map_err(|e| Error::io(format!("listen on {address}"), e))?;
     let bound = listener
         .local_addr()
         .map_err(|e| Error::io("read the listening address", e))?;
+    Ok((serve_tcp_listener(listener, token, make_handler)?, bound))
+}
+
+/// [`serve_tcp`] on a listener bound before (so its address could be
+/// given out first). Must be called inside a tokio runtime.
+pub fn serve_tcp_listener(
+    listener: std::net::TcpListener,
+    token: String,
+    make_handler: impl Fn() -> Arc<dyn Handler> + Send + Sync + 'static,
+) -> Result<tokio::task::JoinHandle<()>, Error> {
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| Error::io("set up the TCP listener", e))?;
+    let listener =
+        TcpListener::from_std(listener).map_err(|e| Error::io("set up the TCP listener", e))?;
     let token = Arc::new(token);
     let make_handler = Arc::new(make_handler);
-    let task = tokio::spawn(async move {
+    Ok(tokio::spawn(async move {
         loop {
             match listener.accept().await {
                 Ok((mut stream, peer)) => {
@@ -519,8 +533,12 @@ pub async fn serve_tcp(
                 }
             }
         }
-    });
-    Ok((task, bound))
+    }))
+}
+
+/// Whether a connection is to a process on another node (over TCP).
+pub fn is_remote(conn: &Connection) -> bool {
+    conn.peer().starts_with("tcp://")
 }
 
 /// The write side of either kind of socket.

@@ -60,6 +60,9 @@ pub(crate) struct ProcessLauncher {
     pub(crate) raylet_socket: PathBuf,
     pub(crate) session_dir: PathBuf,
     pub(crate) store_path: PathBuf,
+    /// In a multi-node cluster: this node's address and the cluster token,
+    /// so that workers listen on TCP for peers on other nodes.
+    pub(crate) cluster: Option<(String, String)>,
 }
 
 impl Launcher for ProcessLauncher {
@@ -89,6 +92,15 @@ impl Launcher for ProcessLauncher {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(false);
+        match &self.cluster {
+            Some((node_ip, token)) => {
+                cmd.env("PRISM_NODE_IP", node_ip)
+                    .env("PRISM_AUTH_TOKEN", token);
+            }
+            None => {
+                cmd.env_remove("PRISM_NODE_IP");
+            }
+        }
         if !gpu_ids.is_empty() {
             let ids: Vec<String> = gpu_ids.iter().map(|i| i.to_string()).collect();
             cmd.env("CUDA_VISIBLE_DEVICES", ids.join(","));

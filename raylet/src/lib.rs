@@ -138,6 +138,10 @@ impl Raylet {
             raylet_socket: socket.clone(),
             session_dir: config.session_dir.clone(),
             store_path: segment.path().to_path_buf(),
+            cluster: config
+                .cluster
+                .as_ref()
+                .map(|c| (c.node_ip.clone(), c.token.reveal().to_string())),
         });
         let node = Node::new(config, node_id, segment, launcher);
         warm_store(&node);
@@ -160,9 +164,39 @@ impl Raylet {
         });
         node.start_memory_monitor();
         if let Some(link) = node.config.cluster.clone() {
-            match membership::Membership::join(&node, &link).await {
-                Ok(m) => {
+            let joined = async {
+                // Other nodes' processes lease workers here over TCP.
+                let bind: std::net::SocketAddr =
+                    format!("{}:0", link.node_ip).parse().map_err(|_| {
+                        Error::invalid(
+                            "node_ip",
+                            format!("{:?} is not an IP address", link.node_ip),
+                        )
+                    })?;
+                let serving = node.clone();
+                let (tcp, bound) = prism_protocol::rpc::serve_tcp(
+                    bind,
+                    link.token.reveal().to_string(),
+                    move || server::handler(&serving),
+                )
+                .await?;
+                let address = prism_protocol::rpc::Endpoint::format(
+                    &socket,
+                    bound,
+                    &node.node_id.to_string(),
+                );
+                match membership::Membership::join(&node, &link, address).await {
+                    Ok(m) => Ok((m, tcp)),
+                    Err(e) => {
+                        tcp.abort();
+                        Err(e)
+                    }
+                }
+            };
+            match joined.await {
+                Ok((m, tcp)) => {
                     let _ = node.membership.set(m);
+                    node.tcp_server.lock().replace(tcp);
                 }
                 Err(e) => {
                     server.abort();
@@ -215,6 +249,9 @@ impl Raylet {
     /// Kills every worker, stops serving and removes the store segment.
     pub fn shutdown(self) {
         self.server.abort();
+        if let Some(tcp) = self.node.tcp_server.lock().take() {
+            tcp.abort();
+        }
         self.node.kill_all_workers();
         self.node.config.spill.remove_all();
         let _ = std::fs::remove_file(&self.socket);

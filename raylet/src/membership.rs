@@ -31,6 +31,8 @@ pub struct ClusterLink {
 #[derive(Debug)]
 pub(crate) struct Membership {
     node_id: String,
+    /// The live nodes as of the last heartbeat's answer.
+    view: parking_lot::Mutex<Vec<WireNode>>,
     client: GcsClient,
     cluster_id: String,
     lost: watch::Receiver<Option<String>>,
@@ -39,7 +41,11 @@ pub(crate) struct Membership {
 
 impl Membership {
     /// Registers `node` with the head and starts its heartbeats.
-    pub(crate) async fn join(node: &Arc<Node>, link: &ClusterLink) -> Result<Membership, Error> {
+    pub(crate) async fn join(
+        node: &Arc<Node>,
+        link: &ClusterLink,
+        raylet_address: String,
+    ) -> Result<Membership, Error> {
         let mut client = GcsClient::connect(&link.head, &link.token)
             .await
             .map_err(cluster_error)?;
@@ -57,6 +63,7 @@ impl Membership {
             available: to_wire(&available),
             session_dir: node.config.session_dir.display().to_string(),
             pid: std::process::id(),
+            raylet_address,
             ..WireNode::default()
         };
         let reply = client.register_node(info).await.map_err(cluster_error)?;
@@ -66,6 +73,7 @@ impl Membership {
         tracing::info!(head = %link.head, cluster = %reply.cluster_id, "joined the cluster");
         Ok(Membership {
             node_id: node.node_id.to_string(),
+            view: parking_lot::Mutex::new(Vec::new()),
             client,
             cluster_id: reply.cluster_id,
             lost,
@@ -97,6 +105,77 @@ impl Membership {
         }
     }
 
+    /// Where to send a lease request that does not fit here now: the live
+    /// node (other than this one) with the most CPUs free among those that
+    /// have `shape` free; failing that, when this node could never hold
+    /// it, the first whose total holds it. `Err(Infeasible)` when no node's
+    /// total holds it and this node's does not either.
+    pub(crate) fn spill_target(
+        &self,
+        shape: &ResourceSet,
+        fits_here_ever: bool,
+        here_total: &ResourceSet,
+    ) -> Result<Option<(String, String)>, Error> {
+        let mut view = self.view.lock();
+        let others = view
+            .iter()
+            .filter(|n| n.node_id != self.node_id && !n.raylet_address.is_empty());
+        let free_cpus = |n: &WireNode| {
+            n.available
+                .iter()
+                .find(|r| r.name == prism_protocol::resources::CPU)
+                .map(|r| r.units)
+                .unwrap_or(0)
+        };
+        let best = others
+            .clone()
+            .filter(|n| from_wire_set(&n.available).contains(shape))
+            .max_by_key(|n| free_cpus(n))
+            .map(|n| n.node_id.clone());
+        if let Some(id) = best {
+            // Count the request against that node until its next heartbeat
+            // says what it really has free, so a burst spreads over the
+            // nodes instead of all going to the first.
+            let n = view
+                .iter_mut()
+                .find(|n| n.node_id == id)
+                .expect("found above");
+            let mut free = from_wire_set(&n.available);
+            free.subtract(shape);
+            n.available = to_wire(&free);
+            return Ok(Some((n.raylet_address.clone(), id)));
+        }
+        if fits_here_ever {
+            return Ok(None);
+        }
+        if let Some(n) = others
+            .clone()
+            .find(|n| from_wire_set(&n.total).contains(shape))
+        {
+            return Ok(Some((n.raylet_address.clone(), n.node_id.clone())));
+        }
+        let mut totals = vec![format!("{} (here): {here_total}", self.node_id)];
+        totals.extend(others.map(|n| format!("{}: {}", n.node_id, from_wire_set(&n.total))));
+        Err(Error::Infeasible {
+            shape: shape.to_string(),
+            total: totals.join("; "),
+        })
+    }
+
+    /// The live nodes' total and free resources, summed.
+    pub(crate) fn cluster_resources(&self) -> Option<(ResourceSet, ResourceSet)> {
+        let view = self.view.lock();
+        if view.is_empty() {
+            return None;
+        }
+        let (mut total, mut available) = (ResourceSet::new(), ResourceSet::new());
+        for n in view.iter() {
+            total.add(&from_wire_set(&n.total));
+            available.add(&from_wire_set(&n.available));
+        }
+        Some((total, available))
+    }
+
     /// Every node of the cluster, from the head.
     pub(crate) async fn nodes(&self) -> Result<Vec<NodeInfo>, Error> {
         let mut client = self.client.clone();
@@ -109,7 +188,7 @@ impl Membership {
 /// says it was given up. A head that does not answer is logged once per
 /// outage and tried again: the node keeps serving its local work.
 async fn beat(
-    node: Weak<Node>,
+    node_ref: Weak<Node>,
     mut client: GcsClient,
     period: Duration,
     tell: watch::Sender<Option<String>>,
@@ -119,7 +198,9 @@ async fn beat(
     let mut unreachable = false;
     loop {
         tick.tick().await;
-        let Some(node) = node.upgrade() else { return };
+        let Some(node) = node_ref.upgrade() else {
+            return;
+        };
         let id = node.node_id.to_string();
         let (available, demands) = node.control(|c| {
             let demands = c
@@ -136,6 +217,11 @@ async fn beat(
         drop(node);
         match client.heartbeat(&id, available, demands).await {
             Ok(reply) if reply.alive => {
+                if let Some(node) = node_ref.upgrade() {
+                    if let Some(m) = node.membership.get() {
+                        *m.view.lock() = reply.nodes;
+                    }
+                }
                 if unreachable {
                     tracing::info!("the head answers heartbeats again");
                     unreachable = false;

@@ -23,7 +23,7 @@ use prism_object_store::{ObjectTable, Pin, Placement, Segment, SpillOutcome};
 use prism_protocol::error::Error;
 use prism_protocol::ids::{ActorId, JobId, NodeId, ObjectId, PlacementGroupId, WorkerId};
 use prism_protocol::messages::{
-    ActorSpec, ActorState, BecomeActor, LeaseGrant, Registration, Reply, Response,
+    ActorSpec, ActorState, BecomeActor, LeaseGrant, LeaseReply, Registration, Reply, Response,
 };
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
@@ -142,6 +142,11 @@ pub(crate) struct Node {
     restore_read_nanos: AtomicU64,
     /// The node's membership of a cluster, once registered.
     pub(crate) membership: std::sync::OnceLock<crate::membership::Membership>,
+    /// The TCP listener for other nodes' processes (in a cluster).
+    pub(crate) tcp_server: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Open connections of other nodes' processes leasing workers here,
+    /// per job: the job ends here when its last one closes.
+    lessees: Mutex<HashMap<JobId, usize>>,
 }
 
 impl Node {
@@ -178,6 +183,8 @@ impl Node {
             spill_write_nanos: AtomicU64::new(0),
             restore_read_nanos: AtomicU64::new(0),
             membership: std::sync::OnceLock::new(),
+            tcp_server: Mutex::new(None),
+            lessees: Mutex::new(HashMap::new()),
         })
     }
 
@@ -257,12 +264,12 @@ impl Node {
                 worker,
                 address,
                 pid,
-            } => reply.send(Response::Lease(LeaseGrant {
+            } => reply.send(Response::Lease(LeaseReply::Granted(LeaseGrant {
                 lease_id: lease,
                 worker_id: worker,
                 address,
                 pid,
-            })),
+            }))),
             Decision::Granted {
                 grantee: Grantee::Actor(actor),
                 worker,
@@ -383,6 +390,51 @@ impl Node {
             self.clone().launch(launch);
         }
         self.kill(after.kills);
+    }
+
+    /// A process of another node will lease workers for `job` here: the
+    /// job is registered on its first such connection (its binary must be
+    /// on this node at the same path).
+    pub(crate) fn add_lessee(self: &Arc<Self>, job_id: JobId, job: Job) -> Result<(), Error> {
+        let mut lessees = self.lessees.lock();
+        let count = lessees.entry(job_id).or_insert(0);
+        if *count == 0 {
+            if !job.executable.is_file() {
+                lessees.remove(&job_id);
+                return Err(Error::Cluster {
+                    message: format!(
+                        "node {} cannot run the job's program: {} is not on this machine \
+                         (every node must have the driver's binary at the same path)",
+                        self.node_id,
+                        job.executable.display()
+                    ),
+                });
+            }
+            self.register_job(job_id, job);
+        }
+        *count += 1;
+        Ok(())
+    }
+
+    /// A lessee's connection closed; the job ends here with its last one.
+    pub(crate) fn lessee_gone(self: &Arc<Self>, job_id: JobId) {
+        let last = {
+            let mut lessees = self.lessees.lock();
+            match lessees.get_mut(&job_id) {
+                Some(n) if *n > 1 => {
+                    *n -= 1;
+                    false
+                }
+                Some(_) => {
+                    lessees.remove(&job_id);
+                    true
+                }
+                None => false,
+            }
+        };
+        if last {
+            self.end_job(job_id);
+        }
     }
 
     /// A driver left: its workers, actors and placement groups end with

@@ -14,9 +14,9 @@ use prism_object_store::{Pin, Placement};
 use prism_protocol::error::{Error, Result};
 use prism_protocol::ids::{JobId, LeaseId, ObjectId, PlacementGroupId, WorkerId};
 use prism_protocol::messages::{
-    ActorSpec, BundleRef, ClusterResources, GetActor, GetPlacementGroup, ObjectLocation,
-    PlacementGroupSpec, RayletRequest, RegisterDriver, RegisterWorker, Registration, Reply,
-    Request, RequestLease, Response,
+    ActorSpec, BundleRef, ClusterResources, GetActor, GetPlacementGroup, LeaseReply,
+    ObjectLocation, PlacementGroupSpec, RayletRequest, RegisterDriver, RegisterWorker,
+    Registration, Reply, Request, RequestLease, Response,
 };
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::{Connection, Handler};
@@ -31,6 +31,8 @@ enum Role {
     Unregistered,
     Driver(JobId),
     Worker(JobId, WorkerId),
+    /// A process of another node leasing workers here for its job.
+    Lessee(JobId),
 }
 
 struct ClientHandler {
@@ -118,8 +120,10 @@ impl Handler for ClientHandler {
         }
         let holder = self.conn_id;
         self.node.control(|c| c.scheduler.client_gone(holder));
-        if let Role::Driver(job) = *self.role.lock() {
-            self.node.end_job(job);
+        match *self.role.lock() {
+            Role::Driver(job) => self.node.end_job(job),
+            Role::Lessee(job) => self.node.lessee_gone(job),
+            _ => {}
         }
     }
 }
@@ -127,7 +131,7 @@ impl Handler for ClientHandler {
 impl ClientHandler {
     fn job(&self) -> Result<JobId, Error> {
         match *self.role.lock() {
-            Role::Driver(j) | Role::Worker(j, _) => Ok(j),
+            Role::Driver(j) | Role::Worker(j, _) | Role::Lessee(j) => Ok(j),
             Role::Unregistered => Err(Error::NotRegistered),
         }
     }
@@ -140,6 +144,30 @@ impl ClientHandler {
             Ok(job) => job,
             Err(e) => return reply.send(Response::Error(e)),
         };
+        // In a cluster, a request that does not fit here now goes to a
+        // node where it does (once: a request from another node is never
+        // sent on again, and group bundles stay on their node).
+        let local = !matches!(*self.role.lock(), Role::Lessee(_));
+        if let (Some(m), None, true) = (self.node.membership.get(), &bundle, local) {
+            let (fits_now, fits_ever, total) = self.node.control(|c| {
+                let r = c.scheduler.resources();
+                (
+                    r.available().contains(&shape),
+                    r.total().contains(&shape),
+                    r.total().clone(),
+                )
+            });
+            if !fits_now {
+                match m.spill_target(&shape, fits_ever, &total) {
+                    Ok(Some((raylet, node_id))) => {
+                        return reply
+                            .send(Response::Lease(LeaseReply::Spillback { raylet, node_id }))
+                    }
+                    Ok(None) => {}
+                    Err(e) => return reply.send(Response::Error(e)),
+                }
+            }
+        }
         let request = LeaseRequest {
             shape,
             job,
@@ -158,8 +186,21 @@ impl ClientHandler {
             executable,
             cwd,
             log_to_driver,
+            job_id,
             ..
         } = r;
+        if let Some(job_id) = job_id {
+            let job = Job {
+                executable,
+                cwd,
+                driver: conn.clone(),
+                log_to_driver,
+            };
+            self.node.add_lessee(job_id, job)?;
+            *self.role.lock() = Role::Lessee(job_id);
+            tracing::info!(job = %job_id, pid, "a process of another node leases workers here");
+            return Ok(self.node.registration(job_id));
+        }
         let job_id = JobId::new();
         *self.role.lock() = Role::Driver(job_id);
         tracing::info!(job = %job_id, pid, executable = %executable.display(), "driver registered");
@@ -264,6 +305,14 @@ impl ClientHandler {
     }
 
     fn handle_get_cluster_resources(&self) -> Result<ClusterResources> {
+        if let Some((total, available)) = self
+            .node
+            .membership
+            .get()
+            .and_then(|m| m.cluster_resources())
+        {
+            return Ok(ClusterResources { total, available });
+        }
         self.node.control(|c| {
             let resources = c.scheduler.resources();
             Ok(ClusterResources {

@@ -556,7 +556,13 @@ impl Executor {
             self.objects.register_borrows().await?;
             let contained = encoded.contained.clone();
             let keep_alive = std::mem::take(&mut encoded.keep_alive);
-            let value = self.objects.store_value(spec.return_id, encoded).await?;
+            // A caller on another node gets the value in the answer: it
+            // cannot read this node's store.
+            let value = if self.objects.is_remote(&spec.caller) {
+                ObjectValue::Inline(Bytes::from(encoded.bytes))
+            } else {
+                self.objects.store_value(spec.return_id, encoded).await?
+            };
             self.objects.lend(&contained, &spec.caller).await?;
             drop(keep_alive);
             Ok(ReturnObject { value, contained })

@@ -89,7 +89,7 @@ pub(crate) struct CoreWorker {
     pub(crate) executor: Arc<executor::Executor>,
     /// The cluster's total resources, for feasibility checks.
     pub(crate) cluster_total: Mutex<ResourceSet>,
-    listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    listeners: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl CoreWorker {
@@ -116,10 +116,12 @@ impl CoreWorker {
     /// Returns idle leases and stops listening (shutdown).
     pub(crate) fn stop(&self) {
         self.tasks.return_all_leases();
-        if let Some(l) = self.listener.lock().take() {
+        for l in self.listeners.lock().drain(..) {
             l.abort();
         }
-        let _ = std::fs::remove_file(self.objects.address());
+        if let Some(path) = prism_protocol::rpc::Endpoint::parse(self.objects.address()).unix {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 

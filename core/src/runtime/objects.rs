@@ -20,7 +20,7 @@ use prism_protocol::messages::{
     AddBorrower, Address, ArgSpec, DeleteObjects, GetObjectStatus, ObjectRefInfo, ObjectValue,
     OwnerRequest, RemoveBorrower, Response, ReturnObject, TaskSpec, WorkerBlocked,
 };
-use prism_protocol::rpc::Connection;
+use prism_protocol::rpc::{self, Connection, Endpoint};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -243,6 +243,26 @@ impl Objects {
     /// This process's address (its socket path).
     pub(crate) fn address(&self) -> &Address {
         self.refs.me()
+    }
+
+    /// Whether the process at `address` runs on another node (and so cannot
+    /// read this node's store).
+    pub(crate) fn is_remote(&self, address: &str) -> bool {
+        let here = Endpoint::parse(self.address()).node;
+        let there = Endpoint::parse(address).node;
+        matches!((here, there), (Some(a), Some(b)) if a != b)
+    }
+
+    /// A value as it can travel to a process on another node: a stored one
+    /// is read from this node's store and sent in the message.
+    pub(crate) async fn portable(&self, id: ObjectId, value: ObjectValue) -> Result<ObjectValue> {
+        match value {
+            ObjectValue::InStore { .. } => {
+                let loaded = self.store.load(id).await?;
+                Ok(ObjectValue::Inline(Bytes::copy_from_slice(loaded.bytes())))
+            }
+            inline => Ok(inline),
+        }
     }
 
     /// A guard for a get or wait that may block.
@@ -609,6 +629,14 @@ impl Objects {
                 let conn = conn.clone();
                 self.rt.spawn(async move {
                     let response = match objects.wait_owned(object_id).await {
+                        // A reader on another node cannot map this node's
+                        // store: the value travels in the answer.
+                        Ok((value, contained)) if rpc::is_remote(&conn) => {
+                            match objects.portable(object_id, value).await {
+                                Ok(value) => Response::Object(ReturnObject { value, contained }),
+                                Err(e) => Response::Error(e),
+                            }
+                        }
                         Ok((value, contained)) => {
                             Response::Object(ReturnObject { value, contained })
                         }

@@ -6,7 +6,6 @@ use parking_lot::Mutex;
 use prism_protocol::messages::Address;
 use prism_protocol::rpc::{Connection, Handler};
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::Arc;
 
 /// Makes the handler that serves what a peer sends back on a connection
@@ -15,6 +14,9 @@ pub(crate) type MakeHandler = Box<dyn Fn() -> Arc<dyn Handler> + Send + Sync>;
 
 /// The pool of peer connections.
 pub(crate) struct Peers {
+    /// This process's node: peers on it are reached by their socket, others
+    /// over TCP.
+    node: String,
     open: Mutex<HashMap<Address, Connection>>,
     make_handler: MakeHandler,
 }
@@ -28,8 +30,9 @@ impl std::fmt::Debug for Peers {
 }
 
 impl Peers {
-    pub(crate) fn new(make_handler: MakeHandler) -> Self {
+    pub(crate) fn new(node: String, make_handler: MakeHandler) -> Self {
         Peers {
+            node,
             open: Mutex::new(HashMap::new()),
             make_handler,
         }
@@ -42,7 +45,7 @@ impl Peers {
                 return Ok(c.clone());
             }
         }
-        let conn = Connection::connect(Path::new(address), (self.make_handler)()).await?;
+        let conn = Connection::connect_to(address, Some(&self.node), (self.make_handler)()).await?;
         self.open.lock().insert(address.to_string(), conn.clone());
         Ok(conn)
     }

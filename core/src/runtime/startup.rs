@@ -27,7 +27,7 @@ use prism_gcs::{GcsClient, Token};
 use prism_protocol::ids::{JobId, NodeId, WorkerId};
 use prism_protocol::messages::{GetClusterResources, RegisterDriver, RegisterWorker};
 use prism_protocol::resources::ResourceSet;
-use prism_protocol::rpc::{self, Connection, Handler};
+use prism_protocol::rpc::{self, Connection, Endpoint, Handler};
 use prism_raylet::{NodeRecord, Raylet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -86,6 +86,13 @@ fn run() -> Result<()> {
     let store_path = PathBuf::from(env("PRISM_STORE_PATH")?);
     let node_id = NodeId(env_id("PRISM_NODE_ID")?);
     let job_id = JobId(env_id("PRISM_JOB_ID")?);
+    let cluster = match (
+        std::env::var("PRISM_NODE_IP"),
+        std::env::var("PRISM_AUTH_TOKEN"),
+    ) {
+        (Ok(node_ip), Ok(token)) => Some(ClusterContext { node_ip, token }),
+        _ => None,
+    };
     crate::logging::init_file_logging(&session_dir, &format!("worker-{}.log", worker_id.0 as u64));
     let config = Arc::new(Config::default().apply_env()?);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -98,8 +105,11 @@ fn run() -> Result<()> {
     rt.block_on(async move {
         let handler = CoreHandler::default();
         let raylet = Connection::connect(&raylet_socket, Arc::new(handler.clone())).await?;
+        let (address, tcp) = listen(&session_dir, worker_id, node_id, cluster)?;
         let core = build(Startup {
             role: Role::Worker,
+            address,
+            tcp,
             rt: handle,
             config,
             worker_id,
@@ -146,11 +156,14 @@ pub(crate) async fn start_driver(
     config: Arc<Config>,
     handle: tokio::runtime::Handle,
 ) -> Result<(Arc<CoreWorker>, Option<Raylet>)> {
-    let (socket, raylet) = match &config.address {
-        Some(address) => (local_raylet_socket(&config, address).await?, None),
+    let (socket, raylet, cluster) = match &config.address {
+        Some(address) => {
+            let (socket, cluster) = local_raylet_socket(&config, address).await?;
+            (socket, None, cluster)
+        }
         None => {
             let raylet = start_raylet(&config).await?;
-            (raylet.socket_path().to_path_buf(), Some(raylet))
+            (raylet.socket_path().to_path_buf(), Some(raylet), None)
         }
     };
     let handler = CoreHandler::default();
@@ -169,17 +182,27 @@ pub(crate) async fn start_driver(
     let executable =
         std::env::current_exe().map_err(|e| Error::io("find this program's executable", e))?;
     let cwd = std::env::current_dir().map_err(|e| Error::io("read the working directory", e))?;
+    let (address, tcp) = match cluster {
+        Some((node_id, cluster)) => listen(&session_guess, worker_id, node_id, Some(cluster))?,
+        None => (
+            socket_path(&session_guess, worker_id).display().to_string(),
+            None,
+        ),
+    };
     let registration = conn
         .request(RegisterDriver {
-            address: socket_path(&session_guess, worker_id).display().to_string(),
+            address: address.clone(),
             pid: std::process::id(),
             executable,
             cwd,
             log_to_driver: config.log_to_driver,
+            job_id: None,
         })
         .await?;
     let core = build(Startup {
         role: Role::Driver,
+        address,
+        tcp,
         rt: handle,
         config,
         worker_id,
@@ -205,18 +228,39 @@ async fn start_raylet(config: &Config) -> Result<Raylet> {
 /// The raylet socket a driver joining `address` connects to: a socket path
 /// or session directory as given, or, for a head's `HOST:PORT`, the raylet
 /// that `prism start` runs on this machine for that cluster.
-async fn local_raylet_socket(config: &Config, address: &str) -> Result<PathBuf> {
+async fn local_raylet_socket(
+    config: &Config,
+    address: &str,
+) -> Result<(PathBuf, Option<(NodeId, ClusterContext)>)> {
     let path = PathBuf::from(address);
     if address.contains('/') || !address.contains(':') {
-        return Ok(if path.is_dir() {
+        let socket = if path.is_dir() {
             path.join("sockets").join("raylet.sock")
         } else {
             path
-        });
+        };
+        return Ok((socket, None));
     }
     let records = NodeRecord::list(&config.temp_dir);
+    let token = || {
+        match std::env::var("PRISM_AUTH_TOKEN") {
+            Ok(t) => Token::parse(&t),
+            Err(_) => Token::load(&config.temp_dir.join("token")),
+        }
+        .map_err(cluster_error)
+    };
+    let joined = |r: &NodeRecord, token: Token| {
+        let node = NodeId::parse(&r.node_id).ok_or_else(|| Error::Cluster {
+            message: format!("the node record of pid {} names no node id", r.pid),
+        })?;
+        let cluster = ClusterContext {
+            node_ip: r.node_ip.clone(),
+            token: token.reveal().to_string(),
+        };
+        Ok::<_, Error>((r.socket.clone(), Some((node, cluster))))
+    };
     if let Some(r) = records.iter().find(|r| r.head == address) {
-        return Ok(r.socket.clone());
+        return joined(r, token()?);
     }
     let no_node = || Error::Cluster {
         message: format!(
@@ -230,20 +274,50 @@ async fn local_raylet_socket(config: &Config, address: &str) -> Result<PathBuf> 
     }
     // The head may be named another way here (another of its addresses):
     // ask it for its cluster id and match the records by that.
-    let token = match std::env::var("PRISM_AUTH_TOKEN") {
-        Ok(t) => Token::parse(&t),
-        Err(_) => Token::load(&config.temp_dir.join("token")),
-    }
-    .map_err(cluster_error)?;
+    let token = token()?;
     let mut head = GcsClient::connect(address, &token)
         .await
         .map_err(cluster_error)?;
     let cluster = head.cluster_info().await.map_err(cluster_error)?.cluster_id;
-    records
-        .iter()
-        .find(|r| r.cluster_id == cluster)
-        .map(|r| r.socket.clone())
-        .ok_or_else(no_node)
+    match records.iter().find(|r| r.cluster_id == cluster) {
+        Some(r) => joined(r, token),
+        None => Err(no_node()),
+    }
+}
+
+/// What a process of a multi-node cluster needs to be reached from other
+/// nodes.
+#[derive(Debug, Clone)]
+pub(crate) struct ClusterContext {
+    /// This node's address.
+    pub(crate) node_ip: String,
+    /// The cluster token, presented to and asked of other nodes.
+    pub(crate) token: String,
+}
+
+/// The address this process gives out: its socket, and in a multi-node
+/// cluster also a TCP port on the node's address (bound here, served once
+/// the runtime is built).
+fn listen(
+    session_dir: &Path,
+    worker_id: WorkerId,
+    node_id: NodeId,
+    cluster: Option<ClusterContext>,
+) -> Result<(String, Option<(std::net::TcpListener, String)>)> {
+    let unix = socket_path(session_dir, worker_id);
+    let Some(cluster) = cluster else {
+        return Ok((unix.display().to_string(), None));
+    };
+    let listener = std::net::TcpListener::bind((cluster.node_ip.as_str(), 0))
+        .map_err(|e| Error::io(format!("listen on {}", cluster.node_ip), e))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| Error::io("read the listening address", e))?;
+    rpc::set_cluster_token(Some(cluster.token.clone()));
+    Ok((
+        Endpoint::format(&unix, bound, &node_id.to_string()),
+        Some((listener, cluster.token)),
+    ))
 }
 
 fn cluster_error(e: prism_gcs::GcsError) -> Error {
@@ -262,6 +336,10 @@ fn socket_path(session_dir: &Path, worker_id: WorkerId) -> PathBuf {
 /// What connecting produced, before the runtime exists.
 struct Startup {
     role: Role,
+    /// The address given out (see [`listen`]).
+    address: String,
+    /// The TCP listener of a multi-node cluster, and the token it asks for.
+    tcp: Option<(std::net::TcpListener, String)>,
     rt: tokio::runtime::Handle,
     config: Arc<Config>,
     worker_id: WorkerId,
@@ -276,11 +354,13 @@ struct Startup {
 /// Puts the components together and starts listening on this process's
 /// socket.
 fn build(s: Startup) -> Result<Arc<CoreWorker>> {
-    let address = socket_path(&s.session_dir, s.worker_id);
+    let address = s.address.clone();
+    let unix = socket_path(&s.session_dir, s.worker_id);
     let store = StoreClient::open(s.raylet.clone(), &s.store_path)?;
-    let peers = Arc::new(Peers::new(Box::new(|| {
-        Arc::new(CoreHandler::default()) as Arc<dyn Handler>
-    })));
+    let peers = Arc::new(Peers::new(
+        s.node_id.to_string(),
+        Box::new(|| Arc::new(CoreHandler::default()) as Arc<dyn Handler>),
+    ));
     let objects = Arc::new(Objects::new(
         s.rt.clone(),
         s.config.clone(),
@@ -288,13 +368,14 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
         s.raylet.clone(),
         store,
         peers,
-        address.display().to_string(),
+        address,
     ));
     let tasks = Arc::new(TaskSubmitter::new(
         s.rt.clone(),
         s.config.clone(),
         s.raylet.clone(),
         objects.clone(),
+        s.job_id,
     ));
     let actors = Arc::new(ActorSubmitter::new(
         s.rt.clone(),
@@ -312,11 +393,19 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
     let raylet_peer = (s.role == Role::Worker).then(|| s.raylet.peer().to_string());
     s.handler.bind(&objects, &executor, raylet_peer);
     let handler = s.handler.clone();
-    let listener = {
+    let listeners = {
         let _guard = s.rt.enter();
-        rpc::serve(&address, move || {
-            Arc::new(handler.for_connection()) as Arc<dyn Handler>
-        })?
+        let local = handler.clone();
+        let mut listeners = vec![rpc::serve(&unix, move || {
+            Arc::new(local.for_connection()) as Arc<dyn Handler>
+        })?];
+        if let Some((tcp, token)) = s.tcp {
+            let remote = handler.clone();
+            listeners.push(rpc::serve_tcp_listener(tcp, token, move || {
+                Arc::new(remote.for_connection()) as Arc<dyn Handler>
+            })?);
+        }
+        listeners
     };
     Ok(Arc::new(CoreWorker {
         role: s.role,
@@ -332,6 +421,6 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
         actors,
         executor,
         cluster_total: Mutex::new(ResourceSet::new()),
-        listener: Mutex::new(Some(listener)),
+        listeners: Mutex::new(listeners),
     }))
 }

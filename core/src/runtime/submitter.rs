@@ -18,11 +18,12 @@
 
 use super::objects::{Objects, Submission};
 use crate::config::Config;
-use crate::Error;
+use crate::{Error, Result};
 use parking_lot::Mutex;
-use prism_protocol::ids::{LeaseId, WorkerId};
+use prism_protocol::ids::{JobId, LeaseId, WorkerId};
 use prism_protocol::messages::{
-    BundleRef, PushTask, RequestLease, ReturnLease, ReturnObject, WorkerExitReason,
+    BundleRef, LeaseGrant, LeaseReply, PushTask, RegisterDriver, RequestLease, ReturnLease,
+    ReturnObject, WorkerExitReason,
 };
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::Connection;
@@ -41,6 +42,9 @@ pub(crate) struct SchedulingKey {
 #[derive(Debug, Clone)]
 struct LeasedWorker {
     lease_id: LeaseId,
+    /// The raylet that granted it (this node's, or another node's after a
+    /// spillback), to give it back to.
+    raylet: Connection,
     worker_id: WorkerId,
     pid: u32,
     conn: Connection,
@@ -62,6 +66,10 @@ pub(crate) struct TaskSubmitter {
     raylet: Connection,
     objects: Arc<Objects>,
     shapes: Mutex<HashMap<SchedulingKey, ShapeQueue>>,
+    /// This process's job, for leases on other nodes.
+    job_id: JobId,
+    /// Other nodes' raylets this process leased from, registered.
+    remote_raylets: tokio::sync::Mutex<HashMap<String, Connection>>,
 }
 
 impl TaskSubmitter {
@@ -70,6 +78,7 @@ impl TaskSubmitter {
         config: Arc<Config>,
         raylet: Connection,
         objects: Arc<Objects>,
+        job_id: JobId,
     ) -> Self {
         TaskSubmitter {
             rt,
@@ -77,7 +86,53 @@ impl TaskSubmitter {
             raylet,
             objects,
             shapes: Mutex::new(HashMap::new()),
+            job_id,
+            remote_raylets: tokio::sync::Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Leases a worker for `shape`: from this node's raylet, or from the
+    /// node it sends the request on to.
+    async fn lease(&self, shape: &SchedulingKey) -> Result<(Connection, LeaseGrant)> {
+        let request = || RequestLease {
+            shape: shape.shape.clone(),
+            bundle: shape.bundle,
+        };
+        match self.raylet.request(request()).await? {
+            LeaseReply::Granted(grant) => Ok((self.raylet.clone(), grant)),
+            LeaseReply::Spillback { raylet, node_id } => {
+                let remote = self.remote_raylet(&raylet).await?;
+                match remote.request(request()).await? {
+                    LeaseReply::Granted(grant) => Ok((remote, grant)),
+                    LeaseReply::Spillback { .. } => Err(Error::Cluster {
+                        message: format!(
+                            "node {node_id} sent a lease request on again; a request goes to one other node at most"
+                        ),
+                    }),
+                }
+            }
+        }
+    }
+
+    /// A registered connection to another node's raylet.
+    async fn remote_raylet(&self, address: &str) -> Result<Connection> {
+        let mut open = self.remote_raylets.lock().await;
+        if let Some(c) = open.get(address).filter(|c| !c.is_closed()) {
+            return Ok(c.clone());
+        }
+        let conn = self.objects.peers.get(address).await?;
+        conn.request(RegisterDriver {
+            address: self.objects.address().clone(),
+            pid: std::process::id(),
+            executable: std::env::current_exe()
+                .map_err(|e| Error::io("find this program's executable", e))?,
+            cwd: std::env::current_dir().map_err(|e| Error::io("read the working directory", e))?,
+            log_to_driver: self.config.log_to_driver,
+            job_id: Some(self.job_id),
+        })
+        .await?;
+        open.insert(address.to_string(), conn.clone());
+        Ok(conn)
     }
 
     /// Resolves, queues and eventually runs a task. When every argument is
@@ -158,16 +213,11 @@ impl TaskSubmitter {
 
     async fn request_lease(self: &Arc<Self>, shape: SchedulingKey) {
         let granted = async {
-            let grant = self
-                .raylet
-                .request(RequestLease {
-                    shape: shape.shape.clone(),
-                    bundle: shape.bundle,
-                })
-                .await?;
+            let (raylet, grant) = self.lease(&shape).await?;
             let conn = self.objects.peers.get(&grant.address).await?;
             Ok::<_, Error>(LeasedWorker {
                 lease_id: grant.lease_id,
+                raylet,
                 worker_id: grant.worker_id,
                 pid: grant.pid,
                 conn,
@@ -227,7 +277,7 @@ impl TaskSubmitter {
         // task.
         let this = self.clone();
         self.rt.spawn(async move {
-            let known = this
+            let known = worker
                 .raylet
                 .request(WorkerExitReason {
                     worker_id: worker.worker_id,
@@ -315,7 +365,7 @@ impl TaskSubmitter {
                 old
             };
             for w in expired {
-                let _ = this.raylet.notify(ReturnLease {
+                let _ = w.raylet.notify(ReturnLease {
                     lease_id: w.lease_id,
                 });
             }
@@ -327,7 +377,7 @@ impl TaskSubmitter {
         let mut shapes = self.shapes.lock();
         for queue in shapes.values_mut() {
             for w in queue.idle.drain(..) {
-                let _ = self.raylet.notify(ReturnLease {
+                let _ = w.raylet.notify(ReturnLease {
                     lease_id: w.lease_id,
                 });
             }
