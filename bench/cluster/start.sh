@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs="${1:-10}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/prism/target}"
-cargo build -q --release -p prism-cli
+cargo build -q --release -p prism-cli --bin prism
 prism="$CARGO_TARGET_DIR/release/prism"
 temp="$(mktemp -d /tmp/prism-bench-start.XXXXXX)"
 trap '"$prism" stop --force --temp-dir "$temp" >/dev/null 2>&1 || true; rm -rf "$temp"' EXIT

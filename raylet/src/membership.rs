@@ -7,7 +7,7 @@
 use crate::node::Node;
 use prism_gcs::pb::{Demand, NodeInfo as WireNode, NodeState, Resource};
 use prism_gcs::{GcsClient, Token};
-use prism_protocol::messages::NodeInfo;
+use prism_protocol::messages::{LeaseReply, NodeInfo, Response};
 use prism_protocol::resources::{Quantity, ResourceSet};
 use prism_protocol::Error;
 use std::sync::{Arc, Weak};
@@ -162,6 +162,20 @@ impl Membership {
         })
     }
 
+    /// Sends the local requests waiting here on to nodes that now have
+    /// their resources free (the view just changed): a request queued
+    /// behind long tasks does not wait for them while another node idles.
+    fn respill(&self, node: &Arc<Node>) {
+        let none = ResourceSet::new();
+        let moved = node.control(|c| {
+            c.scheduler
+                .take_spillable(|shape| self.spill_target(shape, true, &none).ok().flatten())
+        });
+        for (reply, (raylet, node_id)) in moved {
+            reply.send(Response::Lease(LeaseReply::Spillback { raylet, node_id }));
+        }
+    }
+
     /// The live nodes' total and free resources, summed.
     pub(crate) fn cluster_resources(&self) -> Option<(ResourceSet, ResourceSet)> {
         let view = self.view.lock();
@@ -220,6 +234,7 @@ async fn beat(
                 if let Some(node) = node_ref.upgrade() {
                     if let Some(m) = node.membership.get() {
                         *m.view.lock() = reply.nodes;
+                        m.respill(&node);
                     }
                 }
                 if unreachable {

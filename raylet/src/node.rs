@@ -918,6 +918,7 @@ fn e_size(e: &Error) -> u64 {
 /// The lease an actor's process holds for its lifetime.
 fn actor_lease(spec: &ActorSpec) -> LeaseRequest<ReplyTo> {
     LeaseRequest {
+        may_spill: false,
         shape: spec.options.resources.clone(),
         job: spec.job,
         bundle: spec.options.placement,

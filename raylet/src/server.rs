@@ -168,6 +168,7 @@ impl ClientHandler {
                 }
             }
         }
+        let may_spill = local && bundle.is_none() && self.node.membership.get().is_some();
         let request = LeaseRequest {
             shape,
             job,
@@ -176,6 +177,7 @@ impl ClientHandler {
                 holder: self.conn_id,
                 reply,
             },
+            may_spill,
         };
         self.node.control(|c| c.scheduler.request_lease(request));
     }

@@ -101,6 +101,9 @@ pub(crate) struct LeaseRequest<R> {
     /// The placement-group bundle to draw from instead of the node.
     pub(crate) bundle: Option<BundleRef>,
     pub(crate) grantee: Grantee<R>,
+    /// Whether it may still be sent on to another node while it waits
+    /// (a local client's request, in a multi-node cluster).
+    pub(crate) may_spill: bool,
 }
 
 #[derive(Debug)]
@@ -305,6 +308,29 @@ impl<R> Scheduler<R> {
         }
         self.pending.push_back(request);
         self.schedule();
+    }
+
+    /// Takes out the waiting requests that may go to another node, do not
+    /// fit here now, and for which `place` finds a node; returns each
+    /// request's client with what `place` answered.
+    pub(crate) fn take_spillable<T>(
+        &mut self,
+        mut place: impl FnMut(&ResourceSet) -> Option<T>,
+    ) -> Vec<(R, T)> {
+        let mut out = Vec::new();
+        let mut kept = VecDeque::with_capacity(self.pending.len());
+        for request in self.pending.drain(..) {
+            let movable = request.may_spill
+                && request.bundle.is_none()
+                && !self.resources.available().contains(&request.shape);
+            let target = if movable { place(&request.shape) } else { None };
+            match (target, request.grantee) {
+                (Some(target), Grantee::Client { reply, .. }) => out.push((reply, target)),
+                (_, grantee) => kept.push_back(LeaseRequest { grantee, ..request }),
+            }
+        }
+        self.pending = kept;
+        out
     }
 
     /// Drops an actor's queued request (it was killed before it got a

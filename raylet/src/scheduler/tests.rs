@@ -33,6 +33,7 @@ fn scheduler(cpus: f64, gpus: f64, prestart: usize, max_workers: usize) -> Sched
 
 fn lease(job: JobId, reply: u32, shape: ResourceSet) -> LeaseRequest<u32> {
     LeaseRequest {
+        may_spill: false,
         shape,
         job,
         bundle: None,
@@ -132,6 +133,37 @@ fn leases_go_in_arrival_order_and_wait_for_free_cpus() {
         "the returned worker serves the next lease"
     );
     assert!(s.resources().available().get(CPU).is_zero());
+}
+
+#[test]
+fn waiting_requests_that_may_spill_are_handed_out_and_the_rest_stay() {
+    let mut s = scheduler(1.0, 0.0, 1, 8);
+    let job = job_with_workers(&mut s);
+    s.request_lease(lease(job, 1, shape(1.0, 0.0)));
+    for reply in 2..=4 {
+        let mut request = lease(job, reply, shape(1.0, 0.0));
+        request.may_spill = reply != 3;
+        s.request_lease(request);
+    }
+    assert_eq!(
+        round(&mut s).granted.len(),
+        1,
+        "one CPU: one lease, three wait"
+    );
+    // Another node has room for one.
+    let mut room = 1;
+    let moved = s.take_spillable(|_| {
+        (room > 0).then(|| {
+            room -= 1;
+            "node-b"
+        })
+    });
+    assert_eq!(moved, vec![(2, "node-b")]);
+    // The others still wait here, in order, and get the CPU as it frees.
+    let lease_id = s.leases.keys().copied().next().unwrap();
+    s.return_lease(lease_id);
+    let granted: Vec<u32> = round(&mut s).granted.iter().map(|g| g.0).collect();
+    assert_eq!(granted, vec![3]);
 }
 
 #[test]
@@ -318,6 +350,7 @@ fn group(bundles: Vec<ResourceSet>) -> PlacementGroupSpec {
 
 fn in_bundle(job: JobId, reply: u32, shape: ResourceSet, g: PlacementGroupId) -> LeaseRequest<u32> {
     LeaseRequest {
+        may_spill: false,
         bundle: Some(BundleRef {
             group: g,
             index: None,
@@ -426,6 +459,7 @@ fn an_actor_lease_is_not_bound_by_the_job_limit_and_dies_with_its_worker() {
     assert_eq!(round(&mut s).granted.len(), 1);
     let actor = ActorId::new();
     s.request_lease(LeaseRequest {
+        may_spill: false,
         shape: shape(1.0, 0.0),
         job,
         bundle: None,
@@ -456,6 +490,7 @@ fn boot_unique(s: &mut Sched, started: &[(WorkerId, Vec<u32>)]) {
 
 fn actor_lease(job: JobId, actor: ActorId) -> LeaseRequest<u32> {
     LeaseRequest {
+        may_spill: false,
         shape: shape(0.0, 0.0),
         job,
         bundle: None,
