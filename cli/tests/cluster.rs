@@ -81,22 +81,15 @@ impl Machines {
     }
 
     fn join(&self, host: usize, head: &str) -> Output {
+        self.join_with(host, head, &[])
+    }
+
+    fn join_with(&self, host: usize, head: &str, extra: &[&str]) -> Output {
         let (ip, token) = (self.ip(host).to_string(), self.token());
-        self.prism(
-            host,
-            &[
-                "start",
-                "--address",
-                head,
-                "--token",
-                &token,
-                "--node-ip-address",
-                &ip,
-                "--num-cpus",
-                "1",
-            ],
-            &[],
-        )
+        let mut args = vec!["start", "--address", head, "--token", &token];
+        args.extend(["--node-ip-address", &ip, "--num-cpus", "1"]);
+        args.extend_from_slice(extra);
+        self.prism(host, &args, &[])
     }
 
     fn status(&self, host: usize) -> String {
@@ -217,8 +210,77 @@ fn spread() {
         );
         nodes.insert(node);
     }
-    println!("SPREAD over {} nodes", nodes.len());
+    println!("SPILLED over {} nodes", nodes.len());
+
+    // SPREAD: one task per node, in turn, with every node free.
+    let spread = prism::TaskOptions::new().scheduling_strategy(prism::SchedulingStrategy::Spread);
+    let refs: Vec<_> = (0..3)
+        .map(|_| {
+            must(
+                node_of::remote_with(spread.clone()),
+                "a SPREAD task is submitted",
+            )
+        })
+        .collect();
+    let spread_nodes: std::collections::BTreeSet<String> = refs
+        .iter()
+        .map(|r| must(prism::get(r), "a SPREAD task runs"))
+        .collect();
+    println!("SPREAD over {} nodes", spread_nodes.len());
+
+    // Node affinity, by the id prism::nodes() gives.
+    let listed = must(prism::nodes(), "the nodes are listed");
+    let third = must(
+        listed
+            .iter()
+            .find(|n| n.node_ip == "10.77.0.3")
+            .ok_or("absent"),
+        "the third host is a node",
+    );
+    let third_id = must(
+        prism::NodeId::parse(&third.node_id).ok_or("bad id"),
+        "a node id",
+    );
+    let pinned = |node_id, soft| {
+        prism::TaskOptions::new()
+            .scheduling_strategy(prism::SchedulingStrategy::NodeAffinity { node_id, soft })
+    };
+    let ran = must(
+        prism::get(&must(
+            node_of::remote_with(pinned(third_id, false)),
+            "submitted",
+        )),
+        "a pinned task runs",
+    );
+    println!("PINNED ran on the third host: {}", ran == third.node_id);
+    let nowhere = must(
+        node_of::remote_with(pinned(prism::NodeId::new(), false)),
+        "submitted",
+    );
+    if let Err(e) = prism::get(&nowhere) {
+        println!("PINNED elsewhere: {e}");
+    }
+
+    // A custom resource only the second host has steers the task there.
+    let accel = prism::TaskOptions::new().resource("accel", 1.0);
+    let ran = must(
+        prism::get(&must(node_of::remote_with(accel), "submitted")),
+        "a task needing accel runs",
+    );
+    let second = listed
+        .iter()
+        .find(|n| n.node_ip == "10.77.0.2")
+        .map(|n| n.node_id.clone());
+    println!("ACCEL ran on the second host: {}", Some(ran) == second);
     prism::shutdown();
+}
+
+#[prism::remote]
+fn node_of() -> String {
+    std::thread::sleep(Duration::from_millis(300));
+    prism::runtime_context()
+        .map(|c| c.node_id.to_string())
+        .unwrap_or_default()
 }
 
 /// The driver's part, run on a host by the test below.
@@ -458,7 +520,7 @@ fn wrong_tokens_missing_tokens_and_a_taken_port_are_clear_errors() {
 }
 
 #[test]
-fn tasks_spill_over_to_other_nodes_and_large_objects_cross_them() {
+fn tasks_spill_spread_and_pin_over_nodes_and_large_objects_cross_them() {
     if std::env::var_os(DRIVER).is_some() {
         return spread();
     }
@@ -466,9 +528,9 @@ fn tasks_spill_over_to_other_nodes_and_large_objects_cross_them() {
         return;
     };
     let head = m.start_head(&[]);
-    for host in [1, 2] {
-        assert!(m.join(host, &head).status.success());
-    }
+    let accel = m.join_with(1, &head, &["--resources", r#"{"accel": 1}"#]);
+    assert!(accel.status.success(), "{}", text(&accel));
+    assert!(m.join(2, &head).status.success());
     must_eventually(
         "every node is in the head's view",
         Duration::from_secs(10),
@@ -481,7 +543,7 @@ fn tasks_spill_over_to_other_nodes_and_large_objects_cross_them() {
         .command(0, must(std::env::current_exe(), "this test's binary"));
     driver.args([
         "--exact",
-        "tasks_spill_over_to_other_nodes_and_large_objects_cross_them",
+        "tasks_spill_spread_and_pin_over_nodes_and_large_objects_cross_them",
         "--nocapture",
     ]);
     let temp0 = m.temps[0].display().to_string();
@@ -500,5 +562,18 @@ fn tasks_spill_over_to_other_nodes_and_large_objects_cross_them() {
         said.contains("CPUS 3"),
         "the driver sees the cluster's CPUs: {said}"
     );
+    assert!(said.contains("SPILLED over 3 nodes"), "{said}");
     assert!(said.contains("SPREAD over 3 nodes"), "{said}");
+    assert!(
+        said.contains("PINNED ran on the third host: true"),
+        "{said}"
+    );
+    assert!(
+        said.contains("PINNED elsewhere: ") && said.contains("not a live node"),
+        "{said}"
+    );
+    assert!(
+        said.contains("ACCEL ran on the second host: true"),
+        "{said}"
+    );
 }

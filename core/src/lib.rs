@@ -152,6 +152,7 @@ pub use prism_protocol::ids::{
 };
 pub use prism_protocol::messages::NodeInfo;
 pub use prism_protocol::messages::PlacementGroupState;
+pub use prism_protocol::messages::SchedulingStrategy;
 pub use prism_protocol::messages::StoreStats;
 pub use prism_protocol::resources::{Quantity, ResourceSet};
 pub use view::View;

@@ -4,7 +4,7 @@ use crate::placement::PlacementGroup;
 use crate::resources::{resource_builders, Resources};
 use crate::runtime::submitter::SchedulingKey;
 use crate::{Error, Result};
-use prism_protocol::messages::{self, BundleRef};
+use prism_protocol::messages::{self, BundleRef, SchedulingStrategy};
 
 /// Options for one task submission; start from [`TaskOptions::new`].
 ///
@@ -26,6 +26,7 @@ use prism_protocol::messages::{self, BundleRef};
 pub struct TaskOptions {
     resources: Resources,
     placement: Option<Result<BundleRef>>,
+    strategy: SchedulingStrategy,
     /// `None`: Ray's default, 3.
     max_retries: Option<i64>,
     retry_exceptions: bool,
@@ -53,6 +54,33 @@ impl TaskOptions {
     /// `PlacementGroupSchedulingStrategy`).
     pub fn placement_group(mut self, group: &PlacementGroup, bundle_index: Option<usize>) -> Self {
         self.placement = Some(group.bundle_ref(bundle_index));
+        self
+    }
+
+    /// Where in a multi-node cluster the task may run: by default on the
+    /// caller's node while it has room, then on the least loaded node;
+    /// [`SchedulingStrategy::Spread`] over the nodes in turn;
+    /// [`SchedulingStrategy::NodeAffinity`] on one node. A task in a
+    /// placement group takes the group's placement instead, so setting
+    /// both is an error.
+    ///
+    /// ```no_run
+    /// # #[prism::remote] fn work() -> u32 { 1 }
+    /// # fn main() -> prism::Result<()> {
+    /// use prism::{SchedulingStrategy, TaskOptions};
+    /// prism::init(prism::Config::default())?;
+    /// let spread = TaskOptions::new().scheduling_strategy(SchedulingStrategy::Spread);
+    /// let refs: Vec<_> = (0..8).map(|_| work::remote_with(spread.clone())).collect::<prism::Result<_>>()?;
+    /// let node = prism::nodes()?[0].node_id.clone();
+    /// let pinned = TaskOptions::new().scheduling_strategy(SchedulingStrategy::NodeAffinity {
+    ///     node_id: prism::NodeId::parse(&node).expect("a node id"),
+    ///     soft: false,
+    /// });
+    /// prism::get(&work::remote_with(pinned)?)?;
+    /// # let _ = refs; Ok(()) }
+    /// ```
+    pub fn scheduling_strategy(mut self, strategy: SchedulingStrategy) -> Self {
+        self.strategy = strategy;
         self
     }
 
@@ -103,9 +131,18 @@ impl TaskOptions {
 
     /// The resource shape this asks for, and from where.
     pub(crate) fn scheduling_key(&self) -> Result<SchedulingKey> {
+        let bundle = self.placement.clone().transpose()?;
+        if bundle.is_some() && self.strategy != SchedulingStrategy::Default {
+            return Err(Error::invalid(
+                "scheduling_strategy",
+                "a task in a placement group runs where the group placed its bundle; \
+                 set either the group or a strategy",
+            ));
+        }
         Ok(SchedulingKey {
             shape: self.resources.to_set(1.0)?,
-            bundle: self.placement.clone().transpose()?,
+            bundle,
+            strategy: self.strategy,
         })
     }
 }

@@ -132,6 +132,27 @@ pub fn actor_checkpoint_key(actor: ActorId) -> String {
     format!("prism/actor-checkpoint/{actor}")
 }
 
+/// Where a task may run in a multi-node cluster (Ray's
+/// `scheduling_strategy`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SchedulingStrategy {
+    /// The caller's node while it has room, then the least loaded node
+    /// that has.
+    #[default]
+    Default,
+    /// Over every node with room, in turn (Ray's `"SPREAD"`).
+    Spread,
+    /// On one node (Ray's `NodeAffinitySchedulingStrategy`): with `soft`,
+    /// elsewhere when that node is dead or unknown; without, such a task
+    /// fails.
+    NodeAffinity {
+        /// The node, as `prism::nodes()` lists it.
+        node_id: NodeId,
+        /// Whether another node may run it when that one cannot.
+        soft: bool,
+    },
+}
+
 /// A bundle of a placement group that a task or actor is scheduled into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct BundleRef {
@@ -436,6 +457,8 @@ services! {
             shape: ResourceSet,
             /// The placement-group bundle to draw from, if any.
             bundle: Option<BundleRef>,
+            /// Where in the cluster it may run.
+            strategy: SchedulingStrategy,
         } => LeaseReply;
         /// Give a leased worker back.
         ReturnLease {

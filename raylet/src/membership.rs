@@ -33,6 +33,8 @@ pub(crate) struct Membership {
     node_id: String,
     /// The live nodes as of the last heartbeat's answer.
     view: parking_lot::Mutex<Vec<WireNode>>,
+    /// Where the next SPREAD request starts looking.
+    spread_next: std::sync::atomic::AtomicUsize,
     client: GcsClient,
     cluster_id: String,
     lost: watch::Receiver<Option<String>>,
@@ -74,6 +76,7 @@ impl Membership {
         Ok(Membership {
             node_id: node.node_id.to_string(),
             view: parking_lot::Mutex::new(Vec::new()),
+            spread_next: std::sync::atomic::AtomicUsize::new(0),
             client,
             cluster_id: reply.cluster_id,
             lost,
@@ -160,6 +163,39 @@ impl Membership {
             shape: shape.to_string(),
             total: totals.join("; "),
         })
+    }
+
+    /// The raylet of a live node.
+    pub(crate) fn raylet_of(&self, node_id: &str) -> Option<String> {
+        self.view
+            .lock()
+            .iter()
+            .find(|n| n.node_id == node_id && !n.raylet_address.is_empty())
+            .map(|n| n.raylet_address.clone())
+    }
+
+    /// The next node in turn (by id) that has `shape` free: `Some(None)`
+    /// for this one, `Some(Some(raylet, node))` for another; `None` when no
+    /// node has it free.
+    pub(crate) fn spread_target(&self, shape: &ResourceSet) -> Option<Option<(String, String)>> {
+        let mut view = self.view.lock();
+        let mut order: Vec<usize> = (0..view.len()).collect();
+        order.sort_by(|&a, &b| view[a].node_id.cmp(&view[b].node_id));
+        let n = order.len();
+        let start = self
+            .spread_next
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let pick = (0..n)
+            .map(|k| order[(start + k) % n.max(1)])
+            .find(|&i| from_wire_set(&view[i].available).contains(shape))?;
+        let node = &mut view[pick];
+        if node.node_id == self.node_id {
+            return Some(None);
+        }
+        let mut free = from_wire_set(&node.available);
+        free.subtract(shape);
+        node.available = to_wire(&free);
+        Some(Some((node.raylet_address.clone(), node.node_id.clone())))
     }
 
     /// Sends the local requests waiting here on to nodes that now have

@@ -16,7 +16,7 @@ use prism_protocol::ids::{JobId, LeaseId, ObjectId, PlacementGroupId, WorkerId};
 use prism_protocol::messages::{
     ActorSpec, BundleRef, ClusterResources, GetActor, GetPlacementGroup, LeaseReply,
     ObjectLocation, PlacementGroupSpec, RayletRequest, RegisterDriver, RegisterWorker,
-    Registration, Reply, Request, RequestLease, Response,
+    Registration, Reply, Request, RequestLease, Response, SchedulingStrategy,
 };
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::{Connection, Handler};
@@ -67,9 +67,11 @@ impl Handler for ClientHandler {
         use RayletRequest as R;
         let answer = match request {
             // Answered later, when a worker, the actor or the group is ready.
-            R::RequestLease(RequestLease { shape, bundle }) => {
-                return self.handle_request_lease(shape, bundle, reply)
-            }
+            R::RequestLease(RequestLease {
+                shape,
+                bundle,
+                strategy,
+            }) => return self.handle_request_lease(shape, bundle, strategy, reply),
             R::GetActor(GetActor { actor_id, wait }) => {
                 return self.node.get_actor(actor_id, wait, reply)
             }
@@ -136,7 +138,13 @@ impl ClientHandler {
         }
     }
 
-    fn handle_request_lease(&self, shape: ResourceSet, bundle: Option<BundleRef>, reply: ReplyTo) {
+    fn handle_request_lease(
+        &self,
+        shape: ResourceSet,
+        bundle: Option<BundleRef>,
+        strategy: SchedulingStrategy,
+        reply: ReplyTo,
+    ) {
         if let Some(e) = crate::faults::injected("lease_grant") {
             return reply.send(Response::Error(e));
         }
@@ -144,31 +152,23 @@ impl ClientHandler {
             Ok(job) => job,
             Err(e) => return reply.send(Response::Error(e)),
         };
-        // In a cluster, a request that does not fit here now goes to a
-        // node where it does (once: a request from another node is never
-        // sent on again, and group bundles stay on their node).
+        // A local client's request may go to another node (once: a request
+        // from another node is never sent on again, and group bundles stay
+        // on their node).
         let local = !matches!(*self.role.lock(), Role::Lessee(_));
-        if let (Some(m), None, true) = (self.node.membership.get(), &bundle, local) {
-            let (fits_now, fits_ever, total) = self.node.control(|c| {
-                let r = c.scheduler.resources();
-                (
-                    r.available().contains(&shape),
-                    r.total().contains(&shape),
-                    r.total().clone(),
-                )
-            });
-            if !fits_now {
-                match m.spill_target(&shape, fits_ever, &total) {
-                    Ok(Some((raylet, node_id))) => {
-                        return reply
-                            .send(Response::Lease(LeaseReply::Spillback { raylet, node_id }))
-                    }
-                    Ok(None) => {}
-                    Err(e) => return reply.send(Response::Error(e)),
+        if local && bundle.is_none() {
+            match self.place(&shape, strategy) {
+                Ok(None) => {}
+                Ok(Some((raylet, node_id))) => {
+                    return reply.send(Response::Lease(LeaseReply::Spillback { raylet, node_id }))
                 }
+                Err(e) => return reply.send(Response::Error(e)),
             }
         }
-        let may_spill = local && bundle.is_none() && self.node.membership.get().is_some();
+        let may_spill = local
+            && bundle.is_none()
+            && self.node.membership.get().is_some()
+            && !matches!(strategy, SchedulingStrategy::NodeAffinity { .. });
         let request = LeaseRequest {
             shape,
             job,
@@ -180,6 +180,54 @@ impl ClientHandler {
             may_spill,
         };
         self.node.control(|c| c.scheduler.request_lease(request));
+    }
+
+    /// Where a local request should run: here (`None`), or on the node
+    /// whose raylet is returned.
+    fn place(
+        &self,
+        shape: &ResourceSet,
+        strategy: SchedulingStrategy,
+    ) -> Result<Option<(String, String)>> {
+        let here = self.node.node_id;
+        let membership = self.node.membership.get();
+        let default = || {
+            let Some(m) = membership else { return Ok(None) };
+            let (fits_now, fits_ever, total) = self.node.control(|c| {
+                let r = c.scheduler.resources();
+                (
+                    r.available().contains(shape),
+                    r.total().contains(shape),
+                    r.total().clone(),
+                )
+            });
+            if fits_now {
+                return Ok(None);
+            }
+            m.spill_target(shape, fits_ever, &total)
+        };
+        match strategy {
+            SchedulingStrategy::Default => default(),
+            SchedulingStrategy::Spread => match membership.and_then(|m| m.spread_target(shape)) {
+                Some(Some(target)) => Ok(Some(target)),
+                Some(None) => Ok(None),
+                None => default(),
+            },
+            SchedulingStrategy::NodeAffinity { node_id, .. } if node_id == here => Ok(None),
+            SchedulingStrategy::NodeAffinity { node_id, soft } => {
+                match membership.and_then(|m| m.raylet_of(&node_id.to_string())) {
+                    Some(raylet) => Ok(Some((raylet, node_id.to_string()))),
+                    None if soft => default(),
+                    None => Err(Error::Cluster {
+                        message: format!(
+                            "the task must run on node {node_id}, which is not a live node of \
+                             this cluster (prism::nodes() lists them); with soft: true it runs \
+                             elsewhere instead"
+                        ),
+                    }),
+                }
+            }
+        }
     }
 
     fn handle_register_driver(&self, conn: &Connection, r: RegisterDriver) -> Result<Registration> {

@@ -311,6 +311,34 @@ fn custom_resources_schedule_and_the_name_option_registers() {
 }
 
 #[test]
+fn scheduling_strategies_on_a_single_node_cluster() {
+    cluster();
+    let here = prism::runtime_context().unwrap().node_id;
+    let spread = prism::TaskOptions::new().scheduling_strategy(prism::SchedulingStrategy::Spread);
+    assert_eq!(
+        prism::get(&add::remote_with(spread, 1, 2).unwrap()).unwrap(),
+        3
+    );
+    let pinned = |node_id, soft| {
+        prism::TaskOptions::new()
+            .scheduling_strategy(prism::SchedulingStrategy::NodeAffinity { node_id, soft })
+    };
+    assert_eq!(
+        prism::get(&add::remote_with(pinned(here, false), 2, 2).unwrap()).unwrap(),
+        4
+    );
+    let elsewhere = prism::NodeId::new();
+    assert_eq!(
+        prism::get(&add::remote_with(pinned(elsewhere, true), 3, 3).unwrap()).unwrap(),
+        6,
+        "a soft affinity to a node that is not there runs the task anyway"
+    );
+    let err = prism::get(&add::remote_with(pinned(elsewhere, false), 4, 4).unwrap()).unwrap_err();
+    assert!(err.to_string().contains("not a live node"), "{err}");
+    assert!(err.to_string().contains(&elsewhere.to_string()), "{err}");
+}
+
+#[test]
 fn objectrefs_can_be_awaited_from_async_code() {
     cluster();
     let rt = tokio::runtime::Builder::new_current_thread()

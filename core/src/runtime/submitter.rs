@@ -23,7 +23,7 @@ use parking_lot::Mutex;
 use prism_protocol::ids::{JobId, LeaseId, WorkerId};
 use prism_protocol::messages::{
     BundleRef, LeaseGrant, LeaseReply, PushTask, RegisterDriver, RequestLease, ReturnLease,
-    ReturnObject, WorkerExitReason,
+    ReturnObject, SchedulingStrategy, WorkerExitReason,
 };
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::Connection;
@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 pub(crate) struct SchedulingKey {
     pub(crate) shape: ResourceSet,
     pub(crate) bundle: Option<BundleRef>,
+    pub(crate) strategy: SchedulingStrategy,
 }
 
 #[derive(Debug, Clone)]
@@ -97,6 +98,7 @@ impl TaskSubmitter {
         let request = || RequestLease {
             shape: shape.shape.clone(),
             bundle: shape.bundle,
+            strategy: shape.strategy,
         };
         match self.raylet.request(request()).await? {
             LeaseReply::Granted(grant) => Ok((self.raylet.clone(), grant)),
