@@ -577,3 +577,123 @@ fn tasks_spill_spread_and_pin_over_nodes_and_large_objects_cross_them() {
         "{said}"
     );
 }
+
+/// Holds its node's CPU.
+#[prism::remote]
+fn hold_cpu(ms: u64) -> u32 {
+    std::thread::sleep(Duration::from_millis(ms));
+    0
+}
+
+/// Says where it runs (a file named after its node, in `dir`), then works
+/// for `ms`; returns its node.
+#[prism::remote]
+fn marked_work(dir: String, ms: u64) -> String {
+    let node = prism::runtime_context()
+        .map(|c| c.node_id.to_string())
+        .unwrap_or_default();
+    let _ = std::fs::write(std::path::Path::new(&dir).join(&node), "");
+    std::thread::sleep(Duration::from_millis(ms));
+    node
+}
+
+/// The driver's part of the node-death test.
+fn survive(dir: String) {
+    must(
+        prism::init(prism::Config::default()),
+        "the driver joins its node",
+    );
+    let _held = must(hold_cpu::remote(120_000), "the local CPU is held");
+    std::thread::sleep(Duration::from_millis(300));
+    let done = must(marked_work::remote(dir, 3_000), "the task is submitted");
+    let node = must(
+        prism::get(&done),
+        "the task finishes despite its first node dying",
+    );
+    println!("RESULT {node}");
+    println!("RETRIES {}", prism::retry_stats().task_retries);
+    prism::shutdown();
+}
+
+#[test]
+fn a_task_whose_node_dies_runs_again_on_another_node() {
+    const DIR: &str = "PRISM_CLI_TEST_MARKS";
+    if let Some(dir) = std::env::var_os(DIR) {
+        return survive(dir.to_string_lossy().into_owned());
+    }
+    let Some(m) = Machines::new("retry", 3) else {
+        return;
+    };
+    let head = m.start_head(&[
+        ("PRISM_NODE_DEATH_TIMEOUT_MS", "1500"),
+        ("PRISM_HEARTBEAT_PERIOD_MS", "200"),
+    ]);
+    for host in [1, 2] {
+        assert!(m.join(host, &head).status.success());
+    }
+    must_eventually(
+        "every node is in the head's view",
+        Duration::from_secs(10),
+        || m.status(0).contains("Nodes: 3 alive"),
+    );
+    std::thread::sleep(Duration::from_millis(600));
+    let marks = std::env::temp_dir().join(format!("prism-cli-marks-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&marks);
+    must(std::fs::create_dir_all(&marks), "the marks folder");
+    let mut driver = m
+        .net
+        .command(0, must(std::env::current_exe(), "this test's binary"));
+    driver.args([
+        "--exact",
+        "a_task_whose_node_dies_runs_again_on_another_node",
+        "--nocapture",
+    ]);
+    let temp0 = m.temps[0].display().to_string();
+    let marks_text = marks.display().to_string();
+    let address = head.clone();
+    let waiter = std::thread::spawn(move || {
+        let env = [
+            (DIR, marks_text.as_str()),
+            ("PRISM_ADDRESS", address.as_str()),
+            ("PRISM_TEMP_DIR", temp0.as_str()),
+        ];
+        run_bounded(driver, &env, Duration::from_secs(90))
+    });
+    // The task starts on host 1 or 2: kill that node's process.
+    let first = must_become(
+        "the task starts on another node",
+        Duration::from_secs(30),
+        || {
+            std::fs::read_dir(&marks)
+                .ok()?
+                .flatten()
+                .next()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+        },
+    );
+    let host = must(
+        (1..3)
+            .find(|&h| {
+                prism_raylet::NodeRecord::list(&m.temps[h])
+                    .iter()
+                    .any(|r| r.node_id == first)
+            })
+            .ok_or("no host runs it"),
+        "the node is one of the other hosts",
+    );
+    prism_tests::kill(m.node_pid(host));
+    let out = must(waiter.join().map_err(|_| "panicked"), "the driver finishes");
+    let said = text(&out);
+    assert!(out.status.success(), "the driver must finish: {said}");
+    let result = said
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        !result.is_empty() && result != first,
+        "ran again elsewhere: {said}"
+    );
+    assert!(said.contains("RETRIES 1"), "{said}");
+    let _ = std::fs::remove_dir_all(&marks);
+}

@@ -59,6 +59,11 @@ struct ShapeQueue {
     requesting: usize,
 }
 
+/// Times a lease is asked again after the node it was sent to could not be
+/// reached (200 ms apart: 10 s, twice the default time in which the head
+/// marks a silent node dead).
+const MAX_UNREACHABLE_SPILLBACKS: u32 = 50;
+
 /// The task submitter of one process.
 #[derive(Debug)]
 pub(crate) struct TaskSubmitter {
@@ -100,18 +105,38 @@ impl TaskSubmitter {
             bundle: shape.bundle,
             strategy: shape.strategy,
         };
-        match self.raylet.request(request()).await? {
-            LeaseReply::Granted(grant) => Ok((self.raylet.clone(), grant)),
-            LeaseReply::Spillback { raylet, node_id } => {
+        // A node can die between its last heartbeat and our request: ask
+        // this node's raylet again (its view counts the first try against
+        // that node, and drops it once the head marks it dead), a bounded
+        // number of times.
+        let mut unreachable = 0;
+        loop {
+            let (raylet, node_id) = match self.raylet.request(request()).await? {
+                LeaseReply::Granted(grant) => return Ok((self.raylet.clone(), grant)),
+                LeaseReply::Spillback { raylet, node_id } => (raylet, node_id),
+            };
+            let leased = async {
                 let remote = self.remote_raylet(&raylet).await?;
                 match remote.request(request()).await? {
                     LeaseReply::Granted(grant) => Ok((remote, grant)),
                     LeaseReply::Spillback { .. } => Err(Error::Cluster {
                         message: format!(
-                            "node {node_id} sent a lease request on again; a request goes to one other node at most"
+                            "node {node_id} sent a lease request on again; a request goes to one \
+                             other node at most"
                         ),
                     }),
                 }
+            }
+            .await;
+            match leased {
+                Err(e @ (Error::Disconnected { .. } | Error::Io { .. }))
+                    if unreachable < MAX_UNREACHABLE_SPILLBACKS =>
+                {
+                    unreachable += 1;
+                    tracing::debug!(node = %node_id, error = %e, "a node sent to is unreachable; asking again");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                other => return other,
             }
         }
     }
