@@ -272,7 +272,61 @@ fn spread() {
         .find(|n| n.node_ip == "10.77.0.2")
         .map(|n| n.node_id.clone());
     println!("ACCEL ran on the second host: {}", Some(ran) == second);
+
+    // An actor here, called by a task pinned to the third host.
+    let tally = must(Tally::remote(), "the actor starts");
+    let from_there = must(
+        prism::get(&must(
+            add_to_tally::remote_with(pinned(third_id, false), tally.clone(), 5),
+            "submitted",
+        )),
+        "a task on another node calls the actor",
+    );
+    let total = must(
+        prism::get(&must(tally.add(1), "called")),
+        "the actor answers",
+    );
+    println!(
+        "ACTOR called from the third host: {} then {total}",
+        from_there.1
+    );
+    println!(
+        "ACTOR caller ran on the third host: {}",
+        from_there.0 == third.node_id
+    );
     prism::shutdown();
+}
+
+#[prism::actor]
+struct Tally {
+    total: u64,
+}
+
+#[prism::actor]
+impl Tally {
+    fn new() -> Self {
+        Tally { total: 0 }
+    }
+
+    fn add(&mut self, n: u64) -> u64 {
+        self.total += n;
+        self.total
+    }
+}
+
+/// Calls `tally` `n` times from wherever it runs; returns its node and the
+/// last total.
+#[prism::remote]
+fn add_to_tally(tally: prism::ActorHandle<Tally>, n: u64) -> (String, u64) {
+    let mut last = 0;
+    for _ in 0..n {
+        let r = tally.add(1).expect("the call is sent");
+        last = prism::get(&r).expect("the actor answers");
+    }
+    let node = prism::runtime_context()
+        .map(|c| c.node_id.to_string())
+        .unwrap_or_default();
+    (node, last)
 }
 
 #[prism::remote]
@@ -574,6 +628,14 @@ fn tasks_spill_spread_and_pin_over_nodes_and_large_objects_cross_them() {
     );
     assert!(
         said.contains("ACCEL ran on the second host: true"),
+        "{said}"
+    );
+    assert!(
+        said.contains("ACTOR called from the third host: 5 then 6"),
+        "{said}"
+    );
+    assert!(
+        said.contains("ACTOR caller ran on the third host: true"),
         "{said}"
     );
 }

@@ -241,6 +241,11 @@ impl<R> ActorTable<R> {
         }
     }
 
+    /// Whether the table holds `actor` (in any state).
+    pub(crate) fn knows(&self, actor: ActorId) -> bool {
+        self.actors.contains_key(&actor)
+    }
+
     /// The actor holding `name` in `namespace`.
     pub(crate) fn named(&self, name: &str, namespace: &str) -> Result<ActorInfo, Error> {
         self.names

@@ -164,6 +164,8 @@ impl Raylet {
         });
         node.start_memory_monitor();
         if let Some(link) = node.config.cluster.clone() {
+            // This process reaches other nodes' raylets with the token.
+            prism_protocol::rpc::set_cluster_token(Some(link.token.reveal().to_string()));
             let joined = async {
                 // Other nodes' processes lease workers here over TCP.
                 let bind: std::net::SocketAddr =

@@ -7,8 +7,10 @@
 use crate::node::Node;
 use prism_gcs::pb::{Demand, NodeInfo as WireNode, NodeState, Resource};
 use prism_gcs::{GcsClient, Token};
-use prism_protocol::messages::{LeaseReply, NodeInfo, Response};
+use prism_protocol::ids::ActorId;
+use prism_protocol::messages::{ActorInfo, GetActor, LeaseReply, NodeInfo, Request, Response};
 use prism_protocol::resources::{Quantity, ResourceSet};
+use prism_protocol::rpc::{Connection, Handler};
 use prism_protocol::Error;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -35,6 +37,8 @@ pub(crate) struct Membership {
     view: parking_lot::Mutex<Vec<WireNode>>,
     /// Where the next SPREAD request starts looking.
     spread_next: std::sync::atomic::AtomicUsize,
+    /// Connections to other nodes' raylets (actor lookups).
+    peers: Peers,
     client: GcsClient,
     cluster_id: String,
     lost: watch::Receiver<Option<String>>,
@@ -77,6 +81,7 @@ impl Membership {
             node_id: node.node_id.to_string(),
             view: parking_lot::Mutex::new(Vec::new()),
             spread_next: std::sync::atomic::AtomicUsize::new(0),
+            peers: Peers::default(),
             client,
             cluster_id: reply.cluster_id,
             lost,
@@ -198,6 +203,42 @@ impl Membership {
         Some(Some((node.raylet_address.clone(), node.node_id.clone())))
     }
 
+    /// Looks an actor up on the other live nodes (it was started by one
+    /// of them): the first that knows it answers.
+    pub(crate) fn find_actor(
+        &self,
+        actor_id: ActorId,
+        wait: bool,
+    ) -> impl std::future::Future<Output = Result<ActorInfo, Error>> + Send + 'static {
+        let raylets: Vec<String> = self
+            .view
+            .lock()
+            .iter()
+            .filter(|n| n.node_id != self.node_id && !n.raylet_address.is_empty())
+            .map(|n| n.raylet_address.clone())
+            .collect();
+        let (node, peers) = (self.node_id.clone(), self.peers.clone());
+        async move {
+            for raylet in raylets {
+                let conn = match peer(&peers, &raylet, &node).await {
+                    Ok(conn) => conn,
+                    Err(e) => {
+                        tracing::debug!(%raylet, error = %e, "a node could not be asked for an actor");
+                        continue;
+                    }
+                };
+                if let Ok(info) = conn.request(GetActor { actor_id, wait }).await {
+                    return Ok(info);
+                }
+            }
+            Err(Error::ActorDied {
+                actor_id,
+                class: "?".into(),
+                reason: "no live node of the cluster knows this actor".into(),
+            })
+        }
+    }
+
     /// Sends the local requests waiting here on to nodes that now have
     /// their resources free (the view just changed): a request queued
     /// behind long tasks does not wait for them while another node idles.
@@ -231,6 +272,34 @@ impl Membership {
         let mut client = self.client.clone();
         let nodes = client.get_nodes().await.map_err(cluster_error)?;
         Ok(nodes.into_iter().map(from_wire).collect())
+    }
+}
+
+type Peers = Arc<tokio::sync::Mutex<std::collections::HashMap<String, Connection>>>;
+
+/// The open connection to another node's raylet, made once.
+async fn peer(peers: &Peers, raylet: &str, node: &str) -> Result<Connection, Error> {
+    let mut open = peers.lock().await;
+    if let Some(c) = open.get(raylet).filter(|c| !c.is_closed()) {
+        return Ok(c.clone());
+    }
+    let conn = Connection::connect_to(raylet, Some(node), Arc::new(AsksOnly)).await?;
+    open.insert(raylet.to_string(), conn.clone());
+    Ok(conn)
+}
+
+/// This side of a raylet-to-raylet connection serves nothing.
+struct AsksOnly;
+
+impl Handler for AsksOnly {
+    fn handle(&self, conn: &Connection, id: Option<u64>, _request: Request) {
+        conn.respond(
+            id,
+            Response::Error(Error::NotServed {
+                service: "a raylet's lookup connection".into(),
+                request: "any request".into(),
+            }),
+        );
     }
 }
 

@@ -552,6 +552,14 @@ impl Node {
 
     /// Answers with an actor's state now, or once it leaves `Pending`.
     pub(crate) fn get_actor(&self, actor: ActorId, wait: bool, reply: ReplyTo) {
+        // In a cluster, an actor another node started is looked up there.
+        if let Some(m) = self.membership.get() {
+            if !self.state.lock().actors.knows(actor) {
+                let lookup = m.find_actor(actor, wait);
+                tokio::spawn(async move { reply.send_result(lookup.await) });
+                return;
+            }
+        }
         let now = self.state.lock().actors.watch(actor, wait, reply);
         if let Some((reply, answer)) = now {
             reply.send_result(answer);
