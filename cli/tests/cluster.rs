@@ -102,6 +102,28 @@ impl Machines {
         text(&out)
     }
 
+    /// Runs this test binary's `test` on `host` as a driver of the cluster
+    /// at `head` (its child mode is chosen by `env`), bounded in time.
+    fn run_driver(
+        &self,
+        host: usize,
+        test: &str,
+        head: &str,
+        env: &[(&str, &str)],
+        limit: Duration,
+    ) -> String {
+        let exe = must(std::env::current_exe(), "this test's binary");
+        let mut driver = self.net.command(host, exe);
+        driver.args(["--exact", test, "--nocapture"]);
+        let temp = self.temps[host].display().to_string();
+        let mut all = vec![("PRISM_ADDRESS", head), ("PRISM_TEMP_DIR", temp.as_str())];
+        all.extend_from_slice(env);
+        let out = run_bounded(driver, &all, limit);
+        let said = text(&out);
+        assert!(out.status.success(), "the driver must run: {said}");
+        said
+    }
+
     /// The pid of the node process running on `host`.
     fn node_pid(&self, host: usize) -> u32 {
         let records = prism_raylet::NodeRecord::list(&self.temps[host]);
@@ -400,26 +422,13 @@ fn the_cli_starts_a_head_joins_two_nodes_shows_them_and_stops_everything() {
     assert!(status.contains(" 0/3 CPU"), "{status}");
 
     // A driver on host 1 joins through that host's node.
-    let mut driver = m
-        .net
-        .command(1, must(std::env::current_exe(), "this test's binary"));
-    driver.args([
-        "--exact",
+    let said = m.run_driver(
+        1,
         "the_cli_starts_a_head_joins_two_nodes_shows_them_and_stops_everything",
-        "--nocapture",
-    ]);
-    let temp1 = m.temps[1].display().to_string();
-    let out = run_bounded(
-        driver,
-        &[
-            (DRIVER, "1"),
-            ("PRISM_ADDRESS", &head),
-            ("PRISM_TEMP_DIR", &temp1),
-        ],
+        &head,
+        &[(DRIVER, "1")],
         Duration::from_secs(60),
     );
-    let said = text(&out);
-    assert!(out.status.success(), "the driver must run: {said}");
     assert!(said.contains("NODES alive=3"), "{said}");
     assert!(said.contains("NODE 10.77.0.1 head=true"), "{said}");
     assert!(said.contains("NODE 10.77.0.3 head=false"), "{said}");
@@ -592,26 +601,13 @@ fn tasks_spill_spread_and_pin_over_nodes_and_large_objects_cross_them() {
     );
     // One heartbeat later every raylet has the others in its view.
     std::thread::sleep(Duration::from_millis(1200));
-    let mut driver = m
-        .net
-        .command(0, must(std::env::current_exe(), "this test's binary"));
-    driver.args([
-        "--exact",
+    let said = m.run_driver(
+        0,
         "tasks_spill_spread_and_pin_over_nodes_and_large_objects_cross_them",
-        "--nocapture",
-    ]);
-    let temp0 = m.temps[0].display().to_string();
-    let out = run_bounded(
-        driver,
-        &[
-            (DRIVER, "1"),
-            ("PRISM_ADDRESS", &head),
-            ("PRISM_TEMP_DIR", &temp0),
-        ],
+        &head,
+        &[(DRIVER, "1")],
         Duration::from_secs(120),
     );
-    let said = text(&out);
-    assert!(out.status.success(), "the driver must run: {said}");
     assert!(
         said.contains("CPUS 3"),
         "the driver sees the cluster's CPUs: {said}"
