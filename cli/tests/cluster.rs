@@ -673,13 +673,32 @@ fn survive(dir: String) {
     prism::shutdown();
 }
 
+const MARKS: &str = "PRISM_CLI_TEST_MARKS";
+
 #[test]
 fn a_task_whose_node_dies_runs_again_on_another_node() {
-    const DIR: &str = "PRISM_CLI_TEST_MARKS";
-    if let Some(dir) = std::env::var_os(DIR) {
+    if let Some(dir) = std::env::var_os(MARKS) {
         return survive(dir.to_string_lossy().into_owned());
     }
-    let Some(m) = Machines::new("retry", 3) else {
+    task_survives_its_node("a_task_whose_node_dies_runs_again_on_another_node", false);
+}
+
+#[test]
+fn a_task_whose_node_is_cut_off_runs_again_on_another_node() {
+    if let Some(dir) = std::env::var_os(MARKS) {
+        return survive(dir.to_string_lossy().into_owned());
+    }
+    task_survives_its_node(
+        "a_task_whose_node_is_cut_off_runs_again_on_another_node",
+        true,
+    );
+}
+
+/// Starts a task that spills to another node, then kills that node's
+/// process (or cuts its link), and checks the task finishes elsewhere.
+fn task_survives_its_node(test: &'static str, cut: bool) {
+    let tag = if cut { "cut" } else { "retry" };
+    let Some(m) = Machines::new(tag, 3) else {
         return;
     };
     let head = m.start_head(&[
@@ -695,29 +714,27 @@ fn a_task_whose_node_dies_runs_again_on_another_node() {
         || m.status(0).contains("Nodes: 3 alive"),
     );
     std::thread::sleep(Duration::from_millis(600));
-    let marks = std::env::temp_dir().join(format!("prism-cli-marks-{}", std::process::id()));
+    let marks = std::env::temp_dir().join(format!("prism-cli-marks-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&marks);
     must(std::fs::create_dir_all(&marks), "the marks folder");
     let mut driver = m
         .net
         .command(0, must(std::env::current_exe(), "this test's binary"));
-    driver.args([
-        "--exact",
-        "a_task_whose_node_dies_runs_again_on_another_node",
-        "--nocapture",
-    ]);
+    driver.args(["--exact", test, "--nocapture"]);
     let temp0 = m.temps[0].display().to_string();
     let marks_text = marks.display().to_string();
     let address = head.clone();
     let waiter = std::thread::spawn(move || {
         let env = [
-            (DIR, marks_text.as_str()),
+            (MARKS, marks_text.as_str()),
             ("PRISM_ADDRESS", address.as_str()),
             ("PRISM_TEMP_DIR", temp0.as_str()),
         ];
         run_bounded(driver, &env, Duration::from_secs(90))
     });
-    // The task starts on host 1 or 2: kill that node's process.
+    // The task starts on host 1 or 2: kill that node's process, or cut it
+    // off (its connections then stay open: the callers learn of its death
+    // from the head, through their raylet).
     let first = must_become(
         "the task starts on another node",
         Duration::from_secs(30),
@@ -739,7 +756,11 @@ fn a_task_whose_node_dies_runs_again_on_another_node() {
             .ok_or("no host runs it"),
         "the node is one of the other hosts",
     );
-    prism_tests::kill(m.node_pid(host));
+    if cut {
+        must(m.net.cut(host), "the node's link goes down");
+    } else {
+        prism_tests::kill(m.node_pid(host));
+    }
     let out = must(waiter.join().map_err(|_| "panicked"), "the driver finishes");
     let said = text(&out);
     assert!(out.status.success(), "the driver must finish: {said}");

@@ -638,8 +638,15 @@ services! {
         } => ();
     }
 
-    /// Notices the raylet sends a driver.
+    /// Notices the raylet sends its drivers and workers.
     Driver: DriverRequest {
+        /// A node of the cluster died: connections to its processes will
+        /// never answer (a node cut off from the network does not even
+        /// close them), so they are given up.
+        NodeDied {
+            /// The node.
+            node_id: String,
+        } => ();
         /// Lines a worker printed, for the driver's terminal.
         WorkerOutput {
             /// Who printed, e.g. `pid=123` or `Counter pid=123`.

@@ -255,6 +255,14 @@ impl Connection {
         conn
     }
 
+    /// Gives the connection up (its peer's node died): every call waiting
+    /// on it fails with [`Error::Disconnected`] now, and later ones at once.
+    pub fn abandon(&self) {
+        if !self.is_closed() {
+            self.mark_closed();
+        }
+    }
+
     fn mark_closed(&self) {
         self.inner.closed.store(true, Ordering::SeqCst);
         let pending: Vec<_> = self.inner.pending.lock().drain().collect();

@@ -338,7 +338,20 @@ async fn beat(
             Ok(reply) if reply.alive => {
                 if let Some(node) = node_ref.upgrade() {
                     if let Some(m) = node.membership.get() {
-                        *m.view.lock() = reply.nodes;
+                        let died: Vec<String> = {
+                            let mut view = m.view.lock();
+                            let died = view
+                                .iter()
+                                .filter(|old| !reply.nodes.iter().any(|n| n.node_id == old.node_id))
+                                .map(|old| old.node_id.clone())
+                                .collect();
+                            *view = reply.nodes;
+                            died
+                        };
+                        for dead in died {
+                            tracing::warn!(node = %dead, "a node left the cluster; telling this node's processes");
+                            node.announce_node_death(&dead);
+                        }
                         m.respill(&node);
                     }
                 }

@@ -23,7 +23,8 @@ use prism_object_store::{ObjectTable, Pin, Placement, Segment, SpillOutcome};
 use prism_protocol::error::Error;
 use prism_protocol::ids::{ActorId, JobId, NodeId, ObjectId, PlacementGroupId, WorkerId};
 use prism_protocol::messages::{
-    ActorSpec, ActorState, BecomeActor, LeaseGrant, LeaseReply, Registration, Reply, Response,
+    ActorSpec, ActorState, BecomeActor, LeaseGrant, LeaseReply, NodeDied, Registration, Reply,
+    Response,
 };
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
@@ -186,6 +187,24 @@ impl Node {
             tcp_server: Mutex::new(None),
             lessees: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Tells every driver and worker of this node (and every process of
+    /// another node leasing here) that `node_id` died.
+    pub(crate) fn announce_node_death(&self, node_id: &str) {
+        let conns: Vec<Connection> = {
+            let c = self.state.lock();
+            c.jobs
+                .values()
+                .map(|j| j.driver.clone())
+                .chain(c.links.values().filter_map(|l| l.conn.clone()))
+                .collect()
+        };
+        for conn in conns {
+            let _ = conn.notify(NodeDied {
+                node_id: node_id.to_string(),
+            });
+        }
     }
 
     /// Answers with every node of the cluster (from the head), or this node

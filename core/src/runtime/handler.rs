@@ -66,6 +66,16 @@ impl Handler for CoreHandler {
         let bound = self.bound.get();
         let objects = bound.and_then(|b| b.objects.upgrade());
         let executor = bound.and_then(|b| b.executor.upgrade());
+        if let Request::Driver(DriverRequest::NodeDied(died)) = &request {
+            if let Some(objects) = &objects {
+                let n = objects.peers.abandon_node(&died.node_id);
+                tracing::warn!(node = %died.node_id, connections = n, "a node died; its connections were given up");
+            }
+            if id.is_some() {
+                conn.respond(id, Response::Ok);
+            }
+            return;
+        }
         match (request, objects, executor) {
             (Request::Owner(request), Some(objects), _) => {
                 if let OwnerRequest::AddBorrower(AddBorrower {

@@ -4,7 +4,7 @@
 use crate::Result;
 use parking_lot::Mutex;
 use prism_protocol::messages::Address;
-use prism_protocol::rpc::{Connection, Handler};
+use prism_protocol::rpc::{Connection, Endpoint, Handler};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -36,6 +36,22 @@ impl Peers {
             open: Mutex::new(HashMap::new()),
             make_handler,
         }
+    }
+
+    /// Gives up every connection to a process of `node` (it died).
+    pub(crate) fn abandon_node(&self, node: &str) -> usize {
+        let mut open = self.open.lock();
+        let gone: Vec<Address> = open
+            .keys()
+            .filter(|a| Endpoint::parse(a).node.as_deref() == Some(node))
+            .cloned()
+            .collect();
+        for address in &gone {
+            if let Some(conn) = open.remove(address) {
+                conn.abandon();
+            }
+        }
+        gone.len()
     }
 
     /// The connection to the core worker at `address`.
