@@ -133,20 +133,7 @@ fn main() -> ExitCode {
 
 /// The token a command uses: given, or the one saved on this machine.
 fn find_token(given: Option<&str>, temp_dir: &std::path::Path) -> Result<prism_gcs::Token, String> {
-    match given {
-        Some(text) => prism_gcs::Token::parse(text).map_err(|e| e.to_string()),
-        None => {
-            let path = temp_dir.join("token");
-            if !path.exists() {
-                return Err(format!(
-                    "no cluster token: give the one `prism start --head` printed with --token \
-                     or PRISM_AUTH_TOKEN (none is saved in {})",
-                    path.display()
-                ));
-            }
-            prism_gcs::Token::load(&path).map_err(|e| e.to_string())
-        }
-    }
+    prism_gcs::Token::find(given, temp_dir).map_err(|e| e.to_string())
 }
 
 /// A small multi-threaded runtime for the command's network calls.

@@ -61,18 +61,9 @@ fn node_config(args: &StartArgs) -> Result<prism::Config, String> {
         .raylet_config(args.temp.temp_dir.join("unused"))
         .map_err(|e| e.to_string())?;
     if let Some(address) = &args.address {
-        check_address(address)?;
+        prism_gcs::check_address(address).map_err(|e| format!("--address: {e}"))?;
     }
     Ok(config)
-}
-
-fn check_address(address: &str) -> Result<(), String> {
-    match address.rsplit_once(':') {
-        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(()),
-        _ => Err(format!(
-            "--address {address:?} is not HOST:PORT, such as 10.0.0.1:6380"
-        )),
-    }
 }
 
 /// Runs this command again with `--block` in a new session, its output in

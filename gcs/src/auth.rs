@@ -67,15 +67,20 @@ impl Token {
 
     /// Compares in time that does not depend on where the texts differ.
     pub(crate) fn matches(&self, presented: &[u8]) -> bool {
-        let expected = self.0.as_bytes();
-        if expected.len() != presented.len() {
-            return false;
+        prism_protocol::rpc::constant_time_eq(self.0.as_bytes(), presented)
+    }
+
+    /// The token to use: `given` (a flag or `PRISM_AUTH_TOKEN`), else the
+    /// one saved in `<temp_dir>/token` on this machine by a node.
+    pub fn find(given: Option<&str>, temp_dir: &Path) -> Result<Token, GcsError> {
+        if let Some(text) = given {
+            return Token::parse(text);
         }
-        expected
-            .iter()
-            .zip(presented)
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
+        let path = temp_dir.join("token");
+        if !path.exists() {
+            return Err(GcsError::NoToken { looked_in: path });
+        }
+        Token::load(&path)
     }
 }
 

@@ -40,15 +40,11 @@ pub struct GcsClient {
 impl GcsClient {
     /// Connects to the head at `address` (`HOST:PORT`).
     pub async fn connect(address: &str, token: &Token) -> Result<GcsClient, GcsError> {
-        let bad = || GcsError::BadAddress {
-            address: address.to_string(),
-        };
-        let (host, port) = address.rsplit_once(':').ok_or_else(bad)?;
-        if host.is_empty() || port.parse::<u16>().is_err() {
-            return Err(bad());
-        }
+        crate::check_address(address)?;
         let endpoint = Endpoint::from_shared(format!("http://{address}"))
-            .map_err(|_| bad())?
+            .map_err(|_| GcsError::BadAddress {
+                address: address.to_string(),
+            })?
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(CALL_TIMEOUT)
             .tcp_nodelay(true);

@@ -60,10 +60,38 @@ pub enum GcsError {
         /// The head's message.
         message: String,
     },
+    /// No token was given and none is saved on this machine.
+    #[error(
+        "no cluster token: give the one `prism start --head` printed with --token or \
+         PRISM_AUTH_TOKEN (none is saved in {})",
+        looked_in.display()
+    )]
+    NoToken {
+        /// The token file looked for.
+        looked_in: std::path::PathBuf,
+    },
     /// A token that cannot be a cluster token.
     #[error("the cluster token {reason}: give the token `prism start --head` printed")]
     BadToken {
         /// What is wrong with it.
         reason: &'static str,
     },
+}
+
+impl From<GcsError> for prism_protocol::Error {
+    fn from(e: GcsError) -> Self {
+        prism_protocol::Error::Cluster {
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Checks that `address` is `HOST:PORT`.
+pub fn check_address(address: &str) -> Result<(), GcsError> {
+    match address.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(()),
+        _ => Err(GcsError::BadAddress {
+            address: address.to_string(),
+        }),
+    }
 }

@@ -38,5 +38,5 @@ pub mod pb {
 
 pub use auth::Token;
 pub use client::GcsClient;
-pub use error::GcsError;
+pub use error::{check_address, GcsError};
 pub use server::{GcsServer, GcsSettings};

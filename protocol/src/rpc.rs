@@ -639,7 +639,8 @@ async fn server_handshake(stream: &mut TcpStream, token: &str) -> Result<(), Str
         .unwrap_or_else(|_| Err("no greeting within 5 s".to_string()))
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+/// Compares two secrets in time that does not depend on where they differ.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

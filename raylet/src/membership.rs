@@ -54,7 +54,7 @@ impl Membership {
     ) -> Result<Membership, Error> {
         let mut client = GcsClient::connect(&link.head, &link.token)
             .await
-            .map_err(cluster_error)?;
+            .map_err(Error::from)?;
         let (total, available) = node.control(|c| {
             let r = c.scheduler.resources();
             (r.total().clone(), r.available())
@@ -72,7 +72,7 @@ impl Membership {
             raylet_address,
             ..WireNode::default()
         };
-        let reply = client.register_node(info).await.map_err(cluster_error)?;
+        let reply = client.register_node(info).await.map_err(Error::from)?;
         let period = Duration::from_millis(reply.heartbeat_period_ms.max(10));
         let (tell, lost) = watch::channel(None);
         let beating = tokio::spawn(beat(Arc::downgrade(node), client.clone(), period, tell));
@@ -270,7 +270,7 @@ impl Membership {
     /// Every node of the cluster, from the head.
     pub(crate) async fn nodes(&self) -> Result<Vec<NodeInfo>, Error> {
         let mut client = self.client.clone();
-        let nodes = client.get_nodes().await.map_err(cluster_error)?;
+        let nodes = client.get_nodes().await.map_err(Error::from)?;
         Ok(nodes.into_iter().map(from_wire).collect())
     }
 }
@@ -390,12 +390,6 @@ pub(crate) fn local_node(node: &Arc<Node>) -> NodeInfo {
         death_cause: String::new(),
         total,
         available,
-    }
-}
-
-fn cluster_error(e: prism_gcs::GcsError) -> Error {
-    Error::Cluster {
-        message: e.to_string(),
     }
 }
 

@@ -607,7 +607,7 @@ impl Node {
                 c.actors
                     .set_death_reason(actor, "killed by prism::kill_allow_restart".into());
                 // A process not started yet is left to start.
-                return Ok(worker.and_then(|w| c.scheduler.worker(w)).map(|w| w.pid));
+                return Ok::<_, Error>(worker.and_then(|w| c.scheduler.worker(w)).map(|w| w.pid));
             }
             answer_actor_waiters(c.actors.died(actor, "killed by prism::kill".into()));
             self.forget_checkpoint(actor);

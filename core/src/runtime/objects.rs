@@ -168,6 +168,8 @@ pub(crate) struct Objects {
     pub(crate) refs: RefTable,
     /// Gets and waits in progress.
     waiting: AtomicUsize,
+    /// This process's node, in a multi-node cluster (from its address).
+    node: Option<String>,
 }
 
 /// How a put stores its value.
@@ -235,12 +237,14 @@ impl Objects {
             raylet,
             store,
             peers,
+            node: Endpoint::parse(&address).node,
             refs: RefTable::new(address),
             waiting: AtomicUsize::new(0),
         }
     }
 
-    /// This process's address (its socket path).
+    /// This process's address: its socket path (and in a multi-node
+    /// cluster its TCP address and node, see `rpc::Endpoint`).
     pub(crate) fn address(&self) -> &Address {
         self.refs.me()
     }
@@ -248,9 +252,12 @@ impl Objects {
     /// Whether the process at `address` runs on another node (and so cannot
     /// read this node's store).
     pub(crate) fn is_remote(&self, address: &str) -> bool {
-        let here = Endpoint::parse(self.address()).node;
-        let there = Endpoint::parse(address).node;
-        matches!((here, there), (Some(a), Some(b)) if a != b)
+        let Some(here) = &self.node else {
+            return false;
+        };
+        Endpoint::parse(address)
+            .node
+            .is_some_and(|there| &there != here)
     }
 
     /// A value as it can travel to a process on another node: a stored one

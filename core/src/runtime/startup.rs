@@ -243,11 +243,8 @@ async fn local_raylet_socket(
     }
     let records = NodeRecord::list(&config.temp_dir);
     let token = || {
-        match std::env::var("PRISM_AUTH_TOKEN") {
-            Ok(t) => Token::parse(&t),
-            Err(_) => Token::load(&config.temp_dir.join("token")),
-        }
-        .map_err(cluster_error)
+        let given = std::env::var("PRISM_AUTH_TOKEN").ok();
+        Token::find(given.as_deref(), &config.temp_dir).map_err(Error::from)
     };
     let joined = |r: &NodeRecord, token: Token| {
         let node = NodeId::parse(&r.node_id).ok_or_else(|| Error::Cluster {
@@ -277,8 +274,8 @@ async fn local_raylet_socket(
     let token = token()?;
     let mut head = GcsClient::connect(address, &token)
         .await
-        .map_err(cluster_error)?;
-    let cluster = head.cluster_info().await.map_err(cluster_error)?.cluster_id;
+        .map_err(Error::from)?;
+    let cluster = head.cluster_info().await.map_err(Error::from)?.cluster_id;
     match records.iter().find(|r| r.cluster_id == cluster) {
         Some(r) => joined(r, token),
         None => Err(no_node()),
@@ -318,12 +315,6 @@ fn listen(
         Endpoint::format(&unix, bound, &node_id.to_string()),
         Some((listener, cluster.token)),
     ))
-}
-
-fn cluster_error(e: prism_gcs::GcsError) -> Error {
-    Error::Cluster {
-        message: e.to_string(),
-    }
 }
 
 /// The socket a core worker listens on.
