@@ -783,3 +783,170 @@ fn task_survives_its_node(test: &'static str, cut: bool) {
     assert!(said.contains("RETRIES 1"), "{said}");
     let _ = std::fs::remove_dir_all(&marks);
 }
+
+/// `bytes` bytes made where it runs.
+#[prism::remote]
+fn fill(bytes: usize) -> Vec<u8> {
+    (0..bytes).map(|i| (i % 251) as u8).collect()
+}
+
+/// The sum of `data`, and the bytes this node pulled from others so far.
+#[prism::remote]
+fn checksum(data: Vec<u8>) -> (u64, u64) {
+    let sum = data.iter().map(|&b| b as u64).sum();
+    let pulled = prism::object_store_stats()
+        .map(|s| s.pulled_bytes_total)
+        .unwrap_or(0);
+    (sum, pulled)
+}
+
+/// How many objects this node's store holds.
+#[prism::remote]
+fn objects_here() -> u64 {
+    prism::object_store_stats()
+        .map(|s| s.num_objects)
+        .unwrap_or(u64::MAX)
+}
+
+/// Options that run a task on `node` and nowhere else.
+fn on(node: &prism::NodeInfo) -> prism::TaskOptions {
+    let node_id = must(
+        prism::NodeId::parse(&node.node_id).ok_or("bad id"),
+        "a node id",
+    );
+    prism::TaskOptions::new().scheduling_strategy(prism::SchedulingStrategy::NodeAffinity {
+        node_id,
+        soft: false,
+    })
+}
+
+/// The pulling driver's part, run on the head by the test below.
+fn pull() {
+    const SIZE: usize = 100_000_000;
+    must(
+        prism::init(prism::Config::default()),
+        "the driver joins its node",
+    );
+    let listed = must(prism::nodes(), "the nodes are listed");
+    let host = |ip: &str| {
+        must(
+            listed.iter().find(|n| n.node_ip == ip).ok_or("absent"),
+            "the host is a node",
+        )
+    };
+    let (b, c) = (host("10.77.0.2"), host("10.77.0.3"));
+    let expected: u64 = (0..SIZE).map(|i| (i % 251) as u64).sum();
+    // Made and stored on B; owned by this driver on A.
+    let made = must(fill::remote_with(on(b), SIZE), "submitted");
+    // Three readers on C: the first pulls a copy into C's store, the
+    // others read that copy.
+    let reads: Vec<_> = (0..3)
+        .map(|_| must(checksum::remote_with(on(c), &made), "submitted"))
+        .collect();
+    let mut whole = true;
+    let mut pulled_on_c = 0;
+    for r in &reads {
+        let (sum, pulled) = must(prism::get(r), "a reader on C finishes");
+        whole &= sum == expected;
+        pulled_on_c = pulled_on_c.max(pulled);
+    }
+    let once = |pulled: u64| pulled >= SIZE as u64 && pulled < 2 * SIZE as u64;
+    println!("C read whole: {whole}, pulled once: {}", once(pulled_on_c));
+    // Two gets at once on this node share one pull.
+    let getters: Vec<_> = (0..2)
+        .map(|_| {
+            let made = made.clone();
+            std::thread::spawn(move || {
+                prism::get(&made)
+                    .map(|d| d.len() == SIZE && d[SIZE - 1] == ((SIZE - 1) % 251) as u8)
+            })
+        })
+        .collect();
+    let both = getters
+        .into_iter()
+        .all(|g| matches!(g.join(), Ok(Ok(true))));
+    let pulled_here = must(prism::object_store_stats(), "this node's store").pulled_bytes_total;
+    println!(
+        "A read whole twice: {both}, pulled once: {}",
+        once(pulled_here)
+    );
+    // Freed with the object: its primary on B and the copies on A and C.
+    drop((made, reads));
+    let counts = || -> Vec<u64> {
+        let here = must(prism::object_store_stats(), "this store").num_objects;
+        let mut all = vec![here];
+        for node in [b, c] {
+            let asked = must(objects_here::remote_with(on(node)), "submitted");
+            all.push(must(prism::get(&asked), "the count arrives"));
+        }
+        all
+    };
+    let started = Instant::now();
+    let mut last = counts();
+    while last.iter().any(|&n| n > 0) && started.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(200));
+        last = counts();
+    }
+    println!("FREED everywhere: {last:?}");
+    // An object whose node dies is lost, and the error names the node.
+    let doomed = must(fill::remote_with(on(b), SIZE), "submitted");
+    must(
+        prism::wait(std::slice::from_ref(&doomed), 1, None),
+        "the object is made",
+    );
+    let _ = must(end_my_node::remote_with(on(b)), "submitted");
+    std::thread::sleep(Duration::from_millis(500));
+    match prism::get(&doomed) {
+        Ok(_) => println!("LOST: no, it was read"),
+        Err(e) => println!(
+            "LOST naming its node: {} ({e})",
+            e.to_string().contains(&b.node_id)
+        ),
+    }
+    prism::shutdown();
+}
+
+/// Kills the node process this task runs under (its workers' parent).
+#[prism::remote]
+fn end_my_node() {
+    // SAFETY: kill and getppid have no memory-safety preconditions; the
+    // parent is this test's node process on its own test host.
+    unsafe { libc::kill(libc::getppid(), libc::SIGKILL) };
+}
+
+#[test]
+fn objects_are_pulled_between_nodes_once_and_freed_with_their_object() {
+    if std::env::var_os(DRIVER).is_some() {
+        return pull();
+    }
+    let Some(m) = Machines::new("pull", 3) else {
+        return;
+    };
+    let head = m.start_head(&[]);
+    for host in [1, 2] {
+        assert!(m.join(host, &head).status.success());
+    }
+    must_eventually(
+        "every node is in the head's view",
+        Duration::from_secs(10),
+        || m.status(0).contains("Nodes: 3 alive"),
+    );
+    std::thread::sleep(Duration::from_millis(1200));
+    let said = m.run_driver(
+        0,
+        "objects_are_pulled_between_nodes_once_and_freed_with_their_object",
+        &head,
+        &[(DRIVER, "1")],
+        Duration::from_secs(120),
+    );
+    assert!(
+        said.contains("C read whole: true, pulled once: true"),
+        "{said}"
+    );
+    assert!(
+        said.contains("A read whole twice: true, pulled once: true"),
+        "{said}"
+    );
+    assert!(said.contains("FREED everywhere: [0, 0, 0]"), "{said}");
+    assert!(said.contains("LOST naming its node: true"), "{said}");
+}

@@ -168,6 +168,14 @@ impl ObjectTable {
         }
     }
 
+    /// Whether a sealed, not deleted object `id` is here (in memory or
+    /// spilled).
+    pub fn has(&self, id: ObjectId) -> bool {
+        self.objects
+            .get(&id)
+            .is_some_and(|e| e.sealed && !e.deleted)
+    }
+
     /// Pins a sealed object in memory for one more reader, or says why it
     /// cannot be yet.
     pub fn pin(&mut self, id: ObjectId) -> Result<Pin, Error> {
@@ -378,6 +386,9 @@ impl ObjectTable {
             // Timed by whoever does the I/O.
             spill_write_nanos: 0,
             restore_read_nanos: 0,
+            // Counted by the node's transfers.
+            pulled_bytes_total: 0,
+            served_bytes_total: 0,
         }
     }
 

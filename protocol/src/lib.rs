@@ -8,5 +8,6 @@ pub mod ids;
 pub mod messages;
 pub mod resources;
 pub mod rpc;
+pub mod transfer;
 
 pub use error::{Error, FailureKind, Result};

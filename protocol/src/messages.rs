@@ -81,10 +81,14 @@ pub struct TaskSpec {
 pub enum ObjectValue {
     /// Small values travel in the message.
     Inline(Bytes),
-    /// Large values were written to the node's shared-memory store.
+    /// Large values were written to a node's shared-memory store.
     InStore {
         /// Encoded size in bytes.
         size: u64,
+        /// The node whose store holds it, in a multi-node cluster (`None`
+        /// on a single node). A reader on another node pulls a copy into
+        /// its own store first (`PullObject`).
+        node: Option<String>,
     },
 }
 
@@ -316,6 +320,11 @@ pub struct StoreStats {
     pub spill_write_nanos: u64,
     /// Time spent reading spill files back since the node started.
     pub restore_read_nanos: u64,
+    /// Bytes of objects pulled from other nodes' stores since the node
+    /// started.
+    pub pulled_bytes_total: u64,
+    /// Bytes of objects served to other nodes since the node started.
+    pub served_bytes_total: u64,
 }
 
 /// A request: its struct is its name on the wire, and `Reply` is what it is
@@ -487,10 +496,25 @@ services! {
             /// The object.
             id: ObjectId,
         } => ();
-        /// Delete objects from the store (their owner freed them).
+        /// Delete objects from the store (their owner freed them), and the
+        /// copies other nodes pulled of them.
         DeleteObjects {
             /// The objects.
             ids: Vec<ObjectId>,
+            /// The node whose store holds them (`None`: this one); the
+            /// raylet passes the request on to that node's raylet.
+            node: Option<String>,
+        } => ();
+        /// Copy an object from another node's store into this node's
+        /// store; answered once the copy is sealed and readable here.
+        /// Concurrent pulls of one object share one transfer.
+        PullObject {
+            /// The object.
+            id: ObjectId,
+            /// The node whose store holds it.
+            node: String,
+            /// Its size in bytes.
+            size: u64,
         } => ();
         /// Store usage.
         GetStoreStats {} => StoreStats;

@@ -173,7 +173,7 @@ impl Connection {
             .await
             .map_err(|e| Error::io(format!("connect to {address}"), e))?;
         let _ = stream.set_nodelay(true);
-        client_handshake(&mut stream, address, token).await?;
+        client_handshake(&mut stream, address, token, StreamKind::Messages).await?;
         let (read_half, write_half) = stream.into_split();
         Ok(Connection::start_halves(
             Box::new(read_half),
@@ -484,29 +484,45 @@ pub fn serve(
     }))
 }
 
+/// Serves a bulk stream (see [`crate::transfer`]) accepted by a TCP
+/// listener, after its token was checked.
+pub type BulkHandler = Arc<dyn Fn(TcpStream) + Send + Sync>;
+
 /// Accepts TCP connections on `address` until the returned task is
 /// aborted; a connection that does not present `token` is refused (and
-/// logged) before any request is read. Returns the address bound (port 0
-/// picks a free one).
+/// logged) before any request is read. Message connections are served by
+/// a handler from `make_handler`; bulk streams by `bulk` (refused when it
+/// is `None`). Returns the address bound (port 0 picks a free one).
 pub async fn serve_tcp(
     address: std::net::SocketAddr,
     token: String,
     make_handler: impl Fn() -> Arc<dyn Handler> + Send + Sync + 'static,
+    bulk: Option<BulkHandler>,
 ) -> Result<(tokio::task::JoinHandle<()>, std::net::SocketAddr), Error> {
     let listener = std::net::TcpListener::bind(address)
         .map_err(|e| Error::io(format!("listen on {address}"), e))?;
     let bound = listener
         .local_addr()
         .map_err(|e| Error::io("read the listening address", e))?;
-    Ok((serve_tcp_listener(listener, token, make_handler)?, bound))
+    Ok((serve_on(listener, token, make_handler, bulk)?, bound))
 }
 
 /// [`serve_tcp`] on a listener bound before (so its address could be
-/// given out first). Must be called inside a tokio runtime.
+/// given out first), for message connections only. Must be called inside
+/// a tokio runtime.
 pub fn serve_tcp_listener(
     listener: std::net::TcpListener,
     token: String,
     make_handler: impl Fn() -> Arc<dyn Handler> + Send + Sync + 'static,
+) -> Result<tokio::task::JoinHandle<()>, Error> {
+    serve_on(listener, token, make_handler, None)
+}
+
+fn serve_on(
+    listener: std::net::TcpListener,
+    token: String,
+    make_handler: impl Fn() -> Arc<dyn Handler> + Send + Sync + 'static,
+    bulk: Option<BulkHandler>,
 ) -> Result<tokio::task::JoinHandle<()>, Error> {
     listener
         .set_nonblocking(true)
@@ -520,19 +536,26 @@ pub fn serve_tcp_listener(
             match listener.accept().await {
                 Ok((mut stream, peer)) => {
                     let (token, make_handler) = (token.clone(), make_handler.clone());
+                    let bulk = bulk.clone();
                     tokio::spawn(async move {
                         let _ = stream.set_nodelay(true);
-                        if let Err(e) = server_handshake(&mut stream, &token).await {
-                            tracing::warn!(%peer, error = %e, "refused a connection");
-                            return;
+                        let kind = server_handshake(&mut stream, &token, bulk.is_some()).await;
+                        match (kind, bulk) {
+                            (Ok(StreamKind::Messages), _) => {
+                                let (read_half, write_half) = stream.into_split();
+                                Connection::start_halves(
+                                    Box::new(read_half),
+                                    WriteHalf::Tcp(write_half),
+                                    format!("tcp://{peer}"),
+                                    make_handler(),
+                                );
+                            }
+                            (Ok(StreamKind::Bulk), Some(serve)) => serve(stream),
+                            (Ok(StreamKind::Bulk), None) => {}
+                            (Err(e), _) => {
+                                tracing::warn!(%peer, error = %e, "refused a connection")
+                            }
                         }
-                        let (read_half, write_half) = stream.into_split();
-                        Connection::start_halves(
-                            Box::new(read_half),
-                            WriteHalf::Tcp(write_half),
-                            format!("tcp://{peer}"),
-                            make_handler(),
-                        );
                     });
                 }
                 Err(e) => {
@@ -572,12 +595,31 @@ impl WriteHalf {
 }
 
 const HANDSHAKE_MAGIC: &[u8; 4] = b"PRSM";
+/// Opens a bulk stream instead of a message connection.
+const BULK_MAGIC: &[u8; 4] = b"PRSB";
 const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
-async fn client_handshake(stream: &mut TcpStream, address: &str, token: &str) -> Result<(), Error> {
+/// What a TCP connection carries once its token was checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StreamKind {
+    /// Framed messages ([`Connection`]).
+    Messages,
+    /// Raw object bytes ([`crate::transfer`]).
+    Bulk,
+}
+
+async fn client_handshake(
+    stream: &mut TcpStream,
+    address: &str,
+    token: &str,
+    kind: StreamKind,
+) -> Result<(), Error> {
     let io = |e: std::io::Error| Error::io(format!("greet {address}"), e);
     let exchange = async {
-        let mut hello = HANDSHAKE_MAGIC.to_vec();
+        let mut hello = match kind {
+            StreamKind::Messages => HANDSHAKE_MAGIC.to_vec(),
+            StreamKind::Bulk => BULK_MAGIC.to_vec(),
+        };
         hello.extend_from_slice(&(token.len() as u16).to_le_bytes());
         hello.extend_from_slice(token.as_bytes());
         stream.write_all(&hello).await.map_err(io)?;
@@ -607,36 +649,63 @@ async fn client_handshake(stream: &mut TcpStream, address: &str, token: &str) ->
         })
 }
 
-async fn server_handshake(stream: &mut TcpStream, token: &str) -> Result<(), String> {
+async fn server_handshake(
+    stream: &mut TcpStream,
+    token: &str,
+    serves_bulk: bool,
+) -> Result<StreamKind, String> {
     let exchange = async {
         let mut head = [0u8; 6];
         stream
             .read_exact(&mut head)
             .await
             .map_err(|e| e.to_string())?;
-        if &head[..4] != HANDSHAKE_MAGIC {
-            return Err("it does not speak Prism's protocol".to_string());
-        }
+        let kind = match &head[..4] {
+            m if m == HANDSHAKE_MAGIC => StreamKind::Messages,
+            m if m == BULK_MAGIC => StreamKind::Bulk,
+            _ => return Err("it does not speak Prism's protocol".to_string()),
+        };
         let mut presented = vec![0u8; u16::from_le_bytes([head[4], head[5]]) as usize];
         stream
             .read_exact(&mut presented)
             .await
             .map_err(|e| e.to_string())?;
-        if constant_time_eq(presented.as_slice(), token.as_bytes()) {
+        let (why, logged) = if !constant_time_eq(presented.as_slice(), token.as_bytes()) {
+            (
+                "a wrong cluster token was given; pass the token that `prism start --head` \
+                 printed with --token or PRISM_AUTH_TOKEN",
+                "a wrong cluster token",
+            )
+        } else if kind == StreamKind::Bulk && !serves_bulk {
+            (
+                "this process serves no object transfers; pull objects from a raylet",
+                "a bulk stream to a process that serves none",
+            )
+        } else {
             stream.write_all(&[1]).await.map_err(|e| e.to_string())?;
-            return Ok(());
-        }
-        let why = "a wrong cluster token was given; pass the token that `prism start --head` \
-                   printed with --token or PRISM_AUTH_TOKEN";
+            return Ok(kind);
+        };
         let mut refusal = vec![0u8];
         refusal.extend_from_slice(&(why.len() as u16).to_le_bytes());
         refusal.extend_from_slice(why.as_bytes());
         let _ = stream.write_all(&refusal).await;
-        Err("a wrong cluster token".to_string())
+        Err(logged.to_string())
     };
     tokio::time::timeout(HANDSHAKE_TIMEOUT, exchange)
         .await
         .unwrap_or_else(|_| Err("no greeting within 5 s".to_string()))
+}
+
+/// Opens a bulk stream to the process listening at `address` (`ip:port`),
+/// presenting this process's cluster token (see [`crate::transfer`]).
+pub async fn connect_bulk(address: &str) -> Result<TcpStream, Error> {
+    let token = cluster_token()?;
+    let mut stream = TcpStream::connect(address)
+        .await
+        .map_err(|e| Error::io(format!("connect to {address}"), e))?;
+    let _ = stream.set_nodelay(true);
+    client_handshake(&mut stream, address, &token, StreamKind::Bulk).await?;
+    Ok(stream)
 }
 
 /// Compares two secrets in time that does not depend on where they differ.
@@ -779,9 +848,12 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn tcp_connections_need_the_token_and_carry_large_answers() {
-        let (server, bound) = serve_tcp("127.0.0.1:0".parse().unwrap(), "secret".into(), || {
-            Arc::new(Echo)
-        })
+        let (server, bound) = serve_tcp(
+            "127.0.0.1:0".parse().unwrap(),
+            "secret".into(),
+            || Arc::new(Echo),
+            None,
+        )
         .await
         .unwrap();
         let address = bound.to_string();

@@ -28,6 +28,7 @@ mod resources;
 mod scheduler;
 mod server;
 mod spill;
+mod transfer;
 
 pub use membership::ClusterLink;
 pub use memory::MemoryMonitorConfig;
@@ -176,10 +177,17 @@ impl Raylet {
                         )
                     })?;
                 let serving = node.clone();
+                let serving_bulk = Arc::downgrade(&node);
                 let (tcp, bound) = prism_protocol::rpc::serve_tcp(
                     bind,
                     link.token.reveal().to_string(),
                     move || server::handler(&serving),
+                    // Other nodes' raylets pull objects of this store.
+                    Some(Arc::new(move |stream| {
+                        if let Some(node) = serving_bulk.upgrade() {
+                            node.serve_bulk(stream);
+                        }
+                    })),
                 )
                 .await?;
                 let address = prism_protocol::rpc::Endpoint::format(

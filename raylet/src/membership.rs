@@ -203,6 +203,25 @@ impl Membership {
         Some(Some((node.raylet_address.clone(), node.node_id.clone())))
     }
 
+    /// The connection to live node `node_id`'s raylet (opened once).
+    pub(crate) fn raylet_conn(
+        &self,
+        node_id: &str,
+    ) -> impl std::future::Future<Output = Result<Connection, Error>> + Send + 'static {
+        let raylet = self.raylet_of(node_id);
+        let (target, node, peers) = (
+            node_id.to_string(),
+            self.node_id.clone(),
+            self.peers.clone(),
+        );
+        async move {
+            let raylet = raylet.ok_or_else(|| Error::Cluster {
+                message: format!("node {target} is not alive in the cluster"),
+            })?;
+            peer(&peers, &raylet, &node).await
+        }
+    }
+
     /// Looks an actor up on the other live nodes (it was started by one
     /// of them): the first that knows it answers.
     pub(crate) fn find_actor(

@@ -148,6 +148,8 @@ pub(crate) struct Node {
     /// Open connections of other nodes' processes leasing workers here,
     /// per job: the job ends here when its last one closes.
     lessees: Mutex<HashMap<JobId, usize>>,
+    /// Objects pulled from and served to other nodes.
+    pub(crate) transfers: crate::transfer::Transfers,
 }
 
 impl Node {
@@ -186,6 +188,7 @@ impl Node {
             membership: std::sync::OnceLock::new(),
             tcp_server: Mutex::new(None),
             lessees: Mutex::new(HashMap::new()),
+            transfers: Default::default(),
         })
     }
 
@@ -920,6 +923,7 @@ impl Node {
         let mut stats = self.store.lock().stats();
         stats.spill_write_nanos = self.spill_write_nanos.load(Ordering::Relaxed);
         stats.restore_read_nanos = self.restore_read_nanos.load(Ordering::Relaxed);
+        (stats.pulled_bytes_total, stats.served_bytes_total) = self.transfers.bytes();
         stats
     }
 

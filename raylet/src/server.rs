@@ -92,7 +92,8 @@ impl Handler for ClientHandler {
                 None => self.node.store.lock().seal(r.id),
             }),
             R::ReleaseObject(r) => answer(self.handle_release_object(r.id)),
-            R::DeleteObjects(r) => answer(self.handle_delete_objects(r.ids)),
+            R::DeleteObjects(r) => answer(self.handle_delete_objects(r.ids, r.node)),
+            R::PullObject(r) => return self.node.pull_object(r.id, r.node, r.size, reply),
             R::GetStoreStats(_) => answer(Ok(self.node.store_stats())),
             R::CreateActor(r) => answer(self.handle_create_actor(r.spec)),
             R::GetNamedActor(r) => answer(self.node.get_named_actor(&r.name, &r.namespace)),
@@ -345,8 +346,8 @@ impl ClientHandler {
         Ok(())
     }
 
-    fn handle_delete_objects(&self, ids: Vec<ObjectId>) -> Result<()> {
-        self.node.delete_objects(ids);
+    fn handle_delete_objects(&self, ids: Vec<ObjectId>, holder: Option<String>) -> Result<()> {
+        self.node.free_objects(ids, holder);
         Ok(())
     }
 

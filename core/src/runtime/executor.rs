@@ -556,13 +556,9 @@ impl Executor {
             self.objects.register_borrows().await?;
             let contained = encoded.contained.clone();
             let keep_alive = std::mem::take(&mut encoded.keep_alive);
-            // A caller on another node gets the value in the answer: it
-            // cannot read this node's store.
-            let value = if self.objects.is_remote(&spec.caller) {
-                ObjectValue::Inline(Bytes::from(encoded.bytes))
-            } else {
-                self.objects.store_value(spec.return_id, encoded).await?
-            };
+            // A large value stays in this node's store, which a caller on
+            // another node pulls it from.
+            let value = self.objects.store_value(spec.return_id, encoded).await?;
             self.objects.lend(&contained, &spec.caller).await?;
             drop(keep_alive);
             Ok(ReturnObject { value, contained })

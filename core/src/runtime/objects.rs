@@ -20,7 +20,7 @@ use prism_protocol::messages::{
     AddBorrower, Address, ArgSpec, DeleteObjects, GetObjectStatus, ObjectRefInfo, ObjectValue,
     OwnerRequest, RemoveBorrower, Response, ReturnObject, TaskSpec, WorkerBlocked,
 };
-use prism_protocol::rpc::{self, Connection, Endpoint};
+use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -230,14 +230,15 @@ impl Objects {
         peers: Arc<Peers>,
         address: Address,
     ) -> Self {
+        let node = store.node().cloned();
         Objects {
+            node,
             rt,
             config,
             is_worker,
             raylet,
             store,
             peers,
-            node: Endpoint::parse(&address).node,
             refs: RefTable::new(address),
             waiting: AtomicUsize::new(0),
         }
@@ -247,29 +248,6 @@ impl Objects {
     /// cluster its TCP address and node, see `rpc::Endpoint`).
     pub(crate) fn address(&self) -> &Address {
         self.refs.me()
-    }
-
-    /// Whether the process at `address` runs on another node (and so cannot
-    /// read this node's store).
-    pub(crate) fn is_remote(&self, address: &str) -> bool {
-        let Some(here) = &self.node else {
-            return false;
-        };
-        Endpoint::parse(address)
-            .node
-            .is_some_and(|there| &there != here)
-    }
-
-    /// A value as it can travel to a process on another node: a stored one
-    /// is read from this node's store and sent in the message.
-    pub(crate) async fn portable(&self, id: ObjectId, value: ObjectValue) -> Result<ObjectValue> {
-        match value {
-            ObjectValue::InStore { .. } => {
-                let loaded = self.store.load(id).await?;
-                Ok(ObjectValue::Inline(Bytes::copy_from_slice(loaded.bytes())))
-            }
-            inline => Ok(inline),
-        }
     }
 
     /// A guard for a get or wait that may block.
@@ -290,16 +268,18 @@ impl Objects {
         if releases.is_empty() {
             return;
         }
-        let mut deletes = Vec::new();
+        let mut deletes: HashMap<Option<String>, Vec<ObjectId>> = HashMap::new();
         let mut ends: HashMap<Address, Vec<ObjectId>> = HashMap::new();
         for r in releases {
             match r {
-                Release::DeleteFromStore(id) => deletes.push(id),
+                Release::DeleteFromStore(id, holder) => deletes.entry(holder).or_default().push(id),
                 Release::EndBorrow { owner, id } => ends.entry(owner).or_default().push(id),
             }
         }
-        if !deletes.is_empty() {
-            let _ = self.raylet.notify(DeleteObjects { ids: deletes });
+        // The local raylet deletes what its store holds and passes the
+        // rest on to the raylets of the nodes that hold them.
+        for (node, ids) in deletes {
+            let _ = self.raylet.notify(DeleteObjects { ids, node });
         }
         for (owner, ids) in ends {
             let borrower = self.address().clone();
@@ -413,9 +393,22 @@ impl Objects {
                 Err(e) => return Err(e),
             }
         };
+        self.load(info.id, value).await
+    }
+
+    /// The bytes of a ready value: carried inline, in this node's store, or
+    /// pulled from the node whose store holds it into this one first.
+    pub(crate) async fn load(&self, id: ObjectId, value: ObjectValue) -> Result<Loaded> {
         match value {
             ObjectValue::Inline(bytes) => Ok(Loaded::Inline(bytes)),
-            ObjectValue::InStore { .. } => self.store.load(info.id).await,
+            ObjectValue::InStore {
+                node: Some(holder),
+                size,
+            } if !self.store.holds(Some(&holder)) => {
+                self.store.pull(id, holder, size).await?;
+                self.store.load(id).await
+            }
+            ObjectValue::InStore { .. } => self.store.load(id).await,
         }
     }
 
@@ -456,7 +449,10 @@ impl Objects {
         self.store.write_parts(offset, parts)?;
         let store = self.store.clone();
         block_on(&self.rt, async move { store.seal(id).await })?;
-        Ok(ObjectValue::InStore { size })
+        Ok(ObjectValue::InStore {
+            size,
+            node: self.node.clone(),
+        })
     }
 
     /// Decides how a value is stored: inline, or as store parts (a raw
@@ -636,14 +632,6 @@ impl Objects {
                 let conn = conn.clone();
                 self.rt.spawn(async move {
                     let response = match objects.wait_owned(object_id).await {
-                        // A reader on another node cannot map this node's
-                        // store: the value travels in the answer.
-                        Ok((value, contained)) if rpc::is_remote(&conn) => {
-                            match objects.portable(object_id, value).await {
-                                Ok(value) => Response::Object(ReturnObject { value, contained }),
-                                Err(e) => Response::Error(e),
-                            }
-                        }
                         Ok((value, contained)) => {
                             Response::Object(ReturnObject { value, contained })
                         }

@@ -85,8 +85,9 @@ impl Entry {
 /// the table's lock is released.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Release {
-    /// Delete an owned object's copy in the store.
-    DeleteFromStore(ObjectId),
+    /// Delete an owned object from the store of the node that holds it
+    /// (`None`: this one), with the copies other nodes pulled.
+    DeleteFromStore(ObjectId, Option<String>),
     /// Tell an owner this process no longer borrows an object.
     EndBorrow { owner: Address, id: ObjectId },
 }
@@ -231,8 +232,8 @@ impl RefTable {
         let Some(e) = entries.get_mut(&id) else {
             // Freed while the task ran: drop what it produced.
             return match value {
-                ValueState::Ready(ObjectValue::InStore { .. }) => {
-                    vec![Release::DeleteFromStore(id)]
+                ValueState::Ready(ObjectValue::InStore { node, .. }) => {
+                    vec![Release::DeleteFromStore(id, node)]
                 }
                 _ => Vec::new(),
             };
@@ -362,8 +363,8 @@ impl RefTable {
                 continue;
             };
             match (&e.owner, &e.value) {
-                (None, ValueState::Ready(ObjectValue::InStore { .. })) => {
-                    out.push(Release::DeleteFromStore(id))
+                (None, ValueState::Ready(ObjectValue::InStore { node, .. })) => {
+                    out.push(Release::DeleteFromStore(id, node.clone()))
                 }
                 (Some(owner), _) if e.registered => out.push(Release::EndBorrow {
                     owner: owner.clone(),
@@ -403,7 +404,10 @@ mod tests {
         let id = ObjectId::new();
         t.add_owned(
             id,
-            ValueState::Ready(ObjectValue::InStore { size: 10 }),
+            ValueState::Ready(ObjectValue::InStore {
+                size: 10,
+                node: Some("node-b".into()),
+            }),
             vec![],
         );
         t.add_submitted(&[id]);
@@ -418,7 +422,7 @@ mod tests {
         );
         assert_eq!(
             t.remove_borrower(&[id], &"other".to_string()),
-            vec![Release::DeleteFromStore(id)]
+            vec![Release::DeleteFromStore(id, Some("node-b".into()))]
         );
         assert_eq!(t.num_owned(), 0);
     }
@@ -430,7 +434,10 @@ mod tests {
         let outer = ObjectId::new();
         t.add_owned(
             inner,
-            ValueState::Ready(ObjectValue::InStore { size: 1 }),
+            ValueState::Ready(ObjectValue::InStore {
+                size: 1,
+                node: None,
+            }),
             vec![],
         );
         t.add_owned(
@@ -439,7 +446,10 @@ mod tests {
             vec![info(inner, "me")],
         );
         assert!(t.remove_local(inner).is_empty());
-        assert_eq!(t.remove_local(outer), vec![Release::DeleteFromStore(inner)]);
+        assert_eq!(
+            t.remove_local(outer),
+            vec![Release::DeleteFromStore(inner, None)]
+        );
         assert_eq!(t.num_owned(), 0);
     }
 

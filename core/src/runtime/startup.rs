@@ -347,7 +347,11 @@ struct Startup {
 fn build(s: Startup) -> Result<Arc<CoreWorker>> {
     let address = s.address.clone();
     let unix = socket_path(&s.session_dir, s.worker_id);
-    let store = StoreClient::open(s.raylet.clone(), &s.store_path)?;
+    let store = StoreClient::open(
+        s.raylet.clone(),
+        &s.store_path,
+        rpc::Endpoint::parse(&address).node,
+    )?;
     let peers = Arc::new(Peers::new(
         s.node_id.to_string(),
         Box::new(|| Arc::new(CoreHandler::default()) as Arc<dyn Handler>),

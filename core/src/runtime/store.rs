@@ -6,7 +6,7 @@ use crate::Result;
 use prism_object_store::Segment;
 use prism_protocol::ids::ObjectId;
 use prism_protocol::messages::{
-    CreateObject, GetObject, ObjectLocation, ObjectValue, ReleaseObject, SealObject,
+    CreateObject, GetObject, ObjectLocation, ObjectValue, PullObject, ReleaseObject, SealObject,
 };
 use prism_protocol::rpc::Connection;
 use std::path::Path;
@@ -17,6 +17,8 @@ use std::sync::{Arc, Weak};
 pub(crate) struct StoreClient {
     raylet: Connection,
     segment: Segment,
+    /// The node, in a multi-node cluster: objects written here say so.
+    node: Option<String>,
 }
 
 /// Bytes of an object ready to decode.
@@ -61,12 +63,40 @@ impl Drop for PinGuard {
 }
 
 impl StoreClient {
-    /// Maps the segment at `path`; requests go to `raylet`.
-    pub(crate) fn open(raylet: Connection, path: &Path) -> Result<Arc<StoreClient>> {
+    /// Maps the segment at `path` of node `node` (`None` on a single
+    /// node); requests go to `raylet`.
+    pub(crate) fn open(
+        raylet: Connection,
+        path: &Path,
+        node: Option<String>,
+    ) -> Result<Arc<StoreClient>> {
         Ok(Arc::new(StoreClient {
             raylet,
             segment: Segment::open(path)?,
+            node,
         }))
+    }
+
+    /// The node of this store, in a multi-node cluster.
+    pub(crate) fn node(&self) -> Option<&String> {
+        self.node.as_ref()
+    }
+
+    /// Whether a stored value is held by this node's store (else it must
+    /// be pulled here first).
+    pub(crate) fn holds(&self, holder: Option<&String>) -> bool {
+        holder.is_none() || holder == self.node.as_ref()
+    }
+
+    /// Copies object `id` from the store of node `holder` into this one.
+    pub(crate) async fn pull(&self, id: ObjectId, holder: String, size: u64) -> Result<()> {
+        self.raylet
+            .request(PullObject {
+                id,
+                node: holder,
+                size,
+            })
+            .await
     }
 
     /// Pins a sealed object and maps its bytes in.
@@ -110,6 +140,9 @@ impl StoreClient {
         let offset = self.create(id, size).await?;
         self.write_parts(offset, parts)?;
         self.seal(id).await?;
-        Ok(ObjectValue::InStore { size })
+        Ok(ObjectValue::InStore {
+            size,
+            node: self.node.clone(),
+        })
     }
 }
