@@ -950,3 +950,156 @@ fn objects_are_pulled_between_nodes_once_and_freed_with_their_object() {
     assert!(said.contains("FREED everywhere: [0, 0, 0]"), "{said}");
     assert!(said.contains("LOST naming its node: true"), "{said}");
 }
+
+/// Says which node it runs on.
+#[prism::actor]
+struct Where {}
+
+#[prism::actor]
+impl Where {
+    fn new() -> Self {
+        Where {}
+    }
+
+    fn node(&self) -> String {
+        prism::runtime_context()
+            .map(|c| c.node_id.to_string())
+            .unwrap_or_default()
+    }
+}
+
+/// Finds the actor named `name` from wherever it runs, and asks its node.
+#[prism::remote]
+fn find_named(name: String) -> String {
+    match prism::get_actor::<Where>(&name).and_then(|w| prism::get(&w.node()?)) {
+        Ok(node) => node,
+        Err(e) => format!("not found: {e}"),
+    }
+}
+
+/// Tries to create an actor named `name` from wherever it runs.
+#[prism::remote]
+fn take_name(name: String) -> String {
+    match Where::remote_with(prism::ActorOptions::new().name(name)) {
+        Ok(_) => "created".into(),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Options that place an actor on `node`.
+fn actor_on(node: &prism::NodeInfo) -> prism::ActorOptions {
+    let node_id = must(
+        prism::NodeId::parse(&node.node_id).ok_or("bad id"),
+        "a node id",
+    );
+    prism::ActorOptions::new().scheduling_strategy(prism::SchedulingStrategy::NodeAffinity {
+        node_id,
+        soft: false,
+    })
+}
+
+/// The actor driver's part, run on the head by the test below.
+fn place_actors() {
+    must(
+        prism::init(prism::Config::default()),
+        "the driver joins its node",
+    );
+    let listed = must(prism::nodes(), "the nodes are listed");
+    let host = |ip: &str| {
+        must(
+            listed.iter().find(|n| n.node_ip == ip).ok_or("absent"),
+            "the host is a node",
+        )
+    };
+    let (b, c) = (host("10.77.0.2"), host("10.77.0.3"));
+    let node_of = |w: &prism::ActorHandle<Where>| {
+        must(prism::get(&must(w.node(), "called")), "the actor answers")
+    };
+    // Placed on B by node affinity, with a name.
+    let on_b = must(
+        Where::remote_with(actor_on(b).name("where-b")),
+        "the actor is created",
+    );
+    println!("PLACED on B: {}", node_of(&on_b) == b.node_id);
+    // SPREAD: one actor per node.
+    let spread = prism::ActorOptions::new().scheduling_strategy(prism::SchedulingStrategy::Spread);
+    let spread_actors: Vec<_> = (0..3)
+        .map(|_| must(Where::remote_with(spread.clone()), "created"))
+        .collect();
+    let nodes: std::collections::BTreeSet<String> = spread_actors.iter().map(node_of).collect();
+    println!("SPREAD actors over {} nodes", nodes.len());
+    // Its name is found, and taken, from another node.
+    let found = must(
+        prism::get(&must(
+            find_named::remote_with(on(c), "where-b".to_string()),
+            "submitted",
+        )),
+        "the lookup runs",
+    );
+    println!("FOUND from C: {}", found == b.node_id);
+    let duplicate = must(
+        prism::get(&must(
+            take_name::remote_with(on(c), "where-b".to_string()),
+            "submitted",
+        )),
+        "the creation runs",
+    );
+    println!("DUPLICATE from C: {duplicate}");
+    // Killed from here, on its node.
+    must(prism::kill(&on_b), "the actor is killed");
+    let after = prism::get(&must(on_b.node(), "called"));
+    println!("KILLED on B: {}", after.is_err());
+    // An actor whose node dies: its callers' error names the node.
+    let on_c = must(Where::remote_with(actor_on(c)), "created");
+    node_of(&on_c);
+    let _ = must(end_my_node::remote_with(on(c)), "submitted");
+    std::thread::sleep(Duration::from_millis(500));
+    match prism::get(&must(on_c.node(), "called")) {
+        Ok(_) => println!("NODE DIED: the actor still answered"),
+        Err(e) => println!(
+            "NODE DIED names its node: {} ({e})",
+            e.to_string().contains(&c.node_id)
+        ),
+    }
+    drop(spread_actors);
+    prism::shutdown();
+}
+
+#[test]
+fn actors_are_placed_on_other_nodes_named_cluster_wide_and_die_with_their_node() {
+    if std::env::var_os(DRIVER).is_some() {
+        return place_actors();
+    }
+    let Some(m) = Machines::new("actors", 3) else {
+        return;
+    };
+    let head = m.start_head(&[
+        ("PRISM_NODE_DEATH_TIMEOUT_MS", "1500"),
+        ("PRISM_HEARTBEAT_PERIOD_MS", "200"),
+    ]);
+    for host in [1, 2] {
+        assert!(m.join(host, &head).status.success());
+    }
+    must_eventually(
+        "every node is in the head's view",
+        Duration::from_secs(10),
+        || m.status(0).contains("Nodes: 3 alive"),
+    );
+    std::thread::sleep(Duration::from_millis(600));
+    let said = m.run_driver(
+        0,
+        "actors_are_placed_on_other_nodes_named_cluster_wide_and_die_with_their_node",
+        &head,
+        &[(DRIVER, "1")],
+        Duration::from_secs(120),
+    );
+    assert!(said.contains("PLACED on B: true"), "{said}");
+    assert!(said.contains("SPREAD actors over 3 nodes"), "{said}");
+    assert!(said.contains("FOUND from C: true"), "{said}");
+    assert!(
+        said.contains("DUPLICATE from C: ") && said.contains("already exists"),
+        "{said}"
+    );
+    assert!(said.contains("KILLED on B: true"), "{said}");
+    assert!(said.contains("NODE DIED names its node: true"), "{said}");
+}

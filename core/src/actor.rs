@@ -14,7 +14,9 @@ use crate::options::ActorOptions;
 use crate::runtime::{current, Submission};
 use crate::{Error, Result};
 use prism_protocol::ids::{ActorId, ObjectId, TaskId};
-use prism_protocol::messages::{ActorSpec, CreateActor, GetNamedActor, KillActor, TaskSpec};
+use prism_protocol::messages::{
+    ActorPlacement, ActorSpec, CreateActor, GetNamedActor, KillActor, TaskSpec,
+};
 use serde::{Deserialize, Serialize};
 use std::marker::PhantomData;
 
@@ -185,7 +187,23 @@ pub fn create_actor<A: Actor>(
         // Resolve constructor arguments before the raylet sees the actor.
         let mut spec = spec;
         spec.args = c.objects.resolve_args(spec.args).await?;
-        c.raylet.request(CreateActor { spec }).await
+        match c.raylet.request(CreateActor { spec: spec.clone() }).await? {
+            ActorPlacement::Accepted => Ok(()),
+            // Its strategy puts it on another node: created there, as a
+            // lessee of this job (it ends with the job, as here).
+            ActorPlacement::Elsewhere { raylet, node_id } => {
+                let remote = c.tasks.remote_raylet(&raylet).await?;
+                match remote.request(CreateActor { spec }).await? {
+                    ActorPlacement::Accepted => Ok(()),
+                    ActorPlacement::Elsewhere { .. } => Err(Error::Cluster {
+                        message: format!(
+                            "node {node_id} sent an actor on again; an actor goes to one \
+                             other node at most"
+                        ),
+                    }),
+                }
+            }
+        }
     })
     .inspect_err(|_| core.objects.release_held(&held))?;
     let raw = ActorRef {

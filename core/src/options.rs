@@ -183,6 +183,7 @@ pub struct ActorOptions {
     max_concurrency: u32,
     resources: Resources,
     placement: Option<Result<BundleRef>>,
+    strategy: SchedulingStrategy,
     /// `None`: 0, as Ray.
     max_restarts: Option<i64>,
     /// `None`: 0, as Ray.
@@ -200,6 +201,7 @@ impl Default for ActorOptions {
             max_concurrency: 1,
             resources: Resources::default(),
             placement: None,
+            strategy: SchedulingStrategy::Default,
             max_restarts: None,
             max_task_retries: None,
             detached: false,
@@ -235,6 +237,29 @@ impl ActorOptions {
     /// The namespace of the name (default: the driver's `Config::namespace`).
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
         self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// Where in a multi-node cluster the actor is placed (default: the
+    /// creator's node while it has the actor's resources free, else the
+    /// least loaded node that has), as for tasks
+    /// ([`TaskOptions::scheduling_strategy`](crate::TaskOptions::scheduling_strategy)).
+    /// On one node every strategy that names no other node places it there.
+    ///
+    /// ```
+    /// # #[prism::actor] struct Counter {}
+    /// # #[prism::actor] impl Counter { fn new() -> Self { Counter {} } }
+    /// # fn main() -> prism::Result<()> {
+    /// use prism::{ActorOptions, SchedulingStrategy};
+    /// prism::init(prism::Config::default())?;
+    /// let spread = ActorOptions::new().scheduling_strategy(SchedulingStrategy::Spread);
+    /// let counters = (0..2)
+    ///     .map(|_| Counter::remote_with(spread.clone()))
+    ///     .collect::<prism::Result<Vec<_>>>()?;
+    /// # drop(counters); Ok(()) }
+    /// ```
+    pub fn scheduling_strategy(mut self, strategy: SchedulingStrategy) -> Self {
+        self.strategy = strategy;
         self
     }
 
@@ -334,6 +359,13 @@ impl ActorOptions {
                 return Err(Error::invalid("actor name", "must not be empty"));
             }
         }
+        if self.placement.is_some() && self.strategy != SchedulingStrategy::Default {
+            return Err(Error::invalid(
+                "scheduling_strategy",
+                "an actor in a placement group runs where the group placed its bundle; \
+                 set either the group or a strategy",
+            ));
+        }
         let max_restarts = check_count("max_restarts", self.max_restarts.unwrap_or(0))?;
         let max_task_retries = check_count("max_task_retries", self.max_task_retries.unwrap_or(0))?;
         Ok(messages::ActorOptions {
@@ -352,6 +384,7 @@ impl ActorOptions {
             max_concurrency: self.max_concurrency,
             resources: self.resources.to_set(0.0)?,
             placement: self.placement.transpose()?,
+            strategy: self.strategy,
         })
     }
 }

@@ -115,6 +115,8 @@ pub struct ActorOptions {
     pub resources: ResourceSet,
     /// The placement-group bundle its resources come from, if any.
     pub placement: Option<BundleRef>,
+    /// Which node of a cluster it is placed on.
+    pub strategy: SchedulingStrategy,
     /// How many times its process is restarted after it dies (-1: no
     /// limit).
     pub max_restarts: i64,
@@ -363,6 +365,7 @@ macro_rules! replies {
 
 replies! {
     Registration => Registered,
+    ActorPlacement => ActorPlaced,
     LeaseReply => Lease,
     ObjectLocation => ObjectLocation,
     StoreStats => StoreStats,
@@ -527,7 +530,7 @@ services! {
         CreateActor {
             /// What to create.
             spec: ActorSpec,
-        } => ();
+        } => ActorPlacement;
         /// An actor's state, now or (with `wait`) once it is neither
         /// pending nor restarting.
         GetActor {
@@ -683,6 +686,21 @@ services! {
     }
 }
 
+/// Where an actor the raylet was asked to create goes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum ActorPlacement {
+    /// This node took it.
+    Accepted,
+    /// Another node should: ask the raylet at `raylet` (on node
+    /// `node_id`), chosen by the actor's scheduling strategy.
+    Elsewhere {
+        /// The other raylet's address.
+        raylet: Address,
+        /// Its node.
+        node_id: String,
+    },
+}
+
 /// The answer to a lease request.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum LeaseReply {
@@ -761,6 +779,8 @@ pub enum Response {
     Registered(Registration),
     /// A lease was granted.
     Lease(LeaseReply),
+    /// Where an actor goes.
+    ActorPlaced(ActorPlacement),
     /// Where an object is in the store.
     ObjectLocation(ObjectLocation),
     /// Store usage.

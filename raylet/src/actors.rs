@@ -329,6 +329,7 @@ mod tests {
                 max_concurrency: 1,
                 resources: ResourceSet::new(),
                 placement: None,
+                strategy: Default::default(),
                 max_restarts,
                 max_task_retries: 0,
                 detached: false,

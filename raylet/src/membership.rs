@@ -8,7 +8,9 @@ use crate::node::Node;
 use prism_gcs::pb::{Demand, NodeInfo as WireNode, NodeState, Resource};
 use prism_gcs::{GcsClient, Token};
 use prism_protocol::ids::ActorId;
-use prism_protocol::messages::{ActorInfo, GetActor, LeaseReply, NodeInfo, Request, Response};
+use prism_protocol::messages::{
+    ActorInfo, Call, GetActor, LeaseReply, NodeInfo, Request, Response,
+};
 use prism_protocol::resources::{Quantity, ResourceSet};
 use prism_protocol::rpc::{Connection, Handler};
 use prism_protocol::Error;
@@ -222,13 +224,18 @@ impl Membership {
         }
     }
 
-    /// Looks an actor up on the other live nodes (it was started by one
-    /// of them): the first that knows it answers.
-    pub(crate) fn find_actor(
+    /// Asks the other live nodes' raylets `request`, one after another,
+    /// and gives the first answer that is not an error (`None` when none
+    /// gives one). A raylet asked this way answers from what it holds
+    /// itself and never asks on.
+    pub(crate) fn ask_others<C>(
         &self,
-        actor_id: ActorId,
-        wait: bool,
-    ) -> impl std::future::Future<Output = Result<ActorInfo, Error>> + Send + 'static {
+        request: C,
+    ) -> impl std::future::Future<Output = Option<C::Reply>> + Send + 'static
+    where
+        C: Call + Clone + Send + 'static,
+        C::Reply: Send,
+    {
         let raylets: Vec<String> = self
             .view
             .lock()
@@ -242,18 +249,33 @@ impl Membership {
                 let conn = match peer(&peers, &raylet, &node).await {
                     Ok(conn) => conn,
                     Err(e) => {
-                        tracing::debug!(%raylet, error = %e, "a node could not be asked for an actor");
+                        tracing::debug!(%raylet, error = %e, "a node could not be asked");
                         continue;
                     }
                 };
-                if let Ok(info) = conn.request(GetActor { actor_id, wait }).await {
-                    return Ok(info);
+                if let Ok(answer) = conn.request(request.clone()).await {
+                    return Some(answer);
                 }
             }
-            Err(Error::ActorDied {
+            None
+        }
+    }
+
+    /// Looks an actor up on the other live nodes (it was started by one
+    /// of them): the first that knows it answers.
+    pub(crate) fn find_actor(
+        &self,
+        actor_id: ActorId,
+        wait: bool,
+    ) -> impl std::future::Future<Output = Result<ActorInfo, Error>> + Send + 'static {
+        let asking = self.ask_others(GetActor { actor_id, wait });
+        async move {
+            asking.await.ok_or_else(|| Error::ActorDied {
                 actor_id,
                 class: "?".into(),
-                reason: "no live node of the cluster knows this actor".into(),
+                reason: "no live node of the cluster knows this actor; the node it ran on may \
+                         have died"
+                    .into(),
             })
         }
     }

@@ -23,9 +23,10 @@ use prism_object_store::{ObjectTable, Pin, Placement, Segment, SpillOutcome};
 use prism_protocol::error::Error;
 use prism_protocol::ids::{ActorId, JobId, NodeId, ObjectId, PlacementGroupId, WorkerId};
 use prism_protocol::messages::{
-    ActorSpec, ActorState, BecomeActor, LeaseGrant, LeaseReply, NodeDied, Registration, Reply,
-    Response,
+    ActorPlacement, ActorSpec, ActorState, BecomeActor, LeaseGrant, LeaseReply, NodeDied,
+    Registration, Reply, Response, SchedulingStrategy,
 };
+use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -57,7 +58,7 @@ impl ReplyTo {
         self.conn.respond(self.request, response);
     }
 
-    fn send_result<T: Reply>(self, answer: Result<T, Error>) {
+    pub(crate) fn send_result<T: Reply>(self, answer: Result<T, Error>) {
         self.send(Response::from_result(answer));
     }
 }
@@ -523,6 +524,72 @@ impl Node {
         self.launcher.kill_and_reap(pids);
     }
 
+    /// Where a local request should run: here (`None`), or on the node
+    /// whose raylet is returned.
+    pub(crate) fn place(
+        self: &Arc<Self>,
+        shape: &ResourceSet,
+        strategy: SchedulingStrategy,
+    ) -> Result<Option<(String, String)>, Error> {
+        let here = self.node_id;
+        let membership = self.membership.get();
+        let default = || {
+            let Some(m) = membership else { return Ok(None) };
+            let (fits_now, fits_ever, total) = self.control(|c| {
+                let r = c.scheduler.resources();
+                (
+                    r.available().contains(shape),
+                    r.total().contains(shape),
+                    r.total().clone(),
+                )
+            });
+            if fits_now {
+                return Ok(None);
+            }
+            m.spill_target(shape, fits_ever, &total)
+        };
+        match strategy {
+            SchedulingStrategy::Default => default(),
+            SchedulingStrategy::Spread => match membership.and_then(|m| m.spread_target(shape)) {
+                Some(Some(target)) => Ok(Some(target)),
+                Some(None) => Ok(None),
+                None => default(),
+            },
+            SchedulingStrategy::NodeAffinity { node_id, .. } if node_id == here => Ok(None),
+            SchedulingStrategy::NodeAffinity { node_id, soft } => {
+                match membership.and_then(|m| m.raylet_of(&node_id.to_string())) {
+                    Some(raylet) => Ok(Some((raylet, node_id.to_string()))),
+                    None if soft => default(),
+                    None => Err(Error::Cluster {
+                        message: format!(
+                            "node affinity names node {node_id}, which is not a live node of \
+                             this cluster (prism::nodes() lists them); with soft: true the work \
+                             runs elsewhere instead"
+                        ),
+                    }),
+                }
+            }
+        }
+    }
+
+    /// Takes an actor here, or, for a request from this node's own
+    /// processes (`local`), names the node its strategy puts it on.
+    pub(crate) fn accept_actor(
+        self: &Arc<Self>,
+        job: JobId,
+        spec: ActorSpec,
+        local: bool,
+    ) -> Result<ActorPlacement, Error> {
+        if local && spec.options.placement.is_none() {
+            let (shape, strategy) = (&spec.options.resources, spec.options.strategy);
+            if let Some((raylet, node_id)) = self.place(shape, strategy)? {
+                return Ok(ActorPlacement::Elsewhere { raylet, node_id });
+            }
+        }
+        self.create_actor(job, spec)?;
+        Ok(ActorPlacement::Accepted)
+    }
+
     /// Accepts an actor: checks it could ever be placed and takes its name,
     /// then queues the lease for its lifetime.
     pub(crate) fn create_actor(self: &Arc<Self>, job: JobId, spec: ActorSpec) -> Result<(), Error> {
@@ -573,9 +640,10 @@ impl Node {
     }
 
     /// Answers with an actor's state now, or once it leaves `Pending`.
-    pub(crate) fn get_actor(&self, actor: ActorId, wait: bool, reply: ReplyTo) {
-        // In a cluster, an actor another node started is looked up there.
-        if let Some(m) = self.membership.get() {
+    /// With `ask_others`, an actor this node does not hold is looked up on
+    /// the other nodes of the cluster.
+    pub(crate) fn get_actor(&self, actor: ActorId, wait: bool, ask_others: bool, reply: ReplyTo) {
+        if let Some(m) = self.membership.get().filter(|_| ask_others) {
             if !self.state.lock().actors.knows(actor) {
                 let lookup = m.find_actor(actor, wait);
                 tokio::spawn(async move { reply.send_result(lookup.await) });

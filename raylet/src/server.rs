@@ -14,8 +14,8 @@ use prism_object_store::{Pin, Placement};
 use prism_protocol::error::{Error, Result};
 use prism_protocol::ids::{JobId, LeaseId, ObjectId, PlacementGroupId, WorkerId};
 use prism_protocol::messages::{
-    ActorSpec, BundleRef, ClusterResources, GetActor, GetPlacementGroup, LeaseReply,
-    ObjectLocation, PlacementGroupSpec, RayletRequest, RegisterDriver, RegisterWorker,
+    ActorSpec, BundleRef, ClusterResources, GetActor, GetNamedActor, GetPlacementGroup, KillActor,
+    LeaseReply, ObjectLocation, PlacementGroupSpec, RayletRequest, RegisterDriver, RegisterWorker,
     Registration, Reply, Request, RequestLease, Response, SchedulingStrategy,
 };
 use prism_protocol::resources::ResourceSet;
@@ -73,7 +73,9 @@ impl Handler for ClientHandler {
                 strategy,
             }) => return self.handle_request_lease(shape, bundle, strategy, reply),
             R::GetActor(GetActor { actor_id, wait }) => {
-                return self.node.get_actor(actor_id, wait, reply)
+                return self
+                    .node
+                    .get_actor(actor_id, wait, self.asks_others(), reply)
             }
             R::GetPlacementGroup(GetPlacementGroup { id: group, wait_ms }) => {
                 return self.node.get_placement_group(group, wait_ms, reply)
@@ -95,10 +97,10 @@ impl Handler for ClientHandler {
             R::DeleteObjects(r) => answer(self.handle_delete_objects(r.ids, r.node)),
             R::PullObject(r) => return self.node.pull_object(r.id, r.node, r.size, reply),
             R::GetStoreStats(_) => answer(Ok(self.node.store_stats())),
-            R::CreateActor(r) => answer(self.handle_create_actor(r.spec)),
-            R::GetNamedActor(r) => answer(self.node.get_named_actor(&r.name, &r.namespace)),
+            R::CreateActor(r) => return self.handle_create_actor(r.spec, reply),
+            R::GetNamedActor(r) => return self.handle_get_named_actor(r, reply),
             R::WorkerExitReason(r) => answer(Ok(self.node.worker_exit_reason(r.worker_id))),
-            R::KillActor(r) => answer(self.node.kill_actor(r.actor_id, r.no_restart)),
+            R::KillActor(r) => return self.handle_kill_actor(r, reply),
             R::ExitActor(r) => answer(self.node.exit_actor(r.actor_id)),
             R::GetClusterResources(_) => answer(self.handle_get_cluster_resources()),
             R::CreatePlacementGroup(r) => answer(self.handle_create_placement_group(r.spec)),
@@ -158,7 +160,7 @@ impl ClientHandler {
         // on their node).
         let local = !matches!(*self.role.lock(), Role::Lessee(_));
         if local && bundle.is_none() {
-            match self.place(&shape, strategy) {
+            match self.node.place(&shape, strategy) {
                 Ok(None) => {}
                 Ok(Some((raylet, node_id))) => {
                     return reply.send(Response::Lease(LeaseReply::Spillback { raylet, node_id }))
@@ -181,54 +183,6 @@ impl ClientHandler {
             may_spill,
         };
         self.node.control(|c| c.scheduler.request_lease(request));
-    }
-
-    /// Where a local request should run: here (`None`), or on the node
-    /// whose raylet is returned.
-    fn place(
-        &self,
-        shape: &ResourceSet,
-        strategy: SchedulingStrategy,
-    ) -> Result<Option<(String, String)>> {
-        let here = self.node.node_id;
-        let membership = self.node.membership.get();
-        let default = || {
-            let Some(m) = membership else { return Ok(None) };
-            let (fits_now, fits_ever, total) = self.node.control(|c| {
-                let r = c.scheduler.resources();
-                (
-                    r.available().contains(shape),
-                    r.total().contains(shape),
-                    r.total().clone(),
-                )
-            });
-            if fits_now {
-                return Ok(None);
-            }
-            m.spill_target(shape, fits_ever, &total)
-        };
-        match strategy {
-            SchedulingStrategy::Default => default(),
-            SchedulingStrategy::Spread => match membership.and_then(|m| m.spread_target(shape)) {
-                Some(Some(target)) => Ok(Some(target)),
-                Some(None) => Ok(None),
-                None => default(),
-            },
-            SchedulingStrategy::NodeAffinity { node_id, .. } if node_id == here => Ok(None),
-            SchedulingStrategy::NodeAffinity { node_id, soft } => {
-                match membership.and_then(|m| m.raylet_of(&node_id.to_string())) {
-                    Some(raylet) => Ok(Some((raylet, node_id.to_string()))),
-                    None if soft => default(),
-                    None => Err(Error::Cluster {
-                        message: format!(
-                            "the task must run on node {node_id}, which is not a live node of \
-                             this cluster (prism::nodes() lists them); with soft: true it runs \
-                             elsewhere instead"
-                        ),
-                    }),
-                }
-            }
-        }
     }
 
     fn handle_register_driver(&self, conn: &Connection, r: RegisterDriver) -> Result<Registration> {
@@ -351,8 +305,64 @@ impl ClientHandler {
         Ok(())
     }
 
-    fn handle_create_actor(&self, spec: ActorSpec) -> Result<()> {
-        self.node.create_actor(self.job()?, spec)
+    /// Whether this client's requests about actors this node does not
+    /// hold are asked of the other nodes: yes for this node's drivers and
+    /// workers and for lessees, never for another raylet asking (it asks
+    /// the others itself).
+    fn asks_others(&self) -> bool {
+        !matches!(*self.role.lock(), Role::Unregistered)
+    }
+
+    /// Takes an actor here, or (for a local client, by the actor's
+    /// strategy) names the node that should. In a cluster, a local
+    /// client's named actor is first checked against the other nodes'
+    /// actors.
+    fn handle_create_actor(&self, spec: ActorSpec, reply: ReplyTo) {
+        let job = match self.job() {
+            Ok(job) => job,
+            Err(e) => return reply.send(Response::Error(e)),
+        };
+        let local = !matches!(*self.role.lock(), Role::Lessee(_));
+        let named = spec.options.name.clone().filter(|_| local);
+        let (Some(name), Some(m)) = (named, self.node.membership.get()) else {
+            return reply.send_result(self.node.accept_actor(job, spec, local));
+        };
+        let namespace = spec.options.namespace.clone();
+        let asking = m.ask_others(GetNamedActor {
+            name: name.clone(),
+            namespace: namespace.clone(),
+        });
+        let node = self.node.clone();
+        tokio::spawn(async move {
+            if asking.await.is_some() {
+                return reply.send(Response::Error(Error::ActorNameTaken { name, namespace }));
+            }
+            reply.send_result(node.accept_actor(job, spec, local));
+        });
+    }
+
+    /// Finds a named actor here, or in a cluster on the other nodes.
+    fn handle_get_named_actor(&self, request: GetNamedActor, reply: ReplyTo) {
+        let here = self.node.get_named_actor(&request.name, &request.namespace);
+        match (here, self.node.membership.get()) {
+            (Err(e), Some(m)) if self.asks_others() => {
+                let asking = m.ask_others(request);
+                tokio::spawn(async move { reply.send_result(asking.await.ok_or(e)) });
+            }
+            (here, _) => reply.send_result(here),
+        }
+    }
+
+    /// Kills an actor here, or in a cluster on the node that holds it.
+    fn handle_kill_actor(&self, request: KillActor, reply: ReplyTo) {
+        let here = self.node.kill_actor(request.actor_id, request.no_restart);
+        match (here, self.node.membership.get()) {
+            (Err(e), Some(m)) if self.asks_others() => {
+                let asking = m.ask_others(request);
+                tokio::spawn(async move { reply.send_result(asking.await.ok_or(e)) });
+            }
+            (here, _) => reply.send_result(here),
+        }
     }
 
     fn handle_get_cluster_resources(&self) -> Result<ClusterResources> {

@@ -15,7 +15,7 @@ use crate::{Error, Result};
 use parking_lot::Mutex;
 use prism_protocol::ids::{ActorId, ObjectId, WorkerId};
 use prism_protocol::messages::{ActorCall, ActorInfo, ActorState, GetActor};
-use prism_protocol::rpc::Connection;
+use prism_protocol::rpc::{Connection, Endpoint};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -63,6 +63,8 @@ struct ClientState {
     conn: Option<Connection>,
     /// The worker of the process `conn` reaches (or reached).
     worker: Option<WorkerId>,
+    /// The node that process runs (or ran) on, in a multi-node cluster.
+    node: Option<String>,
     /// Why calls fail, once it is known to be dead.
     dead: Option<Error>,
     seq: u64,
@@ -340,6 +342,9 @@ impl ActorSubmitter {
                 Ok((conn, worker, info)) => {
                     state.conn = Some(conn);
                     state.worker = Some(worker);
+                    if let ActorState::Alive { address, .. } = &info.state {
+                        state.node = Endpoint::parse(address).node;
+                    }
                     state.seq = 0;
                     // With one call at a time, only the first call the old
                     // process got can have been running; the ones behind it
@@ -373,6 +378,22 @@ impl ActorSubmitter {
                     }
                 }
                 Err(e) => {
+                    let e = match (&state.node, e) {
+                        // No live node knows it any more: say where it ran.
+                        (Some(node), Error::ActorDied { class, .. }) if class == "?" => {
+                            let what = if self.objects.peers.is_dead(node) {
+                                "died: the cluster's head stopped hearing from it"
+                            } else {
+                                "no longer knows it: the node died or left the cluster"
+                            };
+                            Error::ActorDied {
+                                actor_id: client.actor_id,
+                                class: client.class.clone(),
+                                reason: format!("it ran on node {node}, which {what}"),
+                            }
+                        }
+                        (_, e) => e,
+                    };
                     state.dead = Some(e.clone());
                     failed.extend(lost.into_values().map(|(s, _)| (s, e.clone())));
                 }

@@ -5,7 +5,7 @@ use crate::Result;
 use parking_lot::Mutex;
 use prism_protocol::messages::Address;
 use prism_protocol::rpc::{Connection, Endpoint, Handler};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// Makes the handler that serves what a peer sends back on a connection
@@ -18,6 +18,8 @@ pub(crate) struct Peers {
     /// over TCP.
     node: String,
     open: Mutex<HashMap<Address, Connection>>,
+    /// Nodes the cluster's head declared dead.
+    dead_nodes: Mutex<HashSet<String>>,
     make_handler: MakeHandler,
 }
 
@@ -34,12 +36,14 @@ impl Peers {
         Peers {
             node,
             open: Mutex::new(HashMap::new()),
+            dead_nodes: Mutex::new(HashSet::new()),
             make_handler,
         }
     }
 
     /// Gives up every connection to a process of `node` (it died).
     pub(crate) fn abandon_node(&self, node: &str) -> usize {
+        self.dead_nodes.lock().insert(node.to_string());
         let mut open = self.open.lock();
         let gone: Vec<Address> = open
             .keys()
@@ -52,6 +56,11 @@ impl Peers {
             }
         }
         gone.len()
+    }
+
+    /// Whether the cluster's head declared `node` dead.
+    pub(crate) fn is_dead(&self, node: &str) -> bool {
+        self.dead_nodes.lock().contains(node)
     }
 
     /// The connection to the core worker at `address`.

@@ -142,7 +142,7 @@ impl TaskSubmitter {
     }
 
     /// A registered connection to another node's raylet.
-    async fn remote_raylet(&self, address: &str) -> Result<Connection> {
+    pub(crate) async fn remote_raylet(&self, address: &str) -> Result<Connection> {
         let mut open = self.remote_raylets.lock().await;
         if let Some(c) = open.get(address).filter(|c| !c.is_closed()) {
             return Ok(c.clone());
