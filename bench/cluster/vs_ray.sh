@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Prism against Ray across three nodes, in one run.
+#
+# Prism: three nodes of one CPU each, in network namespaces of their own on
+# a bridge (10.79.0.1 the head, .2 and .3), started with the `prism`
+# command; examples/cluster_bench.rs runs on the head.
+# Ray: ray.cluster_utils.Cluster with three nodes of one CPU each on this
+# machine, the driver on the head (bench/cluster/ray_side.py), from a venv
+# with ray 2.60.0 (PRISM_RAY_PY, else the one bench/ray/setup_train.sh or
+# bench/ray/setup.sh makes).
+#
+# Needs root and iproute2. Everything made is removed at the end. Prints
+# every row for both, and how many times faster Prism is.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/prism/target}"
+cargo build -q --release -p prism-cli --bin prism
+cargo build -q --release -p prism-examples --example cluster_bench
+
+ray_py="${PRISM_RAY_PY:-}"
+if [[ -z "$ray_py" ]]; then
+  for candidate in "$HOME/.cache/prism/ray-train-2.60.0/bin/python" bench/ray/.venv/bin/python; do
+    if [[ -x "$candidate" ]] && "$candidate" -c 'import ray, numpy' 2>/dev/null; then
+      ray_py="$candidate"
+      break
+    fi
+  done
+fi
+if [[ -z "$ray_py" ]]; then
+  bash bench/ray/setup.sh
+  ray_py=bench/ray/.venv/bin/python
+fi
+
+prism="$CARGO_TARGET_DIR/release/prism"
+tag="pvr$$"
+temp="$(mktemp -d /tmp/prism-vs-ray.XXXXXX)"
+cleanup() {
+  for h in 0 1 2; do
+    ip netns exec "$tag-h$h" "$prism" stop --force --temp-dir "$temp/h$h" >/dev/null 2>&1 || true
+    ip netns del "$tag-h$h" 2>/dev/null || true
+  done
+  ip netns del "$tag-sw" 2>/dev/null || true
+  rm -rf "$temp"
+}
+trap cleanup EXIT
+ip netns add "$tag-sw"
+ip -n "$tag-sw" link add br0 type bridge
+ip -n "$tag-sw" link set br0 up
+for h in 0 1 2; do
+  ip netns add "$tag-h$h"
+  ip link add "v$tag$h" netns "$tag-sw" type veth peer name eth0 netns "$tag-h$h"
+  ip -n "$tag-sw" link set "v$tag$h" master br0 up
+  ip -n "$tag-h$h" addr add "10.79.0.$((h + 1))/24" dev eth0
+  ip -n "$tag-h$h" link set eth0 up
+  ip -n "$tag-h$h" link set lo up
+done
+
+now_ms() { date +%s%3N; }
+t0=$(now_ms)
+ip netns exec "$tag-h0" "$prism" start --head --port 6380 --node-ip-address 10.79.0.1 \
+  --num-cpus 1 --temp-dir "$temp/h0" >/dev/null
+token="$(cat "$temp/h0/token")"
+for h in 1 2; do
+  ip netns exec "$tag-h$h" "$prism" start --address 10.79.0.1:6380 \
+    --node-ip-address "10.79.0.$((h + 1))" --num-cpus 1 --temp-dir "$temp/h$h" \
+    --token "$token" >/dev/null
+done
+t1=$(now_ms)
+prism_rows="$temp/prism.rows"
+echo "ROW 3 nodes started $((t1 - t0)) ms" >"$prism_rows"
+# One heartbeat later every raylet has the others in its view.
+sleep 1.5
+ip netns exec "$tag-h0" env PRISM_ADDRESS=10.79.0.1:6380 PRISM_TEMP_DIR="$temp/h0" \
+  "$CARGO_TARGET_DIR/release/examples/cluster_bench" | grep '^ROW' >>"$prism_rows"
+t2=$(now_ms)
+for h in 0 1 2; do
+  ip netns exec "$tag-h$h" "$prism" stop --temp-dir "$temp/h$h" >/dev/null
+done
+echo "ROW 3 nodes stopped $(($(now_ms) - t2)) ms" >>"$prism_rows"
+
+ray_rows="$temp/ray.rows"
+RAY_DISABLE_USAGE_STATS=1 "$ray_py" bench/cluster/ray_side.py 2>"$temp/ray.err" | grep '^ROW' >"$ray_rows" || {
+  cat "$temp/ray.err" >&2
+  exit 1
+}
+
+python3 - "$prism_rows" "$ray_rows" <<'PY'
+import sys
+
+def rows(path):
+    out = {}
+    for line in open(path):
+        _, rest = line.split(" ", 1)
+        name, value, unit = rest.rstrip("\n").rsplit(" ", 2)
+        out[name] = (float(value), unit)
+    return out
+
+prism, ray = rows(sys.argv[1]), rows(sys.argv[2])
+print(f"| row | Prism | Ray 2.60 | Prism's advantage |")
+print(f"|---|---:|---:|---:|")
+names = list(prism) + [n for n in ray if n not in prism]
+for name in names:
+    p, r = prism.get(name), ray.get(name)
+    cell = lambda v: f"{v[0]:,.3f} {v[1]}" if v else "-"
+    ratio = "-"
+    if p and r and p[0] > 0 and r[0] > 0:
+        ratio = f"{r[0] / p[0]:.1f}x" if p[1] != "tasks/s" else f"{p[0] / r[0]:.1f}x"
+    print(f"| {name} | {cell(p)} | {cell(r)} | {ratio} |")
+PY
