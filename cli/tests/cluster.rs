@@ -1103,3 +1103,102 @@ fn actors_are_placed_on_other_nodes_named_cluster_wide_and_die_with_their_node()
     assert!(said.contains("KILLED on B: true"), "{said}");
     assert!(said.contains("NODE DIED names its node: true"), "{said}");
 }
+
+/// The placement-group driver's part, run on the head by the test below.
+fn place_groups() {
+    use prism::{Bundle, PlacementStrategy};
+    must(
+        prism::init(prism::Config::default()),
+        "the driver joins its node",
+    );
+    let one_cpu = || Bundle::new().num_cpus(1.0);
+    let group = must(
+        prism::placement_group(
+            vec![one_cpu(), one_cpu(), one_cpu()],
+            PlacementStrategy::StrictSpread,
+        ),
+        "the group is accepted",
+    );
+    must(group.ready(), "the group is created");
+    let nodes = must(group.bundle_nodes(), "the bundles' nodes");
+    let distinct: std::collections::BTreeSet<&String> = nodes.iter().collect();
+    println!("STRICT_SPREAD over {} nodes", distinct.len());
+    let mut on_their_nodes = nodes.len() == 3;
+    for (i, node) in nodes.iter().enumerate() {
+        let options = prism::TaskOptions::new().placement_group(&group, Some(i));
+        let ran = must(
+            prism::get(&must(node_of::remote_with(options), "submitted")),
+            "a task in a bundle runs",
+        );
+        on_their_nodes &= &ran == node;
+    }
+    println!("BUNDLE tasks on their nodes: {on_their_nodes}");
+    let actor = must(
+        Where::remote_with(prism::ActorOptions::new().placement_group(&group, Some(2))),
+        "an actor in a bundle starts",
+    );
+    let actor_node = must(
+        prism::get(&must(actor.node(), "called")),
+        "the actor answers",
+    );
+    println!(
+        "BUNDLE actor on its node: {}",
+        nodes.get(2) == Some(&actor_node)
+    );
+    match prism::placement_group(vec![one_cpu(); 4], PlacementStrategy::StrictSpread) {
+        Ok(_) => println!("FOUR bundles: accepted"),
+        Err(e) => println!("FOUR bundles: {e}"),
+    }
+    drop(actor);
+    must(
+        prism::remove_placement_group(&group),
+        "the group is removed",
+    );
+    let started = Instant::now();
+    let mut free = 0.0;
+    while started.elapsed() < Duration::from_secs(15) {
+        let (_, available) = must(prism::cluster_resources(), "the cluster's resources");
+        free = available.get("CPU").as_f64();
+        if free >= 3.0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    println!("FREED CPUs: {free}");
+    prism::shutdown();
+}
+
+#[test]
+fn a_strict_spread_group_reserves_one_bundle_on_each_of_three_nodes() {
+    if std::env::var_os(DRIVER).is_some() {
+        return place_groups();
+    }
+    let Some(m) = Machines::new("groups", 3) else {
+        return;
+    };
+    let head = m.start_head(&[("PRISM_HEARTBEAT_PERIOD_MS", "200")]);
+    for host in [1, 2] {
+        assert!(m.join(host, &head).status.success());
+    }
+    must_eventually(
+        "every node is in the head's view",
+        Duration::from_secs(10),
+        || m.status(0).contains("Nodes: 3 alive"),
+    );
+    std::thread::sleep(Duration::from_millis(600));
+    let said = m.run_driver(
+        0,
+        "a_strict_spread_group_reserves_one_bundle_on_each_of_three_nodes",
+        &head,
+        &[(DRIVER, "1")],
+        Duration::from_secs(120),
+    );
+    assert!(said.contains("STRICT_SPREAD over 3 nodes"), "{said}");
+    assert!(said.contains("BUNDLE tasks on their nodes: true"), "{said}");
+    assert!(said.contains("BUNDLE actor on its node: true"), "{said}");
+    assert!(
+        said.contains("FOUR bundles: no node can ever satisfy"),
+        "{said}"
+    );
+    assert!(said.contains("FREED CPUs: 3"), "{said}");
+}

@@ -76,7 +76,10 @@ pub struct PlacementGroup {
 ///
 /// `InvalidArgument` for no bundles, an empty bundle or a non-positive
 /// amount; `Infeasible` when the cluster could never hold the group (one
-/// node cannot meet `STRICT_SPREAD` with several bundles).
+/// node cannot meet `STRICT_SPREAD` with several bundles; in a cluster,
+/// every live node's totals are checked). In a multi-node cluster the
+/// bundles are placed over the nodes by `strategy` and reserved on all of
+/// them at once, or the group waits.
 pub fn placement_group(
     bundles: Vec<Bundle>,
     strategy: PlacementStrategy,
@@ -162,6 +165,18 @@ impl PlacementGroup {
             wait_ms: None,
         })?;
         Ok((info.state, info.bundle_gpus))
+    }
+
+    /// The node id of each bundle, in index order, once the group is
+    /// created in a multi-node cluster (Ray's `bundles_to_node_id`); empty
+    /// on a single node, where every bundle is on the one node, and while
+    /// the group is pending.
+    pub fn bundle_nodes(&self) -> Result<Vec<String>> {
+        let info = raylet_request(GetPlacementGroup {
+            id: self.id,
+            wait_ms: None,
+        })?;
+        Ok(info.bundle_nodes)
     }
 
     fn created(&self, info: PlacementGroupInfo) -> Result<bool> {

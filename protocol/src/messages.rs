@@ -212,8 +212,12 @@ pub struct PlacementGroupInfo {
     pub spec: PlacementGroupSpec,
     /// Its state.
     pub state: PlacementGroupState,
-    /// The GPU devices reserved for each bundle.
+    /// The GPU devices reserved for each bundle (empty for a bundle held
+    /// by another node).
     pub bundle_gpus: Vec<Vec<u32>>,
+    /// The node holding each bundle, in a multi-node cluster (empty on a
+    /// single node).
+    pub bundle_nodes: Vec<String>,
 }
 
 /// Everything needed to start an actor.
@@ -582,8 +586,26 @@ services! {
             /// How long to wait while it is pending (`None`: answer now).
             wait_ms: Option<u64>,
         } => PlacementGroupInfo;
-        /// Remove a placement group.
+        /// Remove a placement group (in a cluster, from every node holding
+        /// a bundle of it).
         RemovePlacementGroup {
+            /// The group.
+            id: PlacementGroupId,
+        } => ();
+        /// First phase of placing a group over several nodes: reserve now
+        /// the bundles `nodes` assigns to this node, or fail; they are not
+        /// used until `CommitBundles`, and `RemovePlacementGroup` gives
+        /// them back.
+        PrepareBundles {
+            /// The whole group.
+            spec: PlacementGroupSpec,
+            /// The job it belongs to.
+            job: JobId,
+            /// The node of each bundle.
+            nodes: Vec<String>,
+        } => ();
+        /// Second phase: every node reserved its bundles; use them.
+        CommitBundles {
             /// The group.
             id: PlacementGroupId,
         } => ();

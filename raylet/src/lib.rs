@@ -23,6 +23,7 @@ mod launcher;
 mod membership;
 mod memory;
 mod node;
+mod placement;
 mod record;
 mod resources;
 mod scheduler;

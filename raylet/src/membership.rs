@@ -172,6 +172,42 @@ impl Membership {
         })
     }
 
+    /// Every live node's room for placement: its total resources
+    /// (`totals`) or its free ones as of the last heartbeat; this node,
+    /// `here`, with `here_room`.
+    pub(crate) fn rooms(
+        &self,
+        here: &str,
+        here_room: ResourceSet,
+        totals: bool,
+    ) -> Vec<crate::placement::NodeRoom> {
+        let mut rooms: Vec<_> = self
+            .view
+            .lock()
+            .iter()
+            .filter(|n| n.node_id != here && !n.raylet_address.is_empty())
+            .map(|n| crate::placement::NodeRoom {
+                node_id: n.node_id.clone(),
+                room: from_wire_set(if totals { &n.total } else { &n.available }),
+            })
+            .collect();
+        rooms.push(crate::placement::NodeRoom {
+            node_id: here.to_string(),
+            room: here_room,
+        });
+        rooms
+    }
+
+    /// The other live nodes' ids.
+    pub(crate) fn other_nodes(&self) -> Vec<String> {
+        self.view
+            .lock()
+            .iter()
+            .filter(|n| n.node_id != self.node_id)
+            .map(|n| n.node_id.clone())
+            .collect()
+    }
+
     /// The raylet of a live node.
     pub(crate) fn raylet_of(&self, node_id: &str) -> Option<String> {
         self.view

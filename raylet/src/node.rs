@@ -151,6 +151,8 @@ pub(crate) struct Node {
     lessees: Mutex<HashMap<JobId, usize>>,
     /// Objects pulled from and served to other nodes.
     pub(crate) transfers: crate::transfer::Transfers,
+    /// Groups placed over several nodes from here, not placed yet.
+    pub(crate) pending_groups: crate::placement::PendingGroups,
 }
 
 impl Node {
@@ -190,6 +192,7 @@ impl Node {
             tcp_server: Mutex::new(None),
             lessees: Mutex::new(HashMap::new()),
             transfers: Default::default(),
+            pending_groups: Default::default(),
         })
     }
 
@@ -465,6 +468,16 @@ impl Node {
     /// retired, so they can be restarted; its output has nowhere to go but
     /// the logs).
     pub(crate) fn end_job(self: &Arc<Self>, job_id: JobId) {
+        // Its groups over several nodes go from the other nodes too.
+        let spread = self.control(|c| c.scheduler.spread_groups_of(job_id));
+        let here = self.node_id.to_string();
+        for (id, nodes) in spread {
+            let others: std::collections::BTreeSet<String> =
+                nodes.into_iter().filter(|n| *n != here).collect();
+            for node in others {
+                self.tell_node_remove(node, id);
+            }
+        }
         let kept = self.control(|c| {
             let keep = c.actors.detached_of(job_id);
             if keep.is_empty() {
@@ -717,7 +730,9 @@ impl Node {
 
     /// Answers with a group's state: now, or once it is not pending, or
     /// when `wait_ms` runs out (still pending), whichever comes first.
-    pub(crate) fn get_placement_group(
+    /// Answers with the state of a group this node holds (or does not
+    /// know), now or once it is not pending.
+    pub(crate) fn watch_group_here(
         self: &Arc<Self>,
         id: PlacementGroupId,
         wait_ms: Option<u64>,

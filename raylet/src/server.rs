@@ -14,9 +14,10 @@ use prism_object_store::{Pin, Placement};
 use prism_protocol::error::{Error, Result};
 use prism_protocol::ids::{JobId, LeaseId, ObjectId, PlacementGroupId, WorkerId};
 use prism_protocol::messages::{
-    ActorSpec, BundleRef, ClusterResources, GetActor, GetNamedActor, GetPlacementGroup, KillActor,
-    LeaseReply, ObjectLocation, PlacementGroupSpec, RayletRequest, RegisterDriver, RegisterWorker,
-    Registration, Reply, Request, RequestLease, Response, SchedulingStrategy,
+    ActorPlacement, ActorSpec, BundleRef, ClusterResources, GetActor, GetNamedActor,
+    GetPlacementGroup, KillActor, LeaseReply, ObjectLocation, PlacementGroupSpec, RayletRequest,
+    RegisterDriver, RegisterWorker, Registration, Reply, Request, RequestLease, Response,
+    SchedulingStrategy,
 };
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::{Connection, Handler};
@@ -78,7 +79,9 @@ impl Handler for ClientHandler {
                     .get_actor(actor_id, wait, self.asks_others(), reply)
             }
             R::GetPlacementGroup(GetPlacementGroup { id: group, wait_ms }) => {
-                return self.node.get_placement_group(group, wait_ms, reply)
+                return self
+                    .node
+                    .get_placement_group(group, wait_ms, self.asks_others(), reply)
             }
             R::GetNodes(_) => return self.node.get_nodes(reply),
             // Answered now.
@@ -105,6 +108,11 @@ impl Handler for ClientHandler {
             R::GetClusterResources(_) => answer(self.handle_get_cluster_resources()),
             R::CreatePlacementGroup(r) => answer(self.handle_create_placement_group(r.spec)),
             R::RemovePlacementGroup(r) => answer(self.handle_remove_placement_group(r.id)),
+            R::PrepareBundles(r) => answer(self.node.control(|c| {
+                let here = self.node.node_id.to_string();
+                c.scheduler.prepare_shard(r.job, r.spec, r.nodes, &here)
+            })),
+            R::CommitBundles(r) => answer(self.node.control(|c| c.scheduler.commit_shard(r.id))),
             R::KvPut(r) => answer(Ok(self.node.kv.lock().put(r.key, r.value, r.overwrite))),
             R::KvGet(r) => answer(Ok(self.node.kv.lock().get(&r.key))),
             R::KvDelete(r) => answer(Ok(self.node.kv.lock().delete(&r.key))),
@@ -159,6 +167,29 @@ impl ClientHandler {
         // from another node is never sent on again, and group bundles stay
         // on their node).
         let local = !matches!(*self.role.lock(), Role::Lessee(_));
+        // A bundle of a group over several nodes is leased on its node.
+        if let Some(b) = bundle.filter(|_| local && self.node.membership.get().is_some()) {
+            let (node, holder) = (self.node.clone(), self.conn_id);
+            tokio::spawn(async move {
+                match node.route_bundle(b).await {
+                    Ok(Some((raylet, node_id))) => {
+                        reply.send(Response::Lease(LeaseReply::Spillback { raylet, node_id }))
+                    }
+                    Ok(None) => {
+                        let request = LeaseRequest {
+                            shape,
+                            job,
+                            bundle,
+                            grantee: Grantee::Client { holder, reply },
+                            may_spill: false,
+                        };
+                        node.control(|c| c.scheduler.request_lease(request));
+                    }
+                    Err(e) => reply.send(Response::Error(e)),
+                }
+            });
+            return;
+        }
         if local && bundle.is_none() {
             match self.node.place(&shape, strategy) {
                 Ok(None) => {}
@@ -323,6 +354,26 @@ impl ClientHandler {
             Err(e) => return reply.send(Response::Error(e)),
         };
         let local = !matches!(*self.role.lock(), Role::Lessee(_));
+        // An actor in a bundle of a group over several nodes goes to the
+        // bundle's node.
+        if let Some(b) = spec
+            .options
+            .placement
+            .filter(|_| local && self.node.membership.get().is_some())
+        {
+            let node = self.node.clone();
+            tokio::spawn(async move {
+                let placed = match node.route_bundle(b).await {
+                    Ok(Some((raylet, node_id))) => {
+                        Ok(ActorPlacement::Elsewhere { raylet, node_id })
+                    }
+                    Ok(None) => node.accept_actor(job, spec, local),
+                    Err(e) => Err(e),
+                };
+                reply.send_result(placed);
+            });
+            return;
+        }
         let named = spec.options.name.clone().filter(|_| local);
         let (Some(name), Some(m)) = (named, self.node.membership.get()) else {
             return reply.send_result(self.node.accept_actor(job, spec, local));
@@ -385,11 +436,11 @@ impl ClientHandler {
 
     fn handle_create_placement_group(&self, spec: PlacementGroupSpec) -> Result<()> {
         let job = self.job()?;
-        self.node.control(|c| c.scheduler.create_group(job, spec))
+        self.node.create_group(job, spec)
     }
 
     fn handle_remove_placement_group(&self, id: PlacementGroupId) -> Result<()> {
-        self.node.control(|c| c.scheduler.remove_group(id));
+        self.node.remove_group(id, self.asks_others());
         Ok(())
     }
 }

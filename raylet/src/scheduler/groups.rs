@@ -9,7 +9,10 @@
 //!
 //! With one node, `PACK`, `SPREAD` and `STRICT_PACK` all place every
 //! bundle here; `STRICT_SPREAD` with more than one bundle can never be met
-//! and is refused at once. Multi-node placement extends `schedule_groups`.
+//! and is refused at once. A group placed over several nodes
+//! (`crate::placement`) is held here as a *shard*: the bundles this node
+//! holds, reserved in two phases (`prepare_shard`, `commit_shard`), with
+//! the node of every other bundle.
 
 use super::{Decision, Scheduler, WorkerUse};
 use crate::resources::{Allocation, NodeResources};
@@ -27,9 +30,12 @@ pub(super) struct PlacementGroup<R> {
     spec: PlacementGroupSpec,
     pub(super) job: JobId,
     state: PlacementGroupState,
-    /// Per bundle: what it took from the node, and its own pool. Empty
-    /// while pending.
-    bundles: Vec<(Allocation, NodeResources)>,
+    /// Per bundle: what it took from the node, and its own pool (`None`
+    /// for a bundle another node holds). Empty while pending.
+    bundles: Vec<Option<(Allocation, NodeResources)>>,
+    /// The node of each bundle, for a group placed over several nodes
+    /// (empty when this node holds it all).
+    nodes: Vec<String>,
     /// Callers waiting for it to leave `Pending`, by a token of their own.
     waiters: Vec<(u64, R)>,
 }
@@ -39,7 +45,12 @@ impl<R> PlacementGroup<R> {
         PlacementGroupInfo {
             spec: self.spec.clone(),
             state: self.state,
-            bundle_gpus: self.bundles.iter().map(|(a, _)| a.gpu_ids()).collect(),
+            bundle_gpus: self
+                .bundles
+                .iter()
+                .map(|b| b.as_ref().map(|(a, _)| a.gpu_ids()).unwrap_or_default())
+                .collect(),
+            bundle_nodes: self.nodes.clone(),
         }
     }
 
@@ -159,7 +170,7 @@ impl<R> Scheduler<R> {
             None => (0..group.bundles.len()).collect(),
         };
         for i in indices {
-            if let Some((_, pool)) = group.bundles.get_mut(i) {
+            if let Some(Some((_, pool))) = group.bundles.get_mut(i) {
                 if let Some(allocation) = pool.try_allocate(shape) {
                     return Ok(Some((allocation, Some((bundle.group, i)))));
                 }
@@ -176,8 +187,8 @@ impl<R> Scheduler<R> {
     ) {
         let pool = bundle.and_then(|(g, i)| self.groups.get_mut(&g)?.bundles.get_mut(i));
         match pool {
-            Some((_, pool)) => pool.release(allocation),
-            None => self.resources.release(allocation),
+            Some(Some((_, pool))) => pool.release(allocation),
+            _ => self.resources.release(allocation),
         }
     }
 
@@ -198,7 +209,7 @@ impl<R> Scheduler<R> {
             return;
         }
         if let Some(group) = self.groups.remove(&id) {
-            for (allocation, _) in &group.bundles {
+            for (allocation, _) in group.bundles.iter().flatten() {
                 self.resources.release(allocation);
             }
             self.removed_groups.keep(
@@ -207,6 +218,7 @@ impl<R> Scheduler<R> {
                     spec: group.spec,
                     state: PlacementGroupState::Removed,
                     bundle_gpus: Vec::new(),
+                    bundle_nodes: group.nodes,
                 },
             );
         }
@@ -263,6 +275,7 @@ impl<R> Scheduler<R> {
                 job,
                 state: PlacementGroupState::Pending,
                 bundles: Vec::new(),
+                nodes: Vec::new(),
                 waiters: Vec::new(),
             },
         );
@@ -303,7 +316,7 @@ impl<R> Scheduler<R> {
                     .into_iter()
                     .map(|a| {
                         let pool = NodeResources::for_bundle(&a);
-                        (a, pool)
+                        Some((a, pool))
                     })
                     .collect();
                 group.state = PlacementGroupState::Created;
@@ -311,6 +324,121 @@ impl<R> Scheduler<R> {
                 group.wake(&mut self.out);
             }
         }
+    }
+
+    /// First phase of a group placed over several nodes: reserves now the
+    /// bundles `nodes` gives to node `here`, or takes nothing and fails.
+    /// The group stays pending (its bundles unused) until
+    /// [`Scheduler::commit_shard`].
+    pub(crate) fn prepare_shard(
+        &mut self,
+        job: JobId,
+        spec: PlacementGroupSpec,
+        nodes: Vec<String>,
+        here: &str,
+    ) -> Result<(), Error> {
+        if nodes.len() != spec.bundles.len() {
+            return Err(Error::invalid(
+                "nodes",
+                format!("{} nodes for {} bundles", nodes.len(), spec.bundles.len()),
+            ));
+        }
+        if self.groups.contains_key(&spec.id) {
+            return Err(Error::invalid(
+                "placement group",
+                format!("{} is already placed here", spec.id),
+            ));
+        }
+        let mut bundles = Vec::with_capacity(spec.bundles.len());
+        for (shape, node) in spec.bundles.iter().zip(&nodes) {
+            if node != here {
+                bundles.push(None);
+                continue;
+            }
+            match self.resources.try_allocate(shape) {
+                Some(a) => {
+                    let pool = NodeResources::for_bundle(&a);
+                    bundles.push(Some((a, pool)));
+                }
+                None => {
+                    for (a, _) in bundles.iter().flatten() {
+                        self.resources.release(a);
+                    }
+                    return Err(Error::Infeasible {
+                        shape: format!("{shape} for a bundle of {} now", spec.id),
+                        total: format!("free here: {}", self.resources.available()),
+                    });
+                }
+            }
+        }
+        let id = spec.id;
+        self.groups.insert(
+            id,
+            PlacementGroup {
+                spec,
+                job,
+                state: PlacementGroupState::Pending,
+                bundles,
+                nodes,
+                waiters: Vec::new(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Second phase: the group's bundles here may be used.
+    pub(crate) fn commit_shard(&mut self, id: PlacementGroupId) -> Result<(), Error> {
+        let group = self
+            .groups
+            .get_mut(&id)
+            .filter(|g| g.state == PlacementGroupState::Pending && !g.nodes.is_empty())
+            .ok_or_else(|| removed(id))?;
+        group.state = PlacementGroupState::Created;
+        tracing::info!(group = %id, "placement group created (its bundles on this node)");
+        group.wake(&mut self.out);
+        self.schedule();
+        Ok(())
+    }
+
+    /// Whether this node knows group `id` (held, or removed and
+    /// remembered).
+    pub(crate) fn knows_group(&self, id: PlacementGroupId) -> bool {
+        self.groups.contains_key(&id) || self.removed_groups.get(&id).is_some()
+    }
+
+    /// The nodes of a group placed over several nodes (empty when this
+    /// node holds all of it or does not know it).
+    pub(crate) fn group_nodes(&self, id: PlacementGroupId) -> Vec<String> {
+        self.groups
+            .get(&id)
+            .map(|g| g.nodes.clone())
+            .unwrap_or_default()
+    }
+
+    /// Job `job`'s groups placed over several nodes, with their nodes.
+    pub(crate) fn spread_groups_of(&self, job: JobId) -> Vec<(PlacementGroupId, Vec<String>)> {
+        self.groups
+            .iter()
+            .filter(|(_, g)| g.job == job && !g.nodes.is_empty())
+            .map(|(id, g)| (*id, g.nodes.clone()))
+            .collect()
+    }
+
+    /// Where the bundle a lease names lies: `Some(None)` on this node,
+    /// `Some(Some(node))` on another, `None` when this node does not know
+    /// the group.
+    pub(crate) fn bundle_node(&self, bundle: BundleRef) -> Option<Option<String>> {
+        let group = self.groups.get(&bundle.group)?;
+        if group.nodes.is_empty() || group.state == PlacementGroupState::Removed {
+            return Some(None);
+        }
+        let here = |i: usize| group.bundles.get(i).is_some_and(|b| b.is_some());
+        Some(match bundle.index {
+            Some(i) if here(i as usize) => None,
+            Some(i) => group.nodes.get(i as usize).cloned(),
+            None if (0..group.bundles.len()).any(here) => None,
+            None => group.nodes.first().cloned(),
+        })
     }
 
     /// Answers `reply` with a group's state now, or (with `wait`) once it

@@ -1,0 +1,476 @@
+//! Placement groups over the nodes of a cluster.
+//!
+//! The raylet a group is created at (its *home*) assigns each bundle to a
+//! node by the group's strategy ([`assign`]), from the free resources its
+//! cluster view shows (and its own, current). It then reserves them in two
+//! phases: `PrepareBundles` to every node (each reserves its bundles now,
+//! or fails), then `CommitBundles`. A failed prepare gives back what the
+//! others reserved, and the home tries again a little later: the group
+//! stays pending meanwhile, and waits as long as the cluster could ever
+//! hold it. A group no node set could ever hold fails at once. The home
+//! always keeps a record of the whole group (holding bundles or not), and
+//! every node holding a bundle knows the node of every bundle, so a lease
+//! or an actor naming a bundle is sent to its node from anywhere.
+//!
+//! A group whose bundles all land on the home is the single-node group of
+//! `scheduler::groups`, unchanged.
+
+use crate::node::{Node, ReplyTo};
+use parking_lot::Mutex;
+use prism_protocol::error::Error;
+use prism_protocol::ids::{JobId, PlacementGroupId};
+use prism_protocol::messages::{
+    BundleRef, CommitBundles, GetPlacementGroup, PlacementGroupInfo, PlacementGroupSpec,
+    PlacementGroupState, PlacementStrategy, PrepareBundles, RemovePlacementGroup, Response,
+};
+use prism_protocol::resources::ResourceSet;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often a pending group is tried again, and a request naming a
+/// bundle of a pending group looks again.
+const RETRY: Duration = Duration::from_millis(100);
+
+/// One node's room, as placement sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct NodeRoom {
+    pub(crate) node_id: String,
+    pub(crate) room: ResourceSet,
+}
+
+/// The node of each bundle under `strategy`, taking from each node's room
+/// (this node, `here`, first, then the others by id); `None` when the
+/// strategy cannot be met.
+pub(crate) fn assign(
+    bundles: &[ResourceSet],
+    strategy: PlacementStrategy,
+    nodes: &[NodeRoom],
+    here: &str,
+) -> Option<Vec<String>> {
+    let mut order: Vec<usize> = (0..nodes.len()).collect();
+    order.sort_by_key(|&i| (nodes[i].node_id != here, nodes[i].node_id.clone()));
+    let mut room: Vec<ResourceSet> = nodes.iter().map(|n| n.room.clone()).collect();
+    let mut used = vec![0usize; nodes.len()];
+    let one_node = || {
+        let mut sum = ResourceSet::new();
+        bundles.iter().for_each(|b| sum.add(b));
+        let i = order.iter().copied().find(|&i| room[i].contains(&sum))?;
+        Some(vec![nodes[i].node_id.clone(); bundles.len()])
+    };
+    match strategy {
+        PlacementStrategy::StrictPack => return one_node(),
+        PlacementStrategy::Pack => {
+            if let Some(all) = one_node() {
+                return Some(all);
+            }
+        }
+        _ => {}
+    }
+    let mut out = Vec::with_capacity(bundles.len());
+    for bundle in bundles {
+        let fits = order.iter().copied().filter(|&i| room[i].contains(bundle));
+        let pick = match strategy {
+            PlacementStrategy::Pack | PlacementStrategy::StrictPack => fits.into_iter().next(),
+            PlacementStrategy::Spread => fits.min_by_key(|&i| used[i]),
+            PlacementStrategy::StrictSpread => fits.into_iter().find(|&i| used[i] == 0),
+        }?;
+        room[pick].subtract(bundle);
+        used[pick] += 1;
+        out.push(nodes[pick].node_id.clone());
+    }
+    Some(out)
+}
+
+/// Groups placed over several nodes whose home is this node and that are
+/// not placed yet, with the callers waiting for them.
+#[derive(Debug, Default)]
+pub(crate) struct PendingGroups {
+    groups: Mutex<HashMap<PlacementGroupId, (PlacementGroupSpec, Vec<ReplyTo>)>>,
+}
+
+impl Node {
+    /// Creates a group. On one node, or when every bundle goes to this
+    /// node, it is a local group; otherwise it is placed over the cluster
+    /// in the background (see the module docs).
+    pub(crate) fn create_group(
+        self: &Arc<Self>,
+        job: JobId,
+        spec: PlacementGroupSpec,
+    ) -> Result<(), Error> {
+        let Some(m) = self.membership.get() else {
+            return self.control(|c| c.scheduler.create_group(job, spec));
+        };
+        let here = self.node_id.to_string();
+        let totals = m.rooms(
+            &here,
+            self.control(|c| c.scheduler.resources().total().clone()),
+            true,
+        );
+        let ever = assign(&spec.bundles, spec.strategy, &totals, &here);
+        match ever {
+            None => {
+                return Err(Error::Infeasible {
+                    shape: format!(
+                        "{:?} of {} bundles: {}",
+                        spec.strategy,
+                        spec.bundles.len(),
+                        spec.bundles
+                            .iter()
+                            .map(|b| b.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    total: totals
+                        .iter()
+                        .map(|n| format!("{}: {}", n.node_id, n.room))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                })
+            }
+            Some(nodes) if nodes.iter().all(|n| *n == here) => {
+                return self.control(|c| c.scheduler.create_group(job, spec));
+            }
+            Some(_) => {}
+        }
+        let id = spec.id;
+        self.pending_groups
+            .groups
+            .lock()
+            .insert(id, (spec.clone(), Vec::new()));
+        let node = self.clone();
+        tokio::spawn(async move { node.place_in_background(job, spec).await });
+        tracing::info!(group = %id, "placement group requested over the cluster");
+        Ok(())
+    }
+
+    /// Places a pending group, trying again until it is placed or removed.
+    async fn place_in_background(self: Arc<Self>, job: JobId, spec: PlacementGroupSpec) {
+        let id = spec.id;
+        let here = self.node_id.to_string();
+        loop {
+            if !self.pending_groups.groups.lock().contains_key(&id) {
+                return; // removed while pending
+            }
+            let Some(m) = self.membership.get() else {
+                return;
+            };
+            let free = self.control(|c| c.scheduler.resources().available());
+            let rooms = m.rooms(&here, free, false);
+            if let Some(nodes) = assign(&spec.bundles, spec.strategy, &rooms, &here) {
+                match self.reserve(job, &spec, nodes).await {
+                    Ok(()) => break,
+                    Err(e) => {
+                        tracing::debug!(group = %id, error = %e, "placement not reserved; trying again")
+                    }
+                }
+            }
+            tokio::time::sleep(RETRY).await;
+        }
+        let waiting = self
+            .pending_groups
+            .groups
+            .lock()
+            .remove(&id)
+            .map(|(_, w)| w)
+            .unwrap_or_default();
+        for reply in waiting {
+            self.get_placement_group(id, None, false, reply);
+        }
+    }
+
+    /// The two phases: every node reserves its bundles, then uses them;
+    /// on a failure, what was reserved is given back.
+    async fn reserve(
+        self: &Arc<Self>,
+        job: JobId,
+        spec: &PlacementGroupSpec,
+        nodes: Vec<String>,
+    ) -> Result<(), Error> {
+        let here = self.node_id.to_string();
+        let m = self.membership.get().ok_or(Error::NotRegistered)?;
+        let id = spec.id;
+        self.control(|c| {
+            c.scheduler
+                .prepare_shard(job, spec.clone(), nodes.clone(), &here)
+        })?;
+        let others: BTreeSet<String> = nodes.iter().filter(|n| **n != here).cloned().collect();
+        let mut prepared = Vec::new();
+        let mut failed = None;
+        for node in &others {
+            let asked = async {
+                m.raylet_conn(node)
+                    .await?
+                    .request(PrepareBundles {
+                        spec: spec.clone(),
+                        job,
+                        nodes: nodes.clone(),
+                    })
+                    .await
+            };
+            match asked.await {
+                Ok(()) => prepared.push(node.clone()),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        if failed.is_none() {
+            for node in &prepared {
+                let committed = async {
+                    m.raylet_conn(node)
+                        .await?
+                        .request(CommitBundles { id })
+                        .await
+                };
+                if let Err(e) = committed.await {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        if let Some(e) = failed {
+            self.control(|c| c.scheduler.remove_group(id));
+            for node in prepared {
+                self.tell_node_remove(node, id);
+            }
+            return Err(e);
+        }
+        self.control(|c| c.scheduler.commit_shard(id))
+    }
+
+    /// Asks node `node`'s raylet to remove group `id`.
+    pub(crate) fn tell_node_remove(self: &Arc<Self>, node: String, id: PlacementGroupId) {
+        let Some(m) = self.membership.get() else {
+            return;
+        };
+        let asking = m.raylet_conn(&node);
+        tokio::spawn(async move {
+            match asking.await {
+                Ok(conn) => {
+                    let _ = conn.notify(RemovePlacementGroup { id });
+                }
+                Err(e) => tracing::debug!(%node, error = %e, "could not remove a group there"),
+            }
+        });
+    }
+
+    /// Removes a group here and, for a request from this node's own
+    /// processes, from every node holding a bundle of it.
+    pub(crate) fn remove_group(self: &Arc<Self>, id: PlacementGroupId, tell_others: bool) {
+        let pending = self.pending_groups.groups.lock().remove(&id);
+        if let Some((spec, waiting)) = pending {
+            let info = PlacementGroupInfo {
+                spec,
+                state: PlacementGroupState::Removed,
+                bundle_gpus: Vec::new(),
+                bundle_nodes: Vec::new(),
+            };
+            for reply in waiting {
+                reply.send(Response::PlacementGroup(info.clone()));
+            }
+        }
+        let nodes = self.control(|c| {
+            let nodes = c.scheduler.group_nodes(id);
+            c.scheduler.remove_group(id);
+            nodes
+        });
+        if !tell_others {
+            return;
+        }
+        let here = self.node_id.to_string();
+        let mut others: BTreeSet<String> = nodes.into_iter().filter(|n| *n != here).collect();
+        if others.is_empty() {
+            // Not held here: any live node may hold a bundle of it.
+            if let Some(m) = self.membership.get() {
+                others = m.other_nodes().into_iter().collect();
+            }
+        }
+        for node in others {
+            self.tell_node_remove(node, id);
+        }
+    }
+
+    /// Answers with a group's state now, or (with `wait_ms`) once it is
+    /// not pending. With `ask_others`, a group this node does not know is
+    /// asked of the other nodes.
+    pub(crate) fn get_placement_group(
+        self: &Arc<Self>,
+        id: PlacementGroupId,
+        wait_ms: Option<u64>,
+        ask_others: bool,
+        reply: ReplyTo,
+    ) {
+        {
+            let mut pending = self.pending_groups.groups.lock();
+            if let Some((spec, waiting)) = pending.get_mut(&id) {
+                let info = PlacementGroupInfo {
+                    spec: spec.clone(),
+                    state: PlacementGroupState::Pending,
+                    bundle_gpus: Vec::new(),
+                    bundle_nodes: Vec::new(),
+                };
+                match wait_ms {
+                    None | Some(0) => reply.send(Response::PlacementGroup(info)),
+                    Some(ms) => {
+                        waiting.push(reply);
+                        if ms != u64::MAX {
+                            let node = self.clone();
+                            tokio::spawn(async move {
+                                tokio::time::sleep(Duration::from_millis(ms)).await;
+                                node.pending_deadline(id, info);
+                            });
+                        }
+                    }
+                }
+                return;
+            }
+        }
+        let known = self.control(|c| c.scheduler.knows_group(id));
+        match self.membership.get().filter(|_| ask_others && !known) {
+            Some(m) => {
+                let asking = m.ask_others(GetPlacementGroup { id, wait_ms });
+                let node = self.clone();
+                tokio::spawn(async move {
+                    match asking.await {
+                        Some(info) => reply.send(Response::PlacementGroup(info)),
+                        None => node.watch_group_here(id, None, reply),
+                    }
+                });
+            }
+            None => self.watch_group_here(id, wait_ms, reply),
+        }
+    }
+
+    /// Answers the waiters of a pending group whose wait ran out (all of
+    /// them: a waiter that gave up must not pile up).
+    fn pending_deadline(&self, id: PlacementGroupId, info: PlacementGroupInfo) {
+        let waiting = match self.pending_groups.groups.lock().get_mut(&id) {
+            Some((_, waiting)) => std::mem::take(waiting),
+            None => return,
+        };
+        for reply in waiting {
+            reply.send(Response::PlacementGroup(info.clone()));
+        }
+    }
+
+    /// Where a request naming `bundle` should go: `None` here, or the
+    /// raylet and node holding it. Waits while the group is being placed.
+    pub(crate) async fn route_bundle(
+        self: &Arc<Self>,
+        bundle: BundleRef,
+    ) -> Result<Option<(String, String)>, Error> {
+        let Some(m) = self.membership.get() else {
+            return Ok(None);
+        };
+        loop {
+            let node = match self.control(|c| c.scheduler.bundle_node(bundle)) {
+                Some(None) => return Ok(None),
+                Some(Some(node)) => node,
+                None if self
+                    .pending_groups
+                    .groups
+                    .lock()
+                    .contains_key(&bundle.group) =>
+                {
+                    tokio::time::sleep(RETRY).await;
+                    continue;
+                }
+                None => {
+                    let asking = m.ask_others(GetPlacementGroup {
+                        id: bundle.group,
+                        wait_ms: None,
+                    });
+                    match asking.await {
+                        Some(info) if info.state == PlacementGroupState::Pending => {
+                            tokio::time::sleep(RETRY).await;
+                            continue;
+                        }
+                        Some(info) => {
+                            let i = bundle.index.unwrap_or(0) as usize;
+                            match info.bundle_nodes.get(i) {
+                                Some(node) => node.clone(),
+                                // Unknown or removed: the local scheduler says so.
+                                None => return Ok(None),
+                            }
+                        }
+                        None => return Ok(None),
+                    }
+                }
+            };
+            if node == self.node_id.to_string() {
+                return Ok(None);
+            }
+            return match m.raylet_of(&node) {
+                Some(raylet) => Ok(Some((raylet, node))),
+                None => Err(Error::Cluster {
+                    message: format!(
+                        "bundle {:?} of placement group {} is on node {node}, which is not \
+                         alive",
+                        bundle.index, bundle.group
+                    ),
+                }),
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cpus(n: f64) -> ResourceSet {
+        let mut r = ResourceSet::new();
+        r.set(
+            prism_protocol::resources::CPU,
+            prism_protocol::resources::Quantity::from_f64("CPU", n).expect("a quantity"),
+        );
+        r
+    }
+
+    fn nodes(free: &[f64]) -> Vec<NodeRoom> {
+        free.iter()
+            .enumerate()
+            .map(|(i, &n)| NodeRoom {
+                node_id: format!("n{i}"),
+                room: cpus(n),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_strategy_places_bundles_as_ray_does() {
+        let three = vec![cpus(1.0); 3];
+        let rooms = nodes(&[2.0, 1.0, 1.0]);
+        let place = |s| assign(&three, s, &rooms, "n0");
+        assert_eq!(
+            place(PlacementStrategy::StrictSpread),
+            Some(vec!["n0".into(), "n1".into(), "n2".into()])
+        );
+        assert_eq!(
+            place(PlacementStrategy::Pack),
+            Some(vec!["n0".into(), "n0".into(), "n1".into()])
+        );
+        assert_eq!(place(PlacementStrategy::StrictPack), None);
+        let spread = place(PlacementStrategy::Spread).expect("placed");
+        assert_eq!(spread.iter().collect::<BTreeSet<_>>().len(), 3);
+        // Here first: a group that fits here stays here.
+        let two = vec![cpus(1.0); 2];
+        assert_eq!(
+            assign(&two, PlacementStrategy::StrictPack, &rooms, "n0"),
+            Some(vec!["n0".into(), "n0".into()])
+        );
+        // Four bundles, three nodes: STRICT_SPREAD cannot be met.
+        let four = vec![cpus(1.0); 4];
+        assert_eq!(
+            assign(
+                &four,
+                PlacementStrategy::StrictSpread,
+                &nodes(&[4.0; 3]),
+                "n0"
+            ),
+            None
+        );
+    }
+}
