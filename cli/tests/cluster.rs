@@ -1202,3 +1202,124 @@ fn a_strict_spread_group_reserves_one_bundle_on_each_of_three_nodes() {
     );
     assert!(said.contains("FREED CPUs: 3"), "{said}");
 }
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SpreadConfig {
+    epochs: u32,
+    /// A folder every host sees, where each rank writes its node.
+    marks: String,
+}
+
+#[derive(serde::Serialize)]
+struct SpreadMetrics {
+    epoch: u32,
+    rank_sum: f64,
+}
+
+/// A training loop that all-reduces its rank and checkpoints each epoch.
+fn spread_loop(config: SpreadConfig) -> Result<(), prism_train::TrainError> {
+    let failed = |e: std::io::Error| prism_train::TrainError::Metrics(e.to_string());
+    let ctx = prism_train::get_context()?;
+    let group = prism_train::get_process_group()?;
+    let node = prism::runtime_context()
+        .map(|c| c.node_id.to_string())
+        .unwrap_or_default();
+    let mark = PathBuf::from(&config.marks).join(format!("rank{}", ctx.world_rank()));
+    std::fs::write(mark, node).map_err(failed)?;
+    for epoch in 0..config.epochs {
+        let mut x = [ctx.world_rank() as f64];
+        group.all_reduce(&mut x, prism_train::collective::ReduceOp::Sum)?;
+        let dir = std::env::temp_dir().join(format!(
+            "prism-cli-spread-ckpt-{}-{epoch}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).map_err(failed)?;
+        std::fs::write(dir.join(format!("rank{}", ctx.world_rank())), "weights").map_err(failed)?;
+        prism_train::report(
+            SpreadMetrics {
+                epoch,
+                rank_sum: x[0],
+            },
+            Some(prism_train::Checkpoint::from_directory(&dir)),
+        )?;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok(())
+}
+
+/// The training driver's part, run on the head by the test below.
+fn train_over_nodes() {
+    must(
+        prism::init(prism::Config::default()),
+        "the driver joins its node",
+    );
+    let base = std::env::temp_dir().join(format!("prism-cli-train-{}", std::process::id()));
+    let marks = base.join("marks");
+    must(std::fs::create_dir_all(&marks), "the marks folder");
+    let config = SpreadConfig {
+        epochs: 2,
+        marks: marks.display().to_string(),
+    };
+    let result = prism_train::Trainer::new(spread_loop, config)
+        .scaling_config(
+            prism_train::ScalingConfig::new(3)
+                .placement_strategy(prism::PlacementStrategy::StrictSpread),
+        )
+        .run_config(prism_train::RunConfig::new("spread").storage_path(base.join("runs")))
+        .fit()
+        .into_result();
+    match result {
+        Ok(r) => {
+            let sum = r.metrics.as_ref().map(|m| m["rank_sum"].clone());
+            println!("TRAINED rank_sum {sum:?}");
+            let saved = r
+                .checkpoint
+                .as_ref()
+                .is_some_and(|c| (0..3).all(|i| c.path().join(format!("rank{i}")).exists()));
+            println!("CHECKPOINT holds every rank's file: {saved}");
+        }
+        Err(e) => println!("TRAIN failed: {e}"),
+    }
+    let nodes: std::collections::BTreeSet<String> = (0..3)
+        .filter_map(|i| std::fs::read_to_string(marks.join(format!("rank{i}"))).ok())
+        .collect();
+    println!("WORKERS on {} nodes", nodes.len());
+    let _ = std::fs::remove_dir_all(&base);
+    prism::shutdown();
+}
+
+#[test]
+fn the_trainer_runs_three_workers_on_three_nodes_with_a_checkpoint() {
+    if std::env::var_os(DRIVER).is_some() {
+        return train_over_nodes();
+    }
+    let Some(m) = Machines::new("train", 3) else {
+        return;
+    };
+    let head = m.start_head(&[("PRISM_HEARTBEAT_PERIOD_MS", "200")]);
+    for host in [1, 2] {
+        assert!(m.join(host, &head).status.success());
+    }
+    must_eventually(
+        "every node is in the head's view",
+        Duration::from_secs(10),
+        || m.status(0).contains("Nodes: 3 alive"),
+    );
+    std::thread::sleep(Duration::from_millis(600));
+    let said = m.run_driver(
+        0,
+        "the_trainer_runs_three_workers_on_three_nodes_with_a_checkpoint",
+        &head,
+        &[(DRIVER, "1")],
+        Duration::from_secs(180),
+    );
+    assert!(
+        said.contains("TRAINED rank_sum Some(Number(3.0))"),
+        "{said}"
+    );
+    assert!(
+        said.contains("CHECKPOINT holds every rank's file: true"),
+        "{said}"
+    );
+    assert!(said.contains("WORKERS on 3 nodes"), "{said}");
+}

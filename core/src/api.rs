@@ -496,6 +496,10 @@ pub struct RuntimeContext {
     pub gpu_ids: Vec<u32>,
     /// Whether this process is a worker (rather than the driver).
     pub is_worker: bool,
+    /// The address other nodes reach this node at, in a multi-node
+    /// cluster (Ray's `get_node_ip_address`); `None` in an embedded
+    /// single-node cluster.
+    pub node_ip: Option<String>,
 }
 
 /// Where this code runs: worker id, job, session, GPUs.
@@ -513,6 +517,9 @@ pub fn runtime_context() -> Result<RuntimeContext> {
         num_owned_objects: core.objects.refs.num_owned(),
         gpu_ids,
         is_worker: core.role == Role::Worker,
+        node_ip: prism_protocol::rpc::Endpoint::parse(core.objects.address())
+            .tcp
+            .and_then(|tcp| tcp.rsplit_once(':').map(|(ip, _)| ip.to_string())),
     })
 }
 

@@ -123,6 +123,44 @@ impl GcsClient {
         self.answer("GetClusterInfo", reply)
     }
 
+    /// Stores `value` under `key` in the cluster's key-value table unless
+    /// the key exists and `overwrite` is false; true if the key was new.
+    pub async fn kv_put(
+        &mut self,
+        key: String,
+        value: Vec<u8>,
+        overwrite: bool,
+    ) -> Result<bool, GcsError> {
+        let reply = self
+            .inner
+            .kv_put(KvPutRequest {
+                key,
+                value,
+                overwrite,
+            })
+            .await;
+        self.answer("KvPut", reply).map(|r| r.added)
+    }
+
+    /// The value of `key` in the cluster's key-value table.
+    pub async fn kv_get(&mut self, key: String) -> Result<Option<Vec<u8>>, GcsError> {
+        let reply = self.inner.kv_get(KvGetRequest { key }).await;
+        self.answer("KvGet", reply)
+            .map(|r| r.found.then_some(r.value))
+    }
+
+    /// Deletes `key`; true if it existed.
+    pub async fn kv_delete(&mut self, key: String) -> Result<bool, GcsError> {
+        let reply = self.inner.kv_delete(KvDeleteRequest { key }).await;
+        self.answer("KvDelete", reply).map(|r| r.deleted)
+    }
+
+    /// The keys starting with `prefix`, sorted.
+    pub async fn kv_keys(&mut self, prefix: String) -> Result<Vec<String>, GcsError> {
+        let reply = self.inner.kv_keys(KvKeysRequest { prefix }).await;
+        self.answer("KvKeys", reply).map(|r| r.keys)
+    }
+
     fn answer<T>(
         &self,
         call: &'static str,

@@ -3,7 +3,9 @@
 //! It keeps the node table: every raylet registers here, sends a heartbeat
 //! with its free resources and waiting demand every
 //! `heartbeat_period`, and is marked DEAD when none arrived for
-//! `node_death_timeout` (or when it unregisters on `prism stop`). It is the
+//! `node_death_timeout` (or when it unregisters on `prism stop`). It also
+//! keeps the cluster's key-value table ([`KvTable`]), which the raylets
+//! pass their processes' `prism::kv` calls on to. It is the
 //! only process that knows the whole cluster, and it is never on a task's
 //! path: raylets grant leases from their own state.
 //!
@@ -27,6 +29,7 @@
 mod auth;
 mod client;
 mod error;
+mod kv;
 mod server;
 mod table;
 
@@ -39,4 +42,5 @@ pub mod pb {
 pub use auth::Token;
 pub use client::GcsClient;
 pub use error::{check_address, GcsError};
+pub use kv::KvTable;
 pub use server::{GcsServer, GcsSettings};

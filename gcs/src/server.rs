@@ -39,6 +39,7 @@ struct State {
     cluster_id: String,
     settings: GcsSettings,
     nodes: Mutex<NodeTable>,
+    kv: Mutex<crate::KvTable>,
 }
 
 /// A running control store. Stop it with [`GcsServer::shutdown`].
@@ -74,6 +75,7 @@ impl GcsServer {
             cluster_id: cluster_id.clone(),
             settings: settings.clone(),
             nodes: Mutex::new(NodeTable::default()),
+            kv: Mutex::new(crate::KvTable::default()),
         });
         let watcher = tokio::spawn(watch_heartbeats(Arc::downgrade(&state)));
         let service = Service::with_interceptor(Handler(state), auth::check(settings.token));
@@ -226,5 +228,35 @@ impl Gcs for Handler {
             heartbeat_period_ms: self.0.settings.heartbeat_period.as_millis() as u64,
             node_death_timeout_ms: self.0.settings.node_death_timeout.as_millis() as u64,
         }))
+    }
+
+    async fn kv_put(&self, request: Request<KvPutRequest>) -> Result<Response<KvPutReply>, Status> {
+        let r = request.into_inner();
+        let added = self.0.kv.lock().put(r.key, r.value.into(), r.overwrite);
+        Ok(Response::new(KvPutReply { added }))
+    }
+
+    async fn kv_get(&self, request: Request<KvGetRequest>) -> Result<Response<KvGetReply>, Status> {
+        let value = self.0.kv.lock().get(&request.into_inner().key);
+        Ok(Response::new(KvGetReply {
+            found: value.is_some(),
+            value: value.map(|v| v.to_vec()).unwrap_or_default(),
+        }))
+    }
+
+    async fn kv_delete(
+        &self,
+        request: Request<KvDeleteRequest>,
+    ) -> Result<Response<KvDeleteReply>, Status> {
+        let deleted = self.0.kv.lock().delete(&request.into_inner().key);
+        Ok(Response::new(KvDeleteReply { deleted }))
+    }
+
+    async fn kv_keys(
+        &self,
+        request: Request<KvKeysRequest>,
+    ) -> Result<Response<KvKeysReply>, Status> {
+        let keys = self.0.kv.lock().keys(&request.into_inner().prefix);
+        Ok(Response::new(KvKeysReply { keys }))
     }
 }

@@ -124,3 +124,35 @@ async fn a_node_that_stops_beating_is_marked_dead_and_told_when_it_returns() {
     assert_eq!(nodes[0].death_cause, "stopped by prism stop");
     gcs.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_key_value_table_is_shared_by_every_client() {
+    let (gcs, token) = start(Duration::from_secs(5)).await;
+    let address = gcs.address().to_string();
+    let mut a = GcsClient::connect(&address, &token).await.unwrap();
+    let mut b = GcsClient::connect(&address, &token).await.unwrap();
+    assert!(a
+        .kv_put("run/rank0".into(), b"10.0.0.1:7000".to_vec(), false)
+        .await
+        .unwrap());
+    assert!(!b
+        .kv_put("run/rank0".into(), b"other".to_vec(), false)
+        .await
+        .unwrap());
+    assert_eq!(
+        b.kv_get("run/rank0".into()).await.unwrap().as_deref(),
+        Some(&b"10.0.0.1:7000"[..]),
+        "a value put by one client is read by another, and not overwritten"
+    );
+    b.kv_put("run/rank1".into(), Vec::new(), true)
+        .await
+        .unwrap();
+    assert_eq!(
+        a.kv_keys("run/".into()).await.unwrap(),
+        vec!["run/rank0".to_string(), "run/rank1".to_string()]
+    );
+    assert!(a.kv_delete("run/rank0".into()).await.unwrap());
+    assert!(!a.kv_delete("run/rank0".into()).await.unwrap());
+    assert_eq!(b.kv_get("run/rank0".into()).await.unwrap(), None);
+    gcs.shutdown().await;
+}

@@ -18,7 +18,6 @@
 
 mod actors;
 mod faults;
-mod kv;
 mod launcher;
 mod membership;
 mod memory;

@@ -208,6 +208,11 @@ impl Membership {
             .collect()
     }
 
+    /// A client of the head's control store.
+    pub(crate) fn gcs(&self) -> GcsClient {
+        self.client.clone()
+    }
+
     /// The raylet of a live node.
     pub(crate) fn raylet_of(&self, node_id: &str) -> Option<String> {
         self.view

@@ -14,11 +14,11 @@
 //! kills processes.
 
 use crate::actors::{ActorTable, Answers, Lost};
-use crate::kv::KvTable;
 use crate::launcher::{Launcher, WorkerLaunch};
 use crate::scheduler::{Decision, Grantee, LeaseRequest, Limits, Scheduler};
 use crate::RayletConfig;
 use parking_lot::Mutex;
+use prism_gcs::KvTable;
 use prism_object_store::{ObjectTable, Pin, Placement, Segment, SpillOutcome};
 use prism_protocol::error::Error;
 use prism_protocol::ids::{ActorId, JobId, NodeId, ObjectId, PlacementGroupId, WorkerId};
@@ -723,15 +723,26 @@ impl Node {
 
     /// Drops the checkpoint of an actor that is dead for good.
     fn forget_checkpoint(&self, actor: ActorId) {
-        self.kv
-            .lock()
-            .delete(&prism_protocol::messages::actor_checkpoint_key(actor));
+        let key = prism_protocol::messages::actor_checkpoint_key(actor);
+        match self.membership.get() {
+            // In a cluster, checkpoints are in the head's table.
+            Some(m) => {
+                let mut gcs = m.gcs();
+                tokio::spawn(async move {
+                    if let Err(e) = gcs.kv_delete(key).await {
+                        tracing::warn!(%actor, error = %e, "could not drop an actor's checkpoint");
+                    }
+                });
+            }
+            None => {
+                self.kv.lock().delete(&key);
+            }
+        }
     }
 
-    /// Answers with a group's state: now, or once it is not pending, or
-    /// when `wait_ms` runs out (still pending), whichever comes first.
     /// Answers with the state of a group this node holds (or does not
-    /// know), now or once it is not pending.
+    /// know): now, or once it is not pending, or when `wait_ms` runs out
+    /// (still pending), whichever comes first.
     pub(crate) fn watch_group_here(
         self: &Arc<Self>,
         id: PlacementGroupId,

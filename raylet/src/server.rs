@@ -9,6 +9,7 @@
 
 use crate::node::{Job, Node, ReplyTo};
 use crate::scheduler::{Grantee, LeaseRequest};
+use bytes::Bytes;
 use parking_lot::Mutex;
 use prism_object_store::{Pin, Placement};
 use prism_protocol::error::{Error, Result};
@@ -113,10 +114,39 @@ impl Handler for ClientHandler {
                 c.scheduler.prepare_shard(r.job, r.spec, r.nodes, &here)
             })),
             R::CommitBundles(r) => answer(self.node.control(|c| c.scheduler.commit_shard(r.id))),
-            R::KvPut(r) => answer(Ok(self.node.kv.lock().put(r.key, r.value, r.overwrite))),
-            R::KvGet(r) => answer(Ok(self.node.kv.lock().get(&r.key))),
-            R::KvDelete(r) => answer(Ok(self.node.kv.lock().delete(&r.key))),
-            R::KvKeys(r) => answer(Ok(self.node.kv.lock().keys(&r.prefix))),
+            // In a cluster the table is the head's.
+            R::KvPut(r) => match self.node.membership.get() {
+                Some(m) => {
+                    let mut gcs = m.gcs();
+                    return answer_later(reply, async move {
+                        gcs.kv_put(r.key, r.value.to_vec(), r.overwrite).await
+                    });
+                }
+                None => answer(Ok(self.node.kv.lock().put(r.key, r.value, r.overwrite))),
+            },
+            R::KvGet(r) => match self.node.membership.get() {
+                Some(m) => {
+                    let mut gcs = m.gcs();
+                    return answer_later(reply, async move {
+                        gcs.kv_get(r.key).await.map(|v| v.map(Bytes::from))
+                    });
+                }
+                None => answer(Ok(self.node.kv.lock().get(&r.key))),
+            },
+            R::KvDelete(r) => match self.node.membership.get() {
+                Some(m) => {
+                    let mut gcs = m.gcs();
+                    return answer_later(reply, async move { gcs.kv_delete(r.key).await });
+                }
+                None => answer(Ok(self.node.kv.lock().delete(&r.key))),
+            },
+            R::KvKeys(r) => match self.node.membership.get() {
+                Some(m) => {
+                    let mut gcs = m.gcs();
+                    return answer_later(reply, async move { gcs.kv_keys(r.prefix).await });
+                }
+                None => answer(Ok(self.node.kv.lock().keys(&r.prefix))),
+            },
         };
         reply.send(answer);
     }
@@ -447,6 +477,16 @@ impl ClientHandler {
 
 fn answer<T: Reply>(result: Result<T>) -> Response {
     Response::from_result(result)
+}
+
+/// Answers `reply` once a call to the head's control store returns.
+fn answer_later<T: Reply + Send + 'static>(
+    reply: ReplyTo,
+    call: impl std::future::Future<Output = std::result::Result<T, prism_gcs::GcsError>>
+        + Send
+        + 'static,
+) {
+    tokio::spawn(async move { reply.send_result(call.await.map_err(Error::from)) });
 }
 
 fn location(p: Placement) -> ObjectLocation {

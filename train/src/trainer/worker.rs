@@ -67,7 +67,13 @@ impl PrismTrainWorker {
         let ctx = &setup.context;
         let options = GroupOptions::new(ctx.world_rank, ctx.world_size, "cluster-kv")
             .group_name(setup.group_name.clone());
-        let rendezvous = KvRendezvous::new(ClusterKv, IpAddr::V4(Ipv4Addr::LOCALHOST));
+        // Peers on other nodes reach this worker at its node's address.
+        let ip = prism::runtime_context()
+            .ok()
+            .and_then(|c| c.node_ip)
+            .and_then(|ip| ip.parse().ok())
+            .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        let rendezvous = KvRendezvous::new(ClusterKv, ip);
         let group = ProcessGroup::join_with(options, &rendezvous).map_err(|e| e.to_string())?;
         let (tx, rx) = sync_channel(0);
         let state = Arc::new(WorkerState {

@@ -1,19 +1,20 @@
-//! The control store's key-value table (Ray's internal KV): small values
-//! that drivers and workers share by name.
+//! The key-value table (Ray's internal KV): small values that drivers and
+//! workers share by name. The head's control store holds the cluster's;
+//! an embedded single-node cluster's raylet holds its own.
 
 use bytes::Bytes;
 use std::collections::HashMap;
 
 /// Keys to values; see the module docs.
 #[derive(Debug, Default)]
-pub(crate) struct KvTable {
+pub struct KvTable {
     entries: HashMap<String, Bytes>,
 }
 
 impl KvTable {
     /// Stores `value` unless the key exists and `overwrite` is false.
     /// True if the key was new.
-    pub(crate) fn put(&mut self, key: String, value: Bytes, overwrite: bool) -> bool {
+    pub fn put(&mut self, key: String, value: Bytes, overwrite: bool) -> bool {
         let fresh = !self.entries.contains_key(&key);
         if fresh || overwrite {
             self.entries.insert(key, value);
@@ -21,17 +22,18 @@ impl KvTable {
         fresh
     }
 
-    pub(crate) fn get(&self, key: &str) -> Option<Bytes> {
+    /// The value of `key`, if any.
+    pub fn get(&self, key: &str) -> Option<Bytes> {
         self.entries.get(key).cloned()
     }
 
     /// True if the key existed.
-    pub(crate) fn delete(&mut self, key: &str) -> bool {
+    pub fn delete(&mut self, key: &str) -> bool {
         self.entries.remove(key).is_some()
     }
 
     /// The keys starting with `prefix`, sorted.
-    pub(crate) fn keys(&self, prefix: &str) -> Vec<String> {
+    pub fn keys(&self, prefix: &str) -> Vec<String> {
         let mut keys: Vec<String> = self
             .entries
             .keys()
