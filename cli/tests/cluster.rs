@@ -888,8 +888,9 @@ fn pull() {
         last = counts();
     }
     println!("FREED everywhere: {last:?}");
-    // An object whose node dies is lost, and the error names the node.
-    let doomed = must(fill::remote_with(on(b), SIZE), "submitted");
+    // An object whose node dies, and whose task may not run again
+    // (max_retries 0), is lost, and the error names the node.
+    let doomed = must(fill::remote_with(on(b).max_retries(0), SIZE), "submitted");
     must(
         prism::wait(std::slice::from_ref(&doomed), 1, None),
         "the object is made",
@@ -1322,4 +1323,90 @@ fn the_trainer_runs_three_workers_on_three_nodes_with_a_checkpoint() {
         "{said}"
     );
     assert!(said.contains("WORKERS on 3 nodes"), "{said}");
+}
+
+/// Options that prefer `node` and run elsewhere when it is gone.
+fn prefer(node: &prism::NodeInfo) -> prism::TaskOptions {
+    let node_id = must(
+        prism::NodeId::parse(&node.node_id).ok_or("bad id"),
+        "a node id",
+    );
+    prism::TaskOptions::new().scheduling_strategy(prism::SchedulingStrategy::NodeAffinity {
+        node_id,
+        soft: true,
+    })
+}
+
+/// The rebuilding driver's part, run on the head by the test below.
+fn rebuild_lost() {
+    const SIZE: usize = 20_000_000;
+    must(
+        prism::init(prism::Config::default()),
+        "the driver joins its node",
+    );
+    let listed = must(prism::nodes(), "the nodes are listed");
+    let host = |ip: &str| {
+        must(
+            listed.iter().find(|n| n.node_ip == ip).ok_or("absent"),
+            "the host is a node",
+        )
+    };
+    let (b, c) = (host("10.77.0.2"), host("10.77.0.3"));
+    let expected: u64 = (0..SIZE).map(|i| (i % 251) as u64).sum();
+    // Two objects made and stored on B, owned by this driver.
+    let first = must(fill::remote_with(prefer(b), SIZE), "submitted");
+    let second = must(fill::remote_with(prefer(b), SIZE), "submitted");
+    must(
+        prism::wait(&[first.clone(), second.clone()], 2, None),
+        "both are made",
+    );
+    // B dies with both.
+    let _ = must(end_my_node::remote_with(on(b)), "submitted");
+    std::thread::sleep(Duration::from_millis(2500));
+    // This driver reads the first: its task runs again elsewhere.
+    let data = must(prism::get(&first), "the lost object is made again");
+    let sum: u64 = data.iter().map(|&b| b as u64).sum();
+    println!(
+        "OWNER read it whole: {}",
+        data.len() == SIZE && sum == expected
+    );
+    // A task on C reads the second: its owner (this driver) makes it again.
+    let read = must(checksum::remote_with(on(c), &second), "submitted");
+    let (sum, _) = must(prism::get(&read), "the reader on C finishes");
+    println!("BORROWER read it whole: {}", sum == expected);
+    println!("REBUILT {}", prism::retry_stats().objects_rebuilt);
+    prism::shutdown();
+}
+
+#[test]
+fn objects_lost_with_their_node_are_made_again_from_their_lineage() {
+    if std::env::var_os(DRIVER).is_some() {
+        return rebuild_lost();
+    }
+    let Some(m) = Machines::new("lineage", 3) else {
+        return;
+    };
+    let head = m.start_head(&[
+        ("PRISM_NODE_DEATH_TIMEOUT_MS", "1500"),
+        ("PRISM_HEARTBEAT_PERIOD_MS", "200"),
+    ]);
+    for host in [1, 2] {
+        assert!(m.join(host, &head).status.success());
+    }
+    must_eventually(
+        "every node is in the head's view",
+        Duration::from_secs(10),
+        || m.status(0).contains("Nodes: 3 alive"),
+    );
+    std::thread::sleep(Duration::from_millis(600));
+    let said = m.run_driver(
+        0,
+        "objects_lost_with_their_node_are_made_again_from_their_lineage",
+        &head,
+        &[(DRIVER, "1")],
+        Duration::from_secs(120),
+    );
+    assert!(said.contains("OWNER read it whole: true"), "{said}");
+    assert!(said.contains("BORROWER read it whole: true"), "{said}");
+    assert!(said.contains("REBUILT 2"), "{said}");
 }

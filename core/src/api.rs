@@ -423,6 +423,9 @@ pub struct RetryStats {
     pub task_retries: u64,
     /// Actor calls sent again to a restarted actor (`max_task_retries`).
     pub actor_call_retries: u64,
+    /// Objects this process owns that were lost with their node and made
+    /// again by running their task again (lineage reconstruction).
+    pub objects_rebuilt: u64,
 }
 
 /// What this process (a driver, or a worker for the tasks it submits)
@@ -437,6 +440,7 @@ pub fn retry_stats() -> RetryStats {
     RetryStats {
         task_retries,
         actor_call_retries,
+        objects_rebuilt: crate::runtime::objects::rebuilt(),
     }
 }
 

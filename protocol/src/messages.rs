@@ -668,6 +668,10 @@ services! {
         GetObjectStatus {
             /// The object.
             id: ObjectId,
+            /// Set when the asker found the copy on this node lost (the
+            /// node died): the owner runs the task that made it again, if
+            /// it can, and answers with the new value.
+            lost_at: Option<String>,
         } => ReturnObject;
         /// These processes now hold references to these objects.
         AddBorrower {

@@ -820,6 +820,7 @@ mod tests {
                 conn.start_call(
                     GetObjectStatus {
                         id: ObjectId::new(),
+                        lost_at: None,
                     }
                     .into(),
                 )
@@ -870,6 +871,7 @@ mod tests {
         let big = conn
             .request(GetObjectStatus {
                 id: ObjectId::new(),
+                lost_at: None,
             })
             .await
             .unwrap();

@@ -9,8 +9,9 @@
 
 use super::block_on;
 use super::peers::Peers;
-use super::refs::{Readiness, RefTable, Release, ValueState};
+use super::refs::{Readiness, Rebuild, RefTable, Release, ValueState};
 use super::store::{Loaded, StoreClient};
+use super::submitter::{SchedulingKey, TaskSubmitter};
 use crate::codec::{self, Arg};
 use crate::config::Config;
 use crate::{Error, Result};
@@ -22,8 +23,8 @@ use prism_protocol::messages::{
 };
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 
 /// A task (or actor call) with the object ids whose `submitted` count it
 /// holds until it answers, and what may be retried.
@@ -155,6 +156,26 @@ impl Submission {
     }
 }
 
+/// How a stored object was made, to make it again if the node holding it
+/// dies (Ray's lineage): the task, with only values as arguments.
+#[derive(Debug, Clone)]
+pub(crate) struct Lineage {
+    pub(crate) key: SchedulingKey,
+    pub(crate) spec: TaskSpec,
+    pub(crate) max_retries: i64,
+}
+
+/// How many times one read makes a lost object again before giving up.
+const MAX_REBUILDS_PER_READ: u32 = 3;
+
+/// Objects made again after their node died, since the process started.
+static REBUILT: AtomicU64 = AtomicU64::new(0);
+
+/// How many objects this process made again from their lineage.
+pub(crate) fn rebuilt() -> u64 {
+    REBUILT.load(Ordering::Relaxed)
+}
+
 /// This process's objects; see the module docs.
 #[derive(Debug)]
 pub(crate) struct Objects {
@@ -170,6 +191,10 @@ pub(crate) struct Objects {
     waiting: AtomicUsize,
     /// This process's node, in a multi-node cluster (from its address).
     node: Option<String>,
+    /// The lineage of owned objects in a store, by object.
+    lineage: parking_lot::Mutex<HashMap<ObjectId, Lineage>>,
+    /// The task submitter, which runs lineage again.
+    rebuilder: OnceLock<Weak<TaskSubmitter>>,
 }
 
 /// How a put stores its value.
@@ -241,6 +266,8 @@ impl Objects {
             peers,
             refs: RefTable::new(address),
             waiting: AtomicUsize::new(0),
+            lineage: parking_lot::Mutex::new(HashMap::new()),
+            rebuilder: OnceLock::new(),
         }
     }
 
@@ -272,7 +299,10 @@ impl Objects {
         let mut ends: HashMap<Address, Vec<ObjectId>> = HashMap::new();
         for r in releases {
             match r {
-                Release::DeleteFromStore(id, holder) => deletes.entry(holder).or_default().push(id),
+                Release::DeleteFromStore(id, holder) => {
+                    self.lineage.lock().remove(&id);
+                    deletes.entry(holder).or_default().push(id)
+                }
                 Release::EndBorrow { owner, id } => ends.entry(owner).or_default().push(id),
             }
         }
@@ -308,6 +338,9 @@ impl Objects {
             Ok(ret) => (ValueState::Ready(ret.value), ret.contained),
             Err(e) => (ValueState::Failed(e), Vec::new()),
         };
+        if !matches!(value, ValueState::Ready(ObjectValue::InStore { .. })) {
+            self.lineage.lock().remove(&submission.spec.return_id);
+        }
         let mut releases = self
             .refs
             .set_value(submission.spec.return_id, value, contained);
@@ -373,27 +406,107 @@ impl Objects {
         Ok(())
     }
 
-    /// Waits for an object's value, wherever it is.
+    /// Waits for an object's value, wherever it is. A stored object whose
+    /// node died is made again from its lineage by its owner (this process
+    /// or, when asked, the owner of a borrowed one), a bounded number of
+    /// times.
     pub(crate) async fn fetch(&self, info: &ObjectRefInfo) -> Result<Loaded> {
-        let value = if self.refs.is_mine(&info.owner) {
-            self.wait_owned(info.id).await?.0
-        } else {
-            let owner_died = || Error::OwnerDied {
-                object_id: info.id,
-                owner: info.owner.clone(),
+        let mut lost: Option<(String, Error)> = None;
+        for _ in 0..=MAX_REBUILDS_PER_READ {
+            let value = if self.refs.is_mine(&info.owner) {
+                if let Some((node, error)) = lost.take() {
+                    if !self.rebuild(info.id, &node) {
+                        return Err(error);
+                    }
+                }
+                self.wait_owned(info.id).await?.0
+            } else {
+                self.ask_owner(info, lost.take().map(|(node, _)| node))
+                    .await?
             };
-            let conn = self
-                .peers
-                .get(&info.owner)
-                .await
-                .map_err(|_| owner_died())?;
-            match conn.request(GetObjectStatus { id: info.id }).await {
-                Ok(ret) => ret.value,
-                Err(Error::Disconnected { .. }) => return Err(owner_died()),
-                Err(e) => return Err(e),
+            let holder = match &value {
+                ObjectValue::InStore { node, .. } => node.clone(),
+                ObjectValue::Inline(_) => None,
+            };
+            match (self.load(info.id, value).await, holder) {
+                (Err(e @ Error::ObjectLost { .. }), Some(node)) => lost = Some((node, e)),
+                (other, _) => return other,
             }
+        }
+        Err(Error::ObjectLost {
+            object_id: info.id,
+            cause: format!(
+                "its node died, and it was lost again each of the {MAX_REBUILDS_PER_READ} times \
+                 it was made again"
+            ),
+        })
+    }
+
+    /// The value of a borrowed object, from its owner (told that the copy
+    /// on `lost_at` is gone, if it is).
+    async fn ask_owner(
+        &self,
+        info: &ObjectRefInfo,
+        lost_at: Option<String>,
+    ) -> Result<ObjectValue> {
+        let owner_died = || Error::OwnerDied {
+            object_id: info.id,
+            owner: info.owner.clone(),
         };
-        self.load(info.id, value).await
+        let conn = self
+            .peers
+            .get(&info.owner)
+            .await
+            .map_err(|_| owner_died())?;
+        match conn
+            .request(GetObjectStatus {
+                id: info.id,
+                lost_at,
+            })
+            .await
+        {
+            Ok(ret) => Ok(ret.value),
+            Err(Error::Disconnected { .. }) => Err(owner_died()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Keeps how an object is being made, for [`Objects::rebuild`].
+    pub(crate) fn record_lineage(&self, lineage: Lineage) {
+        if lineage.max_retries == 0 {
+            return;
+        }
+        self.lineage.lock().insert(lineage.spec.return_id, lineage);
+    }
+
+    /// Sets the submitter that runs lineage again.
+    pub(crate) fn set_rebuilder(&self, submitter: &Arc<TaskSubmitter>) {
+        let _ = self.rebuilder.set(Arc::downgrade(submitter));
+    }
+
+    /// Makes an owned object whose copy on node `lost_node` is gone again,
+    /// by running its task again; false when it cannot be.
+    pub(crate) fn rebuild(&self, id: ObjectId, lost_node: &str) -> bool {
+        let lineage = self.lineage.lock().get(&id).cloned();
+        let submitter = self.rebuilder.get().and_then(Weak::upgrade);
+        let (Some(lineage), Some(submitter)) = (lineage, submitter) else {
+            return false;
+        };
+        match self.refs.rebuild(id, lost_node) {
+            Rebuild::Start => {
+                tracing::warn!(
+                    object = %id,
+                    node = %lost_node,
+                    function = %lineage.spec.function,
+                    "an object was lost with its node; running its task again to make it"
+                );
+                REBUILT.fetch_add(1, Ordering::Relaxed);
+                submitter.rebuild(lineage);
+                true
+            }
+            Rebuild::Wait => true,
+            Rebuild::Gone => false,
+        }
     }
 
     /// The bytes of a ready value: carried inline, in this node's store, or
@@ -627,10 +740,27 @@ impl Objects {
         request: OwnerRequest,
     ) {
         match request {
-            OwnerRequest::GetObjectStatus(GetObjectStatus { id: object_id }) => {
+            OwnerRequest::GetObjectStatus(GetObjectStatus {
+                id: object_id,
+                lost_at,
+            }) => {
                 let objects = self.clone();
                 let conn = conn.clone();
                 self.rt.spawn(async move {
+                    if let Some(node) = lost_at {
+                        if !objects.rebuild(object_id, &node) {
+                            let lost = Error::ObjectLost {
+                                object_id,
+                                cause: format!(
+                                    "its only copy was on node {node}, which is gone, and it \
+                                     cannot be made again: it was put, or its task took \
+                                     objects by reference, may not be retried (max_retries \
+                                     0) or made a value holding references"
+                                ),
+                            };
+                            return conn.respond(id, Response::Error(lost));
+                        }
+                    }
                     let response = match objects.wait_owned(object_id).await {
                         Ok((value, contained)) => {
                             Response::Object(ReturnObject { value, contained })

@@ -92,6 +92,18 @@ pub(crate) enum Release {
     EndBorrow { owner: Address, id: ObjectId },
 }
 
+/// Whether an owned object whose copy was lost can be made again.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Rebuild {
+    /// It is pending again: run its task.
+    Start,
+    /// It is being made again, or has another copy now: read it again.
+    Wait,
+    /// It cannot be (freed, failed, not owned here, or its value holds
+    /// references).
+    Gone,
+}
+
 /// What waiting for an owned object's value gives.
 #[derive(Debug)]
 pub(crate) enum Readiness {
@@ -263,6 +275,28 @@ impl RefTable {
                     Readiness::Wait(rx)
                 }
             },
+        }
+    }
+
+    /// Marks an owned object whose only copy, on node `lost_node`, is
+    /// gone as pending again, so that its task can make it again.
+    pub(crate) fn rebuild(&self, id: ObjectId, lost_node: &str) -> Rebuild {
+        let mut entries = self.entries.lock();
+        let Some(e) = entries.get_mut(&id) else {
+            return Rebuild::Gone;
+        };
+        if e.owner.is_some() || !e.contains.is_empty() {
+            return Rebuild::Gone;
+        }
+        match &e.value {
+            ValueState::Ready(ObjectValue::InStore {
+                node: Some(node), ..
+            }) if node == lost_node => {
+                e.value = ValueState::Pending;
+                Rebuild::Start
+            }
+            ValueState::Failed(_) => Rebuild::Gone,
+            _ => Rebuild::Wait,
         }
     }
 

@@ -372,6 +372,7 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
         objects.clone(),
         s.job_id,
     ));
+    objects.set_rebuilder(&tasks);
     let actors = Arc::new(ActorSubmitter::new(
         s.rt.clone(),
         s.worker_id,

@@ -16,14 +16,14 @@
 //! 4. A worker whose queue ran dry is kept for `lease_idle_ms`, then given
 //!    back, so that back-to-back calls skip the lease round trip.
 
-use super::objects::{Objects, Submission};
+use super::objects::{Lineage, Objects, Submission};
 use crate::config::Config;
 use crate::{Error, Result};
 use parking_lot::Mutex;
-use prism_protocol::ids::{JobId, LeaseId, WorkerId};
+use prism_protocol::ids::{JobId, LeaseId, TaskId, WorkerId};
 use prism_protocol::messages::{
-    BundleRef, LeaseGrant, LeaseReply, PushTask, RegisterDriver, RequestLease, ReturnLease,
-    ReturnObject, SchedulingStrategy, WorkerExitReason,
+    ArgSpec, BundleRef, LeaseGrant, LeaseReply, PushTask, RegisterDriver, RequestLease,
+    ReturnLease, ReturnObject, SchedulingStrategy, WorkerExitReason,
 };
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::Connection;
@@ -162,6 +162,17 @@ impl TaskSubmitter {
         Ok(conn)
     }
 
+    /// Runs a task again to make its lost result (see `Objects::rebuild`).
+    pub(crate) fn rebuild(self: &Arc<Self>, lineage: Lineage) {
+        let mut spec = lineage.spec;
+        spec.task_id = TaskId::new();
+        let retries = (lineage.max_retries - 1).max(-1);
+        self.submit(
+            lineage.key,
+            Submission::new(spec, Vec::new()).retries(retries, false, Vec::new()),
+        );
+    }
+
     /// Resolves, queues and eventually runs a task. When every argument is
     /// a value or a ready object this happens on the calling thread, and the
     /// task may be on its way to a worker before this returns.
@@ -187,6 +198,20 @@ impl TaskSubmitter {
     }
 
     fn enqueue(self: &Arc<Self>, shape: SchedulingKey, submission: Submission) {
+        // A task whose arguments are all values can be run again to make
+        // its result if the node storing it dies.
+        if submission
+            .spec
+            .args
+            .iter()
+            .all(|a| matches!(a, ArgSpec::Value(_)))
+        {
+            self.objects.record_lineage(Lineage {
+                key: shape.clone(),
+                spec: submission.spec.clone(),
+                max_retries: submission.retries_left,
+            });
+        }
         let mut shapes = self.shapes.lock();
         let queue = shapes.entry(shape.clone()).or_default();
         queue.tasks.push_back(submission);
