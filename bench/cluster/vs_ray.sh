@@ -32,36 +32,17 @@ if [[ -z "$ray_py" ]]; then
 fi
 
 prism="$CARGO_TARGET_DIR/release/prism"
-tag="pvr$$"
-temp="$(mktemp -d /tmp/prism-vs-ray.XXXXXX)"
-cleanup() {
-  for h in 0 1 2; do
-    ip netns exec "$tag-h$h" "$prism" stop --force --temp-dir "$temp/h$h" >/dev/null 2>&1 || true
-    ip netns del "$tag-h$h" 2>/dev/null || true
-  done
-  ip netns del "$tag-sw" 2>/dev/null || true
-  rm -rf "$temp"
-}
-trap cleanup EXIT
-ip netns add "$tag-sw"
-ip -n "$tag-sw" link add br0 type bridge
-ip -n "$tag-sw" link set br0 up
-for h in 0 1 2; do
-  ip netns add "$tag-h$h"
-  ip link add "v$tag$h" netns "$tag-sw" type veth peer name eth0 netns "$tag-h$h"
-  ip -n "$tag-sw" link set "v$tag$h" master br0 up
-  ip -n "$tag-h$h" addr add "10.79.0.$((h + 1))/24" dev eth0
-  ip -n "$tag-h$h" link set eth0 up
-  ip -n "$tag-h$h" link set lo up
-done
+. bench/cluster/hosts.sh
+make_hosts "pvr$$" 3 10.79.0
+temp="$HOSTS_TEMP"
 
 now_ms() { date +%s%3N; }
 t0=$(now_ms)
-ip netns exec "$tag-h0" "$prism" start --head --port 6380 --node-ip-address 10.79.0.1 \
+on_host 0 "$prism" start --head --port 6380 --node-ip-address 10.79.0.1 \
   --num-cpus 1 --temp-dir "$temp/h0" >/dev/null
 token="$(cat "$temp/h0/token")"
 for h in 1 2; do
-  ip netns exec "$tag-h$h" "$prism" start --address 10.79.0.1:6380 \
+  on_host "$h" "$prism" start --address 10.79.0.1:6380 \
     --node-ip-address "10.79.0.$((h + 1))" --num-cpus 1 --temp-dir "$temp/h$h" \
     --token "$token" >/dev/null
 done
@@ -70,11 +51,11 @@ prism_rows="$temp/prism.rows"
 echo "ROW 3 nodes started $((t1 - t0)) ms" >"$prism_rows"
 # One heartbeat later every raylet has the others in its view.
 sleep 1.5
-ip netns exec "$tag-h0" env PRISM_ADDRESS=10.79.0.1:6380 PRISM_TEMP_DIR="$temp/h0" \
+on_host 0 env PRISM_ADDRESS=10.79.0.1:6380 PRISM_TEMP_DIR="$temp/h0" \
   "$CARGO_TARGET_DIR/release/examples/cluster_bench" | grep '^ROW' >>"$prism_rows"
 t2=$(now_ms)
 for h in 0 1 2; do
-  ip netns exec "$tag-h$h" "$prism" stop --temp-dir "$temp/h$h" >/dev/null
+  on_host "$h" "$prism" stop --temp-dir "$temp/h$h" >/dev/null
 done
 echo "ROW 3 nodes stopped $(($(now_ms) - t2)) ms" >>"$prism_rows"
 

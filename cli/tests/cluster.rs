@@ -14,6 +14,11 @@ use std::time::{Duration, Instant};
 const PRISM: &str = env!("CARGO_BIN_EXE_prism");
 /// Set in the child that acts as a driver on one of the hosts.
 const DRIVER: &str = "PRISM_CLI_TEST_DRIVER";
+/// A head that marks a silent node dead within 1.5 s.
+const FAST_DEATH: &[(&str, &str)] = &[
+    ("PRISM_NODE_DEATH_TIMEOUT_MS", "1500"),
+    ("PRISM_HEARTBEAT_PERIOD_MS", "200"),
+];
 
 /// Test hosts, and the temp dir of each host's node (each host plays a
 /// machine of its own). Dropping it stops every node by force and removes
@@ -477,10 +482,7 @@ fn a_node_killed_or_cut_off_is_marked_dead_within_the_timeout() {
     let Some(m) = Machines::new("death", 3) else {
         return;
     };
-    let head = m.start_head(&[
-        ("PRISM_NODE_DEATH_TIMEOUT_MS", "1500"),
-        ("PRISM_HEARTBEAT_PERIOD_MS", "200"),
-    ]);
+    let head = m.start_head(FAST_DEATH);
     for host in [1, 2] {
         assert!(m.join(host, &head).status.success());
     }
@@ -708,10 +710,7 @@ fn task_survives_its_node(test: &'static str, cut: bool) {
     let Some(m) = Machines::new(tag, 3) else {
         return;
     };
-    let head = m.start_head(&[
-        ("PRISM_NODE_DEATH_TIMEOUT_MS", "1500"),
-        ("PRISM_HEARTBEAT_PERIOD_MS", "200"),
-    ]);
+    let head = m.start_head(FAST_DEATH);
     for host in [1, 2] {
         assert!(m.join(host, &head).status.success());
     }
@@ -784,6 +783,77 @@ fn task_survives_its_node(test: &'static str, cut: bool) {
     let _ = std::fs::remove_dir_all(&marks);
 }
 
+/// Node affinity to `node` (with `soft`, falling back elsewhere when it is
+/// gone).
+fn affinity(node: &prism::NodeInfo, soft: bool) -> prism::SchedulingStrategy {
+    let node_id = must(
+        prism::NodeId::parse(&node.node_id).ok_or("bad id"),
+        "a node id",
+    );
+    prism::SchedulingStrategy::NodeAffinity { node_id, soft }
+}
+
+/// Options that run a task on `node` and nowhere else.
+fn on(node: &prism::NodeInfo) -> prism::TaskOptions {
+    prism::TaskOptions::new().scheduling_strategy(affinity(node, false))
+}
+
+/// Options that prefer `node` and run elsewhere when it is gone.
+fn prefer(node: &prism::NodeInfo) -> prism::TaskOptions {
+    prism::TaskOptions::new().scheduling_strategy(affinity(node, true))
+}
+
+/// Options that place an actor on `node`.
+fn actor_on(node: &prism::NodeInfo) -> prism::ActorOptions {
+    prism::ActorOptions::new().scheduling_strategy(affinity(node, false))
+}
+
+/// A driver's start: it joins its node and finds the nodes of the second
+/// and third hosts.
+fn join_and_find_b_c() -> (prism::NodeInfo, prism::NodeInfo) {
+    must(
+        prism::init(prism::Config::default()),
+        "the driver joins its node",
+    );
+    let listed = must(prism::nodes(), "the nodes are listed");
+    let host = |ip: &str| {
+        must(
+            listed
+                .iter()
+                .find(|n| n.node_ip == ip)
+                .cloned()
+                .ok_or("absent"),
+            "the host is a node",
+        )
+    };
+    (host("10.77.0.2"), host("10.77.0.3"))
+}
+
+/// Three hosts: the head (started with `head_env`) and two nodes joined,
+/// each in every raylet's view. `None` where namespaces cannot be made.
+fn three_nodes(tag: &str, head_env: &[(&str, &str)]) -> Option<(Machines, String)> {
+    let m = Machines::new(tag, 3)?;
+    let head = m.start_head(head_env);
+    for host in [1, 2] {
+        let out = m.join(host, &head);
+        assert!(out.status.success(), "the node joins: {}", text(&out));
+    }
+    must_eventually(
+        "every node is in the head's view",
+        Duration::from_secs(10),
+        || m.status(0).contains("Nodes: 3 alive"),
+    );
+    // One heartbeat later every raylet has the others in its view.
+    std::thread::sleep(Duration::from_millis(1200));
+    Some((m, head))
+}
+
+/// Runs the driver part of `test` (this binary, in driver mode) on the
+/// head's host and returns what it printed.
+fn drive_on_head(m: &Machines, head: &str, test: &str) -> String {
+    m.run_driver(0, test, head, &[(DRIVER, "1")], Duration::from_secs(180))
+}
+
 /// `bytes` bytes made where it runs.
 #[prism::remote]
 fn fill(bytes: usize) -> Vec<u8> {
@@ -808,33 +878,11 @@ fn objects_here() -> u64 {
         .unwrap_or(u64::MAX)
 }
 
-/// Options that run a task on `node` and nowhere else.
-fn on(node: &prism::NodeInfo) -> prism::TaskOptions {
-    let node_id = must(
-        prism::NodeId::parse(&node.node_id).ok_or("bad id"),
-        "a node id",
-    );
-    prism::TaskOptions::new().scheduling_strategy(prism::SchedulingStrategy::NodeAffinity {
-        node_id,
-        soft: false,
-    })
-}
-
 /// The pulling driver's part, run on the head by the test below.
 fn pull() {
     const SIZE: usize = 100_000_000;
-    must(
-        prism::init(prism::Config::default()),
-        "the driver joins its node",
-    );
-    let listed = must(prism::nodes(), "the nodes are listed");
-    let host = |ip: &str| {
-        must(
-            listed.iter().find(|n| n.node_ip == ip).ok_or("absent"),
-            "the host is a node",
-        )
-    };
-    let (b, c) = (host("10.77.0.2"), host("10.77.0.3"));
+    let (b, c) = join_and_find_b_c();
+    let (b, c) = (&b, &c);
     let expected: u64 = (0..SIZE).map(|i| (i % 251) as u64).sum();
     // Made and stored on B; owned by this driver on A.
     let made = must(fill::remote_with(on(b), SIZE), "submitted");
@@ -920,25 +968,13 @@ fn objects_are_pulled_between_nodes_once_and_freed_with_their_object() {
     if std::env::var_os(DRIVER).is_some() {
         return pull();
     }
-    let Some(m) = Machines::new("pull", 3) else {
+    let Some((m, head)) = three_nodes("pull", &[]) else {
         return;
     };
-    let head = m.start_head(&[]);
-    for host in [1, 2] {
-        assert!(m.join(host, &head).status.success());
-    }
-    must_eventually(
-        "every node is in the head's view",
-        Duration::from_secs(10),
-        || m.status(0).contains("Nodes: 3 alive"),
-    );
-    std::thread::sleep(Duration::from_millis(1200));
-    let said = m.run_driver(
-        0,
-        "objects_are_pulled_between_nodes_once_and_freed_with_their_object",
+    let said = drive_on_head(
+        &m,
         &head,
-        &[(DRIVER, "1")],
-        Duration::from_secs(120),
+        "objects_are_pulled_between_nodes_once_and_freed_with_their_object",
     );
     assert!(
         said.contains("C read whole: true, pulled once: true"),
@@ -987,32 +1023,10 @@ fn take_name(name: String) -> String {
     }
 }
 
-/// Options that place an actor on `node`.
-fn actor_on(node: &prism::NodeInfo) -> prism::ActorOptions {
-    let node_id = must(
-        prism::NodeId::parse(&node.node_id).ok_or("bad id"),
-        "a node id",
-    );
-    prism::ActorOptions::new().scheduling_strategy(prism::SchedulingStrategy::NodeAffinity {
-        node_id,
-        soft: false,
-    })
-}
-
 /// The actor driver's part, run on the head by the test below.
 fn place_actors() {
-    must(
-        prism::init(prism::Config::default()),
-        "the driver joins its node",
-    );
-    let listed = must(prism::nodes(), "the nodes are listed");
-    let host = |ip: &str| {
-        must(
-            listed.iter().find(|n| n.node_ip == ip).ok_or("absent"),
-            "the host is a node",
-        )
-    };
-    let (b, c) = (host("10.77.0.2"), host("10.77.0.3"));
+    let (b, c) = join_and_find_b_c();
+    let (b, c) = (&b, &c);
     let node_of = |w: &prism::ActorHandle<Where>| {
         must(prism::get(&must(w.node(), "called")), "the actor answers")
     };
@@ -1071,28 +1085,13 @@ fn actors_are_placed_on_other_nodes_named_cluster_wide_and_die_with_their_node()
     if std::env::var_os(DRIVER).is_some() {
         return place_actors();
     }
-    let Some(m) = Machines::new("actors", 3) else {
+    let Some((m, head)) = three_nodes("actors", FAST_DEATH) else {
         return;
     };
-    let head = m.start_head(&[
-        ("PRISM_NODE_DEATH_TIMEOUT_MS", "1500"),
-        ("PRISM_HEARTBEAT_PERIOD_MS", "200"),
-    ]);
-    for host in [1, 2] {
-        assert!(m.join(host, &head).status.success());
-    }
-    must_eventually(
-        "every node is in the head's view",
-        Duration::from_secs(10),
-        || m.status(0).contains("Nodes: 3 alive"),
-    );
-    std::thread::sleep(Duration::from_millis(600));
-    let said = m.run_driver(
-        0,
-        "actors_are_placed_on_other_nodes_named_cluster_wide_and_die_with_their_node",
+    let said = drive_on_head(
+        &m,
         &head,
-        &[(DRIVER, "1")],
-        Duration::from_secs(120),
+        "actors_are_placed_on_other_nodes_named_cluster_wide_and_die_with_their_node",
     );
     assert!(said.contains("PLACED on B: true"), "{said}");
     assert!(said.contains("SPREAD actors over 3 nodes"), "{said}");
@@ -1174,25 +1173,13 @@ fn a_strict_spread_group_reserves_one_bundle_on_each_of_three_nodes() {
     if std::env::var_os(DRIVER).is_some() {
         return place_groups();
     }
-    let Some(m) = Machines::new("groups", 3) else {
+    let Some((m, head)) = three_nodes("groups", &[("PRISM_HEARTBEAT_PERIOD_MS", "200")]) else {
         return;
     };
-    let head = m.start_head(&[("PRISM_HEARTBEAT_PERIOD_MS", "200")]);
-    for host in [1, 2] {
-        assert!(m.join(host, &head).status.success());
-    }
-    must_eventually(
-        "every node is in the head's view",
-        Duration::from_secs(10),
-        || m.status(0).contains("Nodes: 3 alive"),
-    );
-    std::thread::sleep(Duration::from_millis(600));
-    let said = m.run_driver(
-        0,
-        "a_strict_spread_group_reserves_one_bundle_on_each_of_three_nodes",
+    let said = drive_on_head(
+        &m,
         &head,
-        &[(DRIVER, "1")],
-        Duration::from_secs(120),
+        "a_strict_spread_group_reserves_one_bundle_on_each_of_three_nodes",
     );
     assert!(said.contains("STRICT_SPREAD over 3 nodes"), "{said}");
     assert!(said.contains("BUNDLE tasks on their nodes: true"), "{said}");
@@ -1294,25 +1281,13 @@ fn the_trainer_runs_three_workers_on_three_nodes_with_a_checkpoint() {
     if std::env::var_os(DRIVER).is_some() {
         return train_over_nodes();
     }
-    let Some(m) = Machines::new("train", 3) else {
+    let Some((m, head)) = three_nodes("train", &[("PRISM_HEARTBEAT_PERIOD_MS", "200")]) else {
         return;
     };
-    let head = m.start_head(&[("PRISM_HEARTBEAT_PERIOD_MS", "200")]);
-    for host in [1, 2] {
-        assert!(m.join(host, &head).status.success());
-    }
-    must_eventually(
-        "every node is in the head's view",
-        Duration::from_secs(10),
-        || m.status(0).contains("Nodes: 3 alive"),
-    );
-    std::thread::sleep(Duration::from_millis(600));
-    let said = m.run_driver(
-        0,
-        "the_trainer_runs_three_workers_on_three_nodes_with_a_checkpoint",
+    let said = drive_on_head(
+        &m,
         &head,
-        &[(DRIVER, "1")],
-        Duration::from_secs(180),
+        "the_trainer_runs_three_workers_on_three_nodes_with_a_checkpoint",
     );
     assert!(
         said.contains("TRAINED rank_sum Some(Number(3.0))"),
@@ -1325,33 +1300,11 @@ fn the_trainer_runs_three_workers_on_three_nodes_with_a_checkpoint() {
     assert!(said.contains("WORKERS on 3 nodes"), "{said}");
 }
 
-/// Options that prefer `node` and run elsewhere when it is gone.
-fn prefer(node: &prism::NodeInfo) -> prism::TaskOptions {
-    let node_id = must(
-        prism::NodeId::parse(&node.node_id).ok_or("bad id"),
-        "a node id",
-    );
-    prism::TaskOptions::new().scheduling_strategy(prism::SchedulingStrategy::NodeAffinity {
-        node_id,
-        soft: true,
-    })
-}
-
 /// The rebuilding driver's part, run on the head by the test below.
 fn rebuild_lost() {
     const SIZE: usize = 20_000_000;
-    must(
-        prism::init(prism::Config::default()),
-        "the driver joins its node",
-    );
-    let listed = must(prism::nodes(), "the nodes are listed");
-    let host = |ip: &str| {
-        must(
-            listed.iter().find(|n| n.node_ip == ip).ok_or("absent"),
-            "the host is a node",
-        )
-    };
-    let (b, c) = (host("10.77.0.2"), host("10.77.0.3"));
+    let (b, c) = join_and_find_b_c();
+    let (b, c) = (&b, &c);
     let expected: u64 = (0..SIZE).map(|i| (i % 251) as u64).sum();
     // Two objects made and stored on B, owned by this driver.
     let first = must(fill::remote_with(prefer(b), SIZE), "submitted");
@@ -1383,28 +1336,13 @@ fn objects_lost_with_their_node_are_made_again_from_their_lineage() {
     if std::env::var_os(DRIVER).is_some() {
         return rebuild_lost();
     }
-    let Some(m) = Machines::new("lineage", 3) else {
+    let Some((m, head)) = three_nodes("lineage", FAST_DEATH) else {
         return;
     };
-    let head = m.start_head(&[
-        ("PRISM_NODE_DEATH_TIMEOUT_MS", "1500"),
-        ("PRISM_HEARTBEAT_PERIOD_MS", "200"),
-    ]);
-    for host in [1, 2] {
-        assert!(m.join(host, &head).status.success());
-    }
-    must_eventually(
-        "every node is in the head's view",
-        Duration::from_secs(10),
-        || m.status(0).contains("Nodes: 3 alive"),
-    );
-    std::thread::sleep(Duration::from_millis(600));
-    let said = m.run_driver(
-        0,
-        "objects_lost_with_their_node_are_made_again_from_their_lineage",
+    let said = drive_on_head(
+        &m,
         &head,
-        &[(DRIVER, "1")],
-        Duration::from_secs(120),
+        "objects_lost_with_their_node_are_made_again_from_their_lineage",
     );
     assert!(said.contains("OWNER read it whole: true"), "{said}");
     assert!(said.contains("BORROWER read it whole: true"), "{said}");

@@ -41,6 +41,24 @@ pub(super) struct PlacementGroup<R> {
 }
 
 impl<R> PlacementGroup<R> {
+    /// A group not created yet: `bundles` reserved so far (for a shard of a
+    /// group over several nodes, `nodes` gives each bundle's node).
+    fn pending(
+        spec: PlacementGroupSpec,
+        job: JobId,
+        bundles: Vec<Option<(Allocation, NodeResources)>>,
+        nodes: Vec<String>,
+    ) -> Self {
+        PlacementGroup {
+            spec,
+            job,
+            state: PlacementGroupState::Pending,
+            bundles,
+            nodes,
+            waiters: Vec::new(),
+        }
+    }
+
     fn info(&self) -> PlacementGroupInfo {
         PlacementGroupInfo {
             spec: self.spec.clone(),
@@ -270,14 +288,7 @@ impl<R> Scheduler<R> {
         tracing::info!(group = %id, bundles = spec.bundles.len(), strategy = ?spec.strategy, "placement group requested");
         self.groups.insert(
             id,
-            PlacementGroup {
-                spec,
-                job,
-                state: PlacementGroupState::Pending,
-                bundles: Vec::new(),
-                nodes: Vec::new(),
-                waiters: Vec::new(),
-            },
+            PlacementGroup::pending(spec, job, Vec::new(), Vec::new()),
         );
         self.pending_groups.push_back(id);
         self.schedule();
@@ -372,17 +383,8 @@ impl<R> Scheduler<R> {
             }
         }
         let id = spec.id;
-        self.groups.insert(
-            id,
-            PlacementGroup {
-                spec,
-                job,
-                state: PlacementGroupState::Pending,
-                bundles,
-                nodes,
-                waiters: Vec::new(),
-            },
-        );
+        self.groups
+            .insert(id, PlacementGroup::pending(spec, job, bundles, nodes));
         Ok(())
     }
 
