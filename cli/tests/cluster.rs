@@ -1060,6 +1060,21 @@ fn place_actors() {
         "the creation runs",
     );
     println!("DUPLICATE from C: {duplicate}");
+    // Two creations of one name at once, from two nodes: one wins.
+    let racers: Vec<_> = [b, c]
+        .into_iter()
+        .map(|n| {
+            must(
+                take_name::remote_with(on(n), "raced".to_string()),
+                "submitted",
+            )
+        })
+        .collect();
+    let won = racers
+        .iter()
+        .filter(|r| must(prism::get(*r), "a racer finishes") == "created")
+        .count();
+    println!("RACE won by {won}");
     // Killed from here, on its node.
     must(prism::kill(&on_b), "the actor is killed");
     let after = prism::get(&must(on_b.node(), "called"));
@@ -1100,6 +1115,7 @@ fn actors_are_placed_on_other_nodes_named_cluster_wide_and_die_with_their_node()
         said.contains("DUPLICATE from C: ") && said.contains("already exists"),
         "{said}"
     );
+    assert!(said.contains("RACE won by 1"), "{said}");
     assert!(said.contains("KILLED on B: true"), "{said}");
     assert!(said.contains("NODE DIED names its node: true"), "{said}");
 }

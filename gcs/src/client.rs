@@ -161,6 +161,48 @@ impl GcsClient {
         self.answer("KvKeys", reply).map(|r| r.keys)
     }
 
+    /// Registers actor `actor_id` on node `node_id` as the holder of
+    /// `name` in `namespace` (taking it over from `replace` if given): the
+    /// reply says whether it was, or who holds it.
+    pub async fn register_actor_name(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        actor_id: &str,
+        node_id: &str,
+        replace: Option<&str>,
+    ) -> Result<RegisterActorNameReply, GcsError> {
+        let reply = self
+            .inner
+            .register_actor_name(RegisterActorNameRequest {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                actor_id: actor_id.to_string(),
+                node_id: node_id.to_string(),
+                replace_actor_id: replace.unwrap_or_default().to_string(),
+            })
+            .await;
+        self.answer("RegisterActorName", reply)
+    }
+
+    /// The actor holding `name` in `namespace`, and its node: `None` when
+    /// the name is free or its holder's node is not alive.
+    pub async fn lookup_actor_name(
+        &mut self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<(String, String)>, GcsError> {
+        let reply = self
+            .inner
+            .lookup_actor_name(LookupActorNameRequest {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            })
+            .await;
+        self.answer("LookupActorName", reply)
+            .map(|r| r.found.then_some((r.actor_id, r.node_id)))
+    }
+
     fn answer<T>(
         &self,
         call: &'static str,

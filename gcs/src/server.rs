@@ -40,6 +40,8 @@ struct State {
     settings: GcsSettings,
     nodes: Mutex<NodeTable>,
     kv: Mutex<crate::KvTable>,
+    /// Actor names: (namespace, name) to (actor id, node id).
+    names: Mutex<std::collections::HashMap<(String, String), (String, String)>>,
 }
 
 /// A running control store. Stop it with [`GcsServer::shutdown`].
@@ -76,6 +78,7 @@ impl GcsServer {
             settings: settings.clone(),
             nodes: Mutex::new(NodeTable::default()),
             kv: Mutex::new(crate::KvTable::default()),
+            names: Mutex::new(std::collections::HashMap::new()),
         });
         let watcher = tokio::spawn(watch_heartbeats(Arc::downgrade(&state)));
         let service = Service::with_interceptor(Handler(state), auth::check(settings.token));
@@ -258,5 +261,59 @@ impl Gcs for Handler {
     ) -> Result<Response<KvKeysReply>, Status> {
         let keys = self.0.kv.lock().keys(&request.into_inner().prefix);
         Ok(Response::new(KvKeysReply { keys }))
+    }
+
+    async fn register_actor_name(
+        &self,
+        request: Request<RegisterActorNameRequest>,
+    ) -> Result<Response<RegisterActorNameReply>, Status> {
+        let r = request.into_inner();
+        let key = (r.namespace, r.name);
+        let nodes = self.0.nodes.lock();
+        let mut names = self.0.names.lock();
+        let free = match names.get(&key) {
+            None => true,
+            Some((actor, node)) => {
+                *actor == r.actor_id
+                    || (!r.replace_actor_id.is_empty() && *actor == r.replace_actor_id)
+                    || !nodes.is_alive(node)
+            }
+        };
+        if free {
+            names.insert(key, (r.actor_id, r.node_id));
+            return Ok(Response::new(RegisterActorNameReply {
+                registered: true,
+                ..RegisterActorNameReply::default()
+            }));
+        }
+        let (holder_actor_id, holder_node_id) = names.get(&key).cloned().unwrap_or_default();
+        Ok(Response::new(RegisterActorNameReply {
+            registered: false,
+            holder_actor_id,
+            holder_node_id,
+        }))
+    }
+
+    async fn lookup_actor_name(
+        &self,
+        request: Request<LookupActorNameRequest>,
+    ) -> Result<Response<LookupActorNameReply>, Status> {
+        let r = request.into_inner();
+        let nodes = self.0.nodes.lock();
+        let found = self
+            .0
+            .names
+            .lock()
+            .get(&(r.namespace, r.name))
+            .filter(|(_, node)| nodes.is_alive(node))
+            .cloned();
+        Ok(Response::new(match found {
+            Some((actor_id, node_id)) => LookupActorNameReply {
+                found: true,
+                actor_id,
+                node_id,
+            },
+            None => LookupActorNameReply::default(),
+        }))
     }
 }

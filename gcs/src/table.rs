@@ -36,6 +36,13 @@ pub(crate) struct NodeTable {
 }
 
 impl NodeTable {
+    /// Whether `node_id` is a live member.
+    pub(crate) fn is_alive(&self, node_id: &str) -> bool {
+        self.nodes
+            .get(node_id)
+            .is_some_and(|e| e.info.state == NodeState::Alive as i32)
+    }
+
     /// Adds a node. An id seen before (alive or dead) is refused: a node
     /// that comes back is a new node with a new id.
     pub(crate) fn register(&mut self, mut info: NodeInfo, now: Instant) -> Result<(), String> {

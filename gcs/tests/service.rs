@@ -156,3 +156,64 @@ async fn the_key_value_table_is_shared_by_every_client() {
     assert_eq!(b.kv_get("run/rank0".into()).await.unwrap(), None);
     gcs.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_actor_name_has_one_holder_until_its_node_dies_or_it_is_replaced() {
+    let (gcs, token) = start(Duration::from_secs(5)).await;
+    let mut client = GcsClient::connect(&gcs.address().to_string(), &token)
+        .await
+        .unwrap();
+    client.register_node(node("n1")).await.unwrap();
+    client.register_node(node("n2")).await.unwrap();
+    let first = client
+        .register_actor_name("ns", "counter", "actor-1", "n1", None)
+        .await
+        .unwrap();
+    assert!(first.registered);
+    let second = client
+        .register_actor_name("ns", "counter", "actor-2", "n2", None)
+        .await
+        .unwrap();
+    assert!(!second.registered, "a live holder keeps the name");
+    assert_eq!(
+        (
+            second.holder_actor_id.as_str(),
+            second.holder_node_id.as_str()
+        ),
+        ("actor-1", "n1")
+    );
+    // Another namespace is another name.
+    assert!(
+        client
+            .register_actor_name("other", "counter", "actor-2", "n2", None)
+            .await
+            .unwrap()
+            .registered
+    );
+    assert_eq!(
+        client.lookup_actor_name("ns", "counter").await.unwrap(),
+        Some(("actor-1".to_string(), "n1".to_string()))
+    );
+    // The caller found actor-1 dead: it takes the name over.
+    assert!(
+        client
+            .register_actor_name("ns", "counter", "actor-2", "n2", Some("actor-1"))
+            .await
+            .unwrap()
+            .registered
+    );
+    // A holder whose node is gone holds nothing.
+    client.unregister_node("n2", "stopped").await.unwrap();
+    assert_eq!(
+        client.lookup_actor_name("ns", "counter").await.unwrap(),
+        None
+    );
+    assert!(
+        client
+            .register_actor_name("ns", "counter", "actor-3", "n1", None)
+            .await
+            .unwrap()
+            .registered
+    );
+    gcs.shutdown().await;
+}

@@ -246,6 +246,11 @@ impl<R> ActorTable<R> {
         self.actors.contains_key(&actor)
     }
 
+    /// An actor's state now, if this node holds it.
+    pub(crate) fn info(&self, actor: ActorId) -> Option<ActorInfo> {
+        self.actors.get(&actor).map(|e| e.info.clone())
+    }
+
     /// The actor holding `name` in `namespace`.
     pub(crate) fn named(&self, name: &str, namespace: &str) -> Result<ActorInfo, Error> {
         self.names

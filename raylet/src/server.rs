@@ -375,60 +375,47 @@ impl ClientHandler {
     }
 
     /// Takes an actor here, or (for a local client, by the actor's
-    /// strategy) names the node that should. In a cluster, a local
-    /// client's named actor is first checked against the other nodes'
-    /// actors.
+    /// strategy or its placement-group bundle) names the node that should.
+    /// In a cluster, a named actor's name is claimed in the head's
+    /// directory by the node that takes it.
     fn handle_create_actor(&self, spec: ActorSpec, reply: ReplyTo) {
         let job = match self.job() {
             Ok(job) => job,
             Err(e) => return reply.send(Response::Error(e)),
         };
         let local = !matches!(*self.role.lock(), Role::Lessee(_));
-        // An actor in a bundle of a group over several nodes goes to the
-        // bundle's node.
-        if let Some(b) = spec
-            .options
-            .placement
-            .filter(|_| local && self.node.membership.get().is_some())
-        {
-            let node = self.node.clone();
-            tokio::spawn(async move {
-                let placed = match node.route_bundle(b).await {
-                    Ok(Some((raylet, node_id))) => {
-                        Ok(ActorPlacement::Elsewhere { raylet, node_id })
-                    }
-                    Ok(None) => node.accept_actor(job, spec, local),
-                    Err(e) => Err(e),
-                };
-                reply.send_result(placed);
-            });
-            return;
-        }
-        let named = spec.options.name.clone().filter(|_| local);
-        let (Some(name), Some(m)) = (named, self.node.membership.get()) else {
+        let cluster = self.node.membership.get().is_some();
+        let bundle = spec.options.placement.filter(|_| local && cluster);
+        let named = cluster && spec.options.name.is_some();
+        if bundle.is_none() && !named {
             return reply.send_result(self.node.accept_actor(job, spec, local));
-        };
-        let namespace = spec.options.namespace.clone();
-        let asking = m.ask_others(GetNamedActor {
-            name: name.clone(),
-            namespace: namespace.clone(),
-        });
+        }
         let node = self.node.clone();
         tokio::spawn(async move {
-            if asking.await.is_some() {
-                return reply.send(Response::Error(Error::ActorNameTaken { name, namespace }));
-            }
-            reply.send_result(node.accept_actor(job, spec, local));
+            let routed = match bundle {
+                Some(b) => node.route_bundle(b).await,
+                None => Ok(None),
+            };
+            let placed = match routed {
+                Ok(Some((raylet, node_id))) => Ok(ActorPlacement::Elsewhere { raylet, node_id }),
+                Ok(None) => node.accept_named_actor(job, spec, local).await,
+                Err(e) => Err(e),
+            };
+            reply.send_result(placed);
         });
     }
 
-    /// Finds a named actor here, or in a cluster on the other nodes.
+    /// Finds a named actor here, or in a cluster through the head's
+    /// directory of names, on the node that holds it.
     fn handle_get_named_actor(&self, request: GetNamedActor, reply: ReplyTo) {
         let here = self.node.get_named_actor(&request.name, &request.namespace);
         match (here, self.node.membership.get()) {
-            (Err(e), Some(m)) if self.asks_others() => {
-                let asking = m.ask_others(request);
-                tokio::spawn(async move { reply.send_result(asking.await.ok_or(e)) });
+            (Err(e), Some(_)) if self.asks_others() => {
+                let node = self.node.clone();
+                tokio::spawn(async move {
+                    let found = node.find_named_actor(request).await;
+                    reply.send_result(found.and_then(|f| f.ok_or(e)));
+                });
             }
             (here, _) => reply.send_result(here),
         }
