@@ -143,7 +143,8 @@ pub use config::Config;
 pub use object_ref::{IntoArg, ObjectRef};
 pub use options::{ActorOptions, TaskOptions};
 pub use placement::{
-    placement_group, remove_placement_group, Bundle, PlacementGroup, PlacementStrategy,
+    get_placement_group, list_placement_groups, named_placement_group, placement_group,
+    remove_placement_group, Bundle, PlacementGroup, PlacementStrategy,
 };
 pub use prism_macros::{actor, main, remote};
 pub use prism_protocol::error::{Error, FailureKind, Result};

@@ -65,6 +65,9 @@ impl Bundle {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlacementGroup {
     id: PlacementGroupId,
+    /// Its name, for a group made by [`named_placement_group`].
+    #[serde(default)]
+    name: Option<String>,
     bundles: Vec<ResourceSet>,
     strategy: PlacementStrategy,
 }
@@ -84,35 +87,175 @@ pub fn placement_group(
     bundles: Vec<Bundle>,
     strategy: PlacementStrategy,
 ) -> Result<PlacementGroup> {
+    let (spec, group) = group_spec(None, bundles, strategy)?;
+    raylet_request(CreatePlacementGroup { spec })?;
+    Ok(group)
+}
+
+/// The request for a new group, and its handle.
+fn group_spec(
+    name: Option<String>,
+    bundles: Vec<Bundle>,
+    strategy: PlacementStrategy,
+) -> Result<(PlacementGroupSpec, PlacementGroup)> {
     let shapes = bundles
         .iter()
         .map(|b| b.resources.to_set(0.0))
         .collect::<Result<Vec<_>>>()?;
     let spec = PlacementGroupSpec {
         id: PlacementGroupId::new(),
-        name: None,
+        name: name.clone(),
         bundles: shapes.clone(),
         strategy,
     };
-    let id = spec.id;
-    raylet_request(CreatePlacementGroup { spec })?;
-    Ok(PlacementGroup {
-        id,
+    let group = PlacementGroup {
+        id: spec.id,
+        name,
         bundles: shapes,
         strategy,
+    };
+    Ok((spec, group))
+}
+
+/// The key-value table key under which the group named `name` is found.
+fn name_key(name: &str) -> String {
+    format!("{NAME_PREFIX}{name}")
+}
+
+/// Where named groups are recorded in the cluster's key-value table.
+const NAME_PREFIX: &str = "prism/placement-group-name/";
+
+/// [`placement_group`] with a name, unique in the cluster, by which
+/// [`get_placement_group`] finds it from any driver or worker (Ray's
+/// `placement_group(..., name=)`), and under which
+/// [`list_placement_groups`] lists it. The name is free again once the
+/// group is removed.
+///
+/// ```
+/// use prism::{Bundle, PlacementStrategy};
+/// # fn main() -> prism::Result<()> {
+/// prism::init(prism::Config::default().num_cpus(2))?;
+/// let pg = prism::named_placement_group(
+///     "trainers",
+///     vec![Bundle::new().num_cpus(1.0)],
+///     PlacementStrategy::Pack,
+/// )?;
+/// assert_eq!(prism::get_placement_group("trainers")?.id(), pg.id());
+/// assert!(prism::named_placement_group("trainers", vec![Bundle::new().num_cpus(1.0)], PlacementStrategy::Pack).is_err());
+/// prism::remove_placement_group(&pg)?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// As [`placement_group`]; `InvalidArgument` for an empty name or one a
+/// group that is not removed holds.
+pub fn named_placement_group(
+    name: &str,
+    bundles: Vec<Bundle>,
+    strategy: PlacementStrategy,
+) -> Result<PlacementGroup> {
+    if name.is_empty() {
+        return Err(Error::invalid("placement group name", "must not be empty"));
+    }
+    let (spec, group) = group_spec(Some(name.to_string()), bundles, strategy)?;
+    let record =
+        rmp_serde::to_vec(&group).map_err(|e| Error::invalid("placement group", e.to_string()))?;
+    let key = name_key(name);
+    if !crate::kv::put_if_absent(&key, &record)? {
+        // Taken, unless by a group removed since.
+        if let Some(holder) = find_named(name)? {
+            return Err(Error::invalid(
+                "placement group name",
+                format!(
+                    "{name:?} is held by group {}; remove it first, or get it with \
+                     prism::get_placement_group",
+                    holder.id
+                ),
+            ));
+        }
+        crate::kv::put(&key, &record)?;
+    }
+    if let Err(e) = raylet_request(CreatePlacementGroup { spec }) {
+        let _ = crate::kv::delete(&key);
+        return Err(e);
+    }
+    Ok(group)
+}
+
+/// The group named `name`, from any driver or worker of the cluster.
+///
+/// # Errors
+///
+/// `InvalidArgument` when no group that is not removed has that name.
+pub fn get_placement_group(name: &str) -> Result<PlacementGroup> {
+    find_named(name)?.ok_or_else(|| {
+        Error::invalid(
+            "placement group name",
+            format!("no placement group named {name:?} (removed, or never made)"),
+        )
     })
+}
+
+/// Every named group of the cluster that is not removed, with its state,
+/// by name.
+pub fn list_placement_groups() -> Result<Vec<(String, PlacementGroup, PlacementGroupState)>> {
+    let mut out = Vec::new();
+    for key in crate::kv::keys(NAME_PREFIX)? {
+        let name = key[NAME_PREFIX.len()..].to_string();
+        if let Some(group) = find_named(&name)? {
+            let (state, _) = group.state()?;
+            out.push((name, group, state));
+        }
+    }
+    Ok(out)
+}
+
+/// The group recorded under `name`, unless it was removed (its record is
+/// then dropped).
+fn find_named(name: &str) -> Result<Option<PlacementGroup>> {
+    let key = name_key(name);
+    let Some(record) = crate::kv::get(&key)? else {
+        return Ok(None);
+    };
+    let group: PlacementGroup = rmp_serde::from_slice(&record)
+        .map_err(|e| Error::invalid("placement group record", e.to_string()))?;
+    match group.state() {
+        Ok((PlacementGroupState::Removed, _)) | Err(Error::PlacementGroupRemoved { .. }) => {
+            let _ = crate::kv::delete(&key);
+            Ok(None)
+        }
+        Ok(_) => Ok(Some(group)),
+        Err(e) => Err(e),
+    }
 }
 
 /// Removes a group: its resources go back, and the tasks and actors
 /// running in it are stopped. Removing it twice is not an error.
 pub fn remove_placement_group(group: &PlacementGroup) -> Result<()> {
-    raylet_request(RemovePlacementGroup { id: group.id })
+    raylet_request(RemovePlacementGroup { id: group.id })?;
+    if let Some(name) = &group.name {
+        // Its name is free again (unless another group took it since).
+        let key = name_key(name);
+        let ours = crate::kv::get(&key)?
+            .and_then(|r| rmp_serde::from_slice::<PlacementGroup>(&r).ok())
+            .is_some_and(|g| g.id == group.id);
+        if ours {
+            crate::kv::delete(&key)?;
+        }
+    }
+    Ok(())
 }
 
 impl PlacementGroup {
     /// The group's id.
     pub fn id(&self) -> PlacementGroupId {
         self.id
+    }
+
+    /// Its name, for a group made by [`named_placement_group`].
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
     }
 
     /// The bundles, in index order.

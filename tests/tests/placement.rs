@@ -244,3 +244,57 @@ fn a_blocked_worker_in_a_group_lends_its_cpu_to_work_outside_it() {
         },
     );
 }
+
+/// Finds the group named `name` from a worker and says its id.
+#[prism::remote]
+fn group_id_from_worker(name: String) -> String {
+    match prism::get_placement_group(&name) {
+        Ok(group) => group.id().to_string(),
+        Err(e) => format!("not found: {e}"),
+    }
+}
+
+#[test]
+fn a_named_group_is_found_and_listed_by_name_which_is_free_again_once_removed() {
+    let _one = serial();
+    cluster();
+    let one_cpu = || vec![Bundle::new().num_cpus(1.0)];
+    let pg = prism::named_placement_group("named-test", one_cpu(), PlacementStrategy::Pack)
+        .expect("a named group is made");
+    assert_eq!(pg.name(), Some("named-test"));
+    pg.wait(Duration::from_secs(10)).expect("created");
+    let found = prism::get_placement_group("named-test").expect("found by name");
+    assert_eq!(found.id(), pg.id());
+    let from_worker = prism::get(&group_id_from_worker::remote("named-test".to_string()).unwrap())
+        .expect("the worker runs");
+    assert_eq!(from_worker, pg.id().to_string(), "found from a worker too");
+    let listed = prism::list_placement_groups().expect("listed");
+    assert!(
+        listed.iter().any(|(name, g, state)| name == "named-test"
+            && g.id() == pg.id()
+            && *state == PlacementGroupState::Created),
+        "{listed:?}"
+    );
+    let taken = prism::named_placement_group("named-test", one_cpu(), PlacementStrategy::Pack)
+        .expect_err("a name is held by one group");
+    assert!(taken.to_string().contains("is held by group"), "{taken}");
+    let empty = prism::named_placement_group("", one_cpu(), PlacementStrategy::Pack)
+        .expect_err("an empty name is refused");
+    assert!(empty.to_string().contains("must not be empty"), "{empty}");
+    prism::remove_placement_group(&pg).expect("removed");
+    assert!(
+        prism::get_placement_group("named-test").is_err(),
+        "gone by name"
+    );
+    assert!(
+        !prism::list_placement_groups()
+            .expect("listed")
+            .iter()
+            .any(|(name, _, _)| name == "named-test"),
+        "no longer listed"
+    );
+    let again = prism::named_placement_group("named-test", one_cpu(), PlacementStrategy::Pack)
+        .expect("the name is free again");
+    assert_ne!(again.id(), pg.id());
+    prism::remove_placement_group(&again).expect("removed");
+}
