@@ -189,8 +189,6 @@ pub(crate) struct Objects {
     pub(crate) refs: RefTable,
     /// Gets and waits in progress.
     waiting: AtomicUsize,
-    /// This process's node, in a multi-node cluster (from its address).
-    node: Option<String>,
     /// The lineage of owned objects in a store, by object.
     lineage: parking_lot::Mutex<HashMap<ObjectId, Lineage>>,
     /// The task submitter, which runs lineage again.
@@ -255,9 +253,7 @@ impl Objects {
         peers: Arc<Peers>,
         address: Address,
     ) -> Self {
-        let node = store.node().cloned();
         Objects {
-            node,
             rt,
             config,
             is_worker,
@@ -564,7 +560,7 @@ impl Objects {
         block_on(&self.rt, async move { store.seal(id).await })?;
         Ok(ObjectValue::InStore {
             size,
-            node: self.node.clone(),
+            node: self.store.node().cloned(),
         })
     }
 
