@@ -10,7 +10,9 @@
 #   1. the CUDA all-reduce check and timings at world 2 and 4, next to gloo
 #      on CUDA tensors and the device-to-device copy ceiling;
 #   2. Fashion-MNIST data-parallel training on the GPU (2 workers sharing
-#      it, MLP and CNN) next to one PyTorch process doing the same training;
+#      it, MLP and CNN) next to one PyTorch process doing the same training,
+#      and again under MPS where nvidia-cuda-mps-control exists
+#      (PRISM_BENCH_MPS=0 skips that);
 #   3. linear regression with --use-gpu.
 # Everything it prints also goes to results/run.log.
 set -uo pipefail
@@ -67,8 +69,30 @@ if [ -x ./bin/fashion_mnist ]; then
     run "$python" fashion_mnist_torch.py --model "$model" $epochs --data "$data" \
       || say "the PyTorch baseline failed"
   done
+  # Without MPS, the two workers' processes take turns on the GPU; with it
+  # their kernels share it. The daemon started here uses a private pipe
+  # folder, so it serves only this run's processes, and is stopped after.
+  if command -v nvidia-cuda-mps-control >/dev/null && [ "${PRISM_BENCH_MPS:-1}" = 1 ]; then
+    mps="$(mktemp -d)"
+    export CUDA_MPS_PIPE_DIRECTORY="$mps/pipe" CUDA_MPS_LOG_DIRECTORY="$mps/log"
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    if nvidia-cuda-mps-control -d; then
+      say "== 2b. The same Prism training with the workers under MPS"
+      for model in mlp cnn; do
+        epochs=""
+        [ "$quick" = 1 ] && epochs="--epochs 2"
+        # shellcheck disable=SC2086
+        ./bin/fashion_mnist --use-gpu --model "$model" $epochs --data "$data" 2>&1 \
+          | sed 's/^prism-train /prism-train-mps /' | tee -a "$log"
+        [ "${PIPESTATUS[0]}" = 0 ] || { say "fashion_mnist --model $model under MPS FAILED"; failed=1; }
+      done
+      echo quit | nvidia-cuda-mps-control
+    fi
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    rm -rf "$mps"
+  fi
   say "# per-epoch training time, median over epochs (Prism: rank 0 of 2 workers sharing the GPU)"
-  grep -E "^(prism-train|torch-1proc) " "$log" | tee -a "$log.summary"
+  grep -E "^(prism-train|prism-train-mps|torch-1proc) " "$log" | tee -a "$log.summary"
 fi
 
 if [ -x ./bin/linear_regression ]; then

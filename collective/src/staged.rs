@@ -68,7 +68,8 @@ pub trait DeviceBuffer<T: Element> {
     /// Starts, on the device: for `i` in `0..dst.len()`, element
     /// `dst.start + i` of the buffer becomes the reduction in rank order of
     /// `staged[k * stride + i]` for `k` in `0..n`, divided by `n` for
-    /// [`ReduceOp::Mean`].
+    /// [`ReduceOp::Mean`]. A download started after this call reads the
+    /// reduced values.
     fn reduce_blocks(
         &mut self,
         staged: &Self::Host,

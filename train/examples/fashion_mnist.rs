@@ -82,6 +82,8 @@ struct EpochMetrics {
     val_accuracy: f64,
     /// Rank 0's training time this epoch (the batches, not validation).
     epoch_seconds: f64,
+    /// Of which rank 0 spent this long averaging gradients.
+    allreduce_seconds: f64,
     /// Where rank 0 trained: "cpu" or "cuda:N".
     device: String,
 }
@@ -144,13 +146,16 @@ fn train_loop_per_worker(config: Config) -> Result<(), BoxError> {
         // step waits for the device just to print it.
         let mut loss_sum = Tensor::zeros([], (Kind::Float, device));
         let mut steps = 0.0f64;
+        let mut allreduce_seconds = 0.0f64;
         for batch in sampler.batches(config.batch_size)? {
             let indices: Vec<usize> = batch.iter().map(|&i| images.train[i]).collect();
             let (x, y) = data.batch(&indices);
             let loss = net.forward(&x).cross_entropy_for_logits(&y);
             opt.zero_grad();
             loss.backward();
+            let reducing = Instant::now();
             ddp.all_reduce_gradients()?;
+            allreduce_seconds += reducing.elapsed().as_secs_f64();
             opt.step();
             loss_sum += loss.detach();
             steps += 1.0;
@@ -182,6 +187,7 @@ fn train_loop_per_worker(config: Config) -> Result<(), BoxError> {
             loss: counts[2],
             val_accuracy: counts[0] / counts[1],
             epoch_seconds,
+            allreduce_seconds,
             device: match device {
                 Device::Cuda(i) => format!("cuda:{i}"),
                 _ => "cpu".to_string(),
@@ -256,7 +262,7 @@ fn main() -> Result<(), BoxError> {
         .on_report(common::reporter(
             u64::from(epochs),
             num_train as f64,
-            &["loss", "val_accuracy", "epoch_seconds"],
+            &["loss", "val_accuracy", "epoch_seconds", "allreduce_seconds"],
         ))
         .fit()
         .into_result()?;

@@ -282,7 +282,8 @@ impl DistributedModel {
     /// every rank.
     pub fn all_reduce_gradients(&self) -> Result<(), TorchError> {
         let entries = self.entries(Purpose::Gradients)?;
-        if entries.is_empty() {
+        // Alone, a rank's gradients are already the average.
+        if entries.is_empty() || self.group.world_size() == 1 {
             return Ok(());
         }
         let has_grad: Vec<u8> = entries

@@ -223,6 +223,9 @@ pub struct CudaCollectives {
     /// Recorded on the caller's (legacy) stream before host staging, so
     /// the staging streams wait for the caller's work on the buffer.
     caller_done: Event,
+    /// Recorded on `h2d` after a reduction kernel, so that the download of
+    /// the reduced range on `d2h` reads the kernel's result.
+    reduced: Event,
     kernels: HashMap<DataType, Kernels>,
     groups: HashMap<u64, GroupPath>,
     pinned: Arc<PinnedPool>,
@@ -248,6 +251,7 @@ impl CudaCollectives {
             d2h: Stream::new(&device)?,
             h2d: Stream::new(&device)?,
             caller_done: Event::new(&device)?,
+            reduced: Event::new(&device)?,
             pinned: Arc::new(PinnedPool {
                 device: device.clone(),
                 free: Mutex::new(Vec::new()),
@@ -479,6 +483,7 @@ impl CudaCollectives {
             device: &self.device,
             d2h: &self.d2h,
             h2d: &self.h2d,
+            reduced: &self.reduced,
             kernels: &self.kernels[&dt],
             pinned: &self.pinned,
             scratch: &mut self.scratch,
@@ -616,6 +621,7 @@ struct Staging<'a> {
     device: &'a Arc<Device>,
     d2h: &'a Stream,
     h2d: &'a Stream,
+    reduced: &'a Event,
     kernels: &'a Kernels,
     pinned: &'a Arc<PinnedPool>,
     scratch: &'a mut Option<RawMemory>,
@@ -744,8 +750,11 @@ impl<T: CudaElement> DeviceBuffer<T> for Typed<'_, '_, T> {
                 stride,
                 n,
                 op,
-            )
+            )?;
         }
+        // The reduced range is read next by a download on the other stream.
+        self.s.reduced.record(self.s.h2d)?;
+        self.s.d2h.wait(self.s.reduced.raw)
     }
 
     fn wait_downloads(&mut self) -> Result<()> {
