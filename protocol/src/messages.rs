@@ -481,6 +481,16 @@ services! {
             /// The lease.
             lease_id: LeaseId,
         } => ();
+        /// Withdraw this connection's queued requests for leases of this
+        /// shape (its tasks ran out before they were granted); each is
+        /// answered [`LeaseReply::Cancelled`]. Requests already granted,
+        /// or sent on to another node, are not affected.
+        CancelLeaseRequests {
+            /// Resources the leases would hold.
+            shape: ResourceSet,
+            /// The placement-group bundle they would draw from, if any.
+            bundle: Option<BundleRef>,
+        } => ();
         /// Allocate space for an object in the store.
         CreateObject {
             /// The object.
@@ -740,6 +750,9 @@ pub enum LeaseReply {
         /// Its node.
         node_id: String,
     },
+    /// Withdrawn by its client (`CancelLeaseRequests`) before a worker
+    /// was free.
+    Cancelled,
 }
 
 /// A worker leased.

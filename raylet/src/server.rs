@@ -89,6 +89,9 @@ impl Handler for ClientHandler {
             R::RegisterDriver(r) => answer(self.handle_register_driver(conn, r)),
             R::RegisterWorker(r) => answer(self.handle_register_worker(conn, r)),
             R::ReturnLease(r) => answer(self.handle_return_lease(r.lease_id)),
+            R::CancelLeaseRequests(r) => {
+                answer(self.handle_cancel_lease_requests(r.shape, r.bundle))
+            }
             R::WorkerBlocked(r) => answer(self.handle_worker_blocked(r.blocked)),
             // Answered now, or once spilling made room or a restore ended.
             R::CreateObject(r) => return self.handle_create_object(r.id, r.size, reply),
@@ -293,6 +296,20 @@ impl ClientHandler {
 
     fn handle_return_lease(&self, lease: LeaseId) -> Result<()> {
         self.node.control(|c| c.scheduler.return_lease(lease));
+        Ok(())
+    }
+
+    fn handle_cancel_lease_requests(
+        &self,
+        shape: ResourceSet,
+        bundle: Option<BundleRef>,
+    ) -> Result<()> {
+        let withdrawn = self
+            .node
+            .control(|c| c.scheduler.cancel_requests(self.conn_id, &shape, bundle));
+        for reply in withdrawn {
+            reply.send(Response::Lease(LeaseReply::Cancelled));
+        }
         Ok(())
     }
 

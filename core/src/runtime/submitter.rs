@@ -22,8 +22,8 @@ use crate::{Error, Result};
 use parking_lot::Mutex;
 use prism_protocol::ids::{JobId, LeaseId, TaskId, WorkerId};
 use prism_protocol::messages::{
-    ArgSpec, BundleRef, LeaseGrant, LeaseReply, PushTask, RegisterDriver, RequestLease,
-    ReturnLease, ReturnObject, SchedulingStrategy, WorkerExitReason,
+    ArgSpec, BundleRef, CancelLeaseRequests, LeaseGrant, LeaseReply, PushTask, RegisterDriver,
+    RequestLease, ReturnLease, ReturnObject, SchedulingStrategy, WorkerExitReason,
 };
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::Connection;
@@ -57,6 +57,9 @@ struct ShapeQueue {
     tasks: VecDeque<Submission>,
     idle: Vec<LeasedWorker>,
     requesting: usize,
+    /// The local raylet was asked to withdraw this shape's queued requests
+    /// since the last new one was sent.
+    withdrawing: bool,
 }
 
 /// Times a lease is asked again after the node it was sent to could not be
@@ -98,8 +101,9 @@ impl TaskSubmitter {
     }
 
     /// Leases a worker for `shape`: from this node's raylet, or from the
-    /// node it sends the request on to.
-    async fn lease(&self, shape: &SchedulingKey) -> Result<(Connection, LeaseGrant)> {
+    /// node it sends the request on to. `None`: the request was withdrawn
+    /// (see [`withdraw_requests`](Self::withdraw_requests)).
+    async fn lease(&self, shape: &SchedulingKey) -> Result<Option<(Connection, LeaseGrant)>> {
         let request = || RequestLease {
             shape: shape.shape.clone(),
             bundle: shape.bundle,
@@ -112,13 +116,15 @@ impl TaskSubmitter {
         let mut unreachable = 0;
         loop {
             let (raylet, node_id) = match self.raylet.request(request()).await? {
-                LeaseReply::Granted(grant) => return Ok((self.raylet.clone(), grant)),
+                LeaseReply::Granted(grant) => return Ok(Some((self.raylet.clone(), grant))),
                 LeaseReply::Spillback { raylet, node_id } => (raylet, node_id),
+                LeaseReply::Cancelled => return Ok(None),
             };
             let leased = async {
                 let remote = self.remote_raylet(&raylet).await?;
                 match remote.request(request()).await? {
-                    LeaseReply::Granted(grant) => Ok((remote, grant)),
+                    LeaseReply::Granted(grant) => Ok(Some((remote, grant))),
+                    LeaseReply::Cancelled => Ok(None),
                     LeaseReply::Spillback { .. } => Err(Error::Cluster {
                         message: format!(
                             "node {node_id} sent a lease request on again; a request goes to one \
@@ -255,6 +261,7 @@ impl TaskSubmitter {
                 .min(self.config.max_lease_requests_per_shape.max(1))
         {
             queue.requesting += 1;
+            queue.withdrawing = false;
             let this = self.clone();
             let shape = shape.clone();
             self.rt
@@ -265,23 +272,40 @@ impl TaskSubmitter {
 
     async fn request_lease(self: &Arc<Self>, shape: SchedulingKey) {
         let granted = async {
-            let (raylet, grant) = self.lease(&shape).await?;
+            let Some((raylet, grant)) = self.lease(&shape).await? else {
+                return Ok(None);
+            };
             let conn = self.objects.peers.get(&grant.address).await?;
-            Ok::<_, Error>(LeasedWorker {
+            Ok::<_, Error>(Some(LeasedWorker {
                 lease_id: grant.lease_id,
                 raylet,
                 worker_id: grant.worker_id,
                 pid: grant.pid,
                 conn,
                 idle_since: Instant::now(),
-            })
+            }))
         }
         .await;
         let mut shapes = self.shapes.lock();
         let queue = shapes.entry(shape.clone()).or_default();
         queue.requesting = queue.requesting.saturating_sub(1);
         match granted {
-            Ok(worker) => {
+            // Withdrawn: asked again if tasks came meanwhile.
+            Ok(None) => {
+                let ready = self.pump(&shape, queue);
+                drop(shapes);
+                self.dispatch_all(&shape, ready);
+            }
+            // Granted after this shape's tasks ran out: other clients may
+            // be waiting for the worker, so it goes back at once rather
+            // than after `lease_idle_ms`.
+            Ok(Some(worker)) if queue.tasks.is_empty() => {
+                drop(shapes);
+                let _ = worker.raylet.notify(ReturnLease {
+                    lease_id: worker.lease_id,
+                });
+            }
+            Ok(Some(worker)) => {
                 queue.idle.push(worker);
                 let ready = self.pump(&shape, queue);
                 drop(shapes);
@@ -391,10 +415,25 @@ impl TaskSubmitter {
                 let mut idle = worker;
                 idle.idle_since = Instant::now();
                 queue.idle.push(idle);
+                let withdraw = queue.requesting > 0 && !queue.withdrawing;
+                queue.withdrawing |= withdraw;
                 drop(shapes);
+                if withdraw {
+                    self.withdraw_requests(&shape);
+                }
                 self.schedule_idle_return(&shape);
             }
         }
+    }
+
+    /// Asks the local raylet to withdraw this shape's queued lease
+    /// requests: the shape's tasks ran out, and a worker granted now would
+    /// only sit idle while other clients wait for it.
+    fn withdraw_requests(&self, shape: &SchedulingKey) {
+        let _ = self.raylet.notify(CancelLeaseRequests {
+            shape: shape.shape.clone(),
+            bundle: shape.bundle,
+        });
     }
 
     /// Gives back workers that stayed idle for `lease_idle_ms`.

@@ -333,6 +333,30 @@ impl<R> Scheduler<R> {
         out
     }
 
+    /// Takes out the queued requests of client connection `holder` for
+    /// leases of `shape` (from `bundle`), and returns their replies.
+    pub(crate) fn cancel_requests(
+        &mut self,
+        holder: u64,
+        shape: &ResourceSet,
+        bundle: Option<BundleRef>,
+    ) -> Vec<R> {
+        let mut withdrawn = Vec::new();
+        let mut kept = VecDeque::with_capacity(self.pending.len());
+        for request in self.pending.drain(..) {
+            match request.grantee {
+                Grantee::Client { holder: h, reply }
+                    if h == holder && request.shape == *shape && request.bundle == bundle =>
+                {
+                    withdrawn.push(reply)
+                }
+                grantee => kept.push_back(LeaseRequest { grantee, ..request }),
+            }
+        }
+        self.pending = kept;
+        withdrawn
+    }
+
     /// Drops an actor's queued request (it was killed before it got a
     /// worker).
     pub(crate) fn cancel_actor(&mut self, actor: ActorId) {

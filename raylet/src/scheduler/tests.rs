@@ -283,6 +283,39 @@ fn a_closed_client_gives_back_its_leases_and_drops_its_queue() {
 }
 
 #[test]
+fn a_client_withdraws_its_queued_requests_of_one_shape_and_others_keep_theirs() {
+    let mut s = scheduler(1.0, 0.0, 1, 8);
+    let job = job_with_workers(&mut s);
+    let from = |holder: u64, reply: u32, cpus: f64| LeaseRequest {
+        grantee: Grantee::Client { holder, reply },
+        ..lease(job, reply, shape(cpus, 0.0))
+    };
+    s.request_lease(from(1, 10, 1.0));
+    s.request_lease(from(1, 11, 1.0));
+    s.request_lease(from(2, 20, 1.0));
+    s.request_lease(from(1, 12, 0.5));
+    let r = round(&mut s);
+    assert_eq!(r.granted.iter().map(|g| g.0).collect::<Vec<_>>(), vec![10]);
+    assert_eq!(s.cancel_requests(1, &shape(1.0, 0.0), None), vec![11]);
+    assert!(
+        s.cancel_requests(1, &shape(1.0, 0.0), None).is_empty(),
+        "a request is withdrawn once"
+    );
+    s.return_lease(r.granted[0].2);
+    let r = round(&mut s);
+    assert_eq!(
+        r.granted.iter().map(|g| g.0).collect::<Vec<_>>(),
+        vec![20],
+        "the withdrawn request does not take the freed CPU"
+    );
+    assert_eq!(
+        s.cancel_requests(1, &shape(0.5, 0.0), None),
+        vec![12],
+        "a request of another shape stays until withdrawn itself"
+    );
+}
+
+#[test]
 fn an_exited_leased_worker_frees_its_resources_and_the_pool_is_refilled() {
     let mut s = scheduler(2.0, 0.0, 2, 8);
     let job = job_with_workers(&mut s);
