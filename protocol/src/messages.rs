@@ -766,6 +766,9 @@ pub struct LeaseGrant {
     pub address: Address,
     /// Its process id.
     pub pid: u32,
+    /// Other requests were left waiting when it was granted: once idle,
+    /// the worker should go back at once rather than be held for reuse.
+    pub contended: bool,
 }
 
 /// Where an object lies in the store segment.

@@ -290,11 +290,13 @@ impl Node {
                 worker,
                 address,
                 pid,
+                contended,
             } => reply.send(Response::Lease(LeaseReply::Granted(LeaseGrant {
                 lease_id: lease,
                 worker_id: worker,
                 address,
                 pid,
+                contended,
             }))),
             Decision::Granted {
                 grantee: Grantee::Actor(actor),

@@ -50,6 +50,9 @@ struct LeasedWorker {
     pid: u32,
     conn: Connection,
     idle_since: Instant,
+    /// Others waited for workers when it was granted: it goes back as
+    /// soon as it is idle.
+    contended: bool,
 }
 
 #[derive(Debug, Default)]
@@ -283,6 +286,7 @@ impl TaskSubmitter {
                 pid: grant.pid,
                 conn,
                 idle_since: Instant::now(),
+                contended: grant.contended,
             }))
         }
         .await;
@@ -412,16 +416,24 @@ impl TaskSubmitter {
                 self.dispatch(shape, worker, next);
             }
             None => {
-                let mut idle = worker;
-                idle.idle_since = Instant::now();
-                queue.idle.push(idle);
                 let withdraw = queue.requesting > 0 && !queue.withdrawing;
                 queue.withdrawing |= withdraw;
-                drop(shapes);
+                let hold = !worker.contended;
+                if hold {
+                    let mut idle = worker;
+                    idle.idle_since = Instant::now();
+                    queue.idle.push(idle);
+                    drop(shapes);
+                    self.schedule_idle_return(&shape);
+                } else {
+                    drop(shapes);
+                    let _ = worker.raylet.notify(ReturnLease {
+                        lease_id: worker.lease_id,
+                    });
+                }
                 if withdraw {
                     self.withdraw_requests(&shape);
                 }
-                self.schedule_idle_return(&shape);
             }
         }
     }

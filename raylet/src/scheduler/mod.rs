@@ -141,6 +141,8 @@ pub(crate) enum Decision<R> {
         worker: WorkerId,
         address: String,
         pid: u32,
+        /// Requests of other holders still wait after this round.
+        contended: bool,
     },
     /// A request can never be granted.
     Refused { grantee: Grantee<R>, error: Error },
@@ -371,6 +373,7 @@ impl<R> Scheduler<R> {
             return;
         }
         self.schedule_groups();
+        let first_decision = self.out.len();
         let mut still_pending = VecDeque::new();
         // Workers being started, per (job, devices), not yet promised to a
         // request.
@@ -427,6 +430,25 @@ impl<R> Scheduler<R> {
             }
         }
         self.pending = still_pending;
+        // A grant is contended when someone else still waits for a worker.
+        let holders: Vec<Option<u64>> = self
+            .pending
+            .iter()
+            .map(|p| match &p.grantee {
+                Grantee::Client { holder, .. } => Some(*holder),
+                Grantee::Actor(_) => None,
+            })
+            .collect();
+        for decision in &mut self.out[first_decision..] {
+            if let Decision::Granted {
+                grantee: Grantee::Client { holder, .. },
+                contended,
+                ..
+            } = decision
+            {
+                *contended = holders.iter().any(|h| *h != Some(*holder));
+            }
+        }
     }
 
     fn task_workers_of(&self, job: JobId) -> usize {
@@ -500,6 +522,7 @@ impl<R> Scheduler<R> {
             worker: worker_id,
             address,
             pid,
+            contended: false,
         });
     }
 

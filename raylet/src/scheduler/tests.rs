@@ -316,6 +316,41 @@ fn a_client_withdraws_its_queued_requests_of_one_shape_and_others_keep_theirs() 
 }
 
 #[test]
+fn a_grant_is_contended_only_while_another_holder_waits() {
+    let mut s = scheduler(1.0, 0.0, 1, 8);
+    let job = job_with_workers(&mut s);
+    let contended = |s: &mut Sched| -> Vec<(u32, bool)> {
+        s.drain()
+            .into_iter()
+            .filter_map(|d| match d {
+                Decision::Granted {
+                    grantee: Grantee::Client { reply, .. },
+                    contended,
+                    ..
+                } => Some((reply, contended)),
+                _ => None,
+            })
+            .collect()
+    };
+    s.request_lease(lease(job, 1, shape(1.0, 0.0)));
+    let first = contended(&mut s);
+    assert_eq!(first, vec![(1, false)], "nobody else waits");
+    let lease_id = s.leases.keys().copied().next().expect("one lease");
+    // The same holder's second request waits, then another holder's.
+    s.request_lease(lease(job, 1, shape(1.0, 0.0)));
+    s.request_lease(lease(job, 2, shape(1.0, 0.0)));
+    s.return_lease(lease_id);
+    assert_eq!(
+        contended(&mut s),
+        vec![(1, true)],
+        "holder 2 still waits for the CPU"
+    );
+    let lease_id = s.leases.keys().copied().next().expect("one lease");
+    s.return_lease(lease_id);
+    assert_eq!(contended(&mut s), vec![(2, false)]);
+}
+
+#[test]
 fn an_exited_leased_worker_frees_its_resources_and_the_pool_is_refilled() {
     let mut s = scheduler(2.0, 0.0, 2, 8);
     let job = job_with_workers(&mut s);
