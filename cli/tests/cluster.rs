@@ -90,11 +90,16 @@ impl Machines {
     }
 
     fn join_with(&self, host: usize, head: &str, extra: &[&str]) -> Output {
+        self.join_env(host, head, extra, &[])
+    }
+
+    /// Joins `host` with extra flags, its node process started with `env`.
+    fn join_env(&self, host: usize, head: &str, extra: &[&str], env: &[(&str, &str)]) -> Output {
         let (ip, token) = (self.ip(host).to_string(), self.token());
         let mut args = vec!["start", "--address", head, "--token", &token];
         args.extend(["--node-ip-address", &ip, "--num-cpus", "1"]);
         args.extend_from_slice(extra);
-        self.prism(host, &args, &[])
+        self.prism(host, &args, env)
     }
 
     fn status(&self, host: usize) -> String {
@@ -953,6 +958,56 @@ fn pull() {
         ),
     }
     prism::shutdown();
+}
+
+/// The driver's part of the test below: an object on B whose first chunk
+/// B fails to serve is still read whole on A.
+#[cfg(feature = "failpoints")]
+fn pull_through_a_broken_stream() {
+    const SIZE: usize = 20_000_000;
+    let (b, _) = join_and_find_b_c();
+    let expected: u64 = (0..SIZE).map(|i| (i % 251) as u64).sum();
+    // Not rebuilt from its lineage: only the retried pull can read it.
+    let made = must(fill::remote_with(on(&b).max_retries(0), SIZE), "submitted");
+    let read = prism::get(&made).map(|d| d.iter().map(|&x| x as u64).sum::<u64>());
+    println!(
+        "READ whole: {} ({read:?})",
+        matches!(read, Ok(sum) if sum == expected)
+    );
+    let pulled = must(prism::object_store_stats(), "this store").pulled_bytes_total;
+    println!(
+        "PULLED once: {}",
+        pulled >= SIZE as u64 && pulled < 2 * SIZE as u64
+    );
+    prism::shutdown();
+}
+
+/// With the raylets' fail points built in (`--features failpoints`): node
+/// B breaks the first bulk stream it serves, and the pull is tried again.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_pull_whose_stream_breaks_is_tried_again() {
+    const TEST: &str = "a_pull_whose_stream_breaks_is_tried_again";
+    if std::env::var_os(DRIVER).is_some() {
+        return pull_through_a_broken_stream();
+    }
+    let Some(m) = Machines::new("brokenpull", 3) else {
+        return;
+    };
+    let head = m.start_head(&[]);
+    let b = m.join_env(1, &head, &[], &[("FAILPOINTS", "chunk_transfer=1*return")]);
+    assert!(b.status.success(), "B joins: {}", text(&b));
+    let c = m.join(2, &head);
+    assert!(c.status.success(), "C joins: {}", text(&c));
+    must_eventually(
+        "every node is in the head's view",
+        Duration::from_secs(10),
+        || m.status(0).contains("Nodes: 3 alive"),
+    );
+    std::thread::sleep(Duration::from_millis(1200));
+    let said = drive_on_head(&m, &head, TEST);
+    assert!(said.contains("READ whole: true"), "{said}");
+    assert!(said.contains("PULLED once: true"), "{said}");
 }
 
 /// Kills the node process this task runs under (its workers' parent).

@@ -135,8 +135,11 @@ pub struct ActorOptions {
 /// The key-value table key under which an actor's latest checkpoint is
 /// kept (removed when the actor is dead for good).
 pub fn actor_checkpoint_key(actor: ActorId) -> String {
-    format!("prism/actor-checkpoint/{actor}")
+    format!("{ACTOR_CHECKPOINT_PREFIX}{actor}")
 }
+
+/// What every actor checkpoint's key begins with.
+pub const ACTOR_CHECKPOINT_PREFIX: &str = "prism/actor-checkpoint/";
 
 /// Where a task may run in a multi-node cluster (Ray's
 /// `scheduling_strategy`).

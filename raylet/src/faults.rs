@@ -12,6 +12,8 @@
 //! | `spill_write` | a spill file is written | the write fails; the object stays in memory |
 //! | `restore_read` | a spill file is read back | the read fails; the `get` fails |
 //! | `actor_restart` | an actor would be restarted | it dies instead |
+//! | `chunk_transfer` | a node serves a chunk of an object to another | the stream breaks off, as a network fault would |
+//! | `checkpoint_commit` | an actor checkpoint is saved | the save fails; the previous checkpoint stays |
 
 use prism_protocol::error::Error;
 

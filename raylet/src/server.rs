@@ -18,7 +18,7 @@ use prism_protocol::messages::{
     ActorPlacement, ActorSpec, BundleRef, ClusterResources, GetActor, GetNamedActor,
     GetPlacementGroup, KillActor, LeaseReply, ObjectLocation, PlacementGroupSpec, RayletRequest,
     RegisterDriver, RegisterWorker, Registration, Reply, Request, RequestLease, Response,
-    SchedulingStrategy,
+    SchedulingStrategy, ACTOR_CHECKPOINT_PREFIX,
 };
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::{Connection, Handler};
@@ -118,15 +118,25 @@ impl Handler for ClientHandler {
             })),
             R::CommitBundles(r) => answer(self.node.control(|c| c.scheduler.commit_shard(r.id))),
             // In a cluster the table is the head's.
-            R::KvPut(r) => match self.node.membership.get() {
-                Some(m) => {
-                    let mut gcs = m.gcs();
-                    return answer_later(reply, async move {
-                        gcs.kv_put(r.key, r.value.to_vec(), r.overwrite).await
-                    });
+            R::KvPut(r) => {
+                let fault = if r.key.starts_with(ACTOR_CHECKPOINT_PREFIX) {
+                    crate::faults::injected("checkpoint_commit")
+                } else {
+                    None
+                };
+                match (fault, self.node.membership.get()) {
+                    (Some(e), _) => answer::<bool>(Err(e)),
+                    (None, Some(m)) => {
+                        let mut gcs = m.gcs();
+                        return answer_later(reply, async move {
+                            gcs.kv_put(r.key, r.value.to_vec(), r.overwrite).await
+                        });
+                    }
+                    (None, None) => {
+                        answer(Ok(self.node.kv.lock().put(r.key, r.value, r.overwrite)))
+                    }
                 }
-                None => answer(Ok(self.node.kv.lock().put(r.key, r.value, r.overwrite))),
-            },
+            }
             R::KvGet(r) => match self.node.membership.get() {
                 Some(m) => {
                     let mut gcs = m.gcs();

@@ -37,6 +37,10 @@ const IDLE_STREAMS_KEPT: usize = 8;
 /// The longest a stream may take to open, or to bring one chunk: a holder
 /// cut off from the network sends no reset, and its pull must not hang.
 const CHUNK_TIMEOUT: Duration = Duration::from_secs(30);
+/// Times a pull is tried when its streams break (an I/O error or a
+/// timeout) while the holder stays alive; a holder that refuses a range,
+/// or one that died, ends it at once.
+const PULL_ATTEMPTS: u32 = 3;
 
 /// The node's transfers: pulls under way, open streams, copies handed out.
 #[derive(Debug, Default)]
@@ -119,16 +123,34 @@ impl Node {
                 "it is held by node {holder}, and this node is not part of a cluster"
             ))
         })?;
-        let address = membership
-            .raylet_of(holder)
-            .and_then(|raylet| Endpoint::parse(&raylet).tcp)
-            .ok_or_else(|| {
-                lost(format!(
-                    "node {holder}, whose store held it, is not alive in the cluster"
-                ))
-            })?;
+        let address_of_holder = || {
+            membership
+                .raylet_of(holder)
+                .and_then(|raylet| Endpoint::parse(&raylet).tcp)
+                .ok_or_else(|| {
+                    lost(format!(
+                        "node {holder}, whose store held it, is not alive in the cluster"
+                    ))
+                })
+        };
+        let mut address = address_of_holder()?;
         let at = self.create_object(id, size).await?;
-        let copied = self.copy_chunks(id, &address, at).await;
+        let mut attempt = 1;
+        let copied = loop {
+            match self.copy_chunks(id, &address, at).await {
+                // The holder answered but cannot serve it: no retry helps.
+                Err(e @ Error::ObjectLost { .. }) => break Err(e),
+                Err(e) if attempt < PULL_ATTEMPTS => {
+                    tracing::warn!(object = %id, %holder, attempt, error = %e, "a pull broke off; trying again");
+                    attempt += 1;
+                    match address_of_holder() {
+                        Ok(a) => address = a,
+                        Err(gone) => break Err(gone),
+                    }
+                }
+                other => break other,
+            }
+        };
         match copied {
             Ok(()) => {
                 self.store.lock().seal(id)?;
@@ -142,7 +164,8 @@ impl Node {
                 Err(match e {
                     e @ Error::ObjectLost { .. } => e,
                     other => lost(format!(
-                        "its copy could not be read from node {holder} ({address}): {other}"
+                        "its copy could not be read from node {holder} ({address}), \
+                         {attempt} attempt(s): {other}"
                     )),
                 })
             }
@@ -299,6 +322,10 @@ impl Node {
         request: &ChunkRequest,
     ) -> std::io::Result<()> {
         let id = request.id;
+        if let Some(e) = crate::faults::injected("chunk_transfer") {
+            // As a broken connection: the stream ends mid-request.
+            return Err(std::io::Error::other(e.to_string()));
+        }
         let at = match self.pin_object(id).await {
             Ok(at) => at,
             Err(e) => return transfer::refuse(stream, &e.to_string()).await,

@@ -160,3 +160,61 @@ fn an_actor_whose_restart_fails_dies_naming_why() {
     );
     prism::shutdown();
 }
+
+/// A counter whose state survives restarts through a checkpoint after
+/// every call.
+#[prism::actor(checkpoint, max_restarts = 3, max_task_retries = 1)]
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Tally {
+    count: u32,
+}
+
+#[prism::actor]
+impl Tally {
+    fn new() -> Self {
+        Tally { count: 0 }
+    }
+
+    fn add(&mut self) -> u32 {
+        self.count += 1;
+        self.count
+    }
+
+    fn pid(&self) -> u32 {
+        std::process::id()
+    }
+}
+
+#[test]
+fn a_failed_checkpoint_commit_keeps_the_previous_checkpoint() {
+    let name = "a_failed_checkpoint_commit_keeps_the_previous_checkpoint";
+    // Every call saves a checkpoint: the first two saves commit, the third
+    // fails, later ones commit.
+    if !in_child(name, "checkpoint_commit=2*off->1*return->off") {
+        return;
+    }
+    must(prism::init(small_cluster()), "a cluster starts");
+    let tally = Tally::remote_with(ActorOptions::new().checkpoint_every(1)).unwrap();
+    let pid = prism::get_timeout(&tally.pid().unwrap(), LIMIT).unwrap(); // save 1: 0
+    assert_eq!(prism::get_timeout(&tally.add().unwrap(), LIMIT).unwrap(), 1); // save 2: 1
+    assert_eq!(
+        prism::get_timeout(&tally.add().unwrap(), LIMIT).unwrap(),
+        2,
+        "a call answers even when its checkpoint does not commit"
+    ); // save 3 fails
+    common::kill(pid);
+    assert_eq!(
+        prism::get_timeout(&tally.add().unwrap(), LIMIT).unwrap(),
+        2,
+        "restarted from the checkpoint before the failed one: the call whose save failed is lost"
+    ); // save 4: 2
+    let pid = prism::get_timeout(&tally.pid().unwrap(), LIMIT).unwrap(); // save 5: 2
+    assert_eq!(prism::get_timeout(&tally.add().unwrap(), LIMIT).unwrap(), 3); // save 6: 3
+    common::kill(pid);
+    assert_eq!(
+        prism::get_timeout(&tally.add().unwrap(), LIMIT).unwrap(),
+        4,
+        "checkpoints commit again after the failure"
+    );
+    prism::shutdown();
+}
