@@ -63,7 +63,22 @@ struct ShapeQueue {
     /// The local raylet was asked to withdraw this shape's queued requests
     /// since the last new one was sent.
     withdrawing: bool,
+    /// Granted workers in a row that could not be reached.
+    unreachable: u32,
 }
+
+/// What a lease request came to.
+enum Leased {
+    Worker(LeasedWorker),
+    /// Withdrawn (`CancelLeaseRequests`) before it was granted.
+    Withdrawn,
+    /// Granted, but the worker could not be reached.
+    Unreachable(Error),
+}
+
+/// Granted workers in a row that may be unreachable before a shape's
+/// waiting tasks fail with the connection error.
+const MAX_UNREACHABLE_WORKERS: u32 = 10;
 
 /// Times a lease is asked again after the node it was sent to could not be
 /// reached (200 ms apart: 10 s, twice the default time in which the head
@@ -276,10 +291,23 @@ impl TaskSubmitter {
     async fn request_lease(self: &Arc<Self>, shape: SchedulingKey) {
         let granted = async {
             let Some((raylet, grant)) = self.lease(&shape).await? else {
-                return Ok(None);
+                return Ok(Leased::Withdrawn);
             };
-            let conn = self.objects.peers.get(&grant.address).await?;
-            Ok::<_, Error>(Some(LeasedWorker {
+            let conn = match self.objects.peers.get(&grant.address).await {
+                Ok(conn) => conn,
+                Err(e) => {
+                    // The worker died between its grant and this connect
+                    // (a kill, the memory monitor). The lease goes back in
+                    // case it lives; the pause lets its raylet see the exit
+                    // before the next request.
+                    let _ = raylet.notify(ReturnLease {
+                        lease_id: grant.lease_id,
+                    });
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    return Ok(Leased::Unreachable(e));
+                }
+            };
+            Ok::<_, Error>(Leased::Worker(LeasedWorker {
                 lease_id: grant.lease_id,
                 raylet,
                 worker_id: grant.worker_id,
@@ -293,8 +321,26 @@ impl TaskSubmitter {
         let mut shapes = self.shapes.lock();
         let queue = shapes.entry(shape.clone()).or_default();
         queue.requesting = queue.requesting.saturating_sub(1);
+        let granted = match granted {
+            Ok(Leased::Worker(worker)) => {
+                queue.unreachable = 0;
+                Ok(Some(worker))
+            }
+            Ok(Leased::Withdrawn) => Ok(None),
+            Ok(Leased::Unreachable(e)) => {
+                queue.unreachable += 1;
+                match queue.unreachable > MAX_UNREACHABLE_WORKERS {
+                    true => {
+                        queue.unreachable = 0;
+                        Err(e)
+                    }
+                    false => Ok(None),
+                }
+            }
+            Err(e) => Err(e),
+        };
         match granted {
-            // Withdrawn: asked again if tasks came meanwhile.
+            // Withdrawn, or its worker was gone: asked again if tasks wait.
             Ok(None) => {
                 let ready = self.pump(&shape, queue);
                 drop(shapes);
@@ -317,8 +363,9 @@ impl TaskSubmitter {
                 self.schedule_idle_return(&shape);
             }
             Err(e) => {
-                // The raylet refused (infeasible, bad shape) or is gone:
-                // every task waiting for this shape fails the same way.
+                // The raylet refused (infeasible, bad shape) or is gone, or
+                // worker after worker could not be reached: every task
+                // waiting for this shape fails the same way.
                 let failed: Vec<Submission> = queue.tasks.drain(..).collect();
                 drop(shapes);
                 for s in failed {
