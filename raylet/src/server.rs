@@ -210,8 +210,14 @@ impl ClientHandler {
         // from another node is never sent on again, and group bundles stay
         // on their node).
         let local = !matches!(*self.role.lock(), Role::Lessee(_));
-        // A bundle of a group over several nodes is leased on its node.
-        if let Some(b) = bundle.filter(|_| local && self.node.membership.get().is_some()) {
+        // A bundle of a group over several nodes is leased on its node; one
+        // this node holds is queued here at once.
+        let elsewhere = |b: &BundleRef| {
+            local
+                && self.node.membership.get().is_some()
+                && self.node.control(|c| c.scheduler.bundle_node(*b)) != Some(None)
+        };
+        if let Some(b) = bundle.filter(elsewhere) {
             let (node, holder) = (self.node.clone(), self.conn_id);
             tokio::spawn(async move {
                 match node.route_bundle(b).await {
