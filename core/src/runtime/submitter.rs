@@ -67,6 +67,15 @@ struct ShapeQueue {
     unreachable: u32,
 }
 
+impl LeasedWorker {
+    /// Gives the lease back to the raylet that granted it.
+    fn give_back(&self) {
+        let _ = self.raylet.notify(ReturnLease {
+            lease_id: self.lease_id,
+        });
+    }
+}
+
 /// What a lease request came to.
 enum Leased {
     Worker(LeasedWorker),
@@ -321,27 +330,20 @@ impl TaskSubmitter {
         let mut shapes = self.shapes.lock();
         let queue = shapes.entry(shape.clone()).or_default();
         queue.requesting = queue.requesting.saturating_sub(1);
-        let granted = match granted {
-            Ok(Leased::Worker(worker)) => {
-                queue.unreachable = 0;
-                Ok(Some(worker))
-            }
-            Ok(Leased::Withdrawn) => Ok(None),
-            Ok(Leased::Unreachable(e)) => {
-                queue.unreachable += 1;
-                match queue.unreachable > MAX_UNREACHABLE_WORKERS {
-                    true => {
-                        queue.unreachable = 0;
-                        Err(e)
-                    }
-                    false => Ok(None),
-                }
-            }
-            Err(e) => Err(e),
-        };
+        match &granted {
+            Ok(Leased::Worker(_)) => queue.unreachable = 0,
+            Ok(Leased::Unreachable(_)) => queue.unreachable += 1,
+            _ => {}
+        }
+        let give_up = queue.unreachable > MAX_UNREACHABLE_WORKERS;
         match granted {
             // Withdrawn, or its worker was gone: asked again if tasks wait.
-            Ok(None) => {
+            Ok(Leased::Withdrawn) => {
+                let ready = self.pump(&shape, queue);
+                drop(shapes);
+                self.dispatch_all(&shape, ready);
+            }
+            Ok(Leased::Unreachable(_)) if !give_up => {
                 let ready = self.pump(&shape, queue);
                 drop(shapes);
                 self.dispatch_all(&shape, ready);
@@ -349,23 +351,22 @@ impl TaskSubmitter {
             // Granted after this shape's tasks ran out: other clients may
             // be waiting for the worker, so it goes back at once rather
             // than after `lease_idle_ms`.
-            Ok(Some(worker)) if queue.tasks.is_empty() => {
+            Ok(Leased::Worker(worker)) if queue.tasks.is_empty() => {
                 drop(shapes);
-                let _ = worker.raylet.notify(ReturnLease {
-                    lease_id: worker.lease_id,
-                });
+                worker.give_back();
             }
-            Ok(Some(worker)) => {
+            Ok(Leased::Worker(worker)) => {
                 queue.idle.push(worker);
                 let ready = self.pump(&shape, queue);
                 drop(shapes);
                 self.dispatch_all(&shape, ready);
                 self.schedule_idle_return(&shape);
             }
-            Err(e) => {
+            Ok(Leased::Unreachable(e)) | Err(e) => {
                 // The raylet refused (infeasible, bad shape) or is gone, or
                 // worker after worker could not be reached: every task
                 // waiting for this shape fails the same way.
+                queue.unreachable = 0;
                 let failed: Vec<Submission> = queue.tasks.drain(..).collect();
                 drop(shapes);
                 for s in failed {
@@ -474,9 +475,7 @@ impl TaskSubmitter {
                     self.schedule_idle_return(&shape);
                 } else {
                     drop(shapes);
-                    let _ = worker.raylet.notify(ReturnLease {
-                        lease_id: worker.lease_id,
-                    });
+                    worker.give_back();
                 }
                 if withdraw {
                     self.withdraw_requests(&shape);
@@ -515,9 +514,7 @@ impl TaskSubmitter {
                 old
             };
             for w in expired {
-                let _ = w.raylet.notify(ReturnLease {
-                    lease_id: w.lease_id,
-                });
+                w.give_back();
             }
         });
     }
@@ -527,9 +524,7 @@ impl TaskSubmitter {
         let mut shapes = self.shapes.lock();
         for queue in shapes.values_mut() {
             for w in queue.idle.drain(..) {
-                let _ = w.raylet.notify(ReturnLease {
-                    lease_id: w.lease_id,
-                });
+                w.give_back();
             }
         }
     }
