@@ -149,6 +149,63 @@ pub enum DataError {
         #[source]
         source: PortableFnError,
     },
+    /// Bytes that should hold an encoded block do not.
+    #[error("a block in the object store is malformed: {what}")]
+    Corrupt {
+        /// What is wrong.
+        what: String,
+    },
+    /// A Parquet file cannot be read or written: missing, not Parquet, a
+    /// corrupt footer, a column type or a null that has no column type here.
+    #[error("{}: {reason}", path.display())]
+    Parquet {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A file's columns differ from the first file's.
+    #[error("{} has schema ({found}), but {} has ({expected}); every file of a dataset must have the same columns", path.display(), first.display())]
+    FileSchema {
+        /// The file that differs.
+        path: PathBuf,
+        /// The first file, whose schema the others must have.
+        first: PathBuf,
+        /// The first file's schema.
+        expected: super::Schema,
+        /// This file's schema.
+        found: super::Schema,
+    },
+    /// A column asked for (a projection) is not in a file.
+    #[error("{} has no column {column:?}; its columns are {}", path.display(), Names(available))]
+    MissingColumn {
+        /// The file.
+        path: PathBuf,
+        /// The column asked for.
+        column: String,
+        /// The columns the file has.
+        available: Vec<String>,
+    },
+    /// A stage of a streaming pipeline failed on one block: its function
+    /// returned `Err` or panicked, or its task could not run.
+    #[error("stage {stage} failed on block {block}: {message}")]
+    Stage {
+        /// The stage, as the pipeline names it (`ReadParquet->MapBatches`).
+        stage: String,
+        /// The block's index in the pipeline's input order.
+        block: usize,
+        /// What went wrong.
+        message: String,
+    },
+    /// A streaming split could not reach its coordinator, or was read out of
+    /// turn.
+    #[error("streaming split {split}: {message}")]
+    Split {
+        /// Which split.
+        split: usize,
+        /// What went wrong.
+        message: String,
+    },
     /// A sampler's rank is not below its world size.
     #[error("rank {rank} is out of range for a world of {world_size}; ranks run from 0 to world_size - 1")]
     InvalidRank {

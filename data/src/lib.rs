@@ -1,8 +1,21 @@
 //! Datasets for training input: the part of Ray Data that Ray Train uses
 //! (`prism-data`, re-exported as `prism_train::data`).
 //!
-//! A [`Dataset`] is rows held in memory as a list of columnar [`Batch`]
-//! blocks. Build one from serializable items ([`Dataset::from_items`]),
+//! Two kinds of dataset share one row format ([`Batch`], named typed
+//! columns):
+//!
+//! - a [`LazyDataset`] (Ray Data's `Dataset`) is a plan: a source (Parquet
+//!   or CSV files, a range, rows in memory) and transformations, run as a
+//!   streaming pipeline of Prism tasks when it is read, with the memory in
+//!   flight bounded; [`LazyDataset::streaming_split`] feeds several
+//!   training workers from one pipeline while they train;
+//! - a [`Dataset`] (Ray's `MaterializedDataset`) is rows held in memory as
+//!   a list of columnar [`Batch`] blocks, which is what the rest of this
+//!   page describes.
+//!
+//! [`Dataset::lazy`] turns the second into the first, and
+//! [`LazyDataset::materialize`] the first into the second.
+//! Build one from serializable items ([`Dataset::from_items`]),
 //! from host arrays ([`Dataset::from_columns`]), from a CSV file
 //! ([`Dataset::read_csv`]) or from a range ([`Dataset::range`]); transform
 //! it on the cluster ([`Dataset::map_batches`]); shuffle it; split it into
@@ -28,12 +41,13 @@
 //!
 //! // One shard per worker, each with the same number of rows.
 //! let shards = ds.random_shuffle(42).streaming_split(3, true)?;
-//! assert!(shards.iter().all(|s| s.count() == 3));
+//! assert!(shards.iter().all(|s| matches!(s.count(), Ok(Some(3)))));
 //!
 //! // A worker's training loop: host arrays, batch by batch, each epoch.
 //! let shard = shards[0].clone().local_shuffle_seed(7);
 //! for _epoch in 0..2 {
 //!     for batch in shard.iter_batches(2, true)? {
+//!         let batch = batch?;
 //!         let x = batch.tensor("pixels")?; // [2, 4] floats
 //!         let y = batch.i64("label")?;
 //!         assert_eq!((x.shape(), y.len()), ([2, 4], 2));
@@ -79,13 +93,19 @@ mod dataset;
 mod error;
 mod iter;
 mod map;
+mod parquet;
+mod pipeline;
 mod rng;
 mod rows;
 mod sampler;
+mod split;
+mod wire;
 
 pub use batch::{Batch, Column, ColumnType, Field, Schema, TensorColumn};
 pub use dataset::Dataset;
 pub use error::{DataError, ItemProblem, Result};
 pub use iter::{Batches, DataIterator};
 pub use map::BatchFn;
+pub use pipeline::{ExecutionOptions, LazyDataset, StageStats, StreamBatches};
 pub use sampler::DistributedSampler;
+pub use split::AnyDataset;

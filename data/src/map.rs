@@ -16,19 +16,24 @@
 use super::batch::Batch;
 use super::dataset::Dataset;
 use super::error::{DataError, Result};
+use super::pipeline::BlockFn;
+use super::rows;
 use prism::portable::{PortableFn, PortableFnError};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::fmt::Display;
 
 /// The type of a batch function given to [`Dataset::map_batches`].
 pub type BatchFn<E> = fn(Batch) -> std::result::Result<Batch, E>;
 
-/// The type of [`trampoline`] for every `E`.
-type Trampoline = fn(String, Batch) -> Outcome;
+/// The type of [`trampoline`] for every `E` (and of the row-level
+/// trampolines of [`LazyDataset::map`](super::LazyDataset::map) and
+/// [`LazyDataset::filter`](super::LazyDataset::filter)).
+pub(crate) type Trampoline = fn(String, Batch) -> Outcome;
 
 /// What a batch's task produced.
 #[derive(Serialize, Deserialize)]
-enum Outcome {
+pub(crate) enum Outcome {
     /// The function's output.
     Done(Batch),
     /// The function returned `Err`; its `Display`.
@@ -64,6 +69,100 @@ fn trampoline<E: Display + 'static>(user: String, batch: Batch) -> Outcome {
             Err(e) => Outcome::Failed(e.to_string()),
         },
         Err(e) => e.into(),
+    }
+}
+
+/// Resolves a row function `fn(T) -> U` and maps every row of the batch.
+fn row_map_trampoline<T: DeserializeOwned + 'static, U: Serialize + 'static>(
+    user: String,
+    batch: Batch,
+) -> Outcome {
+    let token: PortableFn<fn(T) -> U> = match serde_json::from_str(&user) {
+        Ok(t) => t,
+        Err(e) => return Outcome::Failed(format!("malformed function token: {e}")),
+    };
+    // SAFETY: the token was made by PortableFn::new in row_map_stage.
+    let f = match unsafe { token.resolve() } {
+        Ok(f) => f,
+        Err(e) => return e.into(),
+    };
+    let rows: Vec<T> = match rows::rows_of(&batch, 0) {
+        Ok(r) => r,
+        Err(e) => return Outcome::Failed(e.to_string()),
+    };
+    if rows.is_empty() {
+        return Outcome::Done(Batch::default());
+    }
+    match rows::batch_from_items(rows.into_iter().map(f)) {
+        Ok(out) => Outcome::Done(out),
+        Err(e) => Outcome::Failed(e.to_string()),
+    }
+}
+
+/// Resolves a predicate `fn(T) -> bool` and keeps the rows it accepts.
+fn filter_trampoline<T: DeserializeOwned + 'static>(user: String, batch: Batch) -> Outcome {
+    let token: PortableFn<fn(T) -> bool> = match serde_json::from_str(&user) {
+        Ok(t) => t,
+        Err(e) => return Outcome::Failed(format!("malformed function token: {e}")),
+    };
+    // SAFETY: the token was made by PortableFn::new in filter_stage.
+    let f = match unsafe { token.resolve() } {
+        Ok(f) => f,
+        Err(e) => return e.into(),
+    };
+    let rows: Vec<T> = match rows::rows_of(&batch, 0) {
+        Ok(r) => r,
+        Err(e) => return Outcome::Failed(e.to_string()),
+    };
+    let keep: Vec<usize> = rows
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, r)| f(r).then_some(i))
+        .collect();
+    Outcome::Done(batch.gather(&keep))
+}
+
+fn token<F: prism::portable::FnPtr>(f: F) -> String {
+    serde_json::to_string(&PortableFn::new(f)).expect("a function token serializes to JSON")
+}
+
+/// A `map_batches` step of a lazy pipeline.
+pub(crate) fn batch_stage<E: Display + 'static>(
+    f: BatchFn<E>,
+    batch_size: Option<usize>,
+) -> BlockFn {
+    BlockFn {
+        name: "MapBatches".into(),
+        run: PortableFn::new(trampoline::<E> as Trampoline),
+        user: token(f),
+        batch_size,
+        keeps_rows: false,
+    }
+}
+
+/// A `map` step of a lazy pipeline.
+pub(crate) fn row_map_stage<T, U>(f: fn(T) -> U) -> BlockFn
+where
+    T: DeserializeOwned + 'static,
+    U: Serialize + 'static,
+{
+    BlockFn {
+        name: "Map".into(),
+        run: PortableFn::new(row_map_trampoline::<T, U> as Trampoline),
+        user: token(f),
+        batch_size: None,
+        keeps_rows: true,
+    }
+}
+
+/// A `filter` step of a lazy pipeline.
+pub(crate) fn filter_stage<T: DeserializeOwned + 'static>(f: fn(T) -> bool) -> BlockFn {
+    BlockFn {
+        name: "Filter".into(),
+        run: PortableFn::new(filter_trampoline::<T> as Trampoline),
+        user: token(f),
+        batch_size: None,
+        keeps_rows: false,
     }
 }
 
@@ -122,8 +221,7 @@ impl Dataset {
             return Err(DataError::NotInitialized);
         }
         let trampoline = PortableFn::new(trampoline::<E> as Trampoline);
-        let user = serde_json::to_string(&PortableFn::new(f))
-            .expect("a function token serializes to JSON");
+        let user = token(f);
         let refs = batches
             .enumerate()
             .map(|(batch_index, batch)| {

@@ -503,7 +503,7 @@ pub fn iter_torch_batches(
 ) -> Result<impl Iterator<Item = Result<BTreeMap<String, Tensor>, TorchError>>, TorchError> {
     Ok(shard
         .iter_batches(batch_size, drop_last)?
-        .map(move |batch| batch_tensors(&batch, device)))
+        .map(move |batch| batch_tensors(&batch?, device)))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -434,7 +434,7 @@ fn a_shard_iterator_reshuffles_each_epoch_deterministically_and_serializes() {
     let epoch = |it: &prism_train::data::DataIterator| -> Vec<i64> {
         it.iter_batches(8, false)
             .unwrap()
-            .flat_map(|b| b.i64("id").unwrap().to_vec())
+            .flat_map(|b| b.unwrap().i64("id").unwrap().to_vec())
             .collect()
     };
     let e0 = epoch(&shard);

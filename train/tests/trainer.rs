@@ -58,7 +58,10 @@ fn basic_loop(config: BasicConfig) -> Result<(), TrainError> {
     for epoch in 0..config.epochs {
         let mut x = [ctx.world_rank() as f64];
         group.all_reduce(&mut x, ReduceOp::Sum)?;
-        let rows: usize = shard.iter_batches(8, false)?.map(|b| b.num_rows()).sum();
+        let rows = shard
+            .iter_batches(8, false)?
+            .map(|b| b.map(|b| b.num_rows()))
+            .sum::<Result<usize, _>>()?;
         let dir = std::env::temp_dir().join(format!("basic-ckpt-{}-{}", std::process::id(), epoch));
         std::fs::create_dir_all(&dir).map_err(|e| TrainError::Metrics(e.to_string()))?;
         std::fs::write(
@@ -225,6 +228,7 @@ fn regression_loop(config: FitConfig) -> Result<(), Box<dyn std::error::Error + 
     for epoch in start..config.epochs {
         let (mut gw, mut gb, mut loss, mut n) = (0.0, 0.0, 0.0, 0.0);
         for batch in shard.iter_batches(16, false)? {
+            let batch = batch?;
             for (&x, &y) in batch.f64("x")?.iter().zip(batch.f64("y")?) {
                 let err = w * x + b - y;
                 gw += 2.0 * err * x;

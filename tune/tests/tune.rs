@@ -221,7 +221,8 @@ struct DataParams {
 fn with_data(p: DataParams) -> Result<(), String> {
     let rows = prism_train::get_dataset_shard("train")
         .map_err(|e| e.to_string())?
-        .count();
+        .count()
+        .map_err(|e| e.to_string())?;
     let world = prism_train::get_context()
         .map_err(|e| e.to_string())?
         .world_size();

@@ -6,7 +6,7 @@ use super::context::{TrainContext, WorkerEvent};
 use super::error::{prism_err, TrainError};
 use super::storage::RunStorage;
 use super::worker::{device_for, Entry, PrismTrainWorker, WorkerSetup};
-use crate::data::Dataset;
+use crate::data::AnyDataset;
 use crate::portable::PortableFn;
 use prism::{ActorHandle, ActorOptions, Bundle, ObjectRef, PlacementGroup};
 use serde::de::DeserializeOwned;
@@ -65,7 +65,7 @@ pub struct Trainer {
     config: Result<Value, String>,
     scaling: ScalingConfig,
     run: RunConfig,
-    datasets: BTreeMap<String, Dataset>,
+    datasets: BTreeMap<String, AnyDataset>,
     on_report: Option<ReportHook>,
     stop_when: Option<StopHook>,
 }
@@ -172,9 +172,13 @@ impl Trainer {
     }
 
     /// Gives the workers a dataset: each gets an equal shard, read with
-    /// [`crate::get_dataset_shard`]`(name)`.
-    pub fn dataset(mut self, name: impl Into<String>, dataset: Dataset) -> Self {
-        self.datasets.insert(name.into(), dataset);
+    /// [`crate::get_dataset_shard`]`(name)`. A [`Dataset`](crate::data::Dataset) in memory is
+    /// split once; a [`LazyDataset`](crate::data::LazyDataset) streams to
+    /// the workers through
+    /// [`streaming_split`](crate::data::LazyDataset::streaming_split), its
+    /// pipeline running on the cluster while they train, once per epoch.
+    pub fn dataset(mut self, name: impl Into<String>, dataset: impl Into<AnyDataset>) -> Self {
+        self.datasets.insert(name.into(), dataset.into());
         self
     }
 

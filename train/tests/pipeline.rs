@@ -1,0 +1,382 @@
+//! Streaming pipelines on a real embedded cluster (this binary doubles as
+//! its workers): Parquet files written and read back, lazy transformations,
+//! backpressure, bad input, and streaming splits read by several consumers
+//! at once.
+
+use prism_train::data::{Batch, Column, DataError, Dataset, ExecutionOptions, LazyDataset};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+fn cluster() {
+    static STARTED: OnceLock<()> = OnceLock::new();
+    STARTED.get_or_init(|| {
+        prism::init(
+            prism::Config::default()
+                .num_cpus(2)
+                .ignore_reinit_error(true),
+        )
+        .expect("the embedded cluster must start");
+    });
+}
+
+/// A directory under the temp dir that no other run uses; removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!(
+            "prism-pipeline-test-{}-{n}-{name}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&path).expect("the temp dir must be writable");
+        TempDir(path)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `rows` rows of every column type, ids from `first`.
+fn table(first: i64, rows: usize) -> Batch {
+    let ids: Vec<i64> = (first..first + rows as i64).collect();
+    Batch::new(vec![
+        ("id".into(), Column::I64(ids.clone())),
+        (
+            "x".into(),
+            Column::F32(ids.iter().map(|i| *i as f32 * 0.5).collect()),
+        ),
+        (
+            "y".into(),
+            Column::F64(ids.iter().map(|i| *i as f64 / 3.0).collect()),
+        ),
+        (
+            "name".into(),
+            Column::Str(ids.iter().map(|i| format!("row-{i}")).collect()),
+        ),
+        (
+            "pixels".into(),
+            Column::tensor(
+                ids.iter()
+                    .flat_map(|i| [*i as f32, -(*i as f32), 1.0])
+                    .collect(),
+                3,
+            )
+            .unwrap(),
+        ),
+    ])
+    .unwrap()
+}
+
+fn ids_of(batches: impl IntoIterator<Item = Result<Batch, DataError>>) -> Vec<i64> {
+    let mut out = Vec::new();
+    for b in batches {
+        let b = b.unwrap_or_else(|e| panic!("{e}"));
+        out.extend_from_slice(b.i64("id").unwrap());
+    }
+    out
+}
+
+/// Writes three files of 40, 25 and 35 rows into `dir`.
+fn write_files(dir: &Path) -> Vec<PathBuf> {
+    let ds = Dataset::from_batches(vec![table(0, 40), table(40, 25), table(65, 35)]).unwrap();
+    ds.lazy().write_parquet(dir).unwrap()
+}
+
+#[test]
+fn parquet_files_round_trip_with_every_column_type_and_read_by_projection() {
+    cluster();
+    let dir = TempDir::new("roundtrip");
+    let files = write_files(dir.path());
+    assert_eq!(files.len(), 3, "one file per block");
+    let ds = LazyDataset::read_parquet([dir.path()]).unwrap();
+    assert_eq!(ds.count().unwrap(), 100, "from the footers");
+    assert_eq!(
+        ds.schema().unwrap().to_string(),
+        "id: i64, x: f32, y: f64, name: str, pixels: tensor<f32>[3]"
+    );
+    let back = ds.materialize().unwrap();
+    assert_eq!(back.num_blocks(), 3);
+    assert_eq!(back.take_batch(100), table(0, 100));
+
+    let projected = LazyDataset::read_parquet_columns(&files, ["pixels", "id"]).unwrap();
+    assert_eq!(
+        projected.schema().unwrap().to_string(),
+        "pixels: tensor<f32>[3], id: i64"
+    );
+    let batch = projected.take_batch(3).unwrap();
+    assert_eq!(batch.i64("id").unwrap(), [0, 1, 2]);
+    assert_eq!(
+        batch.tensor("pixels").unwrap().row(2),
+        Some(&[2.0f32, -2.0, 1.0][..])
+    );
+}
+
+fn scale(batch: Batch) -> Result<Batch, DataError> {
+    let x: Vec<f32> = batch.f32("x")?.iter().map(|v| v * 2.0).collect();
+    batch.with_column("x2", Column::F32(x))
+}
+
+#[derive(Serialize, Deserialize)]
+struct Row {
+    id: i64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Squared {
+    id: i64,
+    square: i64,
+}
+
+fn even(r: Row) -> bool {
+    r.id % 2 == 0
+}
+
+fn square(r: Row) -> Squared {
+    Squared {
+        id: r.id,
+        square: r.id * r.id,
+    }
+}
+
+#[test]
+fn lazy_steps_run_only_when_read_and_stream_in_order() {
+    cluster();
+    let dir = TempDir::new("steps");
+    write_files(dir.path());
+    let ds = LazyDataset::read_parquet([dir.path()])
+        .unwrap()
+        .map_batches(scale, 16)
+        .unwrap();
+    assert_eq!(
+        ds.stage_names(),
+        ["ReadParquet", "MapBatches"],
+        "building a plan runs nothing"
+    );
+    let mut batches = ds.iter_batches(30, false).unwrap();
+    let first = batches.next().unwrap().unwrap();
+    assert_eq!(first.num_rows(), 30);
+    assert_eq!(first.f32("x2").unwrap()[29], 29.0);
+    let rest: Vec<Batch> = batches.by_ref().map(Result::unwrap).collect();
+    assert_eq!(
+        rest.iter().map(Batch::num_rows).collect::<Vec<_>>(),
+        [30, 30, 10]
+    );
+    let stats = batches.stats();
+    assert_eq!(stats.len(), 1, "the read and the map are fused: {stats:?}");
+    assert_eq!((stats[0].blocks, stats[0].rows), (3, 100));
+
+    // Row-level steps, a limit, and drop_last.
+    let squares = LazyDataset::range(20_000)
+        .filter(even)
+        .map(square)
+        .limit(1234);
+    assert_eq!(squares.count().unwrap(), 1234);
+    let rows: Vec<Squared> = squares.take(1234).unwrap();
+    assert_eq!(rows[617].id, 1234);
+    assert_eq!(rows[617].square, 1234 * 1234);
+    let n: usize = squares
+        .iter_batches(100, true)
+        .unwrap()
+        .map(|b| b.unwrap().num_rows())
+        .sum();
+    assert_eq!(n, 1200);
+}
+
+#[test]
+fn shuffle_and_repartition_are_barriers_that_keep_every_row() {
+    cluster();
+    let ds = LazyDataset::range(30_000);
+    let shuffled = ds.random_shuffle(7);
+    let a = ids_of(shuffled.iter_batches(1000, false).unwrap());
+    let b = ids_of(shuffled.iter_batches(1000, false).unwrap());
+    assert_eq!(a, b, "one seed, one order");
+    assert_ne!(a, (0..30_000).collect::<Vec<_>>());
+    let mut sorted = a.clone();
+    sorted.sort();
+    assert_eq!(sorted, (0..30_000).collect::<Vec<_>>());
+    let parts = ds.repartition(7).unwrap().materialize().unwrap();
+    assert_eq!(parts.num_blocks(), 7);
+    assert!(parts
+        .blocks()
+        .iter()
+        .all(|b| b.num_rows() == 4285 || b.num_rows() == 4286));
+}
+
+#[test]
+fn the_memory_budget_bounds_the_tasks_in_flight() {
+    cluster();
+    let tight = LazyDataset::range(100_000).with_options(ExecutionOptions {
+        memory_budget_bytes: 1,
+        max_tasks_in_flight: Some(8),
+        ..ExecutionOptions::default()
+    });
+    let mut it = tight.iter_batches(4096, false).unwrap();
+    let n: usize = it.by_ref().map(|b| b.unwrap().num_rows()).sum();
+    assert_eq!(n, 100_000);
+    assert_eq!(it.stats()[0].peak_tasks, 1, "{:?}", it.stats());
+
+    let loose = LazyDataset::range(100_000).with_options(ExecutionOptions {
+        max_tasks_in_flight: Some(8),
+        ..ExecutionOptions::default()
+    });
+    let mut it = loose.iter_batches(4096, false).unwrap();
+    assert_eq!(
+        it.by_ref().map(|b| b.unwrap().num_rows()).sum::<usize>(),
+        100_000
+    );
+    let peak = it.stats()[0].peak_tasks;
+    assert!(peak > 1 && peak <= 8, "{:?}", it.stats());
+
+    // A consumer that stops early: the rest is never computed, and the
+    // cluster goes on.
+    let mut early = loose.iter_batches(10, false).unwrap();
+    assert_eq!(early.next().unwrap().unwrap().num_rows(), 10);
+    drop(early);
+    assert_eq!(LazyDataset::range(10).count().unwrap(), 10);
+}
+
+fn fail_on_block_with_77(batch: Batch) -> Result<Batch, String> {
+    if batch.i64("id").map_err(|e| e.to_string())?.contains(&77) {
+        return Err("id 77 is cursed".into());
+    }
+    Ok(batch)
+}
+
+fn panics(_: Batch) -> Result<Batch, String> {
+    panic!("batch function panicked on purpose")
+}
+
+#[test]
+fn bad_input_is_a_clear_error_naming_the_file_column_or_stage() {
+    cluster();
+    let dir = TempDir::new("bad");
+    let files = write_files(dir.path());
+
+    let missing = dir.path().join("nope.parquet");
+    let err = LazyDataset::read_parquet([&missing]).unwrap_err();
+    assert!(
+        matches!(&err, DataError::Io { path, .. } if *path == missing),
+        "{err:?}"
+    );
+
+    let corrupt = dir.path().join("corrupt.parquet");
+    let mut bytes = std::fs::read(&files[0]).unwrap();
+    let n = bytes.len();
+    bytes[n - 12..n - 4].copy_from_slice(&[0xff; 8]); // the footer's length
+    std::fs::write(&corrupt, &bytes).unwrap();
+    let err = LazyDataset::read_parquet([&corrupt]).unwrap_err();
+    assert!(
+        matches!(&err, DataError::Parquet { path, .. } if *path == corrupt),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("corrupt.parquet"), "{err}");
+    std::fs::remove_file(&corrupt).unwrap();
+
+    let other = TempDir::new("other-schema");
+    Dataset::from_columns([("id", Column::F64(vec![1.0]))])
+        .unwrap()
+        .lazy()
+        .write_parquet(other.path())
+        .unwrap();
+    let odd = other.path().join("part-00000.parquet");
+    let err = LazyDataset::read_parquet([&files[0], &odd]).unwrap_err();
+    assert!(
+        matches!(&err, DataError::FileSchema { path, first, .. } if *path == odd && *first == files[0]),
+        "{err:?}"
+    );
+
+    let err = LazyDataset::read_parquet_columns([dir.path()], ["id", "label"]).unwrap_err();
+    assert!(
+        matches!(&err, DataError::MissingColumn { column, .. } if column == "label"),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("\"pixels\""),
+        "lists the columns: {err}"
+    );
+
+    let ds = LazyDataset::read_parquet([dir.path()]).unwrap();
+    assert!(matches!(
+        ds.iter_batches(0, false).unwrap_err(),
+        DataError::InvalidArgument {
+            argument: "batch_size",
+            ..
+        }
+    ));
+    assert!(matches!(
+        ds.map_batches(scale, 0).unwrap_err(),
+        DataError::InvalidArgument {
+            argument: "batch_size",
+            ..
+        }
+    ));
+
+    let failing = ds.map_batches(fail_on_block_with_77, 10).unwrap();
+    let err = failing.materialize().unwrap_err();
+    assert!(
+        matches!(&err, DataError::Stage { stage, block: 2, message }
+            if stage == "MapBatches" && message == "id 77 is cursed"),
+        "{err:?}"
+    );
+    let err = ds.map_batches(panics, 10).unwrap().count().unwrap_err();
+    assert!(
+        matches!(&err, DataError::Stage { block: 0, message, .. } if message.contains("panicked on purpose")),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn an_equal_streaming_split_feeds_concurrent_consumers_the_same_count_each_epoch() {
+    cluster();
+    // Blocks of 8,192 rows: 50,002 rows divide neither by 3 nor by them.
+    let ds = LazyDataset::range(50_002).map_batches(tag, 1000).unwrap();
+    let splits = ds.streaming_split(3, true).unwrap();
+    assert!(splits.iter().all(|s| s.is_streaming()));
+    for _epoch in 0..2 {
+        // Each epoch's iterators come from the same DataIterators, whose
+        // epoch counters advance.
+        let per_split: Vec<Vec<i64>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = splits
+                .iter()
+                .map(|split| scope.spawn(move || ids_of(split.iter_batches(500, false).unwrap())))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let counts: Vec<usize> = per_split.iter().map(Vec::len).collect();
+        assert_eq!(counts, [16_667; 3], "equal shares, the remainder dropped");
+        let all: BTreeSet<i64> = per_split.iter().flatten().copied().collect();
+        assert_eq!(all.len(), 50_001, "no row given twice, one dropped");
+    }
+    assert!(!splits[0].stats().unwrap().is_empty());
+
+    // Unequal: every row once, to whoever asks.
+    let splits = LazyDataset::range(30_000)
+        .streaming_split(2, false)
+        .unwrap();
+    let handles: Vec<_> = splits
+        .into_iter()
+        .map(|split| std::thread::spawn(move || ids_of(split.iter_batches(1000, false).unwrap())))
+        .collect();
+    let mut all: Vec<i64> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    all.sort();
+    assert_eq!(all, (0..30_000).collect::<Vec<_>>());
+}
+
+fn tag(batch: Batch) -> Result<Batch, DataError> {
+    let n = batch.num_rows();
+    batch.with_column("one", Column::F32(vec![1.0; n]))
+}
