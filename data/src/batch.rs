@@ -528,26 +528,6 @@ impl Batch {
         self.num_rows += rows.len();
     }
 
-    /// [`Batch::extend_from`] for batches whose schemas are not known to
-    /// agree.
-    pub(crate) fn try_extend_from(&mut self, other: &Batch, rows: Range<usize>) -> Result<()> {
-        if self.names != other.names
-            || self
-                .columns
-                .iter()
-                .zip(&other.columns)
-                .any(|(a, b)| a.data_type() != b.data_type())
-        {
-            return Err(DataError::SchemaMismatch {
-                block: 1,
-                expected: self.schema(),
-                found: other.schema(),
-            });
-        }
-        self.extend_from(other, rows);
-        Ok(())
-    }
-
     /// The rows of all `batches`, one after another.
     ///
     /// # Errors

@@ -4,9 +4,10 @@
 use super::batch::{Batch, Schema};
 use super::dataset::Dataset;
 use super::error::{positive, Result};
-use super::pipeline::{StageStats, StreamBatches};
+use super::exec::StageStats;
 use super::rng;
 use super::split::SplitHandle;
+use super::stream::{Chunk, StreamBatches};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -256,10 +257,8 @@ impl DataIterator {
                         vec![all.gather(&order)]
                     }
                 };
-                let batches = Box::new(blocks.into_iter().map(Ok));
-                Ok(StreamBatches::from_batches(
-                    batches, None, batch_size, drop_last,
-                ))
+                let chunks = Box::new(blocks.into_iter().map(|b| Ok(Chunk::Rows(b))));
+                Ok(StreamBatches::new(chunks, None, batch_size, drop_last))
             }
             Shard::Streaming(split) => {
                 let batches = split.epoch(epoch, batch_size, drop_last);

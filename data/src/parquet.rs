@@ -170,8 +170,14 @@ fn same_schema(a: &Schema, b: &Schema) -> bool {
         })
 }
 
-/// Reads one row group into a batch.
-pub(crate) fn read(group: &RowGroup, columns: Option<&[String]>) -> Result<Batch> {
+/// Reads one row group, in batches of up to `chunk_rows` rows (decoded
+/// straight into batches that size, so a batch function that wants them
+/// needs no copy).
+pub(crate) fn read(
+    group: &RowGroup,
+    columns: Option<&[String]>,
+    chunk_rows: usize,
+) -> Result<Vec<Batch>> {
     let path = &group.path;
     let builder = open(path)?;
     let arrow = builder.schema().clone();
@@ -194,22 +200,19 @@ pub(crate) fn read(group: &RowGroup, columns: Option<&[String]>) -> Result<Batch
     };
     let reader = builder
         .with_row_groups(vec![group.index])
-        .with_batch_size(group.rows.max(1))
+        .with_batch_size(chunk_rows.clamp(1, group.rows.max(1)))
         .build()
         .map_err(|e| err(path, e))?;
-    let mut out: Option<Batch> = None;
+    let mut out = Vec::new();
     for batch in reader {
         let batch = batch.map_err(|e| err(path, format!("row group {}: {e}", group.index)))?;
         let mut converted = to_batch(path, &batch)?;
         if let Some(cols) = columns {
             converted = reorder(converted, cols)?;
         }
-        out = Some(match out {
-            None => converted,
-            Some(prev) => Batch::concat(&[prev, converted])?,
-        });
+        out.push(converted);
     }
-    Ok(out.unwrap_or_default())
+    Ok(out)
 }
 
 /// The columns of `batch` in the order asked for.

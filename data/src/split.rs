@@ -23,9 +23,11 @@
 //!   cut (as row ranges of blocks, no copy) to bring each split to `T`. The
 //!   last `total % n` rows are dropped.
 
-use super::batch::{Batch, Schema};
+use super::batch::Schema;
 use super::error::{DataError, Result};
-use super::pipeline::{fetch_rows, Block, BlockStream, LazyDataset, StageStats, StreamBatches};
+use super::exec::{Block, BlockStream, StageStats};
+use super::pipeline::LazyDataset;
+use super::stream::{Chunk, StreamBatches};
 use prism::{ActorHandle, ObjectRef};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -327,7 +329,7 @@ impl SplitHandle {
             epoch,
             ended: false,
         };
-        StreamBatches::from_batches(Box::new(blocks), None, batch_size, drop_last)
+        StreamBatches::new(Box::new(blocks), None, batch_size, drop_last)
     }
 
     /// The rows per epoch, when the coordinator knows them up front.
@@ -365,9 +367,9 @@ impl SplitBlocks {
 }
 
 impl Iterator for SplitBlocks {
-    type Item = Result<Batch>;
+    type Item = Result<Chunk>;
 
-    fn next(&mut self) -> Option<Result<Batch>> {
+    fn next(&mut self) -> Option<Result<Chunk>> {
         if self.ended {
             return None;
         }
@@ -375,7 +377,15 @@ impl Iterator for SplitBlocks {
         let mut pause = Duration::from_micros(500);
         loop {
             match self.ask() {
-                Ok(Next::Block { data, start, end }) => return Some(fetch_rows(&data, start..end)),
+                Ok(Next::Block { data, start, end }) => {
+                    let block = Block {
+                        data,
+                        start,
+                        rows: end - start,
+                        bytes: 0,
+                    };
+                    return Some(Chunk::open(&block));
+                }
                 Ok(Next::End) => {
                     self.ended = true;
                     return None;

@@ -28,6 +28,7 @@
 
 use super::batch::{Batch, Column};
 use super::error::{DataError, Result};
+use std::ops::Range;
 
 const MAGIC: &[u8; 8] = b"PRSMBLK1";
 const HEADER: usize = 24;
@@ -104,16 +105,18 @@ fn read_slice<T: Pod>(bytes: &[u8]) -> Vec<T> {
     let n = bytes.len() / T::SIZE;
     #[cfg(target_endian = "little")]
     {
-        let mut out = vec![T::default(); n];
-        // SAFETY: `out` has room for n * SIZE bytes, every bit pattern is a
-        // valid T, and the ranges do not overlap.
+        let mut out: Vec<T> = Vec::with_capacity(n);
+        // SAFETY: `out` has room for n elements (n * SIZE bytes), every bit
+        // pattern is a valid T, the ranges do not overlap, and all n are
+        // written before the length is set.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 bytes.as_ptr(),
                 out.as_mut_ptr().cast::<u8>(),
                 n * T::SIZE,
-            )
-        };
+            );
+            out.set_len(n);
+        }
         out
     }
     #[cfg(not(target_endian = "little"))]
@@ -125,72 +128,97 @@ fn pad_to_align(out: &mut Vec<u8>) {
     out.resize(out.len() + pad, 0);
 }
 
-/// The encoded size of a batch, close enough to reserve it up front.
-fn encoded_size(batch: &Batch) -> usize {
-    let mut size = HEADER + ENTRY * batch.num_columns() + ALIGN;
-    for (name, column) in batch.columns() {
+/// The encoded size of batches, close enough to reserve it up front.
+fn encoded_size(parts: &[Batch]) -> usize {
+    let Some(first) = parts.first() else {
+        return HEADER;
+    };
+    let mut size = HEADER + ENTRY * first.num_columns() + ALIGN;
+    for name in first.column_names() {
         size += name.len() + 2 * ALIGN;
-        size += match column {
-            Column::F32(v) => v.len() * 4,
-            Column::F64(v) => v.len() * 8,
-            Column::I64(v) => v.len() * 8,
-            Column::Str(v) => (v.len() + 1) * 8 + v.iter().map(String::len).sum::<usize>(),
-            Column::Tensor { values, .. } => values.len() * 4,
-        };
+    }
+    for part in parts {
+        for (_, column) in part.columns() {
+            size += match column {
+                Column::F32(v) => v.len() * 4,
+                Column::F64(v) => v.len() * 8,
+                Column::I64(v) => v.len() * 8,
+                Column::Str(v) => (v.len() + 1) * 8 + v.iter().map(String::len).sum::<usize>(),
+                Column::Tensor { values, .. } => values.len() * 4,
+            };
+        }
     }
     size
 }
 
 /// Encodes a block.
 pub(crate) fn encode(batch: &Batch) -> Vec<u8> {
-    let mut out = Vec::with_capacity(encoded_size(batch));
+    encode_many(std::slice::from_ref(batch))
+}
+
+/// Encodes the rows of `parts`, one after another, as one block: the
+/// concatenation is written straight into the encoding. The parts must
+/// share a schema (checked by the caller).
+pub(crate) fn encode_many(parts: &[Batch]) -> Vec<u8> {
+    let first = parts.first().cloned().unwrap_or_default();
+    let num_rows: usize = parts.iter().map(Batch::num_rows).sum();
+    let mut out = Vec::with_capacity(encoded_size(parts));
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&KIND_BLOCK.to_le_bytes());
-    out.extend_from_slice(&(batch.num_columns() as u32).to_le_bytes());
-    out.extend_from_slice(&(batch.num_rows() as u64).to_le_bytes());
+    out.extend_from_slice(&(first.num_columns() as u32).to_le_bytes());
+    out.extend_from_slice(&(num_rows as u64).to_le_bytes());
     let entries_at = out.len();
-    out.resize(entries_at + ENTRY * batch.num_columns(), 0);
-    for name in batch.column_names() {
+    out.resize(entries_at + ENTRY * first.num_columns(), 0);
+    for name in first.column_names() {
         out.extend_from_slice(name.as_bytes());
     }
-    let mut entries = Vec::with_capacity(batch.num_columns());
-    for (name, column) in batch.columns() {
+    let mut entries = Vec::with_capacity(first.num_columns());
+    for (c, (name, column)) in first.columns().enumerate() {
+        let pieces = parts
+            .iter()
+            .filter_map(|p| p.columns().nth(c).map(|(_, col)| col));
         pad_to_align(&mut out);
         let a_off = out.len();
         let (tag, row_len) = match column {
-            Column::F32(v) => {
-                put_slice(v, &mut out);
-                (T_F32, 0)
-            }
-            Column::F64(v) => {
-                put_slice(v, &mut out);
-                (T_F64, 0)
-            }
-            Column::I64(v) => {
-                put_slice(v, &mut out);
-                (T_I64, 0)
-            }
-            Column::Tensor { values, row_len } => {
-                put_slice(values, &mut out);
-                (T_TENSOR, *row_len)
-            }
-            Column::Str(v) => {
-                let mut at = 0u64;
-                0u64.put_le(&mut out);
-                for s in v {
-                    at += s.len() as u64;
-                    at.put_le(&mut out);
-                }
-                (T_STR, 0)
-            }
+            Column::F32(_) => (T_F32, 0),
+            Column::F64(_) => (T_F64, 0),
+            Column::I64(_) => (T_I64, 0),
+            Column::Tensor { row_len, .. } => (T_TENSOR, *row_len),
+            Column::Str(_) => (T_STR, 0),
         };
+        if tag == T_STR {
+            let mut at = 0u64;
+            0u64.put_le(&mut out);
+            for piece in pieces.clone() {
+                if let Column::Str(v) = piece {
+                    for s in v {
+                        at += s.len() as u64;
+                        at.put_le(&mut out);
+                    }
+                }
+            }
+        } else {
+            for piece in pieces.clone() {
+                match piece {
+                    Column::F32(v) => put_slice(v, &mut out),
+                    Column::F64(v) => put_slice(v, &mut out),
+                    Column::I64(v) => put_slice(v, &mut out),
+                    Column::Tensor { values, .. } => put_slice(values, &mut out),
+                    Column::Str(_) => {}
+                }
+            }
+        }
         let a_len = out.len() - a_off;
         let (mut b_off, mut b_len) = (0, 0);
-        if let Column::Str(v) = column {
+        if tag == T_STR {
             pad_to_align(&mut out);
             b_off = out.len();
-            for s in v {
-                out.extend_from_slice(s.as_bytes());
+            for piece in pieces {
+                if let Column::Str(v) = piece {
+                    for s in v {
+                        out.extend_from_slice(s.as_bytes());
+                    }
+                }
             }
             b_len = out.len() - b_off;
         }
@@ -286,6 +314,12 @@ pub(crate) fn rows(bytes: &[u8]) -> Result<Option<usize>> {
 
 /// Decodes an encoded block, failure or not.
 pub(crate) fn decode(bytes: &[u8]) -> Result<Decoded> {
+    decode_rows(bytes, None)
+}
+
+/// Decodes rows `rows` of an encoded block (all rows for `None`), copying
+/// only those out.
+pub(crate) fn decode_rows(bytes: &[u8], rows: Option<Range<usize>>) -> Result<Decoded> {
     let r = check_magic(bytes)?;
     let kind = r.u32(8)?;
     let count = r.u32(12)? as usize;
@@ -309,6 +343,10 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Decoded> {
         };
     }
     let num_rows = r.u64(16)?;
+    let rows = rows.unwrap_or(0..num_rows);
+    if rows.start > rows.end || rows.end > num_rows {
+        return Err(malformed("rows asked for are past the block's end"));
+    }
     let mut name_at = HEADER
         .checked_add(
             count
@@ -323,14 +361,33 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Decoded> {
         let values = r.range(r.u64(e + 16)?, r.u64(e + 24)?)?;
         let name = r.str(name_at, name_len)?.to_string();
         name_at += name_len;
+        // The bytes of rows `rows` when each row takes `width` bytes.
+        let part = |width: usize| -> Result<&[u8]> {
+            let (a, b) = (rows.start * width, rows.end * width);
+            if values.len() != num_rows * width {
+                return Err(malformed("a column's length disagrees with the row count"));
+            }
+            Ok(&values[a..b])
+        };
         let column = match tag {
-            T_F32 => Column::F32(read_slice(values)),
-            T_F64 => Column::F64(read_slice(values)),
-            T_I64 => Column::I64(read_slice(values)),
-            T_TENSOR => Column::tensor(read_slice(values), row_len)?,
+            T_F32 => Column::F32(read_slice(part(4)?)),
+            T_F64 => Column::F64(read_slice(part(8)?)),
+            T_I64 => Column::I64(read_slice(part(8)?)),
+            T_TENSOR => {
+                let width = row_len
+                    .checked_mul(4)
+                    .ok_or_else(|| malformed("a tensor row is too long"))?;
+                Column::tensor(read_slice(part(width)?), row_len)?
+            }
             T_STR => {
                 let text = r.str(r.u64(e + 32)?, r.u64(e + 40)?)?;
-                let offsets: Vec<u64> = read_slice(values);
+                let all: &[u8] = values;
+                if all.len() != (num_rows + 1) * 8 {
+                    return Err(malformed(
+                        "a string column's offsets disagree with the row count",
+                    ));
+                }
+                let offsets: Vec<u64> = read_slice(&all[rows.start * 8..(rows.end + 1) * 8]);
                 let mut strings = Vec::with_capacity(offsets.len().saturating_sub(1));
                 for w in offsets.windows(2) {
                     let (a, b) = (w[0] as usize, w[1] as usize);
@@ -346,7 +403,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Decoded> {
         columns.push((name, column));
     }
     let batch = Batch::new(columns)?;
-    if count > 0 && batch.num_rows() != num_rows {
+    if count > 0 && batch.num_rows() != rows.len() {
         return Err(malformed("the row count disagrees with the columns"));
     }
     Ok(Decoded::Block(batch))
@@ -383,6 +440,22 @@ mod tests {
         }
         let empty = encode(&Batch::default());
         assert!(matches!(decode(&empty).unwrap(), Decoded::Block(b) if b.num_columns() == 0));
+    }
+
+    #[test]
+    fn several_batches_encode_as_one_and_any_row_range_decodes_alone() {
+        let all = sample();
+        let parts = [all.slice(0..1), all.slice(1..3)];
+        let bytes = encode_many(&parts);
+        assert_eq!(rows(&bytes).unwrap(), Some(3));
+        assert!(matches!(decode(&bytes).unwrap(), Decoded::Block(b) if b == all));
+        for (a, b) in [(0, 0), (0, 1), (1, 3), (2, 3), (0, 3)] {
+            match decode_rows(&bytes, Some(a..b)).unwrap() {
+                Decoded::Block(got) => assert_eq!(got, all.slice(a..b), "{a}..{b}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(decode_rows(&bytes, Some(2..4)).is_err());
     }
 
     #[test]

@@ -1,0 +1,227 @@
+//! [`StreamBatches`]: batches cut from a stream of blocks as a consumer
+//! reads them.
+//!
+//! Blocks in the object store are read in place: the consumer holds a
+//! pinned view of each block it is cutting batches from, and copies out only
+//! the rows of each batch (one copy from shared memory to the batch).
+
+use super::batch::Batch;
+use super::error::{DataError, Result};
+use super::exec::{Block, StageStats};
+use super::rng;
+use super::wire::{self, Decoded};
+use prism::View;
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+/// Rows a consumer holds: decoded, or an encoded block in the object
+/// store, read in place.
+pub(crate) enum Chunk {
+    Rows(Batch),
+    Stored {
+        view: View<u8>,
+        /// The block's rows that belong to this chunk.
+        rows: Range<usize>,
+    },
+}
+
+impl Chunk {
+    /// A block of a running pipeline, mapped (not copied) from the store.
+    pub(crate) fn open(block: &Block) -> Result<Chunk> {
+        let view = prism::get_view(&block.data).map_err(|e| DataError::Stage {
+            stage: "fetch".into(),
+            block: 0,
+            message: e.to_string(),
+        })?;
+        Ok(Chunk::Stored {
+            view,
+            rows: block.start..block.start + block.rows,
+        })
+    }
+
+    fn num_rows(&self) -> usize {
+        match self {
+            Chunk::Rows(b) => b.num_rows(),
+            Chunk::Stored { rows, .. } => rows.len(),
+        }
+    }
+
+    /// Rows `range` (relative to the chunk), copied out.
+    fn rows(&self, range: Range<usize>) -> Result<Batch> {
+        match self {
+            Chunk::Rows(b) if range.start == 0 && range.end == b.num_rows() => Ok(b.clone()),
+            Chunk::Rows(b) => Ok(b.slice(range)),
+            Chunk::Stored { view, rows } => {
+                let abs = rows.start + range.start..rows.start + range.end;
+                match wire::decode_rows(view, Some(abs))? {
+                    Decoded::Block(b) => Ok(b),
+                    _ => Err(DataError::Corrupt {
+                        what: "a failure record where rows were expected".into(),
+                    }),
+                }
+            }
+        }
+    }
+}
+
+/// Batches of a running pipeline: what
+/// [`LazyDataset::iter_batches`](super::LazyDataset::iter_batches) and
+/// [`DataIterator::iter_batches`](super::DataIterator::iter_batches)
+/// return. Each item is a batch, or the error that ended the run.
+pub struct StreamBatches {
+    chunks: Box<dyn Iterator<Item = Result<Chunk>> + Send>,
+    stats: Option<Arc<Mutex<Vec<StageStats>>>>,
+    /// Chunks not yet fully yielded, and the row reached in the first.
+    queue: VecDeque<Chunk>,
+    offset: usize,
+    queued_rows: usize,
+    batch_size: usize,
+    drop_last: bool,
+    done: bool,
+    shuffle: Option<(usize, rng::SplitMix64)>,
+}
+
+impl std::fmt::Debug for StreamBatches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamBatches")
+            .field("batch_size", &self.batch_size)
+            .field("drop_last", &self.drop_last)
+            .field("queued_rows", &self.queued_rows)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StreamBatches {
+    /// Batches of `batch_size` rows cut from the incoming chunks, which
+    /// may have any size.
+    pub(crate) fn new(
+        chunks: Box<dyn Iterator<Item = Result<Chunk>> + Send>,
+        stats: Option<Arc<Mutex<Vec<StageStats>>>>,
+        batch_size: usize,
+        drop_last: bool,
+    ) -> StreamBatches {
+        StreamBatches {
+            chunks,
+            stats,
+            queue: VecDeque::new(),
+            offset: 0,
+            queued_rows: 0,
+            batch_size,
+            drop_last,
+            done: false,
+            shuffle: None,
+        }
+    }
+
+    /// Shuffles rows locally: batches are drawn at random from a buffer of
+    /// at least `buffer_rows` rows as the stream fills it (Ray's
+    /// `local_shuffle_buffer_size`), in an order fixed by `seed`.
+    pub fn local_shuffle(mut self, buffer_rows: usize, seed: u64) -> StreamBatches {
+        self.shuffle = Some((buffer_rows.max(1), rng::SplitMix64::new(seed)));
+        self
+    }
+
+    /// What each stage of the pipeline has done so far (all of it, once
+    /// the iterator is exhausted): blocks, rows, bytes and time per stage.
+    /// Empty for batches that do not come from a pipeline run here.
+    pub fn stats(&self) -> Vec<StageStats> {
+        self.stats
+            .as_ref()
+            .and_then(|s| s.lock().ok().map(|s| s.clone()))
+            .unwrap_or_default()
+    }
+
+    fn want(&self) -> usize {
+        match &self.shuffle {
+            Some((buffer, _)) => buffer + self.batch_size,
+            None => self.batch_size,
+        }
+    }
+
+    /// Pulls chunks until enough rows are queued or the stream ends.
+    fn top_up(&mut self) -> Result<()> {
+        while !self.done && self.queued_rows < self.want() {
+            match self.chunks.next() {
+                None => self.done = true,
+                Some(Err(e)) => {
+                    self.done = true;
+                    return Err(e);
+                }
+                Some(Ok(chunk)) => {
+                    self.queued_rows += chunk.num_rows();
+                    if chunk.num_rows() > 0 {
+                        self.queue.push_back(chunk);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The next `n` queued rows, in order.
+    fn take_rows(&mut self, n: usize) -> Result<Batch> {
+        let mut parts = Vec::new();
+        let mut need = n;
+        while need > 0 {
+            let Some(chunk) = self.queue.front() else {
+                break;
+            };
+            let take = (chunk.num_rows() - self.offset).min(need);
+            parts.push(chunk.rows(self.offset..self.offset + take)?);
+            need -= take;
+            self.offset += take;
+            self.queued_rows -= take;
+            if self.offset >= chunk.num_rows() {
+                self.queue.pop_front();
+                self.offset = 0;
+            }
+        }
+        match parts.len() {
+            1 => Ok(parts.pop().unwrap_or_default()),
+            _ => Batch::concat(&parts),
+        }
+    }
+
+    fn next_batch(&mut self) -> Result<Option<Batch>> {
+        self.top_up()?;
+        let n = self.batch_size.min(self.queued_rows);
+        if n == 0 || (n < self.batch_size && self.drop_last) {
+            return Ok(None);
+        }
+        if self.shuffle.is_none() {
+            return self.take_rows(n).map(Some);
+        }
+        // Draw n random rows from everything queued.
+        let all = self.take_rows(self.queued_rows)?;
+        let Some((_, rng)) = self.shuffle.as_mut() else {
+            return Ok(None);
+        };
+        let order = rng::permutation(all.num_rows(), rng.next_u64());
+        let out = all.gather(&order[..n]);
+        let rest = all.gather(&order[n..]);
+        self.queued_rows = rest.num_rows();
+        self.offset = 0;
+        if rest.num_rows() > 0 {
+            self.queue.push_back(Chunk::Rows(rest));
+        }
+        Ok(Some(out))
+    }
+}
+
+impl Iterator for StreamBatches {
+    type Item = Result<Batch>;
+
+    fn next(&mut self) -> Option<Result<Batch>> {
+        match self.next_batch() {
+            Ok(Some(b)) => Some(Ok(b)),
+            Ok(None) => None,
+            Err(e) => {
+                self.done = true;
+                self.queue.clear();
+                self.queued_rows = 0;
+                Some(Err(e))
+            }
+        }
+    }
+}
