@@ -44,7 +44,7 @@ impl Piece {
             }
             Piece::Csv(path) => Ok(vec![csv::read(path)?]),
             Piece::Range { start, end } => {
-                let step = chunk_rows.min(RANGE_BLOCK_ROWS).max(1);
+                let step = chunk_rows.clamp(1, RANGE_BLOCK_ROWS);
                 (*start..*end)
                     .step_by(step)
                     .map(|a| {
