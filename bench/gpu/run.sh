@@ -63,7 +63,7 @@ if [ -x ./bin/fashion_mnist ]; then
     epochs=""
     [ "$quick" = 1 ] && epochs="--epochs 2"
     # shellcheck disable=SC2086
-    run ./bin/fashion_mnist --use-gpu --model "$model" $epochs --data "$data" \
+    run ./bin/fashion_mnist --ingest device --use-gpu --model "$model" $epochs --data "$data" \
       || { say "fashion_mnist --model $model FAILED"; failed=1; }
     # shellcheck disable=SC2086
     run "$python" fashion_mnist_torch.py --model "$model" $epochs --data "$data" \
@@ -82,7 +82,7 @@ if [ -x ./bin/fashion_mnist ]; then
         epochs=""
         [ "$quick" = 1 ] && epochs="--epochs 2"
         # shellcheck disable=SC2086
-        ./bin/fashion_mnist --use-gpu --model "$model" $epochs --data "$data" 2>&1 \
+        ./bin/fashion_mnist --ingest device --use-gpu --model "$model" $epochs --data "$data" 2>&1 \
           | sed 's/^prism-train /prism-train-mps /' | tee -a "$log"
         [ "${PIPESTATUS[0]}" = 0 ] || { say "fashion_mnist --model $model under MPS FAILED"; failed=1; }
       done

@@ -258,7 +258,7 @@ done
 
 # Fashion-MNIST, 2 workers, 4 epochs (the example's defaults).
 for ((r = 1; r <= fmnist_runs; r++)); do
-    run fashion-mnist 2 prism "$r" 900 -- "$examples/fashion_mnist" --workers 2 --data "$data"
+    run fashion-mnist 2 prism "$r" 900 -- "$examples/fashion_mnist" --workers 2 --ingest device --data "$data"
     if ((v1)); then
         run fashion-mnist 2 ray-train-v1 "$r" 1200 -- \
             "$ray_python" bench/ray/train_ray.py fashion-mnist --trainer v1 --workers 2 --data "$data"

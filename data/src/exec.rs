@@ -18,6 +18,10 @@ use std::time::{Duration, Instant};
 /// The size a block is assumed to have before the first one is seen.
 const ASSUMED_BLOCK_BYTES: usize = 64 << 20;
 
+/// How long a block task may keep its consumer waiting before the
+/// pipeline says so.
+const STALL_WARNING: Duration = Duration::from_secs(20);
+
 /// Rows per block of [`LazyDataset::range`].
 pub(crate) const RANGE_BLOCK_ROWS: usize = 8192;
 
@@ -397,6 +401,8 @@ struct Fused {
     started: Option<Instant>,
     stats: Arc<Mutex<Vec<StageStats>>>,
     slot: usize,
+    task_cpus: f64,
+    warned: bool,
 }
 
 impl Fused {
@@ -430,6 +436,8 @@ impl Fused {
             started: None,
             stats,
             slot,
+            task_cpus: options.num_cpus_per_task,
+            warned: false,
         }
     }
 
@@ -491,6 +499,34 @@ impl Fused {
         None
     }
 
+    /// Waits for a block task, saying on stderr (once per step) when it
+    /// has waited long: a pipeline whose tasks cannot get a CPU, because
+    /// training workers hold them all, would otherwise hang in silence.
+    fn wait_for(&mut self, index: usize, data: &ObjectRef<Vec<u8>>) {
+        let started = Instant::now();
+        loop {
+            match prism::wait(std::slice::from_ref(data), 1, Some(STALL_WARNING)) {
+                Ok((ready, _)) if ready.is_empty() => {}
+                // Ready, or an error that reading the block will report.
+                _ => return,
+            }
+            if !self.warned {
+                self.warned = true;
+                let cpus = prism::cluster_resources()
+                    .map(|(total, free)| {
+                        format!("{} of {} CPUs are free", free.get("CPU"), total.get("CPU"))
+                    })
+                    .unwrap_or_else(|_| "the free CPUs are unknown".into());
+                eprintln!(
+                    "prism-data: block {index} of {} has waited {} s for its task ({cpus}). Each block task needs {} CPU; if training workers or other tasks hold every CPU of the cluster, the pipeline cannot go on: give the cluster more CPUs than the workers take (prism::Config::num_cpus), or lower ExecutionOptions::num_cpus_per_task.",
+                    self.name,
+                    started.elapsed().as_secs(),
+                    self.task_cpus,
+                );
+            }
+        }
+    }
+
     fn record(&self, block: &Block, waited: Duration) {
         let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(st) = s.get_mut(self.slot) {
@@ -515,6 +551,7 @@ impl Iterator for Fused {
         }
         let (index, data) = self.in_flight.pop_front()?;
         let waiting = Instant::now();
+        self.wait_for(index, &data);
         let header = prism::get_view(&data)
             .map_err(|e| self.stage_error(index, e.to_string()))
             .and_then(|view| {

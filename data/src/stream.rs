@@ -80,6 +80,8 @@ pub struct StreamBatches {
     drop_last: bool,
     done: bool,
     shuffle: Option<(usize, rng::SplitMix64)>,
+    /// With a shuffle: rows in a random order, and the next one to yield.
+    shuffled: Option<(Batch, usize)>,
 }
 
 impl std::fmt::Debug for StreamBatches {
@@ -111,12 +113,15 @@ impl StreamBatches {
             drop_last,
             done: false,
             shuffle: None,
+            shuffled: None,
         }
     }
 
-    /// Shuffles rows locally: batches are drawn at random from a buffer of
-    /// at least `buffer_rows` rows as the stream fills it (Ray's
-    /// `local_shuffle_buffer_size`), in an order fixed by `seed`.
+    /// Shuffles rows locally (Ray's `local_shuffle_buffer_size`): rows are
+    /// gathered until at least `2 * buffer_rows` are at hand, put in a
+    /// random order, and yielded until `buffer_rows` are left, which are
+    /// shuffled again with the next rows; the order is fixed by `seed`.
+    /// Each row is copied about twice, whatever the buffer's size.
     pub fn local_shuffle(mut self, buffer_rows: usize, seed: u64) -> StreamBatches {
         self.shuffle = Some((buffer_rows.max(1), rng::SplitMix64::new(seed)));
         self
@@ -134,7 +139,7 @@ impl StreamBatches {
 
     fn want(&self) -> usize {
         match &self.shuffle {
-            Some((buffer, _)) => buffer + self.batch_size,
+            Some((buffer, _)) => 2 * buffer + self.batch_size,
             None => self.batch_size,
         }
     }
@@ -184,28 +189,60 @@ impl StreamBatches {
     }
 
     fn next_batch(&mut self) -> Result<Option<Batch>> {
+        if let Some((buffer, _)) = &self.shuffle {
+            let buffer = *buffer;
+            return self.next_shuffled(buffer);
+        }
         self.top_up()?;
         let n = self.batch_size.min(self.queued_rows);
         if n == 0 || (n < self.batch_size && self.drop_last) {
             return Ok(None);
         }
-        if self.shuffle.is_none() {
-            return self.take_rows(n).map(Some);
+        self.take_rows(n).map(Some)
+    }
+
+    fn next_shuffled(&mut self, buffer: usize) -> Result<Option<Batch>> {
+        let size = self.batch_size;
+        loop {
+            let ended = self.done && self.queued_rows == 0;
+            if let Some((rows, at)) = &mut self.shuffled {
+                let left = rows.num_rows() - *at;
+                if left >= size && (ended || left - size >= buffer) {
+                    let out = rows.slice(*at..*at + size);
+                    *at += size;
+                    return Ok(Some(out));
+                }
+                if ended {
+                    let tail =
+                        (left > 0 && !self.drop_last).then(|| rows.slice(*at..rows.num_rows()));
+                    self.shuffled = None;
+                    return Ok(tail);
+                }
+            } else if ended {
+                return Ok(None);
+            }
+            // Refill: what is left of the shuffled rows and every queued
+            // row, in a new random order.
+            self.top_up()?;
+            let mut parts = Vec::new();
+            if let Some((rows, at)) = self.shuffled.take() {
+                if at < rows.num_rows() {
+                    parts.push(rows.slice(at..rows.num_rows()));
+                }
+            }
+            if self.queued_rows > 0 {
+                parts.push(self.take_rows(self.queued_rows)?);
+            }
+            if parts.is_empty() {
+                continue;
+            }
+            let all = Batch::concat(&parts)?;
+            let Some((_, rng)) = self.shuffle.as_mut() else {
+                return Ok(None);
+            };
+            let order = rng::permutation(all.num_rows(), rng.next_u64());
+            self.shuffled = Some((all.gather(&order), 0));
         }
-        // Draw n random rows from everything queued.
-        let all = self.take_rows(self.queued_rows)?;
-        let Some((_, rng)) = self.shuffle.as_mut() else {
-            return Ok(None);
-        };
-        let order = rng::permutation(all.num_rows(), rng.next_u64());
-        let out = all.gather(&order[..n]);
-        let rest = all.gather(&order[n..]);
-        self.queued_rows = rest.num_rows();
-        self.offset = 0;
-        if rest.num_rows() > 0 {
-            self.queue.push_back(Chunk::Rows(rest));
-        }
-        Ok(Some(out))
     }
 }
 
@@ -220,6 +257,7 @@ impl Iterator for StreamBatches {
                 self.done = true;
                 self.queue.clear();
                 self.queued_rows = 0;
+                self.shuffled = None;
                 Some(Err(e))
             }
         }

@@ -10,23 +10,35 @@
 //! their index within their class: every 7th is held out for testing
 //! (10,000 of Fashion-MNIST's 70,000).
 //!
-//! Each worker reads the file itself, moves all of it to its device once
-//! (55 MB of bytes), and takes its part of every epoch through a
-//! `DistributedSampler` (the `prepare_data_loader` analogue); batches are
-//! gathered and converted on the device. With `--use-gpu` the workers share
+//! Two ways in for the data (`--ingest`):
+//!
+//! - `stream` (the default), as Ray Train does it with Ray Data: the
+//!   training images are read from Parquet files (written once by
+//!   `scripts/fetch-dataset.sh fashion-mnist --parquet`) by a streaming
+//!   pipeline, scaled to floats by `map_batches` tasks, and split among the
+//!   workers by `streaming_split` while they train; each worker shuffles
+//!   within a buffer of 5,000 rows;
+//! - `device`: each worker reads the whole file itself, moves all of it to
+//!   its device once (55 MB of bytes), and takes its part of every epoch
+//!   through a `DistributedSampler` (the `prepare_data_loader` analogue);
+//!   batches are gathered and converted on the device. This is what the
+//!   GPU comparison with plain PyTorch runs.
+//!
+//! Validation reads the test images the same way in both. With `--use-gpu` the workers share
 //! the GPU and their gradients are averaged on it (feature `cuda`: through
 //! CUDA IPC, with no host copy). `bench/gpu/fashion_mnist_torch.py` trains
 //! the same models the same way in one plain PyTorch process.
 //!
 //! ```text
 //! bash scripts/setup-torch.sh && . ~/.cache/prism/torch-2.11.0/prism-torch.env
-//! bash scripts/fetch-dataset.sh fashion-mnist
+//! bash scripts/fetch-dataset.sh fashion-mnist --parquet
 //! cargo run --release -p prism-train --features tch --example fashion_mnist
 //! ```
 //!
 //! Options: `--workers N` (2 to 4; default 2), `--epochs N` (default 4 for
 //! the MLP, 6 for the CNN), `--model mlp|cnn`, `--dataset
-//! fashion-mnist|mnist`, `--data FILE`, `--use-gpu`. The run fails if the
+//! fashion-mnist|mnist`, `--data FILE` (for `device`), `--parquet DIR` (for
+//! `stream`), `--ingest stream|device`, `--use-gpu`. The run fails if the
 //! test accuracy ends below 85% (MLP) or 90% (CNN).
 
 #[path = "common/mod.rs"]
@@ -35,7 +47,7 @@ mod common;
 mod fmnist;
 
 use prism_train::collective::ReduceOp;
-use prism_train::data::DistributedSampler;
+use prism_train::data::{DistributedSampler, LazyDataset};
 use prism_train::torch::{get_device, prepare_model, DdpOptions};
 use prism_train::{CheckpointConfig, CheckpointScoreOrder, RunConfig, ScalingConfig, Trainer};
 use serde::{Deserialize, Serialize};
@@ -46,6 +58,27 @@ use tch::{Device, Kind, Tensor};
 
 use common::BoxError;
 use fmnist::{load, OnDevice, PIXELS};
+use prism_train::data::{Batch, Column, DataError};
+
+/// The `map_batches` step of the streaming input: pixels (read from
+/// Parquet as floats 0-255) scaled to 0-1.
+fn scale(batch: Batch) -> Result<Batch, DataError> {
+    let image = batch.tensor("image")?;
+    let (scaled, row_len) = (
+        image.values.iter().map(|v| v / 255.0).collect(),
+        image.row_len,
+    );
+    batch.with_column("image", Column::tensor(scaled, row_len)?)
+}
+
+/// Images as floats on the device, `[n, 784]`, and their labels.
+fn to_device(batch: &Batch, device: Device) -> Result<(Tensor, Tensor), BoxError> {
+    let image = batch.tensor("image")?;
+    let x = Tensor::from_slice(image.values)
+        .view([-1, PIXELS as i64])
+        .to_device(device);
+    Ok((x, Tensor::from_slice(batch.i64("label")?).to_device(device)))
+}
 
 /// The network trained.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,9 +98,29 @@ impl std::str::FromStr for Arch {
     }
 }
 
+/// Where the training batches come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+enum Ingest {
+    Stream,
+    Device,
+}
+
+impl std::str::FromStr for Ingest {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Ingest, String> {
+        match s {
+            "stream" => Ok(Ingest::Stream),
+            "device" => Ok(Ingest::Device),
+            _ => Err(format!("--ingest {s}: give stream or device")),
+        }
+    }
+}
+
 #[derive(Serialize, Deserialize)]
 struct Config {
     data: PathBuf,
+    parquet: PathBuf,
+    ingest: Ingest,
     arch: Arch,
     epochs: u32,
     batch_size: usize,
@@ -128,16 +181,42 @@ fn train_loop_per_worker(config: Config) -> Result<(), BoxError> {
     let group = prism_train::get_process_group()?;
     let (rank, world) = (ctx.world_rank(), ctx.world_size());
     let device = get_device()?;
-    let mut images = load(&config.data)?;
-    let data = OnDevice::new(&images, device);
-    // The pixels live on the device now; only the split is needed here.
-    images.pixels = Vec::new();
+    // Device: the whole file on the device, batches gathered there.
+    // Stream: training batches from the Trainer's dataset; the test images
+    // from their Parquet file.
+    let (train, test) = match config.ingest {
+        Ingest::Device => {
+            let mut images = load(&config.data)?;
+            let data = OnDevice::new(&images, device);
+            // The pixels live on the device now; only the split is needed.
+            images.pixels = Vec::new();
+            let test = data.batch(&images.test);
+            (Some((data, images.train)), test)
+        }
+        Ingest::Stream => {
+            let test = LazyDataset::read_parquet([config.parquet.join("test")])?
+                .map_batches(scale, 1024)?
+                .materialize()?;
+            (None, to_device(&test.take_batch(test.count()), device)?)
+        }
+    };
+    let num_train = train.as_ref().map(|t| t.1.len()).unwrap_or(0);
     let mut vs = nn::VarStore::new(device);
     let net = model(&vs.root(), config.arch);
     let ddp = prepare_model(&mut vs, DdpOptions::default())?;
     let mut opt = nn::Adam::default().build(&vs, config.lr)?;
     let start = common::resume(&mut vs)?;
-    let mut sampler = DistributedSampler::new(images.train.len(), rank, world)?.seed(config.seed);
+    let mut sampler = DistributedSampler::new(num_train, rank, world)?.seed(config.seed);
+    let stream = match config.ingest {
+        Ingest::Stream => {
+            let shard = prism_train::get_dataset_shard("train")?
+                .local_shuffle_buffer(5000)
+                .local_shuffle_seed(config.seed + rank as u64);
+            shard.set_epoch(u64::from(start));
+            Some(shard)
+        }
+        Ingest::Device => None,
+    };
     let staging = std::env::temp_dir().join(format!("fashion-mnist-{}", std::process::id()));
     for epoch in start..config.epochs {
         sampler.set_epoch(u64::from(epoch));
@@ -147,9 +226,7 @@ fn train_loop_per_worker(config: Config) -> Result<(), BoxError> {
         let mut loss_sum = Tensor::zeros([], (Kind::Float, device));
         let mut steps = 0.0f64;
         let mut allreduce_seconds = 0.0f64;
-        for batch in sampler.batches(config.batch_size)? {
-            let indices: Vec<usize> = batch.iter().map(|&i| images.train[i]).collect();
-            let (x, y) = data.batch(&indices);
+        let mut step = |x: Tensor, y: Tensor| -> Result<(), BoxError> {
             let loss = net.forward(&x).cross_entropy_for_logits(&y);
             opt.zero_grad();
             loss.backward();
@@ -159,23 +236,38 @@ fn train_loop_per_worker(config: Config) -> Result<(), BoxError> {
             opt.step();
             loss_sum += loss.detach();
             steps += 1.0;
+            Ok(())
+        };
+        match (&stream, &train) {
+            // Equal shares and whole batches only: every rank takes as many
+            // steps as the others.
+            (Some(shard), _) => {
+                for batch in shard.iter_batches(config.batch_size, true)? {
+                    let (x, y) = to_device(&batch?, device)?;
+                    step(x, y)?;
+                }
+            }
+            (None, Some((data, train))) => {
+                for batch in sampler.batches(config.batch_size)? {
+                    let indices: Vec<usize> = batch.iter().map(|&i| train[i]).collect();
+                    let (x, y) = data.batch(&indices);
+                    step(x, y)?;
+                }
+            }
+            (None, None) => unreachable!("device ingest keeps its data"),
         }
         let loss_sum = loss_sum.to_kind(Kind::Double).double_value(&[]);
         let epoch_seconds = started.elapsed().as_secs_f64();
         // Validation: each rank scores its part of the test set; the
         // counts are summed over the group.
-        let mine: Vec<usize> = images
-            .test
-            .iter()
-            .copied()
-            .skip(rank)
-            .step_by(world)
-            .collect();
+        let (test_x, test_y) = &test;
+        let mine: Vec<i64> = (rank as i64..test_y.size()[0]).step_by(world).collect();
         let mut counts = [0.0f64, mine.len() as f64, loss_sum / steps.max(1.0)];
         tch::no_grad(|| {
             for chunk in mine.chunks(1000) {
-                let (x, y) = data.batch(chunk);
-                let predicted = net.forward(&x).argmax(-1, false);
+                let idx = Tensor::from_slice(chunk).to_device(device);
+                let predicted = net.forward(&test_x.index_select(0, &idx)).argmax(-1, false);
+                let y = test_y.index_select(0, &idx);
                 counts[0] += predicted.eq_tensor(&y).sum(Kind::Int64).int64_value(&[]) as f64;
             }
         });
@@ -208,6 +300,7 @@ fn main() -> Result<(), BoxError> {
     });
     let dataset = common::arg::<String>("--dataset")?.unwrap_or_else(|| "fashion-mnist".into());
     let use_gpu = std::env::args().any(|a| a == "--use-gpu");
+    let ingest: Ingest = common::arg("--ingest")?.unwrap_or(Ingest::Stream);
     let data = match common::arg::<PathBuf>("--data")? {
         Some(path) => path,
         None => {
@@ -220,17 +313,41 @@ fn main() -> Result<(), BoxError> {
             dir.join(format!("{dataset}.bin"))
         }
     };
+    let parquet = match common::arg::<PathBuf>("--parquet")? {
+        Some(dir) => dir,
+        None => data.with_file_name(format!("{dataset}-parquet")),
+    };
     let started = Instant::now();
-    let images = load(&data)?;
-    let (num_train, num_test) = (images.train.len(), images.test.len());
-    drop(images);
-    let mut cluster = prism::Config::default().num_cpus(workers.max(2) as u32);
+    let (num_train, num_test) = match ingest {
+        Ingest::Device => {
+            let images = load(&data)?;
+            (images.train.len(), images.test.len())
+        }
+        Ingest::Stream => {
+            let count = |dir: &str| -> Result<usize, BoxError> {
+                let files = LazyDataset::read_parquet([parquet.join(dir)]).map_err(|e| {
+                    format!("{e}; run bash scripts/fetch-dataset.sh {dataset} --parquet, or give --ingest device")
+                })?;
+                Ok(files.count()?)
+            };
+            (count("train")?, count("test")?)
+        }
+    };
+    // Streaming ingest runs its read and map tasks beside the workers,
+    // which hold a CPU each: two more CPUs for them.
+    let cpus = match ingest {
+        Ingest::Stream => workers + 2,
+        Ingest::Device => workers.max(2),
+    };
+    let mut cluster = prism::Config::default().num_cpus(cpus as u32);
     if use_gpu {
         cluster = cluster.num_gpus(1);
     }
     prism::init(cluster)?;
     let config = Config {
         data,
+        parquet: parquet.clone(),
+        ingest,
         arch,
         epochs,
         batch_size: 64,
@@ -244,8 +361,12 @@ fn main() -> Result<(), BoxError> {
             .use_gpu(true)
             .resources_per_worker("GPU", 1.0 / workers as f64);
     }
-    let result = Trainer::new(train_loop_per_worker, config)
-        .scaling_config(scaling)
+    let mut trainer = Trainer::new(train_loop_per_worker, config).scaling_config(scaling);
+    if ingest == Ingest::Stream {
+        let train = LazyDataset::read_parquet([parquet.join("train")])?.map_batches(scale, 1024)?;
+        trainer = trainer.dataset("train", train);
+    }
+    let result = trainer
         .run_config(
             RunConfig::new(format!(
                 "{}_{}",
@@ -308,6 +429,7 @@ fn main() -> Result<(), BoxError> {
                     .to_string(),
             ),
             ("model", format!("{arch:?}").to_lowercase()),
+            ("ingest", format!("{ingest:?}").to_lowercase()),
             (
                 "training time per epoch (rank 0)",
                 format!("{} s, median {median:.2} s", listed.join(", ")),

@@ -380,3 +380,34 @@ fn tag(batch: Batch) -> Result<Batch, DataError> {
     let n = batch.num_rows();
     batch.with_column("one", Column::F32(vec![1.0; n]))
 }
+
+#[test]
+fn a_local_shuffle_buffer_mixes_rows_across_blocks_and_keeps_every_one() {
+    cluster();
+    let ds = LazyDataset::range(20_000);
+    let read = |seed| {
+        ids_of(
+            ds.iter_batches(64, false)
+                .unwrap()
+                .local_shuffle(1000, seed),
+        )
+    };
+    let (a, b, c) = (read(7), read(7), read(8));
+    assert_eq!(a, b, "one seed, one order");
+    assert_ne!(a, c);
+    assert_ne!(
+        a[..64],
+        (0..64).collect::<Vec<_>>()[..],
+        "the first batch is mixed"
+    );
+    let mut sorted = a.clone();
+    sorted.sort();
+    assert_eq!(sorted, (0..20_000).collect::<Vec<_>>(), "every row once");
+    let whole: usize = ds
+        .iter_batches(64, true)
+        .unwrap()
+        .local_shuffle(1000, 1)
+        .map(|b| b.unwrap().num_rows())
+        .sum();
+    assert_eq!(whole, 20_000 / 64 * 64, "drop_last drops the short tail");
+}

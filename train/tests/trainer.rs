@@ -552,3 +552,56 @@ fn workers_that_report_unequally_fail_the_run_with_a_clear_error() {
     assert!(err.to_string().contains("same number of times"), "{err}");
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+fn add_double(batch: prism_train::data::Batch) -> Result<prism_train::data::Batch, String> {
+    let doubled = batch
+        .i64("id")
+        .map_err(|e| e.to_string())?
+        .iter()
+        .map(|v| *v as f64 * 2.0)
+        .collect();
+    batch
+        .with_column("double", prism_train::data::Column::F64(doubled))
+        .map_err(|e| e.to_string())
+}
+
+fn streaming_loop(epochs: u32) -> Result<(), TrainError> {
+    let shard = prism_train::get_dataset_shard("train")?;
+    for epoch in 0..epochs {
+        let (mut rows, mut sum) = (0usize, 0.0);
+        for batch in shard.iter_batches(100, false)? {
+            let batch = batch?;
+            rows += batch.num_rows();
+            sum += batch.f64("double")?.iter().sum::<f64>();
+        }
+        prism_train::report(
+            serde_json::json!({"epoch": epoch, "rows": rows, "sum": sum, "streaming": shard.is_streaming()}),
+            None,
+        )?;
+    }
+    Ok(())
+}
+
+#[test]
+fn a_lazy_dataset_streams_to_the_workers_each_epoch_in_equal_shares() {
+    cluster();
+    let root = storage("streaming");
+    // Made by the pipeline's tasks while the workers read: 20,001 rows in
+    // blocks of 8,192, of which each of 2 workers gets 10,000 per epoch.
+    let data = prism_train::data::LazyDataset::range(20_001)
+        .map_batches(add_double, 1000)
+        .unwrap();
+    let result = Trainer::new(streaming_loop, 3u32)
+        .scaling_config(ScalingConfig::new(2))
+        .run_config(RunConfig::new("streaming").storage_path(&root))
+        .dataset("train", data)
+        .fit()
+        .into_result()
+        .expect("the run succeeds");
+    assert_eq!(result.metrics_history.len(), 3, "one report per epoch");
+    for m in &result.metrics_history {
+        assert_eq!(m["rows"], 10_000, "{m:?}");
+        assert_eq!(m["streaming"], true);
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
