@@ -15,8 +15,9 @@
 //!
 //! Each run prints the seconds it took, the rows per second, and the most
 //! bytes of finished blocks the pipeline could hold ahead of its consumer
-//! (its peak number of tasks times its largest block), which the budget
-//! bounds.
+//! (its peak number of tasks times its average block), which the budget
+//! bounds; the last run also prints its stages' stats. On a terminal the
+//! pipeline shows a live progress line (`PRISM_DATA_PROGRESS=0` hides it).
 
 use prism_data::{
     Batch, Column, DataError, DataIterator, ExecutionOptions, LazyDataset, StageStats,
@@ -138,6 +139,11 @@ fn main() -> Result<(), BoxError> {
             start.elapsed().as_secs_f64(),
             &batches.stats(),
         );
+        if !a.json && run + 1 == a.runs {
+            for stage in batches.stats() {
+                println!("  {stage}");
+            }
+        }
 
         let start = Instant::now();
         let splits = ds.streaming_split(2, true)?;

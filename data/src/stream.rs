@@ -12,8 +12,10 @@ use super::rng;
 use super::wire::{self, Decoded};
 use prism::View;
 use std::collections::VecDeque;
+use std::io::IsTerminal;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Rows a consumer holds: decoded, or an encoded block in the object
 /// store, read in place.
@@ -82,6 +84,63 @@ pub struct StreamBatches {
     shuffle: Option<(usize, rng::SplitMix64)>,
     /// With a shuffle: rows in a random order, and the next one to yield.
     shuffled: Option<(Batch, usize)>,
+    progress: Option<Progress>,
+}
+
+/// The live line a pipeline read on a terminal shows on stderr.
+struct Progress {
+    started: Instant,
+    last: Instant,
+    shown: bool,
+}
+
+impl Progress {
+    /// On when stderr is a terminal, unless `PRISM_DATA_PROGRESS=0`;
+    /// `PRISM_DATA_PROGRESS=1` turns it on anywhere.
+    fn new() -> Option<Progress> {
+        let on = match std::env::var("PRISM_DATA_PROGRESS").as_deref() {
+            Ok("0") => false,
+            Ok("1") => true,
+            _ => std::io::stderr().is_terminal(),
+        };
+        let now = Instant::now();
+        on.then_some(Progress {
+            started: now,
+            last: now,
+            shown: false,
+        })
+    }
+
+    fn line(&self, stats: &[StageStats]) -> String {
+        let secs = self.started.elapsed().as_secs_f64().max(1e-9);
+        let Some(last) = stats.last() else {
+            return String::new();
+        };
+        let in_flight: usize = stats.iter().map(|s| s.in_flight).sum();
+        format!(
+            "{}: {} rows, {:.0} rows/s, {:.0} MB/s, {} blocks, {in_flight} tasks running",
+            last.name,
+            last.rows,
+            last.rows as f64 / secs,
+            last.bytes as f64 / secs / 1e6,
+            last.blocks,
+        )
+    }
+
+    fn tick(&mut self, stats: &[StageStats]) {
+        if self.last.elapsed() >= Duration::from_millis(500) {
+            self.last = Instant::now();
+            self.shown = true;
+            eprint!("\r\x1b[2K{}", self.line(stats));
+        }
+    }
+
+    fn finish(&mut self, stats: &[StageStats]) {
+        if self.shown {
+            eprintln!("\r\x1b[2K{}", self.line(stats));
+            self.shown = false;
+        }
+    }
 }
 
 impl std::fmt::Debug for StreamBatches {
@@ -104,6 +163,7 @@ impl StreamBatches {
         drop_last: bool,
     ) -> StreamBatches {
         StreamBatches {
+            progress: None,
             chunks,
             stats,
             queue: VecDeque::new(),
@@ -115,6 +175,14 @@ impl StreamBatches {
             shuffle: None,
             shuffled: None,
         }
+        .with_progress()
+    }
+
+    fn with_progress(mut self) -> StreamBatches {
+        if self.stats.is_some() {
+            self.progress = Progress::new();
+        }
+        self
     }
 
     /// Shuffles rows locally (Ray's `local_shuffle_buffer_size`): rows are
@@ -146,9 +214,20 @@ impl StreamBatches {
 
     /// Pulls chunks until enough rows are queued or the stream ends.
     fn top_up(&mut self) -> Result<()> {
+        if self.progress.is_some() {
+            let stats = self.stats();
+            if let Some(p) = self.progress.as_mut() {
+                p.tick(&stats);
+            }
+        }
         while !self.done && self.queued_rows < self.want() {
             match self.chunks.next() {
-                None => self.done = true,
+                None => {
+                    self.done = true;
+                    if let Some(mut p) = self.progress.take() {
+                        p.finish(&self.stats());
+                    }
+                }
                 Some(Err(e)) => {
                     self.done = true;
                     return Err(e);
