@@ -72,23 +72,29 @@ fn trampoline<E: Display + 'static>(user: String, batch: Batch) -> Outcome {
     }
 }
 
+/// The user's row function `F` (from its JSON token) and the batch's rows
+/// as `T`s: what both row-level trampolines start with.
+fn resolve_rows<F: prism::portable::FnPtr, T: DeserializeOwned>(
+    user: &str,
+    batch: &Batch,
+) -> std::result::Result<(F, Vec<T>), Outcome> {
+    let token: PortableFn<F> = serde_json::from_str(user)
+        .map_err(|e| Outcome::Failed(format!("malformed function token: {e}")))?;
+    // SAFETY: the token was made by PortableFn::new in row_map_stage or
+    // filter_stage, for this function type (resolve checks the type).
+    let f = unsafe { token.resolve() }.map_err(Outcome::from)?;
+    let rows = rows::rows_of(batch, 0).map_err(|e| Outcome::Failed(e.to_string()))?;
+    Ok((f, rows))
+}
+
 /// Resolves a row function `fn(T) -> U` and maps every row of the batch.
 fn row_map_trampoline<T: DeserializeOwned + 'static, U: Serialize + 'static>(
     user: String,
     batch: Batch,
 ) -> Outcome {
-    let token: PortableFn<fn(T) -> U> = match serde_json::from_str(&user) {
-        Ok(t) => t,
-        Err(e) => return Outcome::Failed(format!("malformed function token: {e}")),
-    };
-    // SAFETY: the token was made by PortableFn::new in row_map_stage.
-    let f = match unsafe { token.resolve() } {
-        Ok(f) => f,
-        Err(e) => return e.into(),
-    };
-    let rows: Vec<T> = match rows::rows_of(&batch, 0) {
+    let (f, rows) = match resolve_rows::<fn(T) -> U, T>(&user, &batch) {
         Ok(r) => r,
-        Err(e) => return Outcome::Failed(e.to_string()),
+        Err(outcome) => return outcome,
     };
     if rows.is_empty() {
         return Outcome::Done(Batch::default());
@@ -101,18 +107,9 @@ fn row_map_trampoline<T: DeserializeOwned + 'static, U: Serialize + 'static>(
 
 /// Resolves a predicate `fn(T) -> bool` and keeps the rows it accepts.
 fn filter_trampoline<T: DeserializeOwned + 'static>(user: String, batch: Batch) -> Outcome {
-    let token: PortableFn<fn(T) -> bool> = match serde_json::from_str(&user) {
-        Ok(t) => t,
-        Err(e) => return Outcome::Failed(format!("malformed function token: {e}")),
-    };
-    // SAFETY: the token was made by PortableFn::new in filter_stage.
-    let f = match unsafe { token.resolve() } {
-        Ok(f) => f,
-        Err(e) => return e.into(),
-    };
-    let rows: Vec<T> = match rows::rows_of(&batch, 0) {
+    let (f, rows) = match resolve_rows::<fn(T) -> bool, T>(&user, &batch) {
         Ok(r) => r,
-        Err(e) => return Outcome::Failed(e.to_string()),
+        Err(outcome) => return outcome,
     };
     let keep: Vec<usize> = rows
         .into_iter()
