@@ -352,7 +352,7 @@ impl Tuner {
     /// struct Params { lr: f64 }
     ///
     /// fn train(p: Params) -> Result<(), prism_train::TrainError> {
-    ///     let rows = prism_train::get_dataset_shard("train")?.count();
+    ///     let rows = prism_train::get_dataset_shard("train")?.count()?;
     ///     prism_train::report(serde_json::json!({ "rows": rows, "lr": p.lr }), None)
     /// }
     ///
