@@ -1,6 +1,7 @@
 //! Running a [`LazyDataset`]'s plan: block tasks, the window that bounds
 //! them, and the steps between them. See the `pipeline` module docs.
 
+use super::actors::{ActorStep, MapperActor};
 use super::batch::Batch;
 use super::error::{DataError, Result};
 use super::map::Outcome;
@@ -307,6 +308,24 @@ impl BlockStream {
             let run = Fused::new(up, fns, name, &plan.options, tasks, stats.clone());
             Box::new(run.map(|b| b.map(Input::Block)))
         };
+        let on_actors = |up: Upstream, step: &ActorStep| -> Result<Upstream> {
+            let pool = step.start().map_err(|e| DataError::Stage {
+                stage: step.name.clone(),
+                block: 0,
+                message: format!("cannot start the actor pool: {e}"),
+            })?;
+            let mut run = Fused::new(
+                up,
+                Vec::new(),
+                step.name.clone(),
+                &plan.options,
+                (2 * step.pool_size).min(tasks.max(2 * step.pool_size)),
+                stats.clone(),
+            );
+            run.task_cpus = step.num_cpus;
+            run.actors = Some((pool, 0));
+            Ok(Box::new(run.map(|b| b.map(Input::Block))))
+        };
         for step in &plan.steps {
             match step {
                 Step::Apply(f) => {
@@ -320,6 +339,7 @@ impl BlockStream {
                         Step::Limit(n) => Box::new(Limit { upstream, left: *n }),
                         Step::Shuffle(seed) => all_to_all(upstream, Regroup::Shuffle(*seed)),
                         Step::Repartition(n) => all_to_all(upstream, Regroup::Blocks(*n)),
+                        Step::Actors(a) => on_actors(upstream, a)?,
                         Step::Apply(_) => unreachable!("handled above"),
                     };
                 }
@@ -427,6 +447,18 @@ struct Fused {
     slot: usize,
     task_cpus: f64,
     warned: bool,
+    /// A pool of actors that runs this step instead of tasks, and the
+    /// one the next block goes to.
+    actors: Option<(Vec<prism::ActorHandle<MapperActor>>, usize)>,
+}
+
+impl Drop for Fused {
+    fn drop(&mut self) {
+        // The pool lives as long as the run: its actors hold their CPUs.
+        for actor in self.actors.take().map(|(pool, _)| pool).unwrap_or_default() {
+            let _ = prism::kill(&actor);
+        }
+    }
 }
 
 impl Fused {
@@ -462,6 +494,7 @@ impl Fused {
             slot,
             task_cpus: options.num_cpus_per_task,
             warned: false,
+            actors: None,
         }
     }
 
@@ -499,6 +532,12 @@ impl Fused {
             self.next_index += 1;
             self.started.get_or_insert_with(Instant::now);
             let submitted = match input {
+                Input::Block(block) if self.actors.is_some() => {
+                    let (pool, next) = self.actors.as_mut().expect("checked just above");
+                    let actor = &pool[*next % pool.len()];
+                    *next += 1;
+                    actor.map(&block.data)
+                }
                 Input::Block(block) if self.fns.is_empty() && self.in_flight.is_empty() => {
                     return Some(Ok(block));
                 }

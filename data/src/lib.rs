@@ -87,6 +87,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![doc(test(attr(deny(warnings))))]
 
+mod actors;
 mod batch;
 mod csv;
 mod dataset;
@@ -103,6 +104,7 @@ mod split;
 mod stream;
 mod wire;
 
+pub use actors::{BatchMapper, MapperError};
 pub use batch::{Batch, Column, ColumnType, Field, Schema, TensorColumn};
 pub use dataset::Dataset;
 pub use error::{DataError, ItemProblem, Result};

@@ -86,6 +86,7 @@ pub(crate) struct BlockFn {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) enum Step {
     Apply(BlockFn),
+    Actors(super::actors::ActorStep),
     Limit(usize),
     Shuffle(u64),
     Repartition(usize),
@@ -330,6 +331,7 @@ impl LazyDataset {
         let mut names = vec![self.source_name().to_string()];
         names.extend(self.steps.iter().map(|s| match s {
             Step::Apply(f) => f.name.clone(),
+            Step::Actors(a) => a.name.clone(),
             Step::Limit(n) => format!("Limit({n})"),
             Step::Shuffle(_) => "RandomShuffle".to_string(),
             Step::Repartition(n) => format!("Repartition({n})"),
@@ -359,6 +361,7 @@ impl LazyDataset {
         for step in &self.steps {
             match step {
                 Step::Apply(f) if !f.keeps_rows => return None,
+                Step::Actors(_) => return None,
                 Step::Limit(l) => n = n.min(*l),
                 _ => {}
             }
@@ -399,7 +402,11 @@ impl LazyDataset {
 
     /// The schema, when the source knows it and no step changes columns.
     pub(crate) fn schema_if_known(&self) -> Option<Schema> {
-        if self.steps.iter().any(|s| matches!(s, Step::Apply(_))) {
+        if self
+            .steps
+            .iter()
+            .any(|s| matches!(s, Step::Apply(_) | Step::Actors(_)))
+        {
             return None;
         }
         match &self.source {

@@ -3,7 +3,9 @@
 //! backpressure, bad input, and streaming splits read by several consumers
 //! at once.
 
-use prism_train::data::{Batch, Column, DataError, Dataset, ExecutionOptions, LazyDataset};
+use prism_train::data::{
+    Batch, BatchMapper, Column, DataError, Dataset, ExecutionOptions, LazyDataset, MapperError,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -410,4 +412,72 @@ fn a_local_shuffle_buffer_mixes_rows_across_blocks_and_keeps_every_one() {
         .map(|b| b.unwrap().num_rows())
         .sum();
     assert_eq!(whole, 20_000 / 64 * 64, "drop_last drops the short tail");
+}
+
+struct Tagger {
+    pid: i64,
+    calls: i64,
+}
+
+impl BatchMapper for Tagger {
+    fn call(&mut self, batch: Batch) -> Result<Batch, MapperError> {
+        self.calls += 1;
+        let n = batch.num_rows();
+        Ok(batch
+            .with_column("pid", Column::I64(vec![self.pid; n]))?
+            .with_column("call", Column::I64(vec![self.calls; n]))?)
+    }
+}
+
+fn tagger() -> Result<Tagger, String> {
+    Ok(Tagger {
+        pid: std::process::id() as i64,
+        calls: 0,
+    })
+}
+
+fn no_model() -> Result<Tagger, String> {
+    Err("no model file at /models/x".into())
+}
+
+#[test]
+fn a_pool_of_actors_keeps_its_state_across_blocks_and_returns_them_in_order() {
+    cluster();
+    let ds = LazyDataset::range(50_000)
+        .map_batches_with_actors(tagger, 2, 1000, 0.0)
+        .unwrap();
+    assert_eq!(ds.stage_names(), ["Range", "MapBatches(actors x2)"]);
+    let out = ds.materialize().unwrap().take_batch(50_000);
+    assert_eq!(
+        out.i64("id").unwrap(),
+        (0..50_000).collect::<Vec<_>>(),
+        "in order"
+    );
+    let pids: BTreeSet<i64> = out.i64("pid").unwrap().iter().copied().collect();
+    assert!(pids.len() <= 2, "two actors at most: {pids:?}");
+    assert!(
+        !pids.contains(&(std::process::id() as i64)),
+        "not in the driver"
+    );
+    // 7 blocks of up to 8,192 rows in batches of 1,000: an actor that made
+    // its state once counts its calls on across blocks.
+    let most = out.i64("call").unwrap().iter().copied().max().unwrap();
+    assert!(most > 9, "the state outlives one block: {most} calls");
+
+    let err = LazyDataset::range(10)
+        .map_batches_with_actors(no_model, 1, 10, 0.0)
+        .unwrap()
+        .count()
+        .unwrap_err();
+    assert!(
+        matches!(&err, DataError::Stage { message, .. } if message.contains("no model file")),
+        "{err:?}"
+    );
+    assert!(matches!(
+        LazyDataset::range(10).map_batches_with_actors(tagger, 0, 10, 0.0),
+        Err(DataError::InvalidArgument {
+            argument: "pool_size",
+            ..
+        })
+    ));
 }
