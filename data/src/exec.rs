@@ -7,6 +7,7 @@ use super::error::{DataError, Result};
 use super::map::Outcome;
 use super::parquet::{self, RowGroup};
 use super::pipeline::{BlockFn, ExecutionOptions, LazyDataset, Source, Step};
+use super::stream::Chunk;
 use super::wire::{self, Decoded};
 use super::{csv, rng};
 use prism::{ObjectRef, TaskOptions, View};
@@ -184,23 +185,10 @@ impl Block {
         })
     }
 
-    /// The rows, copied out of the store.
+    /// The rows, copied out of the store (only this block's range of the
+    /// encoded batch is decoded).
     pub(crate) fn fetch(&self) -> Result<Batch> {
-        fetch_rows(&self.data, self.start..self.start + self.rows)
-    }
-}
-
-/// Rows `rows` of an encoded block.
-pub(crate) fn fetch_rows(data: &ObjectRef<Vec<u8>>, rows: std::ops::Range<usize>) -> Result<Batch> {
-    let view = prism::get_view(data).map_err(|e| DataError::Stage {
-        stage: "fetch".into(),
-        block: 0,
-        message: e.to_string(),
-    })?;
-    match wire::decode(&view)? {
-        Decoded::Block(batch) if rows.start == 0 && rows.end == batch.num_rows() => Ok(batch),
-        Decoded::Block(batch) => Ok(batch.slice(rows.start..rows.end.min(batch.num_rows()))),
-        other => Err(failure(other, 0)),
+        Chunk::open(self)?.rows(0..self.rows)
     }
 }
 
@@ -319,7 +307,8 @@ impl BlockStream {
                 Vec::new(),
                 step.name.clone(),
                 &plan.options,
-                (2 * step.pool_size).min(tasks.max(2 * step.pool_size)),
+                // Two calls queued per actor: one running, one ready to start.
+                2 * step.pool_size,
                 stats.clone(),
             );
             run.task_cpus = step.num_cpus;
@@ -672,13 +661,11 @@ impl Iterator for Limit {
             self.left -= block.rows;
             return Some(Ok(Input::Block(block)));
         }
-        let keep = std::mem::take(&mut self.left);
-        let rows = block.start..block.start + keep;
-        Some(
-            fetch_rows(&block.data, rows)
-                .and_then(|b| Block::put(&b))
-                .map(Input::Block),
-        )
+        let keep = Block {
+            rows: std::mem::take(&mut self.left),
+            ..block
+        };
+        Some(keep.fetch().and_then(|b| Block::put(&b)).map(Input::Block))
     }
 }
 

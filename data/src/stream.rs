@@ -50,7 +50,7 @@ impl Chunk {
     }
 
     /// Rows `range` (relative to the chunk), copied out.
-    fn rows(&self, range: Range<usize>) -> Result<Batch> {
+    pub(crate) fn rows(&self, range: Range<usize>) -> Result<Batch> {
         match self {
             Chunk::Rows(b) if range.start == 0 && range.end == b.num_rows() => Ok(b.clone()),
             Chunk::Rows(b) => Ok(b.slice(range)),
