@@ -17,6 +17,8 @@ pub enum ColumnType {
     I64,
     /// UTF-8 strings.
     Str,
+    /// Byte strings of any length (a file's contents, an encoded image).
+    Bytes,
     /// A fixed-length vector of 32-bit floats per row (an image's pixels, a
     /// feature vector).
     Tensor {
@@ -32,6 +34,7 @@ impl fmt::Display for ColumnType {
             ColumnType::F64 => f.write_str("f64"),
             ColumnType::I64 => f.write_str("i64"),
             ColumnType::Str => f.write_str("str"),
+            ColumnType::Bytes => f.write_str("bytes"),
             ColumnType::Tensor { row_len } => write!(f, "tensor<f32>[{row_len}]"),
         }
     }
@@ -48,6 +51,8 @@ pub enum Column {
     I64(Vec<i64>),
     /// UTF-8 strings.
     Str(Vec<String>),
+    /// Byte strings, one per row.
+    Bytes(Vec<Vec<u8>>),
     /// `row_len` floats per row, rows one after another (row-major).
     Tensor {
         /// `num_rows * row_len` values.
@@ -103,6 +108,7 @@ impl Column {
             Column::F64(_) => ColumnType::F64,
             Column::I64(_) => ColumnType::I64,
             Column::Str(_) => ColumnType::Str,
+            Column::Bytes(_) => ColumnType::Bytes,
             Column::Tensor { row_len, .. } => ColumnType::Tensor { row_len: *row_len },
         }
     }
@@ -114,6 +120,7 @@ impl Column {
             Column::F64(v) => v.len(),
             Column::I64(v) => v.len(),
             Column::Str(v) => v.len(),
+            Column::Bytes(v) => v.len(),
             Column::Tensor { values, row_len } => values.len() / (*row_len).max(1),
         }
     }
@@ -143,6 +150,7 @@ impl Column {
             Column::F64(_) => Column::F64(Vec::new()),
             Column::I64(_) => Column::I64(Vec::new()),
             Column::Str(_) => Column::Str(Vec::new()),
+            Column::Bytes(_) => Column::Bytes(Vec::new()),
             Column::Tensor { row_len, .. } => Column::Tensor {
                 values: Vec::new(),
                 row_len: *row_len,
@@ -157,6 +165,7 @@ impl Column {
             Column::F64(v) => Column::F64(v[rows].to_vec()),
             Column::I64(v) => Column::I64(v[rows].to_vec()),
             Column::Str(v) => Column::Str(v[rows].to_vec()),
+            Column::Bytes(v) => Column::Bytes(v[rows].to_vec()),
             Column::Tensor { values, row_len } => Column::Tensor {
                 values: values[rows.start * row_len..rows.end * row_len].to_vec(),
                 row_len: *row_len,
@@ -171,6 +180,7 @@ impl Column {
             Column::F64(v) => Column::F64(indices.iter().map(|&i| v[i]).collect()),
             Column::I64(v) => Column::I64(indices.iter().map(|&i| v[i]).collect()),
             Column::Str(v) => Column::Str(indices.iter().map(|&i| v[i].clone()).collect()),
+            Column::Bytes(v) => Column::Bytes(indices.iter().map(|&i| v[i].clone()).collect()),
             Column::Tensor { values, row_len } => {
                 let mut out = Vec::with_capacity(indices.len() * row_len);
                 for &i in indices {
@@ -191,6 +201,7 @@ impl Column {
             (Column::F64(a), Column::F64(b)) => a.extend_from_slice(&b[rows]),
             (Column::I64(a), Column::I64(b)) => a.extend_from_slice(&b[rows]),
             (Column::Str(a), Column::Str(b)) => a.extend_from_slice(&b[rows]),
+            (Column::Bytes(a), Column::Bytes(b)) => a.extend_from_slice(&b[rows]),
             (Column::Tensor { values: a, row_len }, Column::Tensor { values: b, .. }) => {
                 a.extend_from_slice(&b[rows.start * *row_len..rows.end * *row_len])
             }
@@ -454,6 +465,15 @@ impl Batch {
         }
     }
 
+    /// The bytes column `name`: one byte string per row. Errors as
+    /// [`Batch::f32`].
+    pub fn bytes(&self, name: &str) -> Result<&[Vec<u8>]> {
+        match self.column(name)? {
+            Column::Bytes(v) => Ok(v),
+            other => Err(self.wrong_type(name, other, "bytes")),
+        }
+    }
+
     /// The tensor column `name` as a `[num_rows, row_len]` host array.
     /// Errors as [`Batch::f32`].
     pub fn tensor(&self, name: &str) -> Result<TensorColumn<'_>> {
@@ -479,7 +499,9 @@ impl Batch {
             Column::F64(v) => Ok(v.iter().map(|&x| x as f32).collect()),
             Column::I64(v) => Ok(v.iter().map(|&x| x as f32).collect()),
             Column::Tensor { values, .. } => Ok(values.clone()),
-            other @ Column::Str(_) => Err(self.wrong_type(name, other, "a numeric type")),
+            other @ (Column::Str(_) | Column::Bytes(_)) => {
+                Err(self.wrong_type(name, other, "a numeric type"))
+            }
         }
     }
 

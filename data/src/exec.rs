@@ -9,7 +9,7 @@ use super::parquet::{self, RowGroup};
 use super::pipeline::{BlockFn, ExecutionOptions, LazyDataset, Source, Step};
 use super::stream::Chunk;
 use super::wire::{self, Decoded};
-use super::{csv, rng};
+use super::{binary, csv, rng};
 use prism::{ObjectRef, TaskOptions, View};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -35,6 +35,10 @@ pub(crate) enum Piece {
         columns: Option<Vec<String>>,
     },
     Csv(PathBuf),
+    Files {
+        paths: Vec<PathBuf>,
+        include_paths: bool,
+    },
     Range {
         start: usize,
         end: usize,
@@ -49,6 +53,10 @@ impl Piece {
                 parquet::read(group, columns.as_deref(), chunk_rows)
             }
             Piece::Csv(path) => Ok(vec![csv::read(path)?]),
+            Piece::Files {
+                paths,
+                include_paths,
+            } => binary::read(paths, *include_paths, chunk_rows),
             Piece::Range { start, end } => {
                 let step = chunk_rows.clamp(1, RANGE_BLOCK_ROWS);
                 (*start..*end)
@@ -405,6 +413,20 @@ fn source_inputs(source: &Source) -> Result<Upstream> {
                 .collect();
             Box::new(pieces.into_iter().map(Ok))
         }
+        Source::Binary(files) => {
+            let include_paths = files.include_paths;
+            let pieces: Vec<Input> = files
+                .groups()
+                .into_iter()
+                .map(|paths| {
+                    Input::Piece(Piece::Files {
+                        paths,
+                        include_paths,
+                    })
+                })
+                .collect();
+            Box::new(pieces.into_iter().map(Ok))
+        }
         Source::Range(n) => {
             let n = *n;
             Box::new((0..n.div_ceil(RANGE_BLOCK_ROWS)).map(move |i| {
@@ -467,12 +489,17 @@ impl Fused {
             });
             s.len() - 1
         };
+        let task_cpus = fns
+            .iter()
+            .map(|f| f.num_cpus.unwrap_or(options.num_cpus_per_task))
+            .reduce(f64::max)
+            .unwrap_or(options.num_cpus_per_task);
         Fused {
             upstream,
             upstream_done: false,
             fns,
             name,
-            task: TaskOptions::new().num_cpus(options.num_cpus_per_task),
+            task: TaskOptions::new().num_cpus(task_cpus),
             in_flight: VecDeque::new(),
             next_index: 0,
             max_tasks,
@@ -481,7 +508,7 @@ impl Fused {
             started: None,
             stats,
             slot,
-            task_cpus: options.num_cpus_per_task,
+            task_cpus,
             warned: false,
             actors: None,
         }

@@ -89,6 +89,7 @@
 
 mod actors;
 mod batch;
+mod binary;
 mod csv;
 mod dataset;
 mod error;

@@ -134,6 +134,7 @@ pub(crate) fn batch_stage<E: Display + 'static>(
         user: token(f),
         batch_size,
         keeps_rows: false,
+        num_cpus: None,
     }
 }
 
@@ -149,6 +150,7 @@ where
         user: token(f),
         batch_size: None,
         keeps_rows: true,
+        num_cpus: None,
     }
 }
 
@@ -160,6 +162,7 @@ pub(crate) fn filter_stage<T: DeserializeOwned + 'static>(f: fn(T) -> bool) -> B
         user: token(f),
         batch_size: None,
         keeps_rows: false,
+        num_cpus: None,
     }
 }
 

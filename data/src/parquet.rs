@@ -2,7 +2,7 @@
 //! row groups read by block tasks, and blocks written back.
 //!
 //! Column types map as follows: `float` to `f32`, `double` to `f64`,
-//! every integer type to `i64`, strings to `str`, and a list of numbers
+//! every integer type to `i64`, strings to `str`, binary to `bytes`, and a list of numbers
 //! whose rows all have one length (Arrow's fixed-size list, or a plain list)
 //! to a tensor column of `f32`. Nulls have no representation here and are
 //! an error naming the column.
@@ -18,8 +18,10 @@ use arrow_array::{Array, ArrayRef, FixedSizeListArray, RecordBatch};
 use arrow_schema::{DataType, Field as ArrowField};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::{ArrowWriter, ProjectionMask};
-use parquet::basic::Compression;
+use parquet::basic::{Compression, Type as PhysicalType};
+use parquet::column::reader::ColumnReader;
 use parquet::file::properties::WriterProperties;
+use parquet::file::reader::{FileReader, SerializedFileReader};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -64,7 +66,7 @@ fn column_type(path: &Path, name: &str, t: &DataType) -> Result<ColumnType> {
         err(
             path,
             format!(
-                "column {name:?} is {t}, which has no column type here (numbers, strings, and lists of numbers are read)"
+                "column {name:?} is {t}, which has no column type here (numbers, strings, binary, and lists of numbers are read)"
             ),
         )
     };
@@ -73,6 +75,7 @@ fn column_type(path: &Path, name: &str, t: &DataType) -> Result<ColumnType> {
         DataType::Float64 => ColumnType::F64,
         t if t.is_integer() => ColumnType::I64,
         DataType::Utf8 | DataType::LargeUtf8 => ColumnType::Str,
+        DataType::Binary | DataType::LargeBinary => ColumnType::Bytes,
         DataType::FixedSizeList(item, len) if is_number(item.data_type()) => ColumnType::Tensor {
             row_len: usize::try_from(*len).map_err(|_| unsupported())?,
         },
@@ -173,6 +176,10 @@ fn same_schema(a: &Schema, b: &Schema) -> bool {
 /// Reads one row group, in batches of up to `chunk_rows` rows (decoded
 /// straight into batches that size, so a batch function that wants them
 /// needs no copy).
+///
+/// Tensor columns whose values are plain numbers are decoded by Parquet's
+/// column reader straight into `f32` rows ([`TensorReader`]); the other
+/// columns go through Arrow's reader.
 pub(crate) fn read(
     group: &RowGroup,
     columns: Option<&[String]>,
@@ -181,50 +188,229 @@ pub(crate) fn read(
     let path = &group.path;
     let builder = open(path)?;
     let arrow = builder.schema().clone();
-    let builder = match columns {
-        None => builder,
-        Some(cols) => {
-            let roots = cols
-                .iter()
-                .map(|c| {
-                    arrow.index_of(c).map_err(|_| DataError::MissingColumn {
-                        path: path.clone(),
-                        column: c.clone(),
-                        available: arrow.fields().iter().map(|f| f.name().clone()).collect(),
-                    })
+    let available = || arrow.fields().iter().map(|f| f.name().clone()).collect();
+    let order: Vec<usize> = match columns {
+        None => (0..arrow.fields().len()).collect(),
+        Some(cols) => cols
+            .iter()
+            .map(|c| {
+                arrow.index_of(c).map_err(|_| DataError::MissingColumn {
+                    path: path.clone(),
+                    column: c.clone(),
+                    available: available(),
                 })
-                .collect::<Result<Vec<_>>>()?;
-            let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
-            builder.with_projection(mask)
-        }
+            })
+            .collect::<Result<_>>()?,
     };
-    let reader = builder
-        .with_row_groups(vec![group.index])
-        .with_batch_size(chunk_rows.clamp(1, group.rows.max(1)))
-        .build()
-        .map_err(|e| err(path, e))?;
-    let mut out = Vec::new();
-    for batch in reader {
-        let batch = batch.map_err(|e| err(path, format!("row group {}: {e}", group.index)))?;
-        let mut converted = to_batch(path, &batch)?;
-        if let Some(cols) = columns {
-            converted = reorder(converted, cols)?;
+    let chunk_rows = chunk_rows.clamp(1, group.rows.max(1));
+    let mut tensors = Vec::new();
+    let mut rest = Vec::new();
+    for &root in &order {
+        match TensorReader::open(path, group.index, builder.parquet_schema(), &arrow, root)? {
+            Some(reader) => tensors.push(reader),
+            None => rest.push(root),
         }
-        out.push(converted);
+    }
+    let mut arrow_batches = if rest.is_empty() {
+        None
+    } else {
+        let mask = ProjectionMask::roots(builder.parquet_schema(), rest.iter().copied());
+        Some(
+            builder
+                .with_projection(mask)
+                .with_row_groups(vec![group.index])
+                .with_batch_size(chunk_rows)
+                .build()
+                .map_err(|e| err(path, e))?,
+        )
+    };
+    let mut out = Vec::with_capacity(group.rows.div_ceil(chunk_rows));
+    let mut done = 0;
+    while done < group.rows {
+        let rows = chunk_rows.min(group.rows - done);
+        let mut named: Vec<(String, Column)> = Vec::with_capacity(order.len());
+        if let Some(reader) = arrow_batches.as_mut() {
+            let batch = reader
+                .next()
+                .ok_or_else(|| err(path, format!("row group {} ended early", group.index)))?
+                .map_err(|e| err(path, format!("row group {}: {e}", group.index)))?;
+            if batch.num_rows() != rows {
+                return Err(err(
+                    path,
+                    format!(
+                        "row group {}: read {} rows where {rows} were expected",
+                        group.index,
+                        batch.num_rows()
+                    ),
+                ));
+            }
+            named.extend(to_batch(path, &batch)?.into_columns());
+        }
+        for t in &mut tensors {
+            named.push((t.name.clone(), t.read(path, group.index, rows)?));
+        }
+        let mut ordered = Vec::with_capacity(order.len());
+        for &root in &order {
+            let name = arrow.field(root).name();
+            if let Some(i) = named.iter().position(|(n, _)| n == name) {
+                ordered.push(named.swap_remove(i));
+            }
+        }
+        out.push(Batch::new(ordered)?);
+        done += rows;
     }
     Ok(out)
 }
 
-/// The columns of `batch` in the order asked for.
-fn reorder(batch: Batch, order: &[String]) -> Result<Batch> {
-    let mut columns: Vec<(String, Column)> = batch.into_columns();
-    let mut out = Vec::with_capacity(order.len());
-    for name in order {
-        if let Some(i) = columns.iter().position(|(n, _)| n == name) {
-            out.push(columns.swap_remove(i));
+/// A list column of plain numbers (INT32, INT64, FLOAT or DOUBLE values),
+/// read by Parquet's column reader: values and levels are decoded in bulk
+/// and converted to `f32` rows in one pass, with no Arrow list arrays in
+/// between.
+struct TensorReader {
+    name: String,
+    /// The values' Arrow type (how a stored integer is to be read).
+    item: DataType,
+    /// Known up front for a fixed-size list; taken from the first row of a
+    /// plain list.
+    row_len: Option<usize>,
+    reader: ColumnReader,
+    def: Vec<i16>,
+    rep: Vec<i16>,
+    /// Rows read so far.
+    done: usize,
+}
+
+impl TensorReader {
+    /// The reader of root column `root`, or `None` when it is not a list of
+    /// plain numbers (Arrow's reader takes it then).
+    fn open(
+        path: &Path,
+        row_group: usize,
+        parquet_schema: &parquet::schema::types::SchemaDescriptor,
+        arrow: &arrow_schema::Schema,
+        root: usize,
+    ) -> Result<Option<TensorReader>> {
+        let field = arrow.field(root);
+        let (item, row_len) = match field.data_type() {
+            DataType::FixedSizeList(item, len) => {
+                (item.data_type().clone(), usize::try_from(*len).ok())
+            }
+            DataType::List(item) | DataType::LargeList(item) => (item.data_type().clone(), None),
+            _ => return Ok(None),
+        };
+        if !is_number(&item) || row_len == Some(0) {
+            return Ok(None);
         }
+        let leaves: Vec<usize> = (0..parquet_schema.num_columns())
+            .filter(|&leaf| parquet_schema.get_column_root_idx(leaf) == root)
+            .collect();
+        let [leaf] = leaves[..] else {
+            return Ok(None);
+        };
+        let descr = parquet_schema.column(leaf);
+        let plain = matches!(
+            descr.physical_type(),
+            PhysicalType::INT32 | PhysicalType::INT64 | PhysicalType::FLOAT | PhysicalType::DOUBLE
+        );
+        if !plain || descr.max_rep_level() != 1 {
+            return Ok(None);
+        }
+        let file = File::open(path).map_err(|source| DataError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let reader = SerializedFileReader::new(file)
+            .and_then(|f| f.get_row_group(row_group)?.get_column_reader(leaf))
+            .map_err(|e| err(path, format!("column {:?}: {e}", field.name())))?;
+        Ok(Some(TensorReader {
+            name: field.name().clone(),
+            item,
+            row_len,
+            reader,
+            def: Vec::new(),
+            rep: Vec::new(),
+            done: 0,
+        }))
     }
-    Batch::new(out)
+
+    /// The next `rows` rows as a tensor column.
+    fn read(&mut self, path: &Path, row_group: usize, rows: usize) -> Result<Column> {
+        let name = self.name.clone();
+        let fail = |reason: String| {
+            err(
+                path,
+                format!("row group {row_group}, column {name:?}: {reason}"),
+            )
+        };
+        self.def.clear();
+        self.rep.clear();
+        let (def, rep) = (Some(&mut self.def), Some(&mut self.rep));
+        // Room for every value at once (the reader grows its buffer page
+        // by page otherwise).
+        let expected = self.row_len.map_or(0, |n| n * rows);
+        macro_rules! read_as {
+            ($r:expr, $t:ty, $convert:expr) => {{
+                let mut values: Vec<$t> = Vec::with_capacity(expected);
+                let (records, count, levels) = $r
+                    .read_records(rows, def, rep, &mut values)
+                    .map_err(|e| fail(e.to_string()))?;
+                (
+                    records,
+                    count,
+                    levels,
+                    values.iter().map($convert).collect::<Vec<f32>>(),
+                )
+            }};
+        }
+        let (records, count, levels, values) = match (&mut self.reader, &self.item) {
+            (ColumnReader::Int32ColumnReader(r), DataType::UInt32) => {
+                read_as!(r, i32, |v: &i32| *v as u32 as f32)
+            }
+            (ColumnReader::Int32ColumnReader(r), _) => read_as!(r, i32, |v: &i32| *v as f32),
+            (ColumnReader::Int64ColumnReader(r), DataType::UInt64) => {
+                read_as!(r, i64, |v: &i64| *v as u64 as f32)
+            }
+            (ColumnReader::Int64ColumnReader(r), _) => read_as!(r, i64, |v: &i64| *v as f32),
+            (ColumnReader::FloatColumnReader(r), _) => read_as!(r, f32, |v: &f32| *v),
+            (ColumnReader::DoubleColumnReader(r), _) => read_as!(r, f64, |v: &f64| *v as f32),
+            _ => return Err(fail("its physical type changed while reading".into())),
+        };
+        if records != rows {
+            return Err(fail(format!(
+                "read {records} rows where {rows} were expected"
+            )));
+        }
+        // A value comes only with a level at the full definition level, so
+        // as many values as levels means no null or empty list anywhere.
+        if count != levels {
+            return Err(fail(
+                "it holds null or empty lists, or null values; nulls have no representation in a dataset (fill or drop them when writing the file)".into(),
+            ));
+        }
+        let row_len = *self.row_len.get_or_insert_with(|| {
+            self.rep
+                .iter()
+                .skip(1)
+                .position(|&r| r == 0)
+                .map_or(levels, |p| p + 1)
+        });
+        // Each row's levels: a 0 (a new row) and then only 1s.
+        let even = row_len > 0
+            && levels == records * row_len
+            && self
+                .rep
+                .chunks_exact(row_len)
+                .all(|r| r[0] == 0 && !r[1..].contains(&0));
+        if !even {
+            let (row, len) = first_other_length(&self.rep, row_len);
+            return Err(fail(format!(
+                "row {} of the row group has {len} values where the column's rows have {row_len}; a list column is read as a tensor, whose rows all have one length (ragged lists cannot be read)",
+                self.done + row
+            )));
+        }
+        self.done += records;
+        tensor(path, &name, values, row_len)
+    }
 }
 
 fn to_batch(path: &Path, batch: &RecordBatch) -> Result<Batch> {
@@ -328,6 +514,20 @@ fn to_column(path: &Path, name: &str, array: &ArrayRef) -> Result<Column> {
                 .map(|s| s.unwrap_or_default().to_string())
                 .collect(),
         ),
+        DataType::Binary => Column::Bytes(
+            array
+                .as_binary::<i32>()
+                .iter()
+                .map(|b| b.unwrap_or_default().to_vec())
+                .collect(),
+        ),
+        DataType::LargeBinary => Column::Bytes(
+            array
+                .as_binary::<i64>()
+                .iter()
+                .map(|b| b.unwrap_or_default().to_vec())
+                .collect(),
+        ),
         DataType::FixedSizeList(_, len) => {
             let list = array.as_fixed_size_list();
             let row_len = *len as usize;
@@ -380,6 +580,23 @@ fn ragged(path: &Path, name: &str, values: &ArrayRef, offsets: &[usize]) -> Resu
     tensor(path, name, floats(path, name, &values)?, row_len)
 }
 
+/// The first row (by its repetition levels) whose length is not
+/// `row_len`, and its length.
+fn first_other_length(rep: &[i16], row_len: usize) -> (usize, usize) {
+    let starts: Vec<usize> = rep
+        .iter()
+        .enumerate()
+        .filter(|(_, &r)| r == 0)
+        .map(|(i, _)| i)
+        .chain(std::iter::once(rep.len()))
+        .collect();
+    starts
+        .windows(2)
+        .enumerate()
+        .find(|(_, w)| w[1] - w[0] != row_len)
+        .map_or((0, 0), |(row, w)| (row, w[1] - w[0]))
+}
+
 /// Writes one batch as a Parquet file (snappy-compressed), tensor columns
 /// as fixed-size lists of `float`.
 pub(crate) fn write(path: &Path, batch: &Batch) -> Result<()> {
@@ -402,6 +619,10 @@ pub(crate) fn write(path: &Path, batch: &Batch) -> Result<()> {
             Column::Str(v) => (
                 DataType::Utf8,
                 Arc::new(arrow_array::StringArray::from(v.clone())),
+            ),
+            Column::Bytes(v) => (
+                DataType::Binary,
+                Arc::new(arrow_array::BinaryArray::from_iter_values(v)),
             ),
             Column::Tensor { values, row_len } => {
                 let item = Arc::new(ArrowField::new("item", DataType::Float32, false));
@@ -438,4 +659,140 @@ pub(crate) fn write(path: &Path, batch: &Batch) -> Result<()> {
     writer.write(&record).map_err(|e| err(path, e))?;
     writer.close().map_err(|e| err(path, e))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::builder::{ListBuilder, UInt32Builder};
+    use arrow_array::{Int64Array, ListArray, UInt8Array};
+    use arrow_schema::Schema as ArrowSchema;
+
+    /// A file under the temp dir, removed on drop.
+    struct TempFile(PathBuf);
+
+    impl TempFile {
+        fn new(name: &str) -> TempFile {
+            TempFile(std::env::temp_dir().join(format!(
+                "prism-parquet-unit-{}-{name}.parquet",
+                std::process::id()
+            )))
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    /// Writes `columns` as one file of row groups of `group_rows` rows, with
+    /// the writer's defaults (dictionary encoding on, as pyarrow's).
+    fn write_arrow(file: &TempFile, columns: Vec<(&str, ArrayRef)>, group_rows: usize) {
+        let fields: Vec<ArrowField> = columns
+            .iter()
+            .map(|(n, a)| ArrowField::new(*n, a.data_type().clone(), true))
+            .collect();
+        let schema = Arc::new(ArrowSchema::new(fields));
+        let batch =
+            RecordBatch::try_new(schema.clone(), columns.into_iter().map(|c| c.1).collect())
+                .unwrap();
+        let props = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(group_rows))
+            .build();
+        let mut writer =
+            ArrowWriter::try_new(File::create(&file.0).unwrap(), schema, Some(props)).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+    }
+
+    fn read_all(file: &TempFile, columns: Option<&[String]>, chunk: usize) -> Result<Batch> {
+        let files = scan(std::slice::from_ref(&file.0), columns)?;
+        let mut parts = Vec::new();
+        for group in &files.row_groups {
+            parts.extend(read(group, columns, chunk)?);
+        }
+        Batch::concat(&parts)
+    }
+
+    fn pixels(rows: usize, len: usize) -> Vec<u8> {
+        (0..rows * len).map(|i| (i * 7 % 256) as u8).collect()
+    }
+
+    #[test]
+    fn fixed_size_lists_of_u8_read_as_tensors_in_any_chunking_and_order() {
+        let file = TempFile::new("fixed");
+        let (rows, len) = (50, 6);
+        let item = Arc::new(ArrowField::new("item", DataType::UInt8, true));
+        let values = Arc::new(UInt8Array::from(pixels(rows, len)));
+        let image = FixedSizeListArray::try_new(item, len as i32, values, None).unwrap();
+        let label = Int64Array::from_iter_values(0..rows as i64);
+        write_arrow(
+            &file,
+            vec![("image", Arc::new(image)), ("label", Arc::new(label))],
+            20,
+        );
+        let want: Vec<f32> = pixels(rows, len).into_iter().map(f32::from).collect();
+        for chunk in [1, 7, 20, 1000] {
+            let all = read_all(&file, None, chunk).unwrap();
+            assert_eq!(all.column_names(), ["image", "label"]);
+            assert_eq!(
+                all.tensor("image").unwrap().values,
+                &want[..],
+                "chunk {chunk}"
+            );
+            assert_eq!(all.i64("label").unwrap()[49], 49);
+        }
+        let order = ["label".to_string(), "image".to_string()];
+        let flipped = read_all(&file, Some(&order), 8).unwrap();
+        assert_eq!(flipped.column_names(), order);
+        assert_eq!(flipped.tensor("image").unwrap().row(3), Some(&want[18..24]));
+    }
+
+    #[test]
+    fn plain_lists_read_as_tensors_when_every_row_has_one_length() {
+        let file = TempFile::new("plain");
+        let mut b = ListBuilder::new(UInt32Builder::new());
+        for r in 0..30u32 {
+            b.values().append_slice(&[r, u32::MAX, 3]);
+            b.append(true);
+        }
+        write_arrow(&file, vec![("v", Arc::new(b.finish()))], 30);
+        let all = read_all(&file, None, 4).unwrap();
+        let t = all.tensor("v").unwrap();
+        assert_eq!(t.shape(), [30, 3]);
+        assert_eq!(t.row(29), Some(&[29.0, u32::MAX as f32, 3.0][..]));
+    }
+
+    #[test]
+    fn ragged_and_null_lists_are_errors_naming_the_file_column_and_row() {
+        let ragged = TempFile::new("ragged");
+        let list = ListArray::from_iter_primitive::<Int64Type, _, _>(vec![
+            Some(vec![Some(1), Some(2)]),
+            Some(vec![Some(3), Some(4)]),
+            Some(vec![Some(5)]),
+        ]);
+        write_arrow(&ragged, vec![("v", Arc::new(list))], 10);
+        let e = read_all(&ragged, None, 10).unwrap_err().to_string();
+        assert!(
+            e.contains("ragged") && e.contains("\"v\"") && e.contains("row 2"),
+            "{e}"
+        );
+
+        let nulls = TempFile::new("nulls");
+        let list = ListArray::from_iter_primitive::<Int64Type, _, _>(vec![
+            Some(vec![Some(1), Some(2)]),
+            Some(vec![Some(3), None]),
+        ]);
+        write_arrow(&nulls, vec![("v", Arc::new(list))], 10);
+        let e = read_all(&nulls, None, 10).unwrap_err().to_string();
+        assert!(e.contains("nulls") && e.contains("\"v\""), "{e}");
+
+        let empty = TempFile::new("null-list");
+        let list =
+            ListArray::from_iter_primitive::<Int64Type, _, _>(vec![Some(vec![Some(1)]), None]);
+        write_arrow(&empty, vec![("v", Arc::new(list))], 10);
+        let e = read_all(&empty, None, 10).unwrap_err().to_string();
+        assert!(e.contains("null"), "{e}");
+    }
 }

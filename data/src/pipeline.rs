@@ -18,7 +18,8 @@
 //! seen so far. A consumer that stops reading stops the pipeline: no new
 //! task starts, and blocks it held are freed when their references drop.
 
-use super::batch::{Batch, Schema};
+use super::batch::{Batch, ColumnType, Field, Schema};
+use super::binary::{self, BinaryFiles};
 use super::dataset::Dataset;
 use super::error::{positive, DataError, Result};
 use super::exec::{Block, BlockStream};
@@ -64,6 +65,8 @@ pub(crate) enum Source {
     Parquet(Files),
     /// CSV files, one block each.
     Csv(Vec<PathBuf>),
+    /// Whole files, a row each.
+    Binary(BinaryFiles),
     /// `0..n` in an `id` column.
     Range(usize),
 }
@@ -80,6 +83,8 @@ pub(crate) struct BlockFn {
     pub(crate) batch_size: Option<usize>,
     /// Whether the stage keeps the row count (`map_batches` may not).
     pub(crate) keeps_rows: bool,
+    /// CPUs its task needs, if not the pipeline's `num_cpus_per_task`.
+    pub(crate) num_cpus: Option<f64>,
 }
 
 /// One step of a plan.
@@ -248,6 +253,59 @@ impl LazyDataset {
         Ok(LazyDataset::new(Source::Csv(paths)))
     }
 
+    /// Reads whole files (Ray's `read_binary_files`): each file is one row,
+    /// its contents in a `bytes` column. Each path is a file, or a
+    /// directory whose files are read recursively in name order (names
+    /// starting with `.` are skipped). The files are listed and sized now
+    /// and read when the pipeline runs, by tasks that each read a block of
+    /// files (about 64 MiB, at most 1,024 files).
+    ///
+    /// ```no_run
+    /// use prism_data::LazyDataset;
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let files = LazyDataset::read_binary_files(["images/"])?;
+    /// for batch in files.iter_batches(32, false)? {
+    ///     for contents in batch?.bytes("bytes")? {
+    ///         println!("{} bytes", contents.len());
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`DataError::Io`] naming a path that does not exist or cannot be
+    /// listed. A file that cannot be read when its block runs fails that
+    /// block with the file's name.
+    pub fn read_binary_files<P: AsRef<Path>>(
+        paths: impl IntoIterator<Item = P>,
+    ) -> Result<LazyDataset> {
+        let paths = paths
+            .into_iter()
+            .map(|p| p.as_ref().to_path_buf())
+            .collect();
+        Ok(LazyDataset::new(Source::Binary(binary::scan(
+            paths, false,
+        )?)))
+    }
+
+    /// As [`LazyDataset::read_binary_files`], with each file's path in a
+    /// `str` column `path` before `bytes` (Ray's `include_paths=True`).
+    ///
+    /// # Errors
+    ///
+    /// As [`LazyDataset::read_binary_files`].
+    pub fn read_binary_files_with_paths<P: AsRef<Path>>(
+        paths: impl IntoIterator<Item = P>,
+    ) -> Result<LazyDataset> {
+        let paths = paths
+            .into_iter()
+            .map(|p| p.as_ref().to_path_buf())
+            .collect();
+        Ok(LazyDataset::new(Source::Binary(binary::scan(paths, true)?)))
+    }
+
     /// `0..n` in an `i64` column named `id`, made by tasks in blocks of
     /// 8,192 rows.
     pub fn range(n: usize) -> LazyDataset {
@@ -303,6 +361,47 @@ impl LazyDataset {
         self.with_step(Step::Apply(super::map::filter_stage(f)))
     }
 
+    /// The CPUs each task of the last step needs (Ray's `num_cpus` of
+    /// `map_batches`), instead of [`ExecutionOptions::num_cpus_per_task`]:
+    /// 0.5 lets two such tasks share a CPU, 2 gives a multi-threaded
+    /// function two. A task that runs several fused steps asks for the
+    /// most any of them needs.
+    ///
+    /// ```no_run
+    /// use prism_data::{Batch, DataError, LazyDataset};
+    /// fn identity(batch: Batch) -> Result<Batch, DataError> {
+    ///     Ok(batch)
+    /// }
+    /// # fn main() -> Result<(), DataError> {
+    /// let ds = LazyDataset::range(1000).map_batches(identity, 100)?.num_cpus(0.5)?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`DataError::InvalidArgument`] for a negative or non-finite
+    /// number, or when the last step is not `map_batches`, `map` or
+    /// `filter` (an actor pool's CPUs are given when it is made).
+    pub fn num_cpus(&self, num_cpus: f64) -> Result<LazyDataset> {
+        let invalid = |reason: &'static str| DataError::InvalidArgument {
+            argument: "num_cpus",
+            value: num_cpus.to_string(),
+            reason,
+        };
+        if !(num_cpus >= 0.0 && num_cpus.is_finite()) {
+            return Err(invalid("a finite number of CPUs, 0 or more"));
+        }
+        let mut next = self.clone();
+        match next.steps.last_mut() {
+            Some(Step::Apply(f)) => f.num_cpus = Some(num_cpus),
+            _ => return Err(invalid(
+                "it applies to the step just before it, which must be map_batches, map or filter",
+            )),
+        }
+        Ok(next)
+    }
+
     /// The first `n` rows. Tasks past them are not started.
     pub fn limit(&self, n: usize) -> LazyDataset {
         self.with_step(Step::Limit(n))
@@ -344,6 +443,7 @@ impl LazyDataset {
             Source::Memory(_) | Source::Stored(_) => "FromBlocks",
             Source::Parquet(_) => "ReadParquet",
             Source::Csv(_) => "ReadCsv",
+            Source::Binary(_) => "ReadBinary",
             Source::Range(_) => "Range",
         }
     }
@@ -356,6 +456,7 @@ impl LazyDataset {
             Source::Stored(blocks) => blocks.iter().map(|b| b.1).sum(),
             Source::Parquet(files) => files.row_groups.iter().map(|g| g.rows).sum(),
             Source::Csv(_) => return None,
+            Source::Binary(b) => b.files.len(),
             Source::Range(n) => *n,
         };
         for step in &self.steps {
@@ -413,6 +514,20 @@ impl LazyDataset {
             Source::Memory(d) => Some(d.schema()),
             Source::Parquet(f) if !has_unknown_lengths(&f.schema) => Some(f.schema.clone()),
             Source::Range(_) => Some(Dataset::range(0).schema()),
+            Source::Binary(b) => {
+                let mut fields = Vec::with_capacity(2);
+                if b.include_paths {
+                    fields.push(Field {
+                        name: "path".to_string(),
+                        data_type: ColumnType::Str,
+                    });
+                }
+                fields.push(Field {
+                    name: "bytes".to_string(),
+                    data_type: ColumnType::Bytes,
+                });
+                Some(Schema { fields })
+            }
             _ => None,
         }
     }

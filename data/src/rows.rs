@@ -233,6 +233,8 @@ fn row_value(batch: &Batch, row: usize) -> Value {
             Column::F64(v) => json_f64(v[row]),
             Column::I64(v) => Value::from(v[row]),
             Column::Str(v) => Value::String(v[row].clone()),
+            // As serde sees a `Vec<u8>`: a sequence of numbers.
+            Column::Bytes(v) => Value::Array(v[row].iter().map(|&b| Value::from(b)).collect()),
             Column::Tensor { values, row_len } => Value::Array(
                 values[row * row_len..(row + 1) * row_len]
                     .iter()

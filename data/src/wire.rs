@@ -16,8 +16,9 @@
 //! 12  number of columns: u32
 //! 16  number of rows: u64
 //! 24  one 48-byte entry per column: type u32, name length u32, row_len
-//!     u64, then (offset, length) of two sections: values and, for strings,
-//!     the UTF-8 bytes (values then hold rows + 1 u64 offsets)
+//!     u64, then (offset, length) of two sections: values and, for strings
+//!     and byte strings, their bytes (values then hold rows + 1 u64
+//!     offsets)
 //! ..  the column names, back to back
 //! ..  sections, each starting on a 64-byte boundary
 //! ```
@@ -44,6 +45,7 @@ const T_F64: u32 = 1;
 const T_I64: u32 = 2;
 const T_STR: u32 = 3;
 const T_TENSOR: u32 = 4;
+const T_BYTES: u32 = 5;
 
 /// What a block task produced, decoded.
 #[derive(Debug)]
@@ -144,6 +146,7 @@ fn encoded_size(parts: &[Batch]) -> usize {
                 Column::F64(v) => v.len() * 8,
                 Column::I64(v) => v.len() * 8,
                 Column::Str(v) => (v.len() + 1) * 8 + v.iter().map(String::len).sum::<usize>(),
+                Column::Bytes(v) => (v.len() + 1) * 8 + v.iter().map(Vec::len).sum::<usize>(),
                 Column::Tensor { values, .. } => values.len() * 4,
             };
         }
@@ -185,16 +188,16 @@ pub(crate) fn encode_many(parts: &[Batch]) -> Vec<u8> {
             Column::I64(_) => (T_I64, 0),
             Column::Tensor { row_len, .. } => (T_TENSOR, *row_len),
             Column::Str(_) => (T_STR, 0),
+            Column::Bytes(_) => (T_BYTES, 0),
         };
-        if tag == T_STR {
+        let variable = tag == T_STR || tag == T_BYTES;
+        if variable {
             let mut at = 0u64;
             0u64.put_le(&mut out);
             for piece in pieces.clone() {
-                if let Column::Str(v) = piece {
-                    for s in v {
-                        at += s.len() as u64;
-                        at.put_le(&mut out);
-                    }
+                for item in var_items(piece) {
+                    at += item.len() as u64;
+                    at.put_le(&mut out);
                 }
             }
         } else {
@@ -204,20 +207,18 @@ pub(crate) fn encode_many(parts: &[Batch]) -> Vec<u8> {
                     Column::F64(v) => put_slice(v, &mut out),
                     Column::I64(v) => put_slice(v, &mut out),
                     Column::Tensor { values, .. } => put_slice(values, &mut out),
-                    Column::Str(_) => {}
+                    Column::Str(_) | Column::Bytes(_) => {}
                 }
             }
         }
         let a_len = out.len() - a_off;
         let (mut b_off, mut b_len) = (0, 0);
-        if tag == T_STR {
+        if variable {
             pad_to_align(&mut out);
             b_off = out.len();
             for piece in pieces {
-                if let Column::Str(v) = piece {
-                    for s in v {
-                        out.extend_from_slice(s.as_bytes());
-                    }
+                for item in var_items(piece) {
+                    out.extend_from_slice(item);
                 }
             }
             b_len = out.len() - b_off;
@@ -236,6 +237,16 @@ pub(crate) fn encode_many(parts: &[Batch]) -> Vec<u8> {
         out[at..at + ENTRY].copy_from_slice(&e);
     }
     out
+}
+
+/// The rows of a string or bytes column as byte slices (none for other
+/// columns).
+fn var_items(column: &Column) -> Box<dyn Iterator<Item = &[u8]> + '_> {
+    match column {
+        Column::Str(v) => Box::new(v.iter().map(String::as_bytes)),
+        Column::Bytes(v) => Box::new(v.iter().map(Vec::as_slice)),
+        _ => Box::new(std::iter::empty()),
+    }
 }
 
 fn encode_messages(kind: u32, messages: &[&str]) -> Vec<u8> {
@@ -379,8 +390,8 @@ pub(crate) fn decode_rows(bytes: &[u8], rows: Option<Range<usize>>) -> Result<De
                     .ok_or_else(|| malformed("a tensor row is too long"))?;
                 Column::tensor(read_slice(part(width)?), row_len)?
             }
-            T_STR => {
-                let text = r.str(r.u64(e + 32)?, r.u64(e + 40)?)?;
+            T_STR | T_BYTES => {
+                let data = r.range(r.u64(e + 32)?, r.u64(e + 40)?)?;
                 let all: &[u8] = values;
                 if all.len() != (num_rows + 1) * 8 {
                     return Err(malformed(
@@ -388,15 +399,27 @@ pub(crate) fn decode_rows(bytes: &[u8], rows: Option<Range<usize>>) -> Result<De
                     ));
                 }
                 let offsets: Vec<u64> = read_slice(&all[rows.start * 8..(rows.end + 1) * 8]);
-                let mut strings = Vec::with_capacity(offsets.len().saturating_sub(1));
-                for w in offsets.windows(2) {
-                    let (a, b) = (w[0] as usize, w[1] as usize);
-                    let s = text
-                        .get(a..b)
-                        .ok_or_else(|| malformed("a string offset is out of range"))?;
-                    strings.push(s.to_string());
+                let items = offsets.windows(2).map(|w| {
+                    data.get(w[0] as usize..w[1] as usize)
+                        .ok_or_else(|| malformed("a string offset is out of range"))
+                });
+                if tag == T_BYTES {
+                    Column::Bytes(
+                        items
+                            .map(|b| b.map(<[u8]>::to_vec))
+                            .collect::<Result<_>>()?,
+                    )
+                } else {
+                    Column::Str(
+                        items
+                            .map(|b| {
+                                std::str::from_utf8(b?)
+                                    .map(str::to_string)
+                                    .map_err(|_| malformed("a string is not UTF-8"))
+                            })
+                            .collect::<Result<_>>()?,
+                    )
                 }
-                Column::Str(strings)
             }
             _ => return Err(malformed("unknown column type")),
         };
@@ -421,6 +444,10 @@ mod tests {
             (
                 "name".into(),
                 Column::Str(vec!["a".into(), "".into(), "héllo".into()]),
+            ),
+            (
+                "raw".into(),
+                Column::Bytes(vec![vec![0, 255, 7], vec![], vec![1]]),
             ),
             (
                 "img".into(),

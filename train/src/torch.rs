@@ -95,7 +95,7 @@
 //! everywhere without leaving a call half made.
 
 use crate::collective::{CollectiveError, Element, ProcessGroup, ReduceOp, Work};
-use crate::data::{Batch, Column, ColumnType, DataError, DataIterator};
+use crate::data::{Batch, Column, DataError, DataIterator};
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::ops::Range;
@@ -457,7 +457,7 @@ pub fn tensor_to_vec<T: tch::kind::Element>(tensor: &Tensor) -> Result<Vec<T>, T
 ///
 /// # Errors
 ///
-/// [`TorchError::Data`] for a missing column or a string column.
+/// [`TorchError::Data`] for a missing column, or a string or bytes column.
 pub fn column_tensor(batch: &Batch, name: &str, device: Device) -> Result<Tensor, TorchError> {
     let tensor = match batch.column(name)? {
         Column::F32(v) => Tensor::f_from_slice(v)?,
@@ -465,10 +465,10 @@ pub fn column_tensor(batch: &Batch, name: &str, device: Device) -> Result<Tensor
         Column::I64(v) => Tensor::f_from_slice(v)?,
         Column::Tensor { values, row_len } => Tensor::f_from_slice(values)?
             .f_reshape([(values.len() / row_len) as i64, *row_len as i64])?,
-        Column::Str(_) => {
+        other @ (Column::Str(_) | Column::Bytes(_)) => {
             return Err(DataError::ColumnType {
                 column: name.to_string(),
-                found: ColumnType::Str,
+                found: other.data_type(),
                 expected: "a numeric or tensor column",
             }
             .into())
@@ -478,15 +478,15 @@ pub fn column_tensor(batch: &Batch, name: &str, device: Device) -> Result<Tensor
 }
 
 /// Every numeric column of `batch` as a tensor (see [`column_tensor`]),
-/// by name: one step of Ray's `iter_torch_batches`. String columns are
-/// left out.
+/// by name: one step of Ray's `iter_torch_batches`. String and bytes
+/// columns are left out.
 pub fn batch_tensors(
     batch: &Batch,
     device: Device,
 ) -> Result<BTreeMap<String, Tensor>, TorchError> {
     let mut out = BTreeMap::new();
     for (name, column) in batch.columns() {
-        if !matches!(column, Column::Str(_)) {
+        if !matches!(column, Column::Str(_) | Column::Bytes(_)) {
             out.insert(name.to_string(), column_tensor(batch, name, device)?);
         }
     }

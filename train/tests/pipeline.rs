@@ -481,3 +481,140 @@ fn a_pool_of_actors_keeps_its_state_across_blocks_and_returns_them_in_order() {
         })
     ));
 }
+
+#[derive(Deserialize)]
+struct FileRow {
+    path: String,
+    bytes: Vec<u8>,
+}
+
+fn file_len(row: FileRow) -> Squared {
+    Squared {
+        id: row.bytes.len() as i64,
+        square: row.path.len() as i64,
+    }
+}
+
+#[test]
+fn binary_files_are_rows_of_bytes_read_by_tasks_in_blocks_of_files() {
+    cluster();
+    let dir = TempDir::new("binary");
+    let nested = dir.path().join("b");
+    std::fs::create_dir_all(&nested).unwrap();
+    let contents: Vec<(PathBuf, Vec<u8>)> = vec![
+        (dir.path().join("a.bin"), (0..=255u8).collect()),
+        (nested.join("c.bin"), Vec::new()),
+        (nested.join("d.bin"), vec![0xff; 70_000]),
+    ];
+    for (path, data) in &contents {
+        std::fs::write(path, data).unwrap();
+    }
+    std::fs::write(dir.path().join(".hidden"), b"skipped").unwrap();
+
+    let ds = LazyDataset::read_binary_files_with_paths([dir.path()]).unwrap();
+    assert_eq!(ds.count().unwrap(), 3, "from the listing");
+    assert_eq!(ds.schema().unwrap().to_string(), "path: str, bytes: bytes");
+    let batch = ds.take_batch(10).unwrap();
+    let paths: Vec<String> = contents.iter().map(|c| c.0.display().to_string()).collect();
+    assert_eq!(
+        batch.str("path").unwrap(),
+        paths,
+        "recursive, in name order"
+    );
+    let read: Vec<&Vec<u8>> = batch.bytes("bytes").unwrap().iter().collect();
+    let want: Vec<&Vec<u8>> = contents.iter().map(|c| &c.1).collect();
+    assert_eq!(read, want);
+
+    // Rows reach serde types as Vec<u8>.
+    let lens = ds.map(file_len).take_batch(10).unwrap();
+    assert_eq!(lens.i64("id").unwrap(), [256, 0, 70_000]);
+
+    // A bytes column survives a Parquet round trip.
+    let out = TempDir::new("binary-parquet");
+    let bytes_only = LazyDataset::read_binary_files([&contents[0].0, &contents[2].0]).unwrap();
+    bytes_only.write_parquet(out.path()).unwrap();
+    let back = LazyDataset::read_parquet([out.path()]).unwrap();
+    assert_eq!(back.schema().unwrap().to_string(), "bytes: bytes");
+    assert_eq!(
+        back.take_batch(5).unwrap().bytes("bytes").unwrap(),
+        [contents[0].1.clone(), contents[2].1.clone()]
+    );
+
+    // Many small files are grouped, at most 1,024 to a block.
+    let many = TempDir::new("binary-many");
+    for i in 0..1030 {
+        std::fs::write(many.path().join(format!("{i:05}")), i.to_string()).unwrap();
+    }
+    let all = LazyDataset::read_binary_files([many.path()])
+        .unwrap()
+        .materialize()
+        .unwrap();
+    assert_eq!(all.num_blocks(), 2);
+    assert_eq!(all.count(), 1030);
+    assert_eq!(all.take_batch(1030).bytes("bytes").unwrap()[1029], b"1029");
+
+    // A path that does not exist is named at once; a file that vanishes
+    // before its block runs fails the run, naming it.
+    match LazyDataset::read_binary_files([dir.path().join("nope")]) {
+        Err(DataError::Io { path, .. }) => assert!(path.ends_with("nope")),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    let vanishing = LazyDataset::read_binary_files([dir.path()]).unwrap();
+    std::fs::remove_file(&contents[1].0).unwrap();
+    let err = vanishing.materialize().unwrap_err().to_string();
+    assert!(err.contains("c.bin"), "{err}");
+}
+
+/// Adds the CPUs free in the cluster while the task runs.
+fn free_cpus(batch: Batch) -> Result<Batch, DataError> {
+    let (_, free) = prism::cluster_resources().map_err(|e| DataError::InvalidArgument {
+        argument: "cluster",
+        value: e.to_string(),
+        reason: "the cluster's resources must be readable",
+    })?;
+    let n = batch.num_rows();
+    batch.with_column("free", Column::F64(vec![free.get("CPU").as_f64(); n]))
+}
+
+fn identity(batch: Batch) -> Result<Batch, DataError> {
+    Ok(batch)
+}
+
+#[test]
+fn a_step_asks_for_its_own_cpus_and_a_fused_task_for_the_most_of_its_steps() {
+    cluster();
+    // The test cluster has 2 CPUs: a task that holds both leaves none free,
+    // whatever else runs.
+    let both = LazyDataset::range(10)
+        .map_batches(identity, 5)
+        .unwrap()
+        .num_cpus(2.0)
+        .unwrap()
+        .map_batches(free_cpus, 5)
+        .unwrap();
+    let batch = both.take_batch(10).unwrap();
+    assert_eq!(batch.f64("free").unwrap(), [0.0; 10]);
+
+    for bad in [-1.0, f64::NAN, f64::INFINITY] {
+        let err = LazyDataset::range(10)
+            .map_batches(identity, 5)
+            .unwrap()
+            .num_cpus(bad)
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                DataError::InvalidArgument {
+                    argument: "num_cpus",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+    let err = LazyDataset::range(10).limit(3).num_cpus(1.0).unwrap_err();
+    assert!(
+        err.to_string().contains("map_batches, map or filter"),
+        "{err}"
+    );
+}
