@@ -374,6 +374,9 @@ impl LazyDataset {
     /// }
     /// # fn main() -> Result<(), DataError> {
     /// let ds = LazyDataset::range(1000).map_batches(identity, 100)?.num_cpus(0.5)?;
+    /// for batch in ds.iter_batches(100, false)? {
+    ///     println!("{} rows", batch?.num_rows());
+    /// }
     /// # Ok(())
     /// # }
     /// ```
