@@ -34,12 +34,64 @@ pub(crate) const RAW_HEADER_BYTES: usize = 64;
 #[doc(hidden)]
 #[derive(Debug)]
 pub struct Encoded {
+    /// The encoding, or for a flat buffer returned by value only its
+    /// header, with the buffer itself in `payload`.
     pub(crate) bytes: Vec<u8>,
+    /// A flat buffer that follows `bytes` without having been copied next
+    /// to it: a task's `Vec` result goes into shared memory with one copy.
+    pub(crate) payload: Option<Payload>,
     pub(crate) contained: Vec<ObjectRefInfo>,
     /// The handles of `contained`, kept until the receiver of the value has
     /// been registered (the value's own handles may drop right after
     /// encoding, as a task's return value does).
     pub(crate) keep_alive: Vec<KeepAlive>,
+}
+
+/// A flat buffer's memory, owned.
+pub(crate) struct Payload(Box<dyn AsRef<[u8]> + Send + Sync>);
+
+impl Payload {
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        (*self.0).as_ref()
+    }
+}
+
+impl std::fmt::Debug for Payload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Payload({} bytes)", self.as_slice().len())
+    }
+}
+
+/// A vector of numbers as its memory image.
+struct RawVec<E>(Vec<E>);
+
+impl<E: Copy> AsRef<[u8]> for RawVec<E> {
+    fn as_ref(&self) -> &[u8] {
+        as_bytes(&self.0)
+    }
+}
+
+impl Encoded {
+    /// Its length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.bytes.len() + self.payload.as_ref().map_or(0, |p| p.as_slice().len())
+    }
+
+    /// Its bytes, in order, for writing back to back.
+    pub(crate) fn parts(&self) -> Vec<&[u8]> {
+        let mut parts = vec![&self.bytes[..]];
+        parts.extend(self.payload.as_ref().map(Payload::as_slice));
+        parts
+    }
+
+    /// Its bytes in one buffer (a copy only when there is a payload).
+    pub(crate) fn into_bytes(self) -> Vec<u8> {
+        let mut bytes = self.bytes;
+        if let Some(p) = &self.payload {
+            bytes.extend_from_slice(p.as_slice());
+        }
+        bytes
+    }
 }
 
 /// One argument of a remote call, as the caller hands it over.
@@ -115,6 +167,25 @@ macro_rules! elements {
                 return Some((<u8 as Element>::TAG, b.as_ref()));
             }
             None
+        }
+
+        /// A flat buffer taken by value: its tag and its memory, not copied;
+        /// any other value back.
+        fn owned_raw_image<T: 'static>(value: T) -> Result<(u8, Payload), T> {
+            let mut slot = Some(value);
+            let any = &mut slot as &mut dyn Any;
+            $(
+                if let Some(v) = any.downcast_mut::<Option<Vec<$ty>>>().and_then(Option::take) {
+                    return Ok(($tag, Payload(Box::new(RawVec(v)))));
+                }
+            )*
+            if let Some(b) = any.downcast_mut::<Option<Bytes>>().and_then(Option::take) {
+                return Ok((<u8 as Element>::TAG, Payload(Box::new(b))));
+            }
+            match slot {
+                Some(value) => Err(value),
+                None => unreachable!("taken only when returned"),
+            }
         }
 
         /// Rebuilds a flat buffer type from its raw image, if `T` is one.
@@ -228,6 +299,21 @@ pub(crate) fn raw_parts<T: 'static>(value: &T) -> Option<(u8, &[u8])> {
     raw_image(value)
 }
 
+/// Encodes a value taken by value: a flat buffer keeps its own memory as
+/// the payload (see [`Encoded::payload`]) instead of being copied after its
+/// header.
+pub(crate) fn encode_owned<T: Serialize + 'static>(value: T) -> Result<Encoded, Error> {
+    match owned_raw_image(value) {
+        Ok((tag, payload)) => Ok(Encoded {
+            bytes: raw_header(tag, payload.as_slice().len()).to_vec(),
+            payload: Some(payload),
+            contained: Vec::new(),
+            keep_alive: Vec::new(),
+        }),
+        Err(value) => encode(&value),
+    }
+}
+
 /// Encodes any value.
 pub(crate) fn encode<T: Serialize + 'static>(value: &T) -> Result<Encoded, Error> {
     if let Some((tag, payload)) = raw_image(value) {
@@ -236,6 +322,7 @@ pub(crate) fn encode<T: Serialize + 'static>(value: &T) -> Result<Encoded, Error
         bytes.extend_from_slice(payload);
         return Ok(Encoded {
             bytes,
+            payload: None,
             contained: Vec::new(),
             keep_alive: Vec::new(),
         });
@@ -251,6 +338,7 @@ pub(crate) fn encode<T: Serialize + 'static>(value: &T) -> Result<Encoded, Error
     let (contained, keep_alive) = contained.into_iter().unzip();
     Ok(Encoded {
         bytes,
+        payload: None,
         contained,
         keep_alive,
     })

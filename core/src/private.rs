@@ -21,9 +21,10 @@ pub use crate::runtime::registry::{
 };
 pub use linkme;
 
-/// Encodes a return value.
-pub fn encode_return<T: Serialize + 'static>(value: &T) -> CallResult {
-    codec::encode(value).map_err(CallError::Runtime)
+/// Encodes a return value, taking it: a flat buffer (`Vec<u8>`,
+/// `Vec<f32>`, ...) goes to the store without an intermediate copy.
+pub fn encode_return<T: Serialize + 'static>(value: T) -> CallResult {
+    codec::encode_owned(value).map_err(CallError::Runtime)
 }
 
 /// Turns a returned `Err` into a task failure carrying its message.

@@ -125,12 +125,12 @@ fn convert_return(is_result: bool) -> Tokens {
     if is_result {
         quote! {
             match __prism_ret {
-                ::core::result::Result::Ok(v) => ::prism::__private::encode_return(&v),
+                ::core::result::Result::Ok(v) => ::prism::__private::encode_return(v),
                 ::core::result::Result::Err(e) => ::core::result::Result::Err(::prism::__private::app_error(e)),
             }
         }
     } else {
-        quote! { ::prism::__private::encode_return(&__prism_ret) }
+        quote! { ::prism::__private::encode_return(__prism_ret) }
     }
 }
 

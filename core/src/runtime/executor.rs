@@ -509,11 +509,11 @@ impl Executor {
     /// runtime when the result is small and refers to no objects.
     fn finish_here(self: &Arc<Self>, spec: &TaskSpec, result: CallResult) -> Response {
         if let Ok(encoded) = &result {
-            let small = encoded.bytes.len() as u64 <= self.config.max_direct_call_object_size_bytes;
+            let small = encoded.len() as u64 <= self.config.max_direct_call_object_size_bytes;
             if small && encoded.contained.is_empty() && !self.objects.refs.has_unregistered() {
                 if let Ok(encoded) = result {
                     return Response::Object(ReturnObject {
-                        value: ObjectValue::Inline(Bytes::from(encoded.bytes)),
+                        value: ObjectValue::Inline(Bytes::from(encoded.into_bytes())),
                         contained: Vec::new(),
                     });
                 }

@@ -543,10 +543,10 @@ impl Objects {
         id: ObjectId,
         encoded: codec::Encoded,
     ) -> Result<ObjectValue> {
-        if encoded.bytes.len() as u64 <= self.config.max_direct_call_object_size_bytes {
-            return Ok(ObjectValue::Inline(Bytes::from(encoded.bytes)));
+        if encoded.len() as u64 <= self.config.max_direct_call_object_size_bytes {
+            return Ok(ObjectValue::Inline(Bytes::from(encoded.into_bytes())));
         }
-        self.store.write(id, &[&encoded.bytes]).await
+        self.store.write(id, &encoded.parts()).await
     }
 
     /// [`StoreClient::write`] from synchronous code: the copy runs on the
@@ -573,11 +573,12 @@ impl Objects {
                 PutPlan::Raw(codec::raw_header(tag, payload.len()), payload)
             }
             _ => {
-                let encoded = codec::encode(value)?;
-                if encoded.bytes.len() <= threshold {
-                    PutPlan::Inline(Bytes::from(encoded.bytes), encoded.contained)
+                let mut encoded = codec::encode(value)?;
+                let contained = std::mem::take(&mut encoded.contained);
+                if encoded.len() <= threshold {
+                    PutPlan::Inline(Bytes::from(encoded.into_bytes()), contained)
                 } else {
-                    PutPlan::Encoded(encoded.bytes, encoded.contained)
+                    PutPlan::Encoded(encoded.into_bytes(), contained)
                 }
             }
         })
@@ -654,14 +655,16 @@ impl Objects {
                     held.push(info.id);
                     specs.push(ArgSpec::Ref(info));
                 }
-                Arg::Value(encoded) if encoded.bytes.len() > threshold => {
+                Arg::Value(mut encoded) if encoded.len() > threshold => {
                     let id = ObjectId::new();
-                    let contained = encoded.contained;
-                    keep_alive.extend(encoded.keep_alive);
+                    let contained = std::mem::take(&mut encoded.contained);
+                    keep_alive.extend(std::mem::take(&mut encoded.keep_alive));
                     let store = self.store.clone();
-                    let bytes = encoded.bytes;
                     let value =
-                        block_on(&self.rt, async move { store.write(id, &[&bytes]).await })?;
+                        block_on(
+                            &self.rt,
+                            async move { store.write(id, &encoded.parts()).await },
+                        )?;
                     // Owned with one count, which the task takes over from
                     // the (never created) handle.
                     self.refs.add_owned(id, ValueState::Ready(value), contained);
@@ -671,10 +674,10 @@ impl Objects {
                         owner: self.address().clone(),
                     }));
                 }
-                Arg::Value(encoded) => {
+                Arg::Value(mut encoded) => {
                     held.extend(encoded.contained.iter().map(|c| c.id));
-                    keep_alive.extend(encoded.keep_alive);
-                    specs.push(ArgSpec::Value(Bytes::from(encoded.bytes)));
+                    keep_alive.extend(std::mem::take(&mut encoded.keep_alive));
+                    specs.push(ArgSpec::Value(Bytes::from(encoded.into_bytes())));
                 }
             }
         }

@@ -62,6 +62,26 @@ pub(crate) fn enter_worker_if_requested() {
     std::process::exit(code);
 }
 
+/// Lets this worker's allocator keep up to `bytes` of freed memory (see
+/// `Config::worker_heap_keep_bytes`); glibc only, a no-op elsewhere.
+fn keep_freed_heap(bytes: u64) {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if bytes > 0 {
+        /// glibc's ceiling for the mmap threshold on 64-bit machines.
+        const MAX_MMAP_THRESHOLD: u64 = 32 << 20;
+        let trim = bytes.min(i32::MAX as u64) as libc::c_int;
+        let mmap = bytes.min(MAX_MMAP_THRESHOLD) as libc::c_int;
+        // SAFETY: mallopt only changes allocator parameters; it is called
+        // before this process starts any thread of its own.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, mmap);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, trim);
+        }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = bytes;
+}
+
 fn env(name: &str) -> Result<String> {
     std::env::var(name).map_err(|_| Error::Config {
         key: name.to_string(),
@@ -95,6 +115,7 @@ fn run() -> Result<()> {
     };
     crate::logging::init_file_logging(&session_dir, &format!("worker-{}.log", worker_id.0 as u64));
     let config = Arc::new(Config::default().apply_env()?);
+    keep_freed_heap(config.worker_heap_keep_bytes);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.runtime_threads.max(1))
         .enable_all()
