@@ -66,13 +66,6 @@ struct EpochRun {
     largest: usize,
     /// With `equal`, once the pipeline has ended: what each split still gets.
     finals: Option<Vec<VecDeque<Block>>>,
-    /// The block each split was given last, held here until the split asks
-    /// again (by then it has copied its rows out). The split's own handle
-    /// would be enough if borrows were counted per handout; they are not
-    /// (a process borrows an object or not), so a block given to two splits
-    /// of one process could be freed between the first one's release and
-    /// the second one's fetch.
-    lent: Vec<Option<ObjectRef<Vec<u8>>>>,
 }
 
 /// The actor behind a streaming split.
@@ -250,7 +243,6 @@ impl SplitCoordinator {
                 held_rows: 0,
                 largest: 0,
                 finals: None,
-                lent: vec![None; self.n],
             });
         }
         let equal = self.equal;
@@ -258,19 +250,18 @@ impl SplitCoordinator {
         if let Some(message) = &run.failed {
             return Err(message.clone());
         }
-        run.lent[split] = None;
         if run.ended[split] {
             return Ok(Next::End);
         }
-        let next = if equal {
+        // A block handed out lives on as long as the split's handle: the
+        // runtime counts each handout as a borrow of its own, so a block
+        // given to two splits of one process outlives the first one's
+        // release.
+        if equal {
             run.next_equal(split)
         } else {
             run.next_any(split)
-        };
-        if let Ok(Next::Block { data, .. }) = &next {
-            run.lent[split] = Some(data.clone());
         }
-        next
     }
 
     /// `split` stops reading `epoch` early (its iterator was dropped).

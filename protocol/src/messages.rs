@@ -701,6 +701,11 @@ services! {
             ids: Vec<ObjectId>,
             /// The borrower's address.
             borrower: Address,
+            /// Per object, the registrations (`AddBorrower`s, by the
+            /// borrower or for it) that its dropped reference accounted
+            /// for; the owner keeps the borrower for any others. Missing
+            /// counts end the borrow outright.
+            counts: Vec<u64>,
         } => ();
     }
 

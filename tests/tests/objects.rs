@@ -185,6 +185,60 @@ impl Holder {
     }
 }
 
+/// Owns one object at a time and hands it out.
+#[prism::actor]
+struct Lender {
+    object: Option<ObjectRef<Vec<u8>>>,
+}
+
+#[prism::actor]
+impl Lender {
+    fn new() -> Self {
+        Lender { object: None }
+    }
+
+    /// Puts a fresh object of `byte`s, owned by this actor.
+    fn make(&mut self, byte: u8) -> Result<(), String> {
+        self.object = Some(prism::put(vec![byte; 1 << 20]).map_err(|e| e.to_string())?);
+        Ok(())
+    }
+
+    /// Hands the object out; with `keep = false` lets go of its own handle,
+    /// leaving the caller's borrow as the only thing holding it.
+    fn lend(&mut self, keep: bool) -> Vec<ObjectRef<Vec<u8>>> {
+        let out = self.object.iter().cloned().collect();
+        if !keep {
+            self.object = None;
+        }
+        out
+    }
+}
+
+#[test]
+fn an_object_lent_twice_to_one_process_outlives_the_first_borrows_end() {
+    cluster();
+    let _guard = alone_with_an_empty_store();
+    let lender = Lender::remote().unwrap();
+    for round in 0..30u8 {
+        prism::get(&lender.make(round).unwrap()).unwrap();
+        // The first borrow ends (its end-of-borrow is on its way to the
+        // owner) while the second hand-out, from the owner's last handle,
+        // is made: the object must live on for the second.
+        let first = prism::get(&lender.lend(true).unwrap()).unwrap();
+        drop(first);
+        let second = prism::get(&lender.lend(false).unwrap()).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        let value = prism::get(&second[0]).unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert_eq!((value.len(), value[0]), (1 << 20, round));
+    }
+    // And every borrow ended: nothing is left.
+    must_eventually(
+        "every lent object is freed once its borrows end",
+        Duration::from_secs(10),
+        store_is_empty,
+    );
+}
+
 #[test]
 fn a_borrower_that_dies_releases_what_it_borrowed() {
     cluster();

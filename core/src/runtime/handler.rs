@@ -110,7 +110,7 @@ impl Handler for CoreHandler {
         if let Some(objects) = bound.objects.upgrade() {
             let ended: Vec<(Address, Vec<ObjectId>)> = self.borrows_here.lock().drain().collect();
             for (borrower, ids) in ended {
-                let releases = objects.refs.remove_borrower(&ids, &borrower);
+                let releases = objects.refs.drop_borrower(&ids, &borrower);
                 objects.apply_releases(releases);
             }
         }

@@ -292,14 +292,18 @@ impl Objects {
             return;
         }
         let mut deletes: HashMap<Option<String>, Vec<ObjectId>> = HashMap::new();
-        let mut ends: HashMap<Address, Vec<ObjectId>> = HashMap::new();
+        let mut ends: HashMap<Address, (Vec<ObjectId>, Vec<u64>)> = HashMap::new();
         for r in releases {
             match r {
                 Release::DeleteFromStore(id, holder) => {
                     self.lineage.lock().remove(&id);
                     deletes.entry(holder).or_default().push(id)
                 }
-                Release::EndBorrow { owner, id } => ends.entry(owner).or_default().push(id),
+                Release::EndBorrow { owner, id, count } => {
+                    let (ids, counts) = ends.entry(owner).or_default();
+                    ids.push(id);
+                    counts.push(count);
+                }
             }
         }
         // The local raylet deletes what its store holds and passes the
@@ -307,12 +311,16 @@ impl Objects {
         for (node, ids) in deletes {
             let _ = self.raylet.notify(DeleteObjects { ids, node });
         }
-        for (owner, ids) in ends {
+        for (owner, (ids, counts)) in ends {
             let borrower = self.address().clone();
             let peers = self.peers.clone();
             self.rt.spawn(async move {
                 if let Ok(conn) = peers.get(&owner).await {
-                    let _ = conn.notify(RemoveBorrower { ids, borrower });
+                    let _ = conn.notify(RemoveBorrower {
+                        ids,
+                        borrower,
+                        counts,
+                    });
                 }
             });
         }
@@ -773,8 +781,12 @@ impl Objects {
                 self.refs.add_borrower(&ids, &borrower);
                 conn.respond(id, Response::Ok);
             }
-            OwnerRequest::RemoveBorrower(RemoveBorrower { ids, borrower }) => {
-                let releases = self.refs.remove_borrower(&ids, &borrower);
+            OwnerRequest::RemoveBorrower(RemoveBorrower {
+                ids,
+                borrower,
+                counts,
+            }) => {
+                let releases = self.refs.remove_borrower(&ids, &counts, &borrower);
                 self.apply_releases(releases);
                 conn.respond(id, Response::Ok);
             }

@@ -13,7 +13,8 @@
 //!   until the task's reply, so the executor can fetch it);
 //! - `contained_in`: objects owned or borrowed here whose values contain a
 //!   reference to this one;
-//! - `borrowers` (owned objects only): other processes holding references.
+//! - `borrowers` (owned objects only): other processes holding references,
+//!   each with the number of times it was registered (below).
 //!
 //! Invariants:
 //!
@@ -25,12 +26,21 @@
 //!    reference that gave it the handle can go away: before it answers the
 //!    task that carried the reference, or before `get` returns the value
 //!    that contained it.
+//! 4. Borrows are counted, not flags. The owner counts every registration
+//!    of a borrower (the borrower's own, and each one a task's executor
+//!    makes when it returns a value holding the reference to its caller);
+//!    the borrower's entry counts the registrations made for it while it
+//!    lived (`lent`), and its end-of-borrow message carries that number,
+//!    which the owner subtracts. A borrower that dropped the object and was
+//!    handed it again before its end-of-borrow arrived therefore stays a
+//!    borrower: the stale message takes away only the registrations of the
+//!    entry it ended, not the new one's.
 
 use crate::Error;
 use parking_lot::Mutex;
 use prism_protocol::ids::ObjectId;
 use prism_protocol::messages::{Address, ObjectRefInfo, ObjectValue};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use tokio::sync::oneshot;
 
 /// What an owner knows of an object's value.
@@ -51,8 +61,11 @@ struct Entry {
     local: u64,
     submitted: u64,
     contained_in: u64,
-    borrowers: HashSet<Address>,
-    registered: bool,
+    /// Registrations per borrowing process (owned objects only).
+    borrowers: HashMap<Address, u64>,
+    /// Registrations with the owner made for this entry (borrowed objects
+    /// only): carried by its end-of-borrow message.
+    lent: u64,
     contains: Vec<ObjectRefInfo>,
     value: ValueState,
     waiters: Vec<oneshot::Sender<()>>,
@@ -65,8 +78,8 @@ impl Entry {
             local: 0,
             submitted: 0,
             contained_in: 0,
-            borrowers: HashSet::new(),
-            registered: false,
+            borrowers: HashMap::new(),
+            lent: 0,
             contains: Vec::new(),
             value,
             waiters: Vec::new(),
@@ -88,8 +101,13 @@ pub(crate) enum Release {
     /// Delete an owned object from the store of the node that holds it
     /// (`None`: this one), with the copies other nodes pulled.
     DeleteFromStore(ObjectId, Option<String>),
-    /// Tell an owner this process no longer borrows an object.
-    EndBorrow { owner: Address, id: ObjectId },
+    /// Tell an owner this process no longer borrows an object, undoing
+    /// `count` registrations.
+    EndBorrow {
+        owner: Address,
+        id: ObjectId,
+        count: u64,
+    },
 }
 
 /// Whether an owned object whose copy was lost can be made again.
@@ -147,7 +165,7 @@ impl RefTable {
     pub(crate) fn add_owned(&self, id: ObjectId, value: ValueState, contains: Vec<ObjectRefInfo>) {
         let mut entries = self.entries.lock();
         for c in &contains {
-            self.bump_contained(&mut entries, c);
+            self.bump_contained(&mut entries, c, false);
         }
         let mut e = Entry::new(None, value);
         e.local = 1;
@@ -155,16 +173,25 @@ impl RefTable {
         entries.insert(id, e);
     }
 
-    fn bump_contained(&self, entries: &mut HashMap<ObjectId, Entry>, c: &ObjectRefInfo) {
+    /// A value held here contains `c`. `lent`: the value came in a task's
+    /// reply, whose executor registered this process with `c`'s owner
+    /// before answering (invariant 3), which this entry must undo when it
+    /// ends (invariant 4).
+    fn bump_contained(
+        &self,
+        entries: &mut HashMap<ObjectId, Entry>,
+        c: &ObjectRefInfo,
+        lent: bool,
+    ) {
         let owner = (!self.is_mine(&c.owner)).then(|| c.owner.clone());
-        let entry = entries.entry(c.id).or_insert_with(|| {
-            let mut e = Entry::new(owner, ValueState::Pending);
-            // The producer registered us with the owner before handing the
-            // value over (invariant 3).
-            e.registered = true;
-            e
-        });
+        let borrowed = owner.is_some();
+        let entry = entries
+            .entry(c.id)
+            .or_insert_with(|| Entry::new(owner, ValueState::Pending));
         entry.contained_in += 1;
+        if lent && borrowed {
+            entry.lent += 1;
+        }
     }
 
     /// A handle was created (deserialized) for `info`.
@@ -212,25 +239,42 @@ impl RefTable {
         out
     }
 
-    /// Another process borrows owned objects.
+    /// Another process borrows owned objects: one more registration each.
     pub(crate) fn add_borrower(&self, ids: &[ObjectId], borrower: &Address) {
         let mut entries = self.entries.lock();
         for id in ids {
             if let Some(e) = entries.get_mut(id) {
-                e.borrowers.insert(borrower.clone());
+                *e.borrowers.entry(borrower.clone()).or_default() += 1;
             }
         }
     }
 
-    /// A borrower let go.
-    pub(crate) fn remove_borrower(&self, ids: &[ObjectId], borrower: &Address) -> Vec<Release> {
+    /// A borrower ended borrows that `counts` registrations made (one
+    /// count per id; a missing count ends the borrow whatever its count).
+    pub(crate) fn remove_borrower(
+        &self,
+        ids: &[ObjectId],
+        counts: &[u64],
+        borrower: &Address,
+    ) -> Vec<Release> {
         let mut out = Vec::new();
-        for id in ids {
+        for (i, id) in ids.iter().enumerate() {
+            let count = counts.get(i).copied();
             out.extend(self.update(*id, |e| {
-                e.borrowers.remove(borrower);
+                if let Some(n) = e.borrowers.get_mut(borrower) {
+                    *n = count.map_or(0, |c| n.saturating_sub(c));
+                    if *n == 0 {
+                        e.borrowers.remove(borrower);
+                    }
+                }
             }));
         }
         out
+    }
+
+    /// A borrowing process is gone: its borrows end, however many.
+    pub(crate) fn drop_borrower(&self, ids: &[ObjectId], borrower: &Address) -> Vec<Release> {
+        self.remove_borrower(ids, &[], borrower)
     }
 
     /// An owned object's value arrived (a task answered).
@@ -242,13 +286,21 @@ impl RefTable {
     ) -> Vec<Release> {
         let mut entries = self.entries.lock();
         let Some(e) = entries.get_mut(&id) else {
-            // Freed while the task ran: drop what it produced.
-            return match value {
-                ValueState::Ready(ObjectValue::InStore { node, .. }) => {
-                    vec![Release::DeleteFromStore(id, node)]
-                }
-                _ => Vec::new(),
-            };
+            // Freed while the task ran: drop what it produced, and end the
+            // borrows its executor registered for this process.
+            let mut out: Vec<Release> = contains
+                .iter()
+                .filter(|c| !self.is_mine(&c.owner))
+                .map(|c| Release::EndBorrow {
+                    owner: c.owner.clone(),
+                    id: c.id,
+                    count: 1,
+                })
+                .collect();
+            if let ValueState::Ready(ObjectValue::InStore { node, .. }) = value {
+                out.push(Release::DeleteFromStore(id, node));
+            }
+            return out;
         };
         e.value = value;
         for w in e.waiters.drain(..) {
@@ -256,7 +308,7 @@ impl RefTable {
         }
         e.contains = contains.clone();
         for c in &contains {
-            self.bump_contained(&mut entries, c);
+            self.bump_contained(&mut entries, c, true);
         }
         Vec::new()
     }
@@ -361,10 +413,11 @@ impl RefTable {
         let mut out = Vec::new();
         for info in infos {
             match entries.get_mut(&info.id) {
-                Some(e) => e.registered = true,
+                Some(e) => e.lent += 1,
                 None => out.push(Release::EndBorrow {
                     owner: info.owner.clone(),
                     id: info.id,
+                    count: 1,
                 }),
             }
         }
@@ -400,9 +453,10 @@ impl RefTable {
                 (None, ValueState::Ready(ObjectValue::InStore { node, .. })) => {
                     out.push(Release::DeleteFromStore(id, node.clone()))
                 }
-                (Some(owner), _) if e.registered => out.push(Release::EndBorrow {
+                (Some(owner), _) if e.lent > 0 => out.push(Release::EndBorrow {
                     owner: owner.clone(),
                     id,
+                    count: e.lent,
                 }),
                 _ => {}
             }
@@ -455,7 +509,7 @@ mod tests {
             "a borrower still holds it"
         );
         assert_eq!(
-            t.remove_borrower(&[id], &"other".to_string()),
+            t.remove_borrower(&[id], &[1], &"other".to_string()),
             vec![Release::DeleteFromStore(id, Some("node-b".into()))]
         );
         assert_eq!(t.num_owned(), 0);
@@ -499,8 +553,98 @@ mod tests {
             t.remove_local(id),
             vec![Release::EndBorrow {
                 owner: "owner".into(),
-                id
+                id,
+                count: 1
             }]
+        );
+    }
+
+    fn stored() -> ValueState {
+        ValueState::Ready(ObjectValue::InStore {
+            size: 1,
+            node: None,
+        })
+    }
+
+    #[test]
+    fn a_stale_end_of_borrow_does_not_free_an_object_lent_again_meanwhile() {
+        // The owner lends its object to a process, which drops it and is
+        // lent it again before its end-of-borrow arrives.
+        let owner = RefTable::new("owner".into());
+        let id = ObjectId::new();
+        owner.add_owned(id, stored(), vec![]);
+        let borrower = "borrower".to_string();
+        owner.add_borrower(&[id], &borrower);
+        assert!(owner.remove_local(id).is_empty(), "lent out");
+        owner.add_borrower(&[id], &borrower);
+        assert!(
+            owner.remove_borrower(&[id], &[1], &borrower).is_empty(),
+            "the stale end undoes one registration; the second lend still holds"
+        );
+        assert_eq!(
+            owner.remove_borrower(&[id], &[1], &borrower),
+            vec![Release::DeleteFromStore(id, None)]
+        );
+    }
+
+    #[test]
+    fn a_borrowers_entry_ends_with_every_registration_made_for_it() {
+        // Twice in replies (each registered by the task's executor) and
+        // once by itself: its end undoes all three.
+        let t = RefTable::new("me".into());
+        let inner = info(ObjectId::new(), "owner");
+        let (a, b) = (ObjectId::new(), ObjectId::new());
+        for outer in [a, b] {
+            t.add_owned(outer, ValueState::Pending, vec![]);
+            assert!(t.set_value(outer, stored(), vec![inner.clone()]).is_empty());
+        }
+        t.add_local(&inner);
+        let pending = t.take_unregistered();
+        assert!(pending.is_empty(), "the entry was made by a reply");
+        assert!(t.registered(&[inner.clone()]).is_empty());
+        assert!(t.remove_local(inner.id).is_empty());
+        assert!(!t.remove_local(a).contains(&Release::EndBorrow {
+            owner: "owner".into(),
+            id: inner.id,
+            count: 3
+        }));
+        assert!(t.remove_local(b).contains(&Release::EndBorrow {
+            owner: "owner".into(),
+            id: inner.id,
+            count: 3
+        }));
+    }
+
+    #[test]
+    fn a_gone_borrower_ends_every_registration_and_a_dropped_reply_its_lends() {
+        let owner = RefTable::new("owner".into());
+        let id = ObjectId::new();
+        owner.add_owned(id, stored(), vec![]);
+        let borrower = "borrower".to_string();
+        for _ in 0..3 {
+            owner.add_borrower(&[id], &borrower);
+        }
+        assert!(owner.remove_local(id).is_empty());
+        assert_eq!(
+            owner.drop_borrower(&[id], &borrower),
+            vec![Release::DeleteFromStore(id, None)]
+        );
+
+        // A reply for an object freed while its task ran: the borrows the
+        // executor registered for it are ended at once.
+        let t = RefTable::new("me".into());
+        let gone = ObjectId::new();
+        let inner = info(ObjectId::new(), "owner");
+        assert_eq!(
+            t.set_value(gone, stored(), vec![inner.clone()]),
+            vec![
+                Release::EndBorrow {
+                    owner: "owner".into(),
+                    id: inner.id,
+                    count: 1
+                },
+                Release::DeleteFromStore(gone, None)
+            ]
         );
     }
 }
