@@ -601,7 +601,7 @@ mod tests {
         t.add_local(&inner);
         let pending = t.take_unregistered();
         assert!(pending.is_empty(), "the entry was made by a reply");
-        assert!(t.registered(&[inner.clone()]).is_empty());
+        assert!(t.registered(std::slice::from_ref(&inner)).is_empty());
         assert!(t.remove_local(inner.id).is_empty());
         assert!(!t.remove_local(a).contains(&Release::EndBorrow {
             owner: "owner".into(),
