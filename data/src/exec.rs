@@ -7,9 +7,10 @@ use super::error::{DataError, Result};
 use super::map::Outcome;
 use super::parquet::{self, RowGroup};
 use super::pipeline::{BlockFn, ExecutionOptions, LazyDataset, Source, Step};
+use super::shuffle::{self, Regroup};
 use super::stream::Chunk;
 use super::wire::{self, Decoded};
-use super::{binary, csv, rng};
+use super::{binary, csv};
 use prism::{ObjectRef, TaskOptions, View};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -200,7 +201,27 @@ impl Block {
     }
 }
 
-fn failure(decoded: Decoded, block: usize) -> DataError {
+/// The block a finished task returned, from its header (its failure as an
+/// error).
+fn finished_block(data: ObjectRef<Vec<u8>>, index: usize, stage: &str) -> Result<Block> {
+    let view = prism::get_view(&data).map_err(|e| DataError::Stage {
+        stage: stage.to_string(),
+        block: index,
+        message: e.to_string(),
+    })?;
+    let bytes = view.len();
+    match wire::rows(&view)? {
+        Some(rows) => Ok(Block {
+            data,
+            start: 0,
+            rows,
+            bytes,
+        }),
+        None => Err(failure(wire::decode(&view)?, index)),
+    }
+}
+
+pub(crate) fn failure(decoded: Decoded, block: usize) -> DataError {
     match decoded {
         Decoded::Failed { stage, message } => DataError::Stage {
             stage,
@@ -334,8 +355,15 @@ impl BlockStream {
                     pending_name = String::new();
                     upstream = match barrier {
                         Step::Limit(n) => Box::new(Limit { upstream, left: *n }),
-                        Step::Shuffle(seed) => all_to_all(upstream, Regroup::Shuffle(*seed)),
-                        Step::Repartition(n) => all_to_all(upstream, Regroup::Blocks(*n)),
+                        Step::Shuffle(seed) => all_to_all(
+                            upstream,
+                            Regroup::Shuffle(*seed),
+                            &plan.options,
+                            stats.clone(),
+                        ),
+                        Step::Repartition(n) => {
+                            all_to_all(upstream, Regroup::Blocks(*n), &plan.options, stats.clone())
+                        }
                         Step::Actors(a) => on_actors(upstream, a)?,
                         Step::Apply(_) => unreachable!("handled above"),
                     };
@@ -633,31 +661,16 @@ impl Iterator for Fused {
         let (index, data) = self.in_flight.pop_front()?;
         let waiting = Instant::now();
         self.wait_for(index, &data);
-        let header = prism::get_view(&data)
-            .map_err(|e| self.stage_error(index, e.to_string()))
-            .and_then(|view| {
-                let rows = wire::rows(&view)?;
-                match rows {
-                    Some(rows) => Ok((rows, view.len())),
-                    None => Err(failure(wire::decode(&view)?, index)),
-                }
-            });
-        let waited = waiting.elapsed();
-        let (rows, bytes) = match header {
-            Ok(h) => h,
+        let block = match finished_block(data, index, &self.name) {
+            Ok(b) => b,
             Err(e) => {
                 self.in_flight.clear();
                 self.upstream_done = true;
                 return Some(Err(e));
             }
         };
-        self.largest_block = self.largest_block.max(bytes);
-        let block = Block {
-            data,
-            start: 0,
-            rows,
-            bytes,
-        };
+        let waited = waiting.elapsed();
+        self.largest_block = self.largest_block.max(block.bytes);
         self.record(&block, waited);
         if let Some(Err(e)) = self.fill() {
             return Some(Err(e));
@@ -696,57 +709,59 @@ impl Iterator for Limit {
     }
 }
 
-enum Regroup {
-    Shuffle(u64),
-    Blocks(usize),
-}
-
-/// A barrier: every block of the stream, fetched, regrouped and put back.
-fn all_to_all(upstream: Upstream, how: Regroup) -> Upstream {
+/// A barrier: every block of the stream, then the tasks that regroup
+/// them ([`shuffle`](super::shuffle)), whose blocks it yields in order.
+fn all_to_all(
+    upstream: Upstream,
+    how: Regroup,
+    options: &ExecutionOptions,
+    stats: Arc<Mutex<Vec<StageStats>>>,
+) -> Upstream {
+    let task = TaskOptions::new().num_cpus(options.num_cpus_per_task);
+    let slot = {
+        let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
+        s.push(StageStats {
+            name: how.name().to_string(),
+            ..StageStats::default()
+        });
+        s.len() - 1
+    };
     let mut pending = Some(upstream);
-    let mut out: VecDeque<Result<Input>> = VecDeque::new();
+    let mut outputs: std::vec::IntoIter<ObjectRef<Vec<u8>>> = Vec::new().into_iter();
+    let mut index = 0;
+    let mut started = Instant::now();
     Box::new(std::iter::from_fn(move || {
         if let Some(up) = pending.take() {
-            match regroup(up, &how) {
-                Ok(blocks) => out.extend(blocks.into_iter().map(|b| Ok(Input::Block(b)))),
-                Err(e) => out.push_back(Err(e)),
+            let mut blocks = Vec::new();
+            for input in up {
+                match input {
+                    Ok(Input::Block(b)) => blocks.push(b),
+                    Ok(Input::Piece(_)) => unreachable!("a fused step comes before every barrier"),
+                    Err(e) => return Some(Err(e)),
+                }
+            }
+            started = Instant::now();
+            match shuffle::start(blocks, how, &task) {
+                Ok(refs) => outputs = refs.into_iter(),
+                Err(e) => return Some(Err(e)),
             }
         }
-        out.pop_front()
+        let data = outputs.next()?;
+        let waiting = Instant::now();
+        let block = finished_block(data, index, how.name());
+        if let Ok(b) = &block {
+            let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(st) = s.get_mut(slot) {
+                st.blocks += 1;
+                st.rows += b.rows;
+                st.bytes += b.bytes;
+                st.waited += waiting.elapsed();
+                st.wall = started.elapsed();
+            }
+        } else {
+            outputs = Vec::new().into_iter();
+        }
+        index += 1;
+        Some(block.map(Input::Block))
     }))
-}
-
-fn regroup(upstream: Upstream, how: &Regroup) -> Result<Vec<Block>> {
-    let mut batches = Vec::new();
-    for input in upstream {
-        match input? {
-            Input::Block(b) => batches.push(b.fetch()?),
-            Input::Piece(_) => unreachable!("a fused step comes before every barrier"),
-        }
-    }
-    let sizes: Vec<usize> = batches.iter().map(Batch::num_rows).collect();
-    if batches.is_empty() {
-        return Ok(Vec::new());
-    }
-    let all = Batch::concat(&batches)?;
-    drop(batches);
-    let (all, sizes) = match how {
-        Regroup::Shuffle(seed) => (all.gather(&rng::permutation(all.num_rows(), *seed)), sizes),
-        Regroup::Blocks(n) => {
-            let (base, extra) = (all.num_rows() / n, all.num_rows() % n);
-            (
-                all,
-                (0..*n).map(|i| base + usize::from(i < extra)).collect(),
-            )
-        }
-    };
-    let mut start = 0;
-    sizes
-        .into_iter()
-        .map(|len| {
-            let block = Block::put(&all.slice(start..start + len));
-            start += len;
-            block
-        })
-        .collect()
 }

@@ -101,6 +101,7 @@ mod pipeline;
 mod rng;
 mod rows;
 mod sampler;
+mod shuffle;
 mod split;
 mod stream;
 mod wire;

@@ -207,12 +207,45 @@ fn shuffle_and_repartition_are_barriers_that_keep_every_row() {
     let mut sorted = a.clone();
     sorted.sort();
     assert_eq!(sorted, (0..30_000).collect::<Vec<_>>());
+    // Rows move across blocks (range makes blocks of 8,192 rows): the
+    // first output block holds rows of every input block.
+    let first: Vec<i64> = shuffled.materialize().unwrap().blocks()[0]
+        .i64("id")
+        .unwrap()
+        .to_vec();
+    let inputs: BTreeSet<i64> = first.iter().map(|id| id / 8192).collect();
+    assert_eq!(inputs.len(), 4, "{inputs:?}");
+    assert_ne!(
+        ids_of(ds.random_shuffle(8).iter_batches(1000, false).unwrap()),
+        a
+    );
+    let mut run = shuffled.iter_batches(1000, false).unwrap();
+    run.by_ref().for_each(drop);
+    assert!(
+        run.stats()
+            .iter()
+            .any(|s| s.name == "RandomShuffle" && s.rows == 30_000),
+        "{:?}",
+        run.stats()
+    );
+
     let parts = ds.repartition(7).unwrap().materialize().unwrap();
     assert_eq!(parts.num_blocks(), 7);
     assert!(parts
         .blocks()
         .iter()
         .all(|b| b.num_rows() == 4285 || b.num_rows() == 4286));
+    assert_eq!(
+        ids_of(parts.lazy().iter_batches(999, false).unwrap()),
+        (0..30_000).collect::<Vec<_>>(),
+        "a repartition keeps the order"
+    );
+    // More blocks than rows, after a filter and a limit: empty blocks keep
+    // the schema.
+    let few = ds.limit(3).repartition(5).unwrap().materialize().unwrap();
+    assert_eq!(few.num_blocks(), 5);
+    assert_eq!(few.count(), 3);
+    assert_eq!(few.schema().to_string(), "id: i64");
 }
 
 #[test]
