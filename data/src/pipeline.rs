@@ -281,13 +281,7 @@ impl LazyDataset {
     pub fn read_binary_files<P: AsRef<Path>>(
         paths: impl IntoIterator<Item = P>,
     ) -> Result<LazyDataset> {
-        let paths = paths
-            .into_iter()
-            .map(|p| p.as_ref().to_path_buf())
-            .collect();
-        Ok(LazyDataset::new(Source::Binary(binary::scan(
-            paths, false,
-        )?)))
+        LazyDataset::binary_files(paths, false)
     }
 
     /// As [`LazyDataset::read_binary_files`], with each file's path in a
@@ -299,11 +293,19 @@ impl LazyDataset {
     pub fn read_binary_files_with_paths<P: AsRef<Path>>(
         paths: impl IntoIterator<Item = P>,
     ) -> Result<LazyDataset> {
+        LazyDataset::binary_files(paths, true)
+    }
+
+    fn binary_files<P: AsRef<Path>>(
+        paths: impl IntoIterator<Item = P>,
+        include_paths: bool,
+    ) -> Result<LazyDataset> {
         let paths = paths
             .into_iter()
             .map(|p| p.as_ref().to_path_buf())
             .collect();
-        Ok(LazyDataset::new(Source::Binary(binary::scan(paths, true)?)))
+        let files = binary::scan(paths, include_paths)?;
+        Ok(LazyDataset::new(Source::Binary(files)))
     }
 
     /// `0..n` in an `i64` column named `id`, made by tasks in blocks of

@@ -445,6 +445,13 @@ impl LazyDataset {
                 message: format!("cannot start the split coordinator: {e}"),
             }
         })?;
+        if super::stream::progress_on() {
+            let watched = coordinator.clone();
+            super::stream::watch_split(format!("streaming_split({n})"), move || {
+                let r = watched.stats().ok()?;
+                prism::get_timeout(&r, Duration::from_secs(30)).ok()
+            });
+        }
         Ok((0..n)
             .map(|split| {
                 super::DataIterator::streaming(SplitHandle {

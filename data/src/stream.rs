@@ -87,6 +87,76 @@ pub struct StreamBatches {
     progress: Option<Progress>,
 }
 
+/// Whether live progress lines are shown: on when stderr is a terminal,
+/// unless `PRISM_DATA_PROGRESS=0`; `PRISM_DATA_PROGRESS=1` turns them on
+/// anywhere.
+pub(crate) fn progress_on() -> bool {
+    match std::env::var("PRISM_DATA_PROGRESS").as_deref() {
+        Ok("0") => false,
+        Ok("1") => true,
+        _ => std::io::stderr().is_terminal(),
+    }
+}
+
+/// One progress line: the last stage's rows, rates over `secs`, blocks,
+/// and the tasks running in every stage.
+fn progress_line(stats: &[StageStats], secs: f64) -> String {
+    let Some(last) = stats.last() else {
+        return String::new();
+    };
+    let secs = secs.max(1e-9);
+    let in_flight: usize = stats.iter().map(|s| s.in_flight).sum();
+    format!(
+        "{}: {} rows, {:.0} rows/s, {:.0} MB/s, {} blocks, {in_flight} tasks running",
+        last.name,
+        last.rows,
+        last.rows as f64 / secs,
+        last.bytes as f64 / secs / 1e6,
+        last.blocks,
+    )
+}
+
+/// The live line of a streaming split's pipeline, which runs in its
+/// coordinator actor: a thread of the process that made the split asks
+/// the coordinator for its stats twice a second and shows them while rows
+/// flow, ending the line when an epoch's rows stop growing. The thread
+/// ends with the cluster (its calls fail) or after `IDLE_POLLS` polls in a
+/// row without progress once something was shown.
+pub(crate) fn watch_split(
+    name: String,
+    stats: impl Fn() -> Option<Vec<StageStats>> + Send + 'static,
+) {
+    const IDLE_POLLS: usize = 1200;
+    let label = name.clone();
+    let spawned = std::thread::Builder::new()
+        .name("prism-data-progress".into())
+        .spawn(move || {
+            let (mut shown_rows, mut idle, mut open) = (0usize, 0usize, false);
+            while idle < IDLE_POLLS {
+                std::thread::sleep(Duration::from_millis(500));
+                let Some(now) = stats() else { break };
+                let rows = now.last().map_or(0, |s| s.rows);
+                let wall = now.last().map_or(0.0, |s| s.wall.as_secs_f64());
+                if rows != shown_rows {
+                    eprint!("\r\x1b[2K{name} {}", progress_line(&now, wall));
+                    (shown_rows, idle, open) = (rows, 0, true);
+                } else {
+                    if open {
+                        eprintln!();
+                        open = false;
+                    }
+                    idle += 1;
+                }
+            }
+            if open {
+                eprintln!();
+            }
+        });
+    if let Err(e) = spawned {
+        eprintln!("prism-data: no progress line for {label}: {e}");
+    }
+}
+
 /// The live line a pipeline read on a terminal shows on stderr.
 struct Progress {
     started: Instant,
@@ -98,13 +168,8 @@ impl Progress {
     /// On when stderr is a terminal, unless `PRISM_DATA_PROGRESS=0`;
     /// `PRISM_DATA_PROGRESS=1` turns it on anywhere.
     fn new() -> Option<Progress> {
-        let on = match std::env::var("PRISM_DATA_PROGRESS").as_deref() {
-            Ok("0") => false,
-            Ok("1") => true,
-            _ => std::io::stderr().is_terminal(),
-        };
         let now = Instant::now();
-        on.then_some(Progress {
+        progress_on().then_some(Progress {
             started: now,
             last: now,
             shown: false,
@@ -112,19 +177,7 @@ impl Progress {
     }
 
     fn line(&self, stats: &[StageStats]) -> String {
-        let secs = self.started.elapsed().as_secs_f64().max(1e-9);
-        let Some(last) = stats.last() else {
-            return String::new();
-        };
-        let in_flight: usize = stats.iter().map(|s| s.in_flight).sum();
-        format!(
-            "{}: {} rows, {:.0} rows/s, {:.0} MB/s, {} blocks, {in_flight} tasks running",
-            last.name,
-            last.rows,
-            last.rows as f64 / secs,
-            last.bytes as f64 / secs / 1e6,
-            last.blocks,
-        )
+        progress_line(stats, self.started.elapsed().as_secs_f64())
     }
 
     fn tick(&mut self, stats: &[StageStats]) {

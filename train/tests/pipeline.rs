@@ -651,3 +651,42 @@ fn a_step_asks_for_its_own_cpus_and_a_fused_task_for_the_most_of_its_steps() {
         "{err}"
     );
 }
+
+#[test]
+fn a_streaming_split_shows_its_progress_line_in_the_process_that_made_it() {
+    const CHILD: &str = "PRISM_PIPELINE_TEST_PROGRESS_CHILD";
+    const NAME: &str = "a_streaming_split_shows_its_progress_line_in_the_process_that_made_it";
+    if std::env::var_os(CHILD).is_some() {
+        // The child: a driver on a "terminal" (PRISM_DATA_PROGRESS=1)
+        // reading two splits, then staying up long enough to be polled.
+        cluster();
+        let splits = LazyDataset::range(20_000).streaming_split(2, true).unwrap();
+        let readers: Vec<_> = splits
+            .into_iter()
+            .map(|s| {
+                std::thread::spawn(move || {
+                    s.iter_batches(500, false)
+                        .unwrap()
+                        .map(|b| b.unwrap().num_rows())
+                        .sum::<usize>()
+                })
+            })
+            .collect();
+        let rows: usize = readers.into_iter().map(|r| r.join().unwrap()).sum();
+        assert_eq!(rows, 20_000);
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", NAME, "--nocapture", "--test-threads", "1"])
+        .env(CHILD, "1")
+        .env("PRISM_DATA_PROGRESS", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("streaming_split(2) Range: 20000 rows") && stderr.contains("rows/s"),
+        "{stderr}"
+    );
+}
