@@ -1419,3 +1419,116 @@ fn objects_lost_with_their_node_are_made_again_from_their_lineage() {
     assert!(said.contains("BORROWER read it whole: true"), "{said}");
     assert!(said.contains("REBUILT 2"), "{said}");
 }
+
+/// Adds the node each block task ran on, and spends a little CPU so that
+/// the tasks outgrow one node.
+fn tag_node(batch: prism_train::data::Batch) -> Result<prism_train::data::Batch, String> {
+    std::thread::sleep(Duration::from_millis(20));
+    let node = prism::runtime_context()
+        .map(|c| c.node_id.to_string())
+        .map_err(|e| e.to_string())?;
+    let n = batch.num_rows();
+    batch
+        .with_column("node", prism_train::data::Column::Str(vec![node; n]))
+        .map_err(|e| e.to_string())
+}
+
+/// Reads one split; returns its ids.
+#[prism::remote]
+fn read_split(split: prism_train::data::DataIterator) -> Result<Vec<i64>, String> {
+    let mut ids = Vec::new();
+    for batch in split.iter_batches(500, false).map_err(|e| e.to_string())? {
+        ids.extend_from_slice(
+            batch
+                .map_err(|e| e.to_string())?
+                .i64("id")
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    Ok(ids)
+}
+
+/// The driver's part: a pipeline whose block tasks run on several nodes,
+/// a shuffle across them, and a split read by tasks elsewhere.
+fn pipeline_over_nodes() {
+    use prism_train::data::LazyDataset;
+    must(
+        prism::init(prism::Config::default()),
+        "the driver joins its node",
+    );
+    let n = 40_000usize;
+    let ds = must(
+        LazyDataset::range(n).map_batches(tag_node, 1000),
+        "a map_batches step",
+    );
+    let mut ids = Vec::new();
+    let mut nodes = std::collections::BTreeSet::new();
+    for batch in must(ds.iter_batches(700, false), "the pipeline starts") {
+        let batch = must(batch, "a batch arrives");
+        ids.extend_from_slice(must(batch.i64("id"), "an id column"));
+        nodes.extend(must(batch.str("node"), "a node column").iter().cloned());
+    }
+    println!(
+        "STREAMED in order: {}, block tasks on {} nodes",
+        ids == (0..n as i64).collect::<Vec<_>>(),
+        nodes.len()
+    );
+    let shuffled = LazyDataset::range(n).random_shuffle(3);
+    let mut got: Vec<i64> = Vec::new();
+    for batch in must(shuffled.iter_batches(1000, false), "the shuffle starts") {
+        got.extend_from_slice(must(must(batch, "a shuffled batch").i64("id"), "ids"));
+    }
+    let moved = got != (0..n as i64).collect::<Vec<_>>();
+    got.sort_unstable();
+    println!(
+        "SHUFFLED every row once: {}, moved: {moved}",
+        got == (0..n as i64).collect::<Vec<_>>()
+    );
+    let splits = must(ds.streaming_split(2, true), "a streaming split");
+    let readers: Vec<_> = splits
+        .into_iter()
+        .map(|s| must(read_split::remote(s), "a reader task"))
+        .collect();
+    let mut all: Vec<i64> = Vec::new();
+    let mut counts = Vec::new();
+    for r in &readers {
+        let part = must(prism::get(r), "a split is read");
+        counts.push(part.len());
+        all.extend(part);
+    }
+    all.sort_unstable();
+    println!(
+        "SPLIT equal: {}, every row once: {}",
+        counts[0] == counts[1],
+        all == (0..n as i64).collect::<Vec<_>>()
+    );
+    prism::shutdown();
+}
+
+#[test]
+fn a_data_pipeline_runs_its_blocks_shuffle_and_splits_over_nodes() {
+    if std::env::var_os(DRIVER).is_some() {
+        return pipeline_over_nodes();
+    }
+    let Some((m, head)) = three_nodes("data", &[]) else {
+        return;
+    };
+    let said = drive_on_head(
+        &m,
+        &head,
+        "a_data_pipeline_runs_its_blocks_shuffle_and_splits_over_nodes",
+    );
+    assert!(said.contains("STREAMED in order: true"), "{said}");
+    assert!(
+        !said.contains("block tasks on 1 nodes") && said.contains("block tasks on"),
+        "{said}"
+    );
+    assert!(
+        said.contains("SHUFFLED every row once: true, moved: true"),
+        "{said}"
+    );
+    assert!(
+        said.contains("SPLIT equal: true, every row once: true"),
+        "{said}"
+    );
+}
