@@ -59,32 +59,124 @@ fn make_mapper<M: BatchMapper, E: Display + 'static>(
         .map_err(|e| e.to_string())
 }
 
+/// The size of an actor pool (Ray's `concurrency`): a fixed number of
+/// actors (`5.into()`), or a range (`(1, 4).into()`) that starts at `min`
+/// and grows while every actor is busy, blocks are waiting and the cluster
+/// has a CPU free for one more, up to `max`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolSize {
+    /// Actors started with the run.
+    pub min: usize,
+    /// The most actors the pool grows to.
+    pub max: usize,
+}
+
+impl From<usize> for PoolSize {
+    fn from(n: usize) -> PoolSize {
+        PoolSize { min: n, max: n }
+    }
+}
+
+impl From<(usize, usize)> for PoolSize {
+    fn from((min, max): (usize, usize)) -> PoolSize {
+        PoolSize { min, max }
+    }
+}
+
 /// A step run by a pool of actors.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct ActorStep {
     pub(crate) name: String,
     make: PortableFn<Make>,
     user: String,
-    pub(crate) pool_size: usize,
+    pub(crate) pool: PoolSize,
     batch_size: usize,
     pub(crate) num_cpus: f64,
 }
 
 impl ActorStep {
-    /// Starts the pool's actors.
-    pub(crate) fn start(&self) -> prism::Result<Vec<prism::ActorHandle<MapperActor>>> {
-        let options = prism::ActorOptions::new().num_cpus(self.num_cpus);
-        (0..self.pool_size)
-            .map(|_| {
-                MapperActor::remote_with(
-                    options.clone(),
-                    self.make.clone(),
-                    self.user.clone(),
-                    self.batch_size,
-                    self.name.clone(),
-                )
-            })
-            .collect()
+    fn start_one(&self) -> prism::Result<prism::ActorHandle<MapperActor>> {
+        MapperActor::remote_with(
+            prism::ActorOptions::new().num_cpus(self.num_cpus),
+            self.make.clone(),
+            self.user.clone(),
+            self.batch_size,
+            self.name.clone(),
+        )
+    }
+
+    /// Starts the pool with its first `min` actors.
+    pub(crate) fn start(&self) -> prism::Result<ActorPool> {
+        let actors = (0..self.pool.min)
+            .map(|_| self.start_one())
+            .collect::<prism::Result<Vec<_>>>()?;
+        Ok(ActorPool {
+            busy: vec![Vec::new(); actors.len()],
+            actors,
+            step: self.clone(),
+        })
+    }
+}
+
+/// A running pool: its actors, and the calls each has not finished.
+pub(crate) struct ActorPool {
+    actors: Vec<prism::ActorHandle<MapperActor>>,
+    busy: Vec<Vec<prism::ObjectRef<Vec<u8>>>>,
+    step: ActorStep,
+}
+
+impl ActorPool {
+    /// The number of actors running.
+    pub(crate) fn len(&self) -> usize {
+        self.actors.len()
+    }
+
+    /// Maps `block` on the actor with the fewest unfinished calls (the
+    /// first free one), starting another actor first when every one is
+    /// busy and the pool may grow into a free CPU.
+    pub(crate) fn map(
+        &mut self,
+        block: &prism::ObjectRef<Vec<u8>>,
+    ) -> prism::Result<prism::ObjectRef<Vec<u8>>> {
+        for calls in &mut self.busy {
+            if !calls.is_empty() {
+                let n = calls.len();
+                let (_, pending) = prism::wait(calls, n, Some(std::time::Duration::ZERO))?;
+                *calls = pending;
+            }
+        }
+        let (mut pick, load) = self
+            .busy
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (i, c.len()))
+            .min_by_key(|&(_, n)| n)
+            .unwrap_or((0, usize::MAX));
+        // An actor of 0 CPUs needs none free to start.
+        let room = self.step.num_cpus == 0.0 || self.cpu_free();
+        if load > 0 && self.actors.len() < self.step.pool.max && room {
+            self.actors.push(self.step.start_one()?);
+            self.busy.push(Vec::new());
+            pick = self.actors.len() - 1;
+        }
+        let r = self.actors[pick].map(block)?;
+        self.busy[pick].push(r.clone());
+        Ok(r)
+    }
+
+    fn cpu_free(&self) -> bool {
+        prism::cluster_resources()
+            .map(|(_, free)| free.get("CPU").as_f64() >= self.step.num_cpus)
+            .unwrap_or(false)
+    }
+}
+
+impl Drop for ActorPool {
+    fn drop(&mut self) {
+        // The pool lives as long as the run: its actors hold their CPUs.
+        for actor in &self.actors {
+            let _ = prism::kill(actor);
+        }
     }
 }
 
@@ -155,11 +247,12 @@ impl MapperActor {
 
 impl LazyDataset {
     /// Applies a stateful mapper to every block, in batches of up to
-    /// `batch_size` rows, on a pool of `pool_size` actors (Ray's
-    /// `map_batches` with a callable class and an actor pool). Each actor
-    /// runs `make` once, in its own worker process, then maps the blocks it
-    /// is given; blocks go to the actors in turn and come back in order.
-    /// The actors are stopped when the run ends.
+    /// `batch_size` rows, on a pool of actors (Ray's `map_batches` with a
+    /// callable class and `concurrency`). `pool` is a fixed size (`4`) or
+    /// a range (`(1, 4)`, see [`PoolSize`]). Each actor runs `make` once,
+    /// in its own worker process, then maps the blocks it is given; each
+    /// block goes to the actor with the fewest unfinished calls, and blocks
+    /// come back in order. The actors are stopped when the run ends.
     ///
     /// `make` is a `fn` item (workers run this same executable). Each actor
     /// asks for `num_cpus` CPUs (0 is allowed).
@@ -167,18 +260,27 @@ impl LazyDataset {
     /// # Errors
     ///
     /// [`DataError::InvalidArgument`](super::DataError::InvalidArgument)
-    /// for a `pool_size` or `batch_size` of 0, or a negative `num_cpus`.
+    /// for a pool of 0 actors or whose `min` is above its `max`, a
+    /// `batch_size` of 0, or a negative `num_cpus`.
     /// When the pipeline runs: [`DataError::Stage`](super::DataError::Stage)
     /// for a constructor that fails or a mapper that returns `Err` or
     /// panics.
     pub fn map_batches_with_actors<M: BatchMapper, E: Display + 'static>(
         &self,
         make: fn() -> std::result::Result<M, E>,
-        pool_size: usize,
+        pool: impl Into<PoolSize>,
         batch_size: usize,
         num_cpus: f64,
     ) -> Result<LazyDataset> {
-        positive("pool_size", pool_size)?;
+        let pool = pool.into();
+        positive("pool_size", pool.min)?;
+        if pool.min > pool.max {
+            return Err(super::DataError::InvalidArgument {
+                argument: "pool_size",
+                value: format!("({}, {})", pool.min, pool.max),
+                reason: "min must not be above max",
+            });
+        }
         positive("batch_size", batch_size)?;
         if !(num_cpus >= 0.0 && num_cpus.is_finite()) {
             return Err(super::DataError::InvalidArgument {
@@ -189,11 +291,15 @@ impl LazyDataset {
         }
         let user = serde_json::to_string(&PortableFn::new(make))
             .expect("a function token serializes to JSON");
+        let size = match pool.min == pool.max {
+            true => pool.min.to_string(),
+            false => format!("{}-{}", pool.min, pool.max),
+        };
         let step = ActorStep {
-            name: format!("MapBatches(actors x{pool_size})"),
+            name: format!("MapBatches(actors x{size})"),
             make: PortableFn::new(make_mapper::<M, E> as Make),
             user,
-            pool_size,
+            pool,
             batch_size,
             num_cpus,
         };

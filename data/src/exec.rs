@@ -1,7 +1,7 @@
 //! Running a [`LazyDataset`]'s plan: block tasks, the window that bounds
 //! them, and the steps between them. See the `pipeline` module docs.
 
-use super::actors::{ActorStep, MapperActor};
+use super::actors::{ActorPool, ActorStep};
 use super::batch::Batch;
 use super::error::{DataError, Result};
 use super::map::Outcome;
@@ -261,6 +261,8 @@ pub struct StageStats {
     pub peak_tasks: usize,
     /// Tasks running now (0 once the step is done).
     pub in_flight: usize,
+    /// The most actors its pool ran at once (0 for a step of tasks).
+    pub peak_actors: usize,
 }
 
 impl std::fmt::Display for StageStats {
@@ -281,7 +283,11 @@ impl std::fmt::Display for StageStats {
             self.bytes as f64 / secs / 1e6,
             self.waited.as_secs_f64(),
             self.peak_tasks,
-        )
+        )?;
+        if self.peak_actors > 0 {
+            write!(f, "; {} actors at most", self.peak_actors)?;
+        }
+        Ok(())
     }
 }
 
@@ -337,11 +343,11 @@ impl BlockStream {
                 step.name.clone(),
                 &plan.options,
                 // Two calls queued per actor: one running, one ready to start.
-                2 * step.pool_size,
+                2 * step.pool.max,
                 stats.clone(),
             );
             run.task_cpus = step.num_cpus;
-            run.actors = Some((pool, 0));
+            run.actors = Some(pool);
             Ok(Box::new(run.map(|b| b.map(Input::Block))))
         };
         for step in &plan.steps {
@@ -486,18 +492,8 @@ struct Fused {
     slot: usize,
     task_cpus: f64,
     warned: bool,
-    /// A pool of actors that runs this step instead of tasks, and the
-    /// one the next block goes to.
-    actors: Option<(Vec<prism::ActorHandle<MapperActor>>, usize)>,
-}
-
-impl Drop for Fused {
-    fn drop(&mut self) {
-        // The pool lives as long as the run: its actors hold their CPUs.
-        for actor in self.actors.take().map(|(pool, _)| pool).unwrap_or_default() {
-            let _ = prism::kill(&actor);
-        }
-    }
+    /// A pool of actors that runs this step instead of tasks.
+    actors: Option<ActorPool>,
 }
 
 impl Fused {
@@ -577,10 +573,13 @@ impl Fused {
             self.started.get_or_insert_with(Instant::now);
             let submitted = match input {
                 Input::Block(block) if self.actors.is_some() => {
-                    let (pool, next) = self.actors.as_mut().expect("checked just above");
-                    let actor = &pool[*next % pool.len()];
-                    *next += 1;
-                    actor.map(&block.data)
+                    let pool = self.actors.as_mut().expect("checked just above");
+                    let r = pool.map(&block.data);
+                    let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some(st) = s.get_mut(self.slot) {
+                        st.peak_actors = st.peak_actors.max(pool.len());
+                    }
+                    r
                 }
                 Input::Block(block) if self.fns.is_empty() && self.in_flight.is_empty() => {
                     return Some(Ok(block));

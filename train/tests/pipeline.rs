@@ -515,6 +515,53 @@ fn a_pool_of_actors_keeps_its_state_across_blocks_and_returns_them_in_order() {
     ));
 }
 
+fn slow_tagger() -> Result<SlowTagger, String> {
+    Ok(SlowTagger(tagger()?))
+}
+
+/// A mapper that takes its time, so that the actors stay busy.
+struct SlowTagger(Tagger);
+
+impl BatchMapper for SlowTagger {
+    fn call(&mut self, batch: Batch) -> Result<Batch, MapperError> {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        self.0.call(batch)
+    }
+}
+
+#[test]
+fn a_pool_grows_while_its_actors_are_busy_up_to_its_max() {
+    cluster();
+    let ds = LazyDataset::range(50_000)
+        .map_batches_with_actors(slow_tagger, (1, 3), 1000, 0.0)
+        .unwrap();
+    assert_eq!(ds.stage_names(), ["Range", "MapBatches(actors x1-3)"]);
+    let mut run = ds.iter_batches(5000, false).unwrap();
+    let mut ids = Vec::new();
+    let mut pids = BTreeSet::new();
+    for batch in run.by_ref() {
+        let batch = batch.unwrap();
+        ids.extend_from_slice(batch.i64("id").unwrap());
+        pids.extend(batch.i64("pid").unwrap().iter().copied());
+    }
+    assert_eq!(ids, (0..50_000).collect::<Vec<_>>(), "in order");
+    assert_eq!(pids.len(), 3, "{pids:?}");
+    let stats = run.stats();
+    let pool = stats
+        .iter()
+        .find(|s| s.name.starts_with("MapBatches"))
+        .unwrap();
+    assert_eq!(pool.peak_actors, 3, "{pool}");
+    assert!(pool.to_string().ends_with("3 actors at most"), "{pool}");
+    assert!(matches!(
+        LazyDataset::range(10).map_batches_with_actors(tagger, (3, 2), 10, 0.0),
+        Err(DataError::InvalidArgument {
+            argument: "pool_size",
+            ..
+        })
+    ));
+}
+
 #[derive(Deserialize)]
 struct FileRow {
     path: String,
