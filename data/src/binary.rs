@@ -31,9 +31,10 @@ fn io(path: &Path, source: std::io::Error) -> DataError {
     }
 }
 
-/// The regular files under `dir`, recursively, skipping names that start
-/// with `.` (hidden files, editors' and tools' temporaries).
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+/// The regular files under `dir` with their sizes, recursively, skipping
+/// names that start with `.` (hidden files, editors' and tools'
+/// temporaries).
+fn walk(dir: &Path, out: &mut Vec<(PathBuf, u64)>) -> Result<()> {
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| io(dir, e))?
         .map(|e| e.map(|e| e.path()).map_err(|e| io(dir, e)))
@@ -46,10 +47,14 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
         if hidden {
             continue;
         }
-        if path.is_dir() {
+        // Links followed, as `read` will.
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
             walk(&path, out)?;
-        } else if path.is_file() {
-            out.push(path);
+        } else if meta.is_file() {
+            out.push((path, meta.len()));
         }
     }
     Ok(())
@@ -58,19 +63,14 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
 /// Lists `paths` (files, or directories read recursively in name order)
 /// and sizes each file.
 pub(crate) fn scan(paths: Vec<PathBuf>, include_paths: bool) -> Result<BinaryFiles> {
-    let mut listed = Vec::new();
+    let mut files = Vec::new();
     for path in paths {
         let meta = std::fs::metadata(&path).map_err(|e| io(&path, e))?;
         if meta.is_dir() {
-            walk(&path, &mut listed)?;
+            walk(&path, &mut files)?;
         } else {
-            listed.push(path);
+            files.push((path, meta.len()));
         }
-    }
-    let mut files = Vec::with_capacity(listed.len());
-    for path in listed {
-        let size = std::fs::metadata(&path).map_err(|e| io(&path, e))?.len();
-        files.push((path, size));
     }
     Ok(BinaryFiles {
         files,

@@ -20,8 +20,10 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::{ArrowWriter, ProjectionMask};
 use parquet::basic::{Compression, Type as PhysicalType};
 use parquet::column::reader::ColumnReader;
+use parquet::file::properties::ReaderProperties;
 use parquet::file::properties::WriterProperties;
-use parquet::file::reader::{FileReader, SerializedFileReader};
+use parquet::file::reader::RowGroupReader;
+use parquet::file::serialized_reader::SerializedRowGroupReader;
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -203,10 +205,23 @@ pub(crate) fn read(
             .collect::<Result<_>>()?,
     };
     let chunk_rows = chunk_rows.clamp(1, group.rows.max(1));
+    // Column readers for the tensor columns, from the footer already read.
+    let file = Arc::new(File::open(path).map_err(|source| DataError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?);
+    let metadata = builder.metadata().clone();
+    let row_group = SerializedRowGroupReader::new(
+        file,
+        metadata.row_group(group.index),
+        metadata.page_index_for_row_group(group.index),
+        Arc::new(ReaderProperties::builder().build()),
+    )
+    .map_err(|e| err(path, format!("row group {}: {e}", group.index)))?;
     let mut tensors = Vec::new();
     let mut rest = Vec::new();
     for &root in &order {
-        match TensorReader::open(path, group.index, builder.parquet_schema(), &arrow, root)? {
+        match TensorReader::open(path, &row_group, builder.parquet_schema(), &arrow, root)? {
             Some(reader) => tensors.push(reader),
             None => rest.push(root),
         }
@@ -285,7 +300,7 @@ impl TensorReader {
     /// plain numbers (Arrow's reader takes it then).
     fn open(
         path: &Path,
-        row_group: usize,
+        row_group: &dyn RowGroupReader,
         parquet_schema: &parquet::schema::types::SchemaDescriptor,
         arrow: &arrow_schema::Schema,
         root: usize,
@@ -315,12 +330,8 @@ impl TensorReader {
         if !plain || descr.max_rep_level() != 1 {
             return Ok(None);
         }
-        let file = File::open(path).map_err(|source| DataError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let reader = SerializedFileReader::new(file)
-            .and_then(|f| f.get_row_group(row_group)?.get_column_reader(leaf))
+        let reader = row_group
+            .get_column_reader(leaf)
             .map_err(|e| err(path, format!("column {:?}: {e}", field.name())))?;
         Ok(Some(TensorReader {
             name: field.name().clone(),
@@ -496,38 +507,24 @@ fn floats(path: &Path, name: &str, array: &ArrayRef) -> Result<Vec<f32>> {
 
 fn to_column(path: &Path, name: &str, array: &ArrayRef) -> Result<Column> {
     no_nulls(path, name, array)?;
+    // The items of a string or binary array, owned (nulls were refused).
+    macro_rules! owned_items {
+        ($as:ident::<$o:ty>, $own:ident) => {
+            array
+                .$as::<$o>()
+                .iter()
+                .map(|v| v.unwrap_or_default().$own())
+                .collect()
+        };
+    }
     Ok(match array.data_type() {
         DataType::Float32 => Column::F32(array.as_primitive::<Float32Type>().values().to_vec()),
         DataType::Float64 => Column::F64(array.as_primitive::<Float64Type>().values().to_vec()),
         t if t.is_integer() => Column::I64(integers(path, name, array)?),
-        DataType::Utf8 => Column::Str(
-            array
-                .as_string::<i32>()
-                .iter()
-                .map(|s| s.unwrap_or_default().to_string())
-                .collect(),
-        ),
-        DataType::LargeUtf8 => Column::Str(
-            array
-                .as_string::<i64>()
-                .iter()
-                .map(|s| s.unwrap_or_default().to_string())
-                .collect(),
-        ),
-        DataType::Binary => Column::Bytes(
-            array
-                .as_binary::<i32>()
-                .iter()
-                .map(|b| b.unwrap_or_default().to_vec())
-                .collect(),
-        ),
-        DataType::LargeBinary => Column::Bytes(
-            array
-                .as_binary::<i64>()
-                .iter()
-                .map(|b| b.unwrap_or_default().to_vec())
-                .collect(),
-        ),
+        DataType::Utf8 => Column::Str(owned_items!(as_string::<i32>, to_string)),
+        DataType::LargeUtf8 => Column::Str(owned_items!(as_string::<i64>, to_string)),
+        DataType::Binary => Column::Bytes(owned_items!(as_binary::<i32>, to_vec)),
+        DataType::LargeBinary => Column::Bytes(owned_items!(as_binary::<i64>, to_vec)),
         DataType::FixedSizeList(_, len) => {
             let list = array.as_fixed_size_list();
             let row_len = *len as usize;
