@@ -14,12 +14,33 @@
 //!    reader, and not being spilled already; a reader that pins it during
 //!    its spill keeps it in memory (the spill is discarded).
 //! 4. `used_bytes` is the sum of the aligned sizes of allocated ranges.
+//! 5. Only the process that created an object seals it, and a copy is
+//!    replaced (by the retry of a task whose attempt died before its
+//!    owner heard back) only once its creator is gone: its connection
+//!    closed, which also frees what it left unsealed. A request a dead
+//!    attempt sent before it died (a create that waited for room, a seal)
+//!    can never seal, replace or free the copy a retry writes.
+//! 6. Every spill has its own number, and its file is named by the object
+//!    and that number ([`SpillFile`]): removing the file of one spill (a
+//!    discarded one, a restored one) never removes the file of a later
+//!    spill of the same object, whatever order the raylet's threads finish
+//!    their I/O in.
 
 use crate::allocator::{aligned_size, Allocator};
 use prism_protocol::error::Error;
 use prism_protocol::ids::ObjectId;
 use prism_protocol::messages::StoreStats;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+
+/// Who created an object: the raylet's number for a client connection, or
+/// [`Creator::NODE`] for copies the raylet makes itself (pulls).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Creator(pub u64);
+
+impl Creator {
+    /// The raylet itself.
+    pub const NODE: Creator = Creator(0);
+}
 
 /// Where an object lies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,14 +51,31 @@ pub struct Placement {
     pub size: u64,
 }
 
+/// One spill of one object: the file it writes is named by both, so that
+/// no two spills share a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SpillFile {
+    /// The object spilled.
+    pub id: ObjectId,
+    /// The spill's number, unique in this table.
+    pub seq: u64,
+}
+
+impl SpillFile {
+    /// The file's name in the spill directory.
+    pub fn file_name(&self) -> String {
+        format!("{}.{}", self.id, self.seq)
+    }
+}
+
 /// Where an object's bytes are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Residence {
     Memory(Placement),
-    /// In its spill file only.
-    Disk,
-    /// Being read back from its spill file into this range.
-    Restoring(Placement),
+    /// In the file of the spill with this number only.
+    Disk(u64),
+    /// Being read back from that spill's file into this range.
+    Restoring(Placement, u64),
 }
 
 #[derive(Debug)]
@@ -47,10 +85,21 @@ struct Entry {
     sealed: bool,
     pins: u64,
     deleted: bool,
-    /// A spill of it is being written: its range must stay.
-    spilling: bool,
+    /// The spill of it being written, by number: its range must stay.
+    spilling: Option<u64>,
     /// When it was last created, sealed or pinned (the table's clock).
     last_used: u64,
+    /// Who writes it; only they may seal it.
+    creator: Creator,
+}
+
+impl Entry {
+    /// Pinned by a reader, or its bytes are being moved to or from disk.
+    fn busy(&self) -> bool {
+        self.pins > 0
+            || self.spilling.is_some()
+            || matches!(self.residence, Residence::Restoring(..))
+    }
 }
 
 /// What pinning an object found.
@@ -86,6 +135,13 @@ pub struct ObjectTable {
     restored_bytes_total: u64,
     /// Objects whose every copy is gone, with why, until deleted.
     lost: HashMap<ObjectId, String>,
+    /// The number of the next spill.
+    next_spill: u64,
+    /// Spill files of copies that `create` replaced, for the raylet to
+    /// remove ([`ObjectTable::take_orphan_files`]).
+    orphans: Vec<SpillFile>,
+    /// Creators whose connection closed: their late requests are refused.
+    gone: HashSet<Creator>,
 }
 
 impl ObjectTable {
@@ -100,6 +156,9 @@ impl ObjectTable {
             restored_total: 0,
             restored_bytes_total: 0,
             lost: HashMap::new(),
+            next_spill: 0,
+            orphans: Vec::new(),
+            gone: HashSet::new(),
         }
     }
 
@@ -117,22 +176,57 @@ impl ObjectTable {
         }
     }
 
-    /// Reserves room for a new object.
-    pub fn create(&mut self, id: ObjectId, size: u64) -> Result<Placement, Error> {
+    /// Whether a copy of `id` is here and `creator` must wait before
+    /// replacing it: it is pinned by a reader, being spilled or restored,
+    /// or it belongs to another creator that is still connected (one that
+    /// is writing it, or that sealed it and is answering its caller). A
+    /// gone creator never waits: its `create` is refused.
+    pub fn busy(&self, id: ObjectId, creator: Creator) -> bool {
+        if self.gone.contains(&creator) {
+            return false;
+        }
+        self.objects
+            .get(&id)
+            .is_some_and(|e| e.busy() || self.held_by_other(e, creator))
+    }
+
+    /// A copy another live creator still answers for. The node's own
+    /// copies (pulls) are held only while written.
+    fn held_by_other(&self, e: &Entry, creator: Creator) -> bool {
+        let other = e.creator != creator && !self.gone.contains(&e.creator);
+        other && (!e.sealed || e.creator != Creator::NODE)
+    }
+
+    /// Reserves room for a new object, which `creator` writes and seals.
+    pub fn create(
+        &mut self,
+        id: ObjectId,
+        size: u64,
+        creator: Creator,
+    ) -> Result<Placement, Error> {
+        if self.gone.contains(&creator) {
+            return Err(Error::Protocol {
+                message: format!(
+                    "object {id} was asked for by a process whose connection has closed"
+                ),
+            });
+        }
         if let Some(existing) = self.objects.get(&id) {
-            let busy = existing.pins > 0
-                || existing.spilling
-                || matches!(existing.residence, Residence::Restoring(_));
-            if busy {
+            if self.busy(id, creator) {
                 return Err(Error::Protocol {
-                    message: format!("object {id} already exists in the store and is being read"),
+                    message: format!(
+                        "object {id} already exists in the store and is in use: being written \
+                         or answered for by another process, read, spilled or restored"
+                    ),
                 });
             }
             // An earlier attempt of the task that makes this object died
             // before its owner heard back, leaving a copy (written or not)
-            // that nobody has read: the new attempt replaces it. (A spill
-            // file it left is overwritten if the new copy spills, and
-            // removed at shutdown otherwise.)
+            // that nobody has read: the new attempt replaces it, and the
+            // file of its spill, if it was spilled, goes.
+            if let Residence::Disk(seq) = existing.residence {
+                self.orphans.push(SpillFile { id, seq });
+            }
             self.remove(id);
         }
         let Some(offset) = self.allocator.allocate(size) else {
@@ -148,23 +242,48 @@ impl ObjectTable {
                 sealed: false,
                 pins: 0,
                 deleted: false,
-                spilling: false,
+                spilling: None,
                 last_used,
+                creator,
             },
         );
         Ok(placement)
     }
 
-    /// Makes a created object readable.
-    pub fn seal(&mut self, id: ObjectId) -> Result<(), Error> {
+    /// Makes an object readable; only its creator may.
+    pub fn seal(&mut self, id: ObjectId, creator: Creator) -> Result<(), Error> {
         let now = self.tick();
         match self.objects.get_mut(&id) {
-            Some(e) => {
+            Some(e) if e.creator == creator => {
                 e.sealed = true;
                 e.last_used = now;
                 Ok(())
             }
+            Some(_) => Err(Error::Protocol {
+                message: format!(
+                    "object {id} was created again by another process since this one created \
+                     it: only the new copy's writer seals it"
+                ),
+            }),
             None => Err(Error::ObjectNotFound { object_id: id }),
+        }
+    }
+
+    /// `creator`'s connection closed: what it left unsealed is freed, and
+    /// its later requests (still on their way) are refused.
+    pub fn creator_gone(&mut self, creator: Creator) {
+        if creator == Creator::NODE {
+            return;
+        }
+        self.gone.insert(creator);
+        let unsealed: Vec<ObjectId> = self
+            .objects
+            .iter()
+            .filter(|(_, e)| e.creator == creator && !e.sealed)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in unsealed {
+            self.remove(id);
         }
     }
 
@@ -187,8 +306,8 @@ impl ObjectTable {
                     e.last_used = now;
                     Ok(Pin::Pinned(p))
                 }
-                Residence::Disk => Ok(Pin::OnDisk),
-                Residence::Restoring(_) => Ok(Pin::Restoring),
+                Residence::Disk(_) => Ok(Pin::OnDisk),
+                Residence::Restoring(..) => Ok(Pin::Restoring),
             },
             None if self.lost.contains_key(&id) => Err(Error::ObjectLost {
                 object_id: id,
@@ -203,7 +322,7 @@ impl ObjectTable {
         let free = match self.objects.get_mut(&id) {
             Some(e) => {
                 e.pins = e.pins.saturating_sub(1);
-                e.pins == 0 && e.deleted && !e.spilling
+                e.deleted && !e.busy()
             }
             None => false,
         };
@@ -213,25 +332,30 @@ impl ObjectTable {
     }
 
     /// Deletes an object: freed now, or when its last reader unpins (or its
-    /// spill or restore ends). True if its spill file should be removed
-    /// now.
-    pub fn delete(&mut self, id: ObjectId) -> bool {
+    /// spill or restore ends). The spill file to remove now, if it has one.
+    pub fn delete(&mut self, id: ObjectId) -> Option<SpillFile> {
         self.lost.remove(&id);
-        let Some(e) = self.objects.get_mut(&id) else {
-            return false;
-        };
+        let e = self.objects.get_mut(&id)?;
         e.deleted = true;
-        let busy = e.pins > 0 || e.spilling || matches!(e.residence, Residence::Restoring(_));
-        let on_disk = e.residence == Residence::Disk;
-        if !busy {
+        let on_disk = match e.residence {
+            Residence::Disk(seq) => Some(SpillFile { id, seq }),
+            _ => None,
+        };
+        if !e.busy() {
             self.remove(id);
         }
         on_disk
     }
 
+    /// The spill files of copies that `create` replaced since the last
+    /// call: the raylet removes them.
+    pub fn take_orphan_files(&mut self) -> Vec<SpillFile> {
+        std::mem::take(&mut self.orphans)
+    }
+
     fn remove(&mut self, id: ObjectId) {
         if let Some(e) = self.objects.remove(&id) {
-            if let Residence::Memory(p) | Residence::Restoring(p) = e.residence {
+            if let Residence::Memory(p) | Residence::Restoring(p, _) = e.residence {
                 self.allocator.free(p.offset, p.size);
             }
         }
@@ -241,11 +365,11 @@ impl ObjectTable {
     /// (fewer if not enough can be), least recently used first, and marks
     /// them as being spilled. Each one's bytes stay where they are until
     /// [`ObjectTable::spill_done`].
-    pub fn pick_spills(&mut self, need: u64) -> Vec<(ObjectId, Placement)> {
+    pub fn pick_spills(&mut self, need: u64) -> Vec<(SpillFile, Placement)> {
         let mut candidates: Vec<(u64, ObjectId, Placement)> = self
             .objects
             .iter()
-            .filter(|(_, e)| e.sealed && !e.deleted && e.pins == 0 && !e.spilling)
+            .filter(|(_, e)| e.sealed && !e.deleted && e.pins == 0 && e.spilling.is_none())
             .filter_map(|(id, e)| match e.residence {
                 Residence::Memory(p) => Some((e.last_used, *id, p)),
                 _ => None,
@@ -259,20 +383,26 @@ impl ObjectTable {
                 break;
             }
             freed += aligned_size(p.size);
+            let seq = self.next_spill;
+            self.next_spill += 1;
             if let Some(e) = self.objects.get_mut(&id) {
-                e.spilling = true;
+                e.spilling = Some(seq);
             }
-            picked.push((id, p));
+            picked.push((SpillFile { id, seq }, p));
         }
         picked
     }
 
     /// A spill's file was written (`written`) or could not be.
-    pub fn spill_done(&mut self, id: ObjectId, written: bool) -> SpillOutcome {
+    pub fn spill_done(&mut self, file: SpillFile, written: bool) -> SpillOutcome {
+        let id = file.id;
         let Some(e) = self.objects.get_mut(&id) else {
             return SpillOutcome::Discard;
         };
-        e.spilling = false;
+        if e.spilling != Some(file.seq) {
+            return SpillOutcome::Discard;
+        }
+        e.spilling = None;
         if e.deleted && e.pins == 0 {
             self.remove(id);
             return SpillOutcome::Discard;
@@ -283,7 +413,7 @@ impl ObjectTable {
         let Residence::Memory(p) = e.residence else {
             return SpillOutcome::Discard;
         };
-        e.residence = Residence::Disk;
+        e.residence = Residence::Disk(file.seq);
         let size = e.size;
         self.allocator.free(p.offset, p.size);
         self.spilled_total += 1;
@@ -291,12 +421,16 @@ impl ObjectTable {
         SpillOutcome::Spilled
     }
 
-    /// Reserves memory to read a spilled object back into, or says the
-    /// store is full (spill something else first). `None` if the object is
-    /// not on disk (in memory already, or being restored).
-    pub fn begin_restore(&mut self, id: ObjectId) -> Result<Option<Placement>, Error> {
-        let size = match self.objects.get(&id) {
-            Some(e) if e.residence == Residence::Disk && !e.deleted => e.size,
+    /// Reserves memory to read a spilled object back into, with the file
+    /// to read it from, or says the store is full (spill something else
+    /// first). `None` if the object is not on disk (in memory already, or
+    /// being restored).
+    pub fn begin_restore(&mut self, id: ObjectId) -> Result<Option<(Placement, SpillFile)>, Error> {
+        let (size, seq) = match self.objects.get(&id) {
+            Some(e) if !e.deleted => match e.residence {
+                Residence::Disk(seq) => (e.size, seq),
+                _ => return Ok(None),
+            },
             Some(_) => return Ok(None),
             None => return Err(Error::ObjectNotFound { object_id: id }),
         };
@@ -305,23 +439,29 @@ impl ObjectTable {
         };
         let placement = Placement { offset, size };
         if let Some(e) = self.objects.get_mut(&id) {
-            e.residence = Residence::Restoring(placement);
+            e.residence = Residence::Restoring(placement, seq);
         }
-        Ok(Some(placement))
+        Ok(Some((placement, SpillFile { id, seq })))
     }
 
-    /// The bytes of a restoring object were read back (`read`), or could
-    /// not be (it stays on disk). True if the spill file should be removed.
-    pub fn restore_done(&mut self, id: ObjectId, read: bool) -> bool {
+    /// The bytes of a restoring object were read back from `file`
+    /// (`read`), or could not be (it stays on disk). True if the file
+    /// should be removed.
+    pub fn restore_done(&mut self, file: SpillFile, read: bool) -> bool {
         let now = self.tick();
+        let id = file.id;
         let Some(e) = self.objects.get_mut(&id) else {
             return true;
         };
-        let Residence::Restoring(p) = e.residence else {
-            return false;
+        let p = match e.residence {
+            Residence::Restoring(p, seq) if seq == file.seq => p,
+            // Still that spill's copy: its file stays.
+            Residence::Disk(seq) if seq == file.seq => return false,
+            // A copy no longer held in that file.
+            _ => return true,
         };
         if !read {
-            e.residence = Residence::Disk;
+            e.residence = Residence::Disk(file.seq);
             self.allocator.free(p.offset, p.size);
             let deleted = e.deleted;
             if deleted {
@@ -339,14 +479,12 @@ impl ObjectTable {
         true
     }
 
-    /// A spilled object whose file is gone (`cause`): it is lost, and
-    /// every later `pin` says so, until its owner deletes it. Returns the
-    /// error.
-    pub fn lost(&mut self, id: ObjectId, cause: String) -> Error {
-        if matches!(
-            self.objects.get(&id).map(|e| e.residence),
-            Some(Residence::Disk)
-        ) {
+    /// A spilled object whose spill file is gone (`cause`): it is lost,
+    /// and every later `pin` says so, until its owner deletes it. Returns
+    /// the error.
+    pub fn lost(&mut self, file: SpillFile, cause: String) -> Error {
+        let id = file.id;
+        if self.objects.get(&id).map(|e| e.residence) == Some(Residence::Disk(file.seq)) {
             self.objects.remove(&id);
             self.lost.insert(id, cause.clone());
         }
@@ -377,7 +515,7 @@ impl ObjectTable {
             num_spilled: self
                 .objects
                 .values()
-                .filter(|e| e.residence == Residence::Disk)
+                .filter(|e| matches!(e.residence, Residence::Disk(_)))
                 .count() as u64,
             spilled_total: self.spilled_total,
             spilled_bytes_total: self.spilled_bytes_total,
@@ -402,13 +540,16 @@ impl ObjectTable {
 mod tests {
     use super::*;
 
+    /// The writer in tests that have one.
+    const W: Creator = Creator(1);
+
     #[test]
     fn a_pinned_object_is_freed_only_when_its_last_reader_unpins() {
         let mut t = ObjectTable::new(1 << 20);
         let id = ObjectId::new();
-        t.create(id, 1000).unwrap();
+        t.create(id, 1000, W).unwrap();
         assert!(t.pin(id).is_err(), "unsealed objects must not be readable");
-        t.seal(id).unwrap();
+        t.seal(id, W).unwrap();
         assert!(matches!(t.pin(id).unwrap(), Pin::Pinned(_)));
         t.delete(id);
         assert_eq!(t.stats().num_objects, 1);
@@ -421,8 +562,8 @@ mod tests {
     #[test]
     fn a_full_store_says_what_was_asked_and_what_is_used() {
         let mut t = ObjectTable::new(8192);
-        t.create(ObjectId::new(), 5000).unwrap();
-        let err = t.create(ObjectId::new(), 512).unwrap_err();
+        t.create(ObjectId::new(), 5000, W).unwrap();
+        let err = t.create(ObjectId::new(), 512, W).unwrap_err();
         assert_eq!(
             err,
             Error::ObjectStoreFull {
@@ -437,8 +578,8 @@ mod tests {
 
     fn sealed(t: &mut ObjectTable, size: u64) -> ObjectId {
         let id = ObjectId::new();
-        t.create(id, size).unwrap();
-        t.seal(id).unwrap();
+        t.create(id, size, W).unwrap();
+        t.seal(id, W).unwrap();
         id
     }
 
@@ -455,19 +596,22 @@ mod tests {
         t.unpin(a);
         assert!(matches!(t.pin(c).unwrap(), Pin::Pinned(_)));
         let picked = t.pick_spills(1);
-        assert_eq!(picked.iter().map(|p| p.0).collect::<Vec<_>>(), vec![b]);
+        assert_eq!(picked.iter().map(|p| p.0.id).collect::<Vec<_>>(), vec![b]);
+        let b_file = picked[0].0;
+        let rest = t.pick_spills(u64::MAX);
         assert!(
-            t.pick_spills(u64::MAX).iter().all(|p| p.0 == a),
+            rest.iter().all(|p| p.0.id == a),
             "c is pinned, b is spilling"
         );
-        t.spill_done(a, false);
-        assert_eq!(t.spill_done(b, true), SpillOutcome::Spilled);
+        t.spill_done(rest[0].0, false);
+        assert_eq!(t.spill_done(b_file, true), SpillOutcome::Spilled);
         assert_eq!(t.pin(b).unwrap(), Pin::OnDisk);
         assert_eq!(t.stats().num_spilled, 1);
-        let range = t.begin_restore(b).unwrap().expect("b is on disk");
+        let (range, file) = t.begin_restore(b).unwrap().expect("b is on disk");
+        assert_eq!(file, b_file, "read back from the file its spill wrote");
         assert_eq!(t.pin(b).unwrap(), Pin::Restoring);
         assert_eq!(t.begin_restore(b).unwrap(), None, "one restore at a time");
-        assert!(t.restore_done(b, true), "its file goes");
+        assert!(t.restore_done(file, true), "its file goes");
         assert_eq!(t.pin(b).unwrap(), Pin::Pinned(range));
         let s = t.stats();
         assert_eq!(
@@ -481,21 +625,24 @@ mod tests {
         let mut t = ObjectTable::new(4 << 20);
         let read = sealed(&mut t, 1000);
         let gone = sealed(&mut t, 1000);
-        assert_eq!(t.pick_spills(u64::MAX).len(), 2);
+        let picked = t.pick_spills(u64::MAX);
+        assert_eq!(picked.len(), 2);
+        let file = |id| picked.iter().find(|p| p.0.id == id).unwrap().0;
         assert!(matches!(t.pin(read).unwrap(), Pin::Pinned(_)));
         assert_eq!(
-            t.spill_done(read, true),
+            t.spill_done(file(read), true),
             SpillOutcome::Discard,
             "pinned: stays"
         );
-        assert!(!t.delete(gone), "no file yet");
-        assert_eq!(t.spill_done(gone, true), SpillOutcome::Discard);
+        assert_eq!(t.delete(gone), None, "no file yet");
+        assert_eq!(t.spill_done(file(gone), true), SpillOutcome::Discard);
         assert_eq!(t.stats().num_objects, 1);
         // Deleting a spilled object removes it and asks for its file to go.
         t.unpin(read);
-        t.pick_spills(u64::MAX);
-        assert_eq!(t.spill_done(read, true), SpillOutcome::Spilled);
-        assert!(t.delete(read));
+        let again = t.pick_spills(u64::MAX)[0].0;
+        assert_ne!(again, file(read), "each spill has its own file");
+        assert_eq!(t.spill_done(again, true), SpillOutcome::Spilled);
+        assert_eq!(t.delete(read), Some(again));
         assert_eq!((t.stats().num_objects, t.stats().used_bytes), (0, 0));
     }
 
@@ -503,8 +650,8 @@ mod tests {
     fn a_restore_that_does_not_fit_says_the_store_is_full() {
         let mut t = ObjectTable::new(16384);
         let a = sealed(&mut t, 9000);
-        t.pick_spills(u64::MAX);
-        t.spill_done(a, true);
+        let file = t.pick_spills(u64::MAX)[0].0;
+        t.spill_done(file, true);
         let _b = sealed(&mut t, 9000);
         assert!(matches!(
             t.begin_restore(a),
@@ -517,18 +664,20 @@ mod tests {
     fn a_retried_task_replaces_the_copy_its_dead_attempt_left() {
         let mut t = ObjectTable::new(1 << 20);
         let id = ObjectId::new();
-        t.create(id, 5000).unwrap();
-        // The first attempt sealed (or not) and died; the retry's output
-        // has another size.
-        t.seal(id).unwrap();
-        let p = t.create(id, 9000).unwrap();
+        let dead = Creator(5);
+        t.create(id, 5000, dead).unwrap();
+        // The first attempt sealed and died before its owner heard back;
+        // the retry's output has another size.
+        t.seal(id, dead).unwrap();
+        t.creator_gone(dead);
+        let p = t.create(id, 9000, W).unwrap();
         assert_eq!(p.size, 9000);
         assert_eq!(t.stats().num_objects, 1);
         assert_eq!(t.stats().used_bytes, ObjectTable::footprint(9000));
-        t.seal(id).unwrap();
+        t.seal(id, W).unwrap();
         assert!(matches!(t.pin(id).unwrap(), Pin::Pinned(_)));
         assert!(
-            t.create(id, 10).is_err(),
+            t.create(id, 10, W).is_err(),
             "a copy being read is not replaced"
         );
     }
@@ -537,13 +686,106 @@ mod tests {
     fn a_spilled_object_whose_file_is_gone_is_reported_lost_until_deleted() {
         let mut t = ObjectTable::new(1 << 20);
         let id = sealed(&mut t, 5000);
-        t.pick_spills(u64::MAX);
-        t.spill_done(id, true);
-        let err = t.lost(id, "its file is gone".into());
+        let file = t.pick_spills(u64::MAX)[0].0;
+        t.spill_done(file, true);
+        let err = t.lost(file, "its file is gone".into());
         assert!(matches!(err, Error::ObjectLost { .. }));
         let again = t.pin(id).unwrap_err();
         assert!(again.to_string().contains("its file is gone"), "{again}");
         t.delete(id);
         assert!(matches!(t.pin(id), Err(Error::ObjectNotFound { .. })));
+    }
+
+    #[test]
+    fn a_replaced_spilled_copy_hands_its_file_over_and_a_busy_one_is_kept() {
+        let mut t = ObjectTable::new(1 << 20);
+        let id = sealed(&mut t, 5000);
+        let file = t.pick_spills(u64::MAX)[0].0;
+        assert!(t.busy(id, W), "being spilled");
+        assert!(t.create(id, 5000, W).is_err(), "a copy being spilled stays");
+        assert_eq!(t.spill_done(file, true), SpillOutcome::Spilled);
+        assert!(!t.busy(id, W));
+        t.create(id, 5000, W).unwrap();
+        assert_eq!(
+            t.take_orphan_files(),
+            vec![file],
+            "the old copy's file goes"
+        );
+        assert!(t.take_orphan_files().is_empty());
+        t.seal(id, W).unwrap();
+        // A late report about the old spill changes nothing.
+        assert_eq!(t.spill_done(file, true), SpillOutcome::Discard);
+        assert!(t.restore_done(file, true), "that file holds no live copy");
+        assert!(matches!(t.pin(id).unwrap(), Pin::Pinned(_)));
+    }
+
+    #[test]
+    fn a_stray_release_during_a_restore_leaves_its_range_reserved() {
+        let mut t = ObjectTable::new(1 << 20);
+        let id = sealed(&mut t, 5000);
+        let file = t.pick_spills(u64::MAX)[0].0;
+        t.spill_done(file, true);
+        let (range, _) = t.begin_restore(id).unwrap().unwrap();
+        assert_eq!(
+            t.delete(id),
+            None,
+            "restoring: its file goes when the read ends"
+        );
+        t.unpin(id);
+        assert_eq!(
+            t.stats().used_bytes,
+            ObjectTable::footprint(5000),
+            "the restore still writes into {range:?}"
+        );
+        assert!(t.restore_done(file, true));
+        assert_eq!((t.stats().num_objects, t.stats().used_bytes), (0, 0));
+    }
+
+    #[test]
+    fn a_dead_attempts_late_messages_cannot_touch_the_copy_a_retry_writes() {
+        let mut t = ObjectTable::new(1 << 20);
+        let id = ObjectId::new();
+        let (dead, retry) = (Creator(7), Creator(8));
+        t.create(id, 5000, dead).unwrap();
+        // The first attempt's process dies unsealed; until the raylet sees
+        // its connection close, a retry's create waits.
+        assert!(t.busy(id, retry));
+        assert!(t.create(id, 5000, retry).is_err());
+        t.creator_gone(dead);
+        assert_eq!(t.stats().used_bytes, 0, "what it left unsealed is freed");
+        let p = t.create(id, 5000, retry).unwrap();
+        // Its messages still on their way are refused.
+        assert!(t.create(id, 5000, dead).is_err());
+        assert!(t.seal(id, dead).is_err());
+        assert!(t.pin(id).is_err(), "not sealed by the stale message");
+        t.seal(id, retry).unwrap();
+        assert_eq!(t.pin(id).unwrap(), Pin::Pinned(p));
+        // A sealed copy outlives its creator.
+        t.creator_gone(retry);
+        assert_eq!(t.stats().num_objects, 1);
+    }
+
+    #[test]
+    fn a_live_writers_copy_is_not_replaced_until_it_is_sealed() {
+        let mut t = ObjectTable::new(1 << 20);
+        let id = ObjectId::new();
+        let (first, second) = (Creator(3), Creator(4));
+        t.create(id, 5000, first).unwrap();
+        assert!(t.busy(id, second) && !t.busy(id, first));
+        t.seal(id, first).unwrap();
+        assert!(
+            t.busy(id, second),
+            "sealed, but its creator may still be answering its caller"
+        );
+        t.creator_gone(first);
+        assert!(!t.busy(id, second));
+        t.create(id, 6000, second).unwrap();
+        assert!(t.seal(id, first).is_err(), "the new copy is the second's");
+        t.seal(id, second).unwrap();
+        // A late create of a creator that is gone is refused, and does not
+        // wait: the retry's sealed copy stays.
+        assert!(!t.busy(id, first));
+        assert!(t.create(id, 5000, first).is_err());
+        assert!(matches!(t.pin(id).unwrap(), Pin::Pinned(_)));
     }
 }

@@ -483,6 +483,10 @@ services! {
         ReturnLease {
             /// The lease.
             lease_id: LeaseId,
+            /// The holder could not reach the worker (it died between its
+            /// grant and the holder's connect, or does not listen): the
+            /// raylet stops it and never grants it again.
+            unreachable: bool,
         } => ();
         /// Withdraw this connection's queued requests for leases of this
         /// shape (its tasks ran out before they were granted); each is

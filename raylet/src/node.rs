@@ -19,7 +19,7 @@ use crate::scheduler::{Decision, Grantee, LeaseRequest, Limits, Scheduler};
 use crate::RayletConfig;
 use parking_lot::Mutex;
 use prism_gcs::KvTable;
-use prism_object_store::{ObjectTable, Pin, Placement, Segment, SpillOutcome};
+use prism_object_store::{Creator, ObjectTable, Pin, Placement, Segment, SpillFile, SpillOutcome};
 use prism_protocol::error::Error;
 use prism_protocol::ids::{ActorId, JobId, NodeId, ObjectId, PlacementGroupId, WorkerId};
 use prism_protocol::messages::{
@@ -135,8 +135,8 @@ pub(crate) struct Node {
     pub(crate) kv: Mutex<KvTable>,
     state: Mutex<Control>,
     launcher: Arc<dyn Launcher>,
-    /// Notified whenever a spill or a restore ends.
-    store_changed: tokio::sync::Notify,
+    /// Notified whenever a spill or a restore ends, or a client is gone.
+    pub(crate) store_changed: tokio::sync::Notify,
     /// Whether a background spill pass runs.
     background_spill: AtomicBool,
     /// Time spent writing spill files and reading them back.
@@ -895,10 +895,27 @@ impl Node {
         self: &Arc<Self>,
         id: ObjectId,
         size: u64,
+        creator: Creator,
     ) -> Result<Placement, Error> {
         let mut last = None;
         for _ in 0..SPILL_ROUNDS {
-            match self.try_create(id, size) {
+            // A copy left by an earlier attempt of the task that makes `id`
+            // is being spilled (or read, or still written by a process
+            // whose exit is not seen yet): replaced once that ends.
+            let changed = self.store_changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.store.lock().busy(id, creator) {
+                last = Some(Error::Protocol {
+                    message: format!(
+                        "object {id} is already in the store and still being read, spilled or \
+                         restored: a new copy cannot replace it"
+                    ),
+                });
+                let _ = tokio::time::timeout(SPILL_WAIT, changed).await;
+                continue;
+            }
+            match self.try_create(id, size, creator) {
                 Ok(p) => return Ok(p),
                 Err(e @ Error::ObjectStoreFull { .. }) => last = Some(e),
                 Err(e) => return Err(e),
@@ -939,8 +956,8 @@ impl Node {
     /// room if needed.
     async fn restore(self: &Arc<Self>, id: ObjectId) -> Result<(), Error> {
         let begun = self.store.lock().begin_restore(id);
-        let at = match begun {
-            Ok(Some(at)) => at,
+        let (at, file) = match begun {
+            Ok(Some(begun)) => begun,
             Ok(None) => return Ok(()), // in memory, or someone restores it
             Err(e @ Error::ObjectStoreFull { .. }) => {
                 if self.make_room(e_size(&e)).await {
@@ -953,7 +970,7 @@ impl Node {
         let node = self.clone();
         let read = tokio::task::spawn_blocking(move || {
             let started = Instant::now();
-            let read = node.config.spill.read(&node.segment, id, at);
+            let read = node.config.spill.read(&node.segment, file, at);
             let took = started.elapsed().as_nanos() as u64;
             node.restore_read_nanos.fetch_add(took, Ordering::Relaxed);
             read
@@ -963,18 +980,18 @@ impl Node {
         if let Err(e) = &read {
             tracing::warn!(object = %id, error = %e, "could not restore a spilled object");
         }
-        let remove_file = self.store.lock().restore_done(id, read.is_ok());
+        let remove_file = self.store.lock().restore_done(file, read.is_ok());
         if remove_file {
-            self.config.spill.remove(id);
+            self.config.spill.remove(file);
         }
         let read = match read {
             // No copy is left anywhere: the object is lost.
-            Err(_) if !self.config.spill.exists(id) => {
+            Err(_) if !self.config.spill.exists(file) => {
                 let cause = format!(
                     "it was spilled to disk and its spill file {} is gone",
-                    self.config.spill.path(id).display()
+                    self.config.spill.path(file).display()
                 );
-                Err(self.store.lock().lost(id, cause))
+                Err(self.store.lock().lost(file, cause))
             }
             other => other,
         };
@@ -1008,7 +1025,7 @@ impl Node {
             let started = Instant::now();
             let written = picked
                 .into_iter()
-                .map(|(id, at)| (id, at, node.config.spill.write(&node.segment, id, at)))
+                .map(|(file, at)| (file, at, node.config.spill.write(&node.segment, file, at)))
                 .collect::<Vec<_>>();
             node.spill_write_nanos
                 .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -1020,18 +1037,18 @@ impl Node {
         let mut discard = Vec::new();
         {
             let mut store = self.store.lock();
-            for (id, at, result) in written {
+            for (file, at, result) in written {
                 if let Err(e) = &result {
-                    tracing::warn!(object = %id, error = %e, "could not spill an object");
+                    tracing::warn!(object = %file.id, error = %e, "could not spill an object");
                 }
-                match store.spill_done(id, result.is_ok()) {
+                match store.spill_done(file, result.is_ok()) {
                     SpillOutcome::Spilled => freed += ObjectTable::footprint(at.size),
-                    SpillOutcome::Discard => discard.push(id),
+                    SpillOutcome::Discard => discard.push(file),
                 }
             }
         }
-        for id in discard {
-            self.config.spill.remove(id);
+        for file in discard {
+            self.config.spill.remove(file);
         }
         self.store_changed.notify_waiters();
         freed
@@ -1044,13 +1061,22 @@ impl Node {
         self: &Arc<Self>,
         id: ObjectId,
         size: u64,
+        creator: Creator,
     ) -> Result<Placement, Error> {
         let spill = &self.config.spill;
-        let (placement, past) = {
+        let (placement, past, orphans) = {
             let mut store = self.store.lock();
-            let placement = store.create(id, size)?;
-            (placement, spill.enabled && store.above(spill.threshold, 0))
+            let placement = store.create(id, size, creator)?;
+            let orphans = store.take_orphan_files();
+            (
+                placement,
+                spill.enabled && store.above(spill.threshold, 0),
+                orphans,
+            )
         };
+        for file in orphans {
+            spill.remove(file);
+        }
         if past {
             self.spill_in_background();
         }
@@ -1137,12 +1163,12 @@ impl Node {
 
     /// Deletes objects, and the spill files of those on disk.
     pub(crate) fn delete_objects(&self, ids: Vec<ObjectId>) {
-        let on_disk: Vec<ObjectId> = {
+        let on_disk: Vec<SpillFile> = {
             let mut store = self.store.lock();
-            ids.into_iter().filter(|id| store.delete(*id)).collect()
+            ids.into_iter().filter_map(|id| store.delete(id)).collect()
         };
-        for id in on_disk {
-            self.config.spill.remove(id);
+        for file in on_disk {
+            self.config.spill.remove(file);
         }
     }
 }

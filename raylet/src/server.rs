@@ -11,7 +11,7 @@ use crate::node::{Job, Node, ReplyTo};
 use crate::scheduler::{Grantee, LeaseRequest};
 use bytes::Bytes;
 use parking_lot::Mutex;
-use prism_object_store::{Pin, Placement};
+use prism_object_store::{Creator, Pin, Placement};
 use prism_protocol::error::{Error, Result};
 use prism_protocol::ids::{JobId, LeaseId, ObjectId, PlacementGroupId, WorkerId};
 use prism_protocol::messages::{
@@ -88,7 +88,7 @@ impl Handler for ClientHandler {
             // Answered now.
             R::RegisterDriver(r) => answer(self.handle_register_driver(conn, r)),
             R::RegisterWorker(r) => answer(self.handle_register_worker(conn, r)),
-            R::ReturnLease(r) => answer(self.handle_return_lease(r.lease_id)),
+            R::ReturnLease(r) => answer(self.handle_return_lease(r.lease_id, r.unreachable)),
             R::CancelLeaseRequests(r) => {
                 answer(self.handle_cancel_lease_requests(r.shape, r.bundle))
             }
@@ -98,7 +98,7 @@ impl Handler for ClientHandler {
             R::GetObject(r) => return self.handle_get_object(r.id, reply),
             R::SealObject(r) => answer(match crate::faults::injected("object_seal") {
                 Some(e) => Err(e),
-                None => self.node.store.lock().seal(r.id),
+                None => self.node.store.lock().seal(r.id, self.creator()),
             }),
             R::ReleaseObject(r) => answer(self.handle_release_object(r.id)),
             R::DeleteObjects(r) => answer(self.handle_delete_objects(r.ids, r.node)),
@@ -168,12 +168,17 @@ impl Handler for ClientHandler {
         let pins: Vec<(ObjectId, u64)> = self.pins.lock().drain().collect();
         {
             let mut store = self.node.store.lock();
+            // After every request it sent: nothing it left unsealed can be
+            // sealed any more.
+            store.creator_gone(self.creator());
             for (id, n) in pins {
                 for _ in 0..n {
                     store.unpin(id);
                 }
             }
         }
+        // Creates waiting for this process's copies can go on.
+        self.node.store_changed.notify_waiters();
         let holder = self.conn_id;
         self.node.control(|c| c.scheduler.client_gone(holder));
         match *self.role.lock() {
@@ -185,6 +190,11 @@ impl Handler for ClientHandler {
 }
 
 impl ClientHandler {
+    /// This connection as the creator of the objects it writes.
+    fn creator(&self) -> Creator {
+        Creator(self.conn_id)
+    }
+
     fn job(&self) -> Result<JobId, Error> {
         match *self.role.lock() {
             Role::Driver(j) | Role::Worker(j, _) | Role::Lessee(j) => Ok(j),
@@ -310,8 +320,9 @@ impl ClientHandler {
         Ok(self.node.registration(job))
     }
 
-    fn handle_return_lease(&self, lease: LeaseId) -> Result<()> {
-        self.node.control(|c| c.scheduler.return_lease(lease));
+    fn handle_return_lease(&self, lease: LeaseId, unreachable: bool) -> Result<()> {
+        self.node
+            .control(|c| c.scheduler.return_lease(lease, unreachable));
         Ok(())
     }
 
@@ -339,18 +350,28 @@ impl ClientHandler {
     }
 
     fn handle_create_object(&self, id: ObjectId, size: u64, reply: ReplyTo) {
-        let placement = match self.node.try_create(id, size) {
+        let creator = self.creator();
+        let placement = match self.node.try_create(id, size, creator) {
             Err(Error::ObjectStoreFull { .. }) if self.node.config.spill.enabled => {
-                let node = self.node.clone();
-                tokio::spawn(async move {
-                    let created = node.create_object(id, size).await;
-                    reply.send(Response::from_result(created.map(location)));
-                });
-                return;
+                return self.create_later(id, size, reply);
+            }
+            // A copy an earlier attempt left is in use or still written.
+            Err(_) if self.node.store.lock().busy(id, creator) => {
+                return self.create_later(id, size, reply)
             }
             other => other,
         };
         reply.send(Response::from_result(placement.map(location)));
+    }
+
+    /// Answers a create once spilling made room, or once the copy it
+    /// replaces is no longer in use.
+    fn create_later(&self, id: ObjectId, size: u64, reply: ReplyTo) {
+        let (node, creator) = (self.node.clone(), self.creator());
+        tokio::spawn(async move {
+            let created = node.create_object(id, size, creator).await;
+            reply.send(Response::from_result(created.map(location)));
+        });
     }
 
     /// Pins the object for this connection until it releases it or closes.

@@ -1,11 +1,10 @@
-//! Spill files: one per spilled object, named by its id, in the node's
-//! spill directory. Plain blocking file I/O, called on blocking threads;
+//! Spill files: one per spill of an object, named by its id and the
+//! spill's number (`SpillFile`), in the node's spill directory. Plain blocking file I/O, called on blocking threads;
 //! the object table decides what is spilled and restored
 //! (`prism_object_store::ObjectTable::pick_spills`).
 
-use prism_object_store::{ObjectTable, Placement, Segment};
+use prism_object_store::{ObjectTable, Placement, Segment, SpillFile};
 use prism_protocol::error::Error;
-use prism_protocol::ids::ObjectId;
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -54,14 +53,14 @@ impl SpillConfig {
         Ok(())
     }
 
-    /// The spill file of an object.
-    pub(crate) fn path(&self, id: ObjectId) -> PathBuf {
-        self.dir.join(id.to_string())
+    /// Where a spill's file is.
+    pub(crate) fn path(&self, file: SpillFile) -> PathBuf {
+        self.dir.join(file.file_name())
     }
 
-    /// Whether an object's spill file is there.
-    pub(crate) fn exists(&self, id: ObjectId) -> bool {
-        self.path(id).exists()
+    /// Whether a spill's file is there.
+    pub(crate) fn exists(&self, file: SpillFile) -> bool {
+        self.path(file).exists()
     }
 
     /// Writes the object's bytes from the segment to its file: its whole
@@ -70,13 +69,13 @@ impl SpillConfig {
     pub(crate) fn write(
         &self,
         segment: &Segment,
-        id: ObjectId,
+        file: SpillFile,
         at: Placement,
     ) -> Result<(), Error> {
         if let Some(e) = crate::faults::injected("spill_write") {
             return Err(e);
         }
-        let path = self.path(id);
+        let (id, path) = (file.id, self.path(file));
         let len = ObjectTable::footprint(at.size);
         let ptr = segment.ptr(at.offset, len)?;
         // SAFETY: the range is in bounds (checked by `ptr`) and allocated to
@@ -91,11 +90,16 @@ impl SpillConfig {
     }
 
     /// Reads the object's file into its new range of the segment.
-    pub(crate) fn read(&self, segment: &Segment, id: ObjectId, at: Placement) -> Result<(), Error> {
+    pub(crate) fn read(
+        &self,
+        segment: &Segment,
+        file: SpillFile,
+        at: Placement,
+    ) -> Result<(), Error> {
         if let Some(e) = crate::faults::injected("restore_read") {
             return Err(e);
         }
-        let path = self.path(id);
+        let (id, path) = (file.id, self.path(file));
         let len = ObjectTable::footprint(at.size);
         let ptr = segment.ptr(at.offset, len)?;
         // SAFETY: the range is in bounds and reserved for this restore: no
@@ -106,9 +110,10 @@ impl SpillConfig {
             .map_err(|e| Error::io(format!("restore object {id} from {}", path.display()), e))
     }
 
-    /// Removes an object's file (it was freed, restored, or discarded).
-    pub(crate) fn remove(&self, id: ObjectId) {
-        let _ = std::fs::remove_file(self.path(id));
+    /// Removes a spill's file (its object was freed, restored, or
+    /// replaced, or the spill was discarded).
+    pub(crate) fn remove(&self, file: SpillFile) {
+        let _ = std::fs::remove_file(self.path(file));
     }
 
     /// Removes every spill file (the node is stopping).

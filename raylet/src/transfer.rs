@@ -15,7 +15,7 @@
 
 use crate::node::{Node, ReplyTo};
 use parking_lot::Mutex;
-use prism_object_store::Placement;
+use prism_object_store::{Creator, Placement};
 use prism_protocol::error::Error;
 use prism_protocol::ids::ObjectId;
 use prism_protocol::messages::{DeleteObjects, Response};
@@ -134,7 +134,7 @@ impl Node {
                 })
         };
         let mut address = address_of_holder()?;
-        let at = self.create_object(id, size).await?;
+        let at = self.create_object(id, size, Creator::NODE).await?;
         let mut attempt = 1;
         let copied = loop {
             match self.copy_chunks(id, &address, at).await {
@@ -153,7 +153,7 @@ impl Node {
         };
         match copied {
             Ok(()) => {
-                self.store.lock().seal(id)?;
+                self.store.lock().seal(id, Creator::NODE)?;
                 self.transfers
                     .pulled_bytes
                     .fetch_add(size, Ordering::Relaxed);

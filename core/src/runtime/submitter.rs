@@ -72,6 +72,7 @@ impl LeasedWorker {
     fn give_back(&self) {
         let _ = self.raylet.notify(ReturnLease {
             lease_id: self.lease_id,
+            unreachable: false,
         });
     }
 }
@@ -306,13 +307,14 @@ impl TaskSubmitter {
                 Ok(conn) => conn,
                 Err(e) => {
                     // The worker died between its grant and this connect
-                    // (a kill, the memory monitor). The lease goes back in
-                    // case it lives; the pause lets its raylet see the exit
-                    // before the next request.
+                    // (a kill, the memory monitor), or does not listen. Its
+                    // raylet stops it and grants it to no one else: before
+                    // it saw the exit, it would hand the dead worker to
+                    // every request waiting, each failing in turn.
                     let _ = raylet.notify(ReturnLease {
                         lease_id: grant.lease_id,
+                        unreachable: true,
                     });
-                    tokio::time::sleep(Duration::from_millis(20)).await;
                     return Ok(Leased::Unreachable(e));
                 }
             };

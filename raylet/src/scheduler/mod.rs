@@ -527,13 +527,27 @@ impl<R> Scheduler<R> {
     }
 
     /// A leased worker comes back to the pool.
-    pub(crate) fn return_lease(&mut self, lease_id: LeaseId) {
+    pub(crate) fn return_lease(&mut self, lease_id: LeaseId, unreachable: bool) {
         let Some(lease) = self.leases.remove(&lease_id) else {
             return;
         };
         self.release_lease(&lease);
-        if let Some(w) = self.workers.get_mut(&lease.worker) {
-            if w.usage == WorkerUse::Leased(lease_id) {
+        let held = self
+            .workers
+            .get(&lease.worker)
+            .is_some_and(|w| w.usage == WorkerUse::Leased(lease_id));
+        if held && unreachable {
+            // Its holder could not connect: the process died (its exit may
+            // not be seen yet) or does not listen. Granting it again would
+            // fail the next request the same way, so it is dropped and
+            // stopped; a new worker starts if requests wait.
+            if let Some(w) = self.workers.remove(&lease.worker) {
+                if w.pid > 0 {
+                    self.out.push(Decision::StopWorker { pid: w.pid });
+                }
+            }
+        } else if held {
+            if let Some(w) = self.workers.get_mut(&lease.worker) {
                 w.set_idle();
             }
         }

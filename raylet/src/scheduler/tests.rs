@@ -125,7 +125,7 @@ fn leases_go_in_arrival_order_and_wait_for_free_cpus() {
         "the third waits for a CPU, not a worker"
     );
     let returned_worker = r.granted[0].1;
-    s.return_lease(r.granted[0].2);
+    s.return_lease(r.granted[0].2, false);
     let r = round(&mut s);
     assert_eq!(r.granted.iter().map(|g| g.0).collect::<Vec<_>>(), vec![3]);
     assert_eq!(
@@ -161,7 +161,7 @@ fn waiting_requests_that_may_spill_are_handed_out_and_the_rest_stay() {
     assert_eq!(moved, vec![(2, "node-b")]);
     // The others still wait here, in order, and get the CPU as it frees.
     let lease_id = s.leases.keys().copied().next().unwrap();
-    s.return_lease(lease_id);
+    s.return_lease(lease_id, false);
     let granted: Vec<u32> = round(&mut s).granted.iter().map(|g| g.0).collect();
     assert_eq!(granted, vec![3]);
 }
@@ -241,8 +241,8 @@ fn a_blocked_worker_lends_its_cpu_until_it_wakes() {
     let second = round(&mut s).granted;
     assert_eq!(second.len(), 1, "the lent CPU runs the nested task");
     s.set_blocked(first.1, false);
-    s.return_lease(second[0].2);
-    s.return_lease(first.2);
+    s.return_lease(second[0].2, false);
+    s.return_lease(first.2, false);
     assert_eq!(&s.resources().available(), s.resources().total());
 }
 
@@ -301,7 +301,7 @@ fn a_client_withdraws_its_queued_requests_of_one_shape_and_others_keep_theirs() 
         s.cancel_requests(1, &shape(1.0, 0.0), None).is_empty(),
         "a request is withdrawn once"
     );
-    s.return_lease(r.granted[0].2);
+    s.return_lease(r.granted[0].2, false);
     let r = round(&mut s);
     assert_eq!(
         r.granted.iter().map(|g| g.0).collect::<Vec<_>>(),
@@ -339,15 +339,44 @@ fn a_grant_is_contended_only_while_another_holder_waits() {
     // The same holder's second request waits, then another holder's.
     s.request_lease(lease(job, 1, shape(1.0, 0.0)));
     s.request_lease(lease(job, 2, shape(1.0, 0.0)));
-    s.return_lease(lease_id);
+    s.return_lease(lease_id, false);
     assert_eq!(
         contended(&mut s),
         vec![(1, true)],
         "holder 2 still waits for the CPU"
     );
     let lease_id = s.leases.keys().copied().next().expect("one lease");
-    s.return_lease(lease_id);
+    s.return_lease(lease_id, false);
     assert_eq!(contended(&mut s), vec![(2, false)]);
+}
+
+#[test]
+fn a_worker_its_holder_could_not_reach_is_stopped_and_never_granted_again() {
+    let mut s = scheduler(1.0, 0.0, 1, 8);
+    let job = job_with_workers(&mut s);
+    s.request_lease(lease(job, 1, shape(1.0, 0.0)));
+    s.request_lease(lease(job, 2, shape(1.0, 0.0)));
+    let (_, unreachable, lease_id) = round(&mut s).granted[0];
+    // Holder 1 could not connect: the process died and its exit is not
+    // seen yet.
+    s.return_lease(lease_id, true);
+    let r = round(&mut s);
+    assert_eq!(r.stopped, vec![100], "the unreachable process is stopped");
+    assert!(
+        r.granted.is_empty(),
+        "holder 2 must not get the dead worker"
+    );
+    assert_eq!(r.started.len(), 1, "a new worker starts for holder 2");
+    boot_unique(&mut s, &r.started);
+    let r = round(&mut s);
+    assert_eq!(r.granted.len(), 1);
+    assert_eq!(r.granted[0].0, 2);
+    assert_ne!(r.granted[0].1, unreachable);
+    // Its exit, reaped later, changes nothing.
+    s.worker_exited(unreachable, "killed".into());
+    let r = round(&mut s);
+    assert!(r.started.is_empty() && r.granted.is_empty());
+    assert_eq!(s.resources().available().get(CPU), Quantity::ZERO);
 }
 
 #[test]
@@ -396,7 +425,7 @@ fn idle_workers_beyond_the_pool_stop_after_the_timeout() {
         .collect();
     assert_eq!(leases.len(), 3);
     for l in leases {
-        s.return_lease(l);
+        s.return_lease(l, false);
     }
     let now = Instant::now();
     assert!(
@@ -441,7 +470,7 @@ fn a_group_reserves_all_bundles_at_once_or_waits() {
         "3 CPUs wanted, 2 free"
     );
     assert!(round(&mut s).group_answers.is_empty());
-    s.return_lease(held.2);
+    s.return_lease(held.2, false);
     let answers = round(&mut s).group_answers;
     assert_eq!(answers.len(), 1);
     assert_eq!(
