@@ -43,10 +43,19 @@ pub trait Actor: Send + Sync + 'static {
 }
 
 /// An untyped reference to an actor; typed handles wrap it.
+///
+/// A reference to an unnamed, non-detached actor counts as a handle: the
+/// actor is stopped once every reference to it, in every process, is
+/// dropped (see [`ActorHandle`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ActorRef {
     actor_id: ActorId,
     class: String,
+    /// The creator's handle object, counted like an object reference;
+    /// `None` for actors kept by name or detached, and for references
+    /// found by name.
+    #[serde(default)]
+    handle: Option<ObjectRef<()>>,
 }
 
 impl ActorRef {
@@ -65,7 +74,13 @@ impl ActorRef {
     pub fn call<R>(&self, method: &str, args: Vec<Result<Arg>>) -> Result<ObjectRef<R>> {
         let core = current()?;
         let args = args.into_iter().collect::<Result<Vec<_>>>()?;
-        let (spec_args, held) = core.objects.prepare_args(args)?;
+        let (spec_args, mut held) = core.objects.prepare_args(args)?;
+        if let Some(handle) = &self.handle {
+            // The call keeps the actor alive until it answers, even if
+            // every handle is dropped meanwhile.
+            core.objects.refs.add_submitted(&[handle.id()]);
+            held.push(handle.id());
+        }
         let return_id = ObjectId::new();
         let r = ObjectRef::from_counted(core.objects.new_pending(return_id), &core.objects);
         let spec = TaskSpec {
@@ -84,6 +99,38 @@ impl ActorRef {
 /// A typed handle to an actor. It derefs to the generated handle type whose
 /// methods call the actor, can be cloned, and can be passed to tasks and
 /// other actors, or returned from them.
+///
+/// # Lifetime
+///
+/// An actor without a name and not `detached` lives while a handle to it
+/// does, in any process: once the last one is dropped (and its calls
+/// have answered), the actor is stopped and its resources freed, as in
+/// Ray. Handles passed to tasks and actors, or stored in objects, count.
+/// A named actor can be found again by name, so it lives until its
+/// creator exits or it is killed, whatever becomes of its handles (Ray
+/// would collect it); a detached one lives until it is killed.
+///
+/// ```no_run
+/// #[prism::actor]
+/// struct Cache;
+///
+/// #[prism::actor]
+/// impl Cache {
+///     fn new() -> Self {
+///         Cache
+///     }
+/// }
+///
+/// fn main() -> prism::Result<()> {
+///     prism::init(prism::Config::default())?;
+///     let cache = Cache::remote()?;
+///     let copy = cache.clone();
+///     drop(cache);
+///     // `copy` still holds it; dropping it stops the actor.
+///     drop(copy);
+///     Ok(())
+/// }
+/// ```
 pub struct ActorHandle<A: Actor> {
     handle: A::Handle,
     raw: ActorRef,
@@ -151,6 +198,7 @@ pub fn create_actor<A: Actor>(
     let core = current()?;
     let args = args.into_iter().collect::<Result<Vec<_>>>()?;
     let options = options.into_wire(&core.config.namespace)?;
+    let counted = options.name.is_none() && !options.detached;
     let checkpoints = options.checkpoint_every > 0 || options.checkpoint_interval_ms > 0;
     if checkpoints && !A::CHECKPOINTABLE {
         return Err(Error::invalid(
@@ -206,9 +254,13 @@ pub fn create_actor<A: Actor>(
         }
     })
     .inspect_err(|_| core.objects.release_held(&held))?;
+    // Kept by name or detached: not counted. Otherwise the handles count.
+    let handle = counted
+        .then(|| ObjectRef::from_counted(core.objects.new_actor_handle(actor_id), &core.objects));
     let raw = ActorRef {
         actor_id,
         class: A::CLASS.to_string(),
+        handle,
     };
     // The constructor's arguments are released once the actor is up, or
     // for one that may restart (and so construct again), once it is dead.
@@ -247,6 +299,7 @@ pub fn get_actor_in<A: Actor>(name: &str, namespace: &str) -> Result<ActorHandle
     Ok(ActorHandle::from_ref(ActorRef {
         actor_id: info.actor_id,
         class: info.class,
+        handle: None,
     }))
 }
 
@@ -301,6 +354,7 @@ fn kill_actor(actor_id: ActorId, no_restart: bool) -> Result<()> {
             .request(KillActor {
                 actor_id,
                 no_restart,
+                out_of_scope: false,
             })
             .await
     })?;

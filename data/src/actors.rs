@@ -12,6 +12,11 @@ use prism::View;
 use serde::{Deserialize, Serialize};
 use std::fmt::Display;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long an actor of a range pool may go without a block before it is
+/// stopped (while the pool has more than its `min`).
+pub const POOL_IDLE: Duration = Duration::from_secs(1);
 
 /// What an error from a [`BatchMapper`] may be: anything `?` turns into it.
 pub type MapperError = Box<dyn std::error::Error + Send + Sync>;
@@ -62,7 +67,9 @@ fn make_mapper<M: BatchMapper, E: Display + 'static>(
 /// The size of an actor pool (Ray's `concurrency`): a fixed number of
 /// actors (`5.into()`), or a range (`(1, 4).into()`) that starts at `min`
 /// and grows while every actor is busy, blocks are waiting and the cluster
-/// has a CPU free for one more, up to `max`.
+/// has a CPU free for one more, up to `max`. A range pool also shrinks: an
+/// actor left without a block for [`POOL_IDLE`] is stopped (its CPU freed)
+/// while more than `min` run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolSize {
     /// Actors started with the run.
@@ -110,19 +117,26 @@ impl ActorStep {
         let actors = (0..self.pool.min)
             .map(|_| self.start_one())
             .collect::<prism::Result<Vec<_>>>()?;
+        let now = Instant::now();
         Ok(ActorPool {
             busy: vec![Vec::new(); actors.len()],
+            last_sent: vec![now; actors.len()],
             actors,
             step: self.clone(),
+            stopped_idle: 0,
         })
     }
 }
 
-/// A running pool: its actors, and the calls each has not finished.
+/// A running pool: its actors, the calls each has not finished, and when
+/// each was last sent a block.
 pub(crate) struct ActorPool {
     actors: Vec<prism::ActorHandle<MapperActor>>,
     busy: Vec<Vec<prism::ObjectRef<Vec<u8>>>>,
+    last_sent: Vec<Instant>,
     step: ActorStep,
+    /// Actors stopped for being idle.
+    pub(crate) stopped_idle: usize,
 }
 
 impl ActorPool {
@@ -141,10 +155,12 @@ impl ActorPool {
         for calls in &mut self.busy {
             if !calls.is_empty() {
                 let n = calls.len();
-                let (_, pending) = prism::wait(calls, n, Some(std::time::Duration::ZERO))?;
+                let (_, pending) = prism::wait(calls, n, Some(Duration::ZERO))?;
                 *calls = pending;
             }
         }
+        let now = Instant::now();
+        self.stop_idle(now);
         let (mut pick, load) = self
             .busy
             .iter()
@@ -157,11 +173,34 @@ impl ActorPool {
         if load > 0 && self.actors.len() < self.step.pool.max && room {
             self.actors.push(self.step.start_one()?);
             self.busy.push(Vec::new());
+            self.last_sent.push(now);
             pick = self.actors.len() - 1;
         }
         let r = self.actors[pick].map(block)?;
         self.busy[pick].push(r.clone());
+        self.last_sent[pick] = now;
         Ok(r)
+    }
+
+    /// Stops actors with no call left whose last block was sent
+    /// [`POOL_IDLE`] ago or more, longest idle first, while more than `min`
+    /// run.
+    fn stop_idle(&mut self, now: Instant) {
+        while self.actors.len() > self.step.pool.min {
+            let longest = (0..self.actors.len())
+                .filter(|&i| self.busy[i].is_empty())
+                .map(|i| (i, now.saturating_duration_since(self.last_sent[i])))
+                .filter(|(_, idle)| *idle >= POOL_IDLE)
+                .max_by_key(|(_, idle)| *idle);
+            let Some((i, _)) = longest else {
+                return;
+            };
+            let actor = self.actors.remove(i);
+            self.busy.remove(i);
+            self.last_sent.remove(i);
+            let _ = prism::kill(&actor);
+            self.stopped_idle += 1;
+        }
     }
 
     fn cpu_free(&self) -> bool {
@@ -173,7 +212,8 @@ impl ActorPool {
 
 impl Drop for ActorPool {
     fn drop(&mut self) {
-        // The pool lives as long as the run: its actors hold their CPUs.
+        // The run is over: its actors stop at once, freeing their CPUs
+        // (they would also end with their last handle, here).
         for actor in &self.actors {
             let _ = prism::kill(actor);
         }

@@ -263,6 +263,9 @@ pub struct StageStats {
     pub in_flight: usize,
     /// The most actors its pool ran at once (0 for a step of tasks).
     pub peak_actors: usize,
+    /// Actors of its pool stopped for being idle (a range pool shrinks
+    /// back towards its `min`).
+    pub actors_stopped_idle: usize,
 }
 
 impl std::fmt::Display for StageStats {
@@ -286,6 +289,9 @@ impl std::fmt::Display for StageStats {
         )?;
         if self.peak_actors > 0 {
             write!(f, "; {} actors at most", self.peak_actors)?;
+        }
+        if self.actors_stopped_idle > 0 {
+            write!(f, ", {} stopped idle", self.actors_stopped_idle)?;
         }
         Ok(())
     }
@@ -578,6 +584,7 @@ impl Fused {
                     let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
                     if let Some(st) = s.get_mut(self.slot) {
                         st.peak_actors = st.peak_actors.max(pool.len());
+                        st.actors_stopped_idle = pool.stopped_idle;
                     }
                     r
                 }

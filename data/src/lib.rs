@@ -106,7 +106,7 @@ mod split;
 mod stream;
 mod wire;
 
-pub use actors::{BatchMapper, MapperError, PoolSize};
+pub use actors::{BatchMapper, MapperError, PoolSize, POOL_IDLE};
 pub use batch::{Batch, Column, ColumnType, Field, Schema, TensorColumn};
 pub use dataset::Dataset;
 pub use error::{DataError, ItemProblem, Result};

@@ -303,6 +303,11 @@ pub(crate) struct SplitHandle {
     pub(crate) coordinator: ActorHandle<SplitCoordinator>,
     pub(crate) split: usize,
     pub(crate) schema: Option<Schema>,
+    /// Held by the split's handles in the process that made the split
+    /// (not sent along): its progress line stops once they are all gone,
+    /// and lets the coordinator end with the last handle anywhere.
+    #[serde(skip)]
+    pub(crate) _alive: Option<std::sync::Arc<()>>,
 }
 
 impl SplitHandle {
@@ -445,9 +450,11 @@ impl LazyDataset {
                 message: format!("cannot start the split coordinator: {e}"),
             }
         })?;
+        let local = std::sync::Arc::new(());
         if super::stream::progress_on() {
             let watched = coordinator.clone();
-            super::stream::watch_split(format!("streaming_split({n})"), move || {
+            let alive = std::sync::Arc::downgrade(&local);
+            super::stream::watch_split(format!("streaming_split({n})"), alive, move || {
                 let r = watched.stats().ok()?;
                 prism::get_timeout(&r, Duration::from_secs(30)).ok()
             });
@@ -458,6 +465,7 @@ impl LazyDataset {
                     coordinator: coordinator.clone(),
                     split,
                     schema: schema.clone(),
+                    _alive: Some(local.clone()),
                 })
             })
             .collect())

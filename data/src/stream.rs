@@ -120,19 +120,29 @@ fn progress_line(stats: &[StageStats], secs: f64) -> String {
 /// coordinator actor: a thread of the process that made the split asks
 /// the coordinator for its stats twice a second and shows them while rows
 /// flow, ending the line when an epoch's rows stop growing. The thread
-/// ends with the cluster (its calls fail) or after `IDLE_POLLS` polls in a
-/// row without progress once something was shown.
+/// ends with the cluster (its calls fail), or after `IDLE_POLLS` polls in a
+/// row without progress (`IDLE_POLLS_ORPHANED` once no handle of the split
+/// is left in this process, `alive`).
 pub(crate) fn watch_split(
     name: String,
+    alive: std::sync::Weak<()>,
     stats: impl Fn() -> Option<Vec<StageStats>> + Send + 'static,
 ) {
+    // Polls without new rows before it stops: many while a split's handle
+    // lives in this process (a consumer may be slow to start), a few once
+    // they are all gone, so that the coordinator it holds can end.
     const IDLE_POLLS: usize = 1200;
+    const IDLE_POLLS_ORPHANED: usize = 4;
     let label = name.clone();
     let spawned = std::thread::Builder::new()
         .name("prism-data-progress".into())
         .spawn(move || {
             let (mut shown_rows, mut idle, mut open) = (0usize, 0usize, false);
-            while idle < IDLE_POLLS {
+            let limit = || match alive.strong_count() {
+                0 => IDLE_POLLS_ORPHANED,
+                _ => IDLE_POLLS,
+            };
+            while idle < limit() {
                 std::thread::sleep(Duration::from_millis(500));
                 let Some(now) = stats() else { break };
                 let rows = now.last().map_or(0, |s| s.rows);

@@ -579,6 +579,9 @@ services! {
             /// False: restart it if it has restarts left (Ray's
             /// `no_restart=False`).
             no_restart: bool,
+            /// Its owner saw the last handle to it dropped (with
+            /// `no_restart`): the reason its callers see says so.
+            out_of_scope: bool,
         } => ();
         /// The calling actor is ending itself (`prism::exit_actor`): mark
         /// it dead for good; its process exits by itself.

@@ -620,7 +620,7 @@ impl Node {
         match (placed, name) {
             (ActorPlacement::Accepted, Some(name)) if self.membership.get().is_some() => {
                 if let Err(e) = self.claim_actor_name(&namespace, &name, actor_id).await {
-                    let _ = self.kill_actor(actor_id, true);
+                    let _ = self.kill_actor(actor_id, true, false);
                     return Err(e);
                 }
                 Ok(ActorPlacement::Accepted)
@@ -798,7 +798,14 @@ impl Node {
         self: &Arc<Self>,
         actor: ActorId,
         no_restart: bool,
+        out_of_scope: bool,
     ) -> Result<(), Error> {
+        let reason = if out_of_scope {
+            "every handle to it was dropped: an actor without a name ends with its last \
+             handle (keep a handle, or give it a name or lifetime = detached, to keep it)"
+        } else {
+            "killed by prism::kill"
+        };
         let pid = self.control(|c| {
             let worker = c.actors.worker_of(actor)?;
             if !no_restart {
@@ -807,7 +814,7 @@ impl Node {
                 // A process not started yet is left to start.
                 return Ok::<_, Error>(worker.and_then(|w| c.scheduler.worker(w)).map(|w| w.pid));
             }
-            answer_actor_waiters(c.actors.died(actor, "killed by prism::kill".into()));
+            answer_actor_waiters(c.actors.died(actor, reason.into()));
             self.forget_checkpoint(actor);
             match worker {
                 None => {

@@ -477,7 +477,9 @@ impl ClientHandler {
 
     /// Kills an actor here, or in a cluster on the node that holds it.
     fn handle_kill_actor(&self, request: KillActor, reply: ReplyTo) {
-        let here = self.node.kill_actor(request.actor_id, request.no_restart);
+        let here = self
+            .node
+            .kill_actor(request.actor_id, request.no_restart, request.out_of_scope);
         match (here, self.node.membership.get()) {
             (Err(e), Some(m)) if self.asks_others() => {
                 let asking = m.ask_others(request);

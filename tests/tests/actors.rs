@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{cluster, must_become, must_fail, wait_until};
+use common::{cluster, is_gone, must_become, must_eventually, must_fail, wait_until};
 use prism::{ActorHandle, ActorOptions, Error, ObjectRef};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -547,4 +547,94 @@ fn an_actor_ends_with_the_process_that_created_it() {
         matches!(&err, Error::ActorDied { reason, .. } if reason.contains("its owner")),
         "{err}"
     );
+}
+
+/// Holds a handle to a log in its state.
+#[prism::actor]
+struct Holder {
+    log: ActorHandle<Log>,
+}
+
+#[prism::actor]
+impl Holder {
+    fn new(log: ActorHandle<Log>) -> Self {
+        Holder { log }
+    }
+
+    fn append_through(&self, seq: u32) -> usize {
+        let appended = self.log.append(7, seq).expect("the held handle calls");
+        prism::get(&appended).expect("and gets the answer")
+    }
+}
+
+#[test]
+fn an_unnamed_actor_stops_once_its_last_handle_anywhere_is_dropped() {
+    let _c = cluster();
+    let log = Log::remote().unwrap();
+    let pid = prism::get(&log.pid().unwrap()).unwrap();
+    let copy = log.clone();
+    drop(log);
+    assert_eq!(
+        prism::get(&copy.append(1, 1).unwrap()).unwrap(),
+        1,
+        "a clone keeps it"
+    );
+    // Another actor's state holds a handle, borrowed from this process.
+    let holder = Holder::remote(copy.clone()).unwrap();
+    // A call sent before the driver's last handle goes still answers.
+    let pending = copy.append(1, 2).unwrap();
+    drop(copy);
+    assert_eq!(prism::get_timeout(&pending, LIMIT).unwrap(), 2);
+    assert_eq!(
+        prism::get_timeout(&holder.append_through(3).unwrap(), LIMIT).unwrap(),
+        3,
+        "the holder's handle keeps the log alive after the driver's are gone"
+    );
+    assert!(!is_gone(pid));
+    // The holder goes (its handle with it), and then the log.
+    drop(holder);
+    must_eventually("the log's process ends", LIMIT, || is_gone(pid));
+}
+
+#[test]
+fn a_handle_returned_by_a_task_keeps_the_actor_the_task_made() {
+    // In a cluster of its own: the actor's owner is a task worker, which
+    // other tests' kills could reach (as an actor's process, later).
+    let name = "a_handle_returned_by_a_task_keeps_the_actor_the_task_made";
+    if !common::in_own_process(name, &[], Duration::from_secs(120)) {
+        return;
+    }
+    let _c = cluster();
+    // The task's own handle is dropped when it returns; the driver's copy,
+    // registered before the task answered, keeps the actor.
+    let log = prism::get(&make_log::remote().unwrap()).unwrap();
+    let pid = prism::get_timeout(&log.pid().unwrap(), LIMIT).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        prism::get_timeout(&log.append(1, 1).unwrap(), LIMIT).unwrap(),
+        1
+    );
+    drop(log);
+    must_eventually("the log's process ends", LIMIT, || is_gone(pid));
+}
+
+#[test]
+fn named_and_detached_actors_outlive_their_handles() {
+    let _c = cluster();
+    let named = Log::remote_with(ActorOptions::new().name("kept-by-name")).unwrap();
+    let pid = prism::get(&named.pid().unwrap()).unwrap();
+    drop(named);
+    std::thread::sleep(Duration::from_millis(300));
+    let found: ActorHandle<Log> = prism::get_actor("kept-by-name").unwrap();
+    assert_eq!(
+        prism::get_timeout(&found.pid().unwrap(), LIMIT).unwrap(),
+        pid
+    );
+    // A handle found by name does not count either: killing is explicit.
+    drop(found);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!is_gone(pid));
+    let found: ActorHandle<Log> = prism::get_actor("kept-by-name").unwrap();
+    prism::kill(&found).unwrap();
+    must_eventually("the killed actor's process ends", LIMIT, || is_gone(pid));
 }

@@ -562,6 +562,38 @@ fn a_pool_grows_while_its_actors_are_busy_up_to_its_max() {
     ));
 }
 
+#[test]
+fn a_range_pool_stops_actors_left_idle_while_its_consumer_is_slow() {
+    cluster();
+    // 40 blocks, so that most are sent to the pool after the pauses.
+    let ds = LazyDataset::range(40_000)
+        .repartition(40)
+        .unwrap()
+        .map_batches_with_actors(slow_tagger, (1, 3), 1000, 0.0)
+        .unwrap();
+    let mut run = ds.iter_batches(1000, false).unwrap();
+    let mut ids = Vec::new();
+    for (i, batch) in run.by_ref().enumerate() {
+        ids.extend_from_slice(batch.unwrap().i64("id").unwrap());
+        // A consumer that stops for a while, twice: the blocks in flight
+        // finish, and the actors then go without work.
+        if i == 10 || i == 25 {
+            std::thread::sleep(
+                prism_train::data::POOL_IDLE + std::time::Duration::from_millis(300),
+            );
+        }
+    }
+    assert_eq!(ids, (0..40_000).collect::<Vec<_>>(), "every row, in order");
+    let stats = run.stats();
+    let pool = stats
+        .iter()
+        .find(|s| s.name.starts_with("MapBatches"))
+        .unwrap();
+    assert!(pool.peak_actors >= 2, "it grew first: {pool}");
+    assert!(pool.actors_stopped_idle >= 1, "{pool}");
+    assert!(pool.to_string().contains("stopped idle"), "{pool}");
+}
+
 #[derive(Deserialize)]
 struct FileRow {
     path: String,

@@ -18,8 +18,8 @@ use crate::{Error, Result};
 use bytes::Bytes;
 use prism_protocol::ids::ObjectId;
 use prism_protocol::messages::{
-    AddBorrower, Address, ArgSpec, DeleteObjects, GetObjectStatus, ObjectRefInfo, ObjectValue,
-    OwnerRequest, RemoveBorrower, Response, ReturnObject, TaskSpec, WorkerBlocked,
+    AddBorrower, Address, ArgSpec, DeleteObjects, GetObjectStatus, KillActor, ObjectRefInfo,
+    ObjectValue, OwnerRequest, RemoveBorrower, Response, ReturnObject, TaskSpec, WorkerBlocked,
 };
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
@@ -303,6 +303,14 @@ impl Objects {
                     let (ids, counts) = ends.entry(owner).or_default();
                     ids.push(id);
                     counts.push(count);
+                }
+                Release::ActorOutOfScope(actor_id) => {
+                    tracing::debug!(actor = %actor_id, "every handle to an actor is gone; stopping it");
+                    let _ = self.raylet.notify(KillActor {
+                        actor_id,
+                        no_restart: true,
+                        out_of_scope: true,
+                    });
                 }
             }
         }
@@ -636,6 +644,17 @@ impl Objects {
             None => None,
         };
         Ok(self.record_put(id, in_store, plan))
+    }
+
+    /// A new handle object for an actor this process creates, with one
+    /// local count: the actor lives while it (or a borrow of it) does.
+    pub(crate) fn new_actor_handle(&self, actor: prism_protocol::ids::ActorId) -> ObjectRefInfo {
+        let id = ObjectId::new();
+        self.refs.add_actor_handle(id, actor);
+        ObjectRefInfo {
+            id,
+            owner: self.address().clone(),
+        }
     }
 
     /// A pending owned object with one local count, for a call's return.

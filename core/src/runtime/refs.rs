@@ -35,10 +35,17 @@
 //!    handed it again before its end-of-borrow arrived therefore stays a
 //!    borrower: the stale message takes away only the registrations of the
 //!    entry it ended, not the new one's.
+//!
+//! An actor's handle is counted the same way: an unnamed, non-detached
+//! actor's creator owns a value-less *handle object*, which every
+//! [`ActorHandle`](crate::ActorHandle) of it refers to (and every call in
+//! flight holds as an argument would be). When that entry is removed, the
+//! last handle anywhere is gone, and the actor is stopped
+//! ([`Release::ActorOutOfScope`]).
 
 use crate::Error;
 use parking_lot::Mutex;
-use prism_protocol::ids::ObjectId;
+use prism_protocol::ids::{ActorId, ObjectId};
 use prism_protocol::messages::{Address, ObjectRefInfo, ObjectValue};
 use std::collections::HashMap;
 use tokio::sync::oneshot;
@@ -69,6 +76,8 @@ struct Entry {
     contains: Vec<ObjectRefInfo>,
     value: ValueState,
     waiters: Vec<oneshot::Sender<()>>,
+    /// Owned handle objects only: the actor whose handles it counts.
+    actor: Option<ActorId>,
 }
 
 impl Entry {
@@ -83,6 +92,7 @@ impl Entry {
             contains: Vec::new(),
             value,
             waiters: Vec::new(),
+            actor: None,
         }
     }
 
@@ -108,6 +118,8 @@ pub(crate) enum Release {
         id: ObjectId,
         count: u64,
     },
+    /// Every handle to an actor this process created is gone: stop it.
+    ActorOutOfScope(ActorId),
 }
 
 /// Whether an owned object whose copy was lost can be made again.
@@ -162,6 +174,18 @@ impl RefTable {
 
     /// Records a new owned object with one local handle. Objects it contains
     /// gain a `contained_in` count.
+    /// A new handle object counting the handles of `actor`, with one local
+    /// count (the creator's first handle).
+    pub(crate) fn add_actor_handle(&self, id: ObjectId, actor: ActorId) {
+        let mut e = Entry::new(
+            None,
+            ValueState::Ready(ObjectValue::Inline(Default::default())),
+        );
+        e.local = 1;
+        e.actor = Some(actor);
+        self.entries.lock().insert(id, e);
+    }
+
     pub(crate) fn add_owned(&self, id: ObjectId, value: ValueState, contains: Vec<ObjectRefInfo>) {
         let mut entries = self.entries.lock();
         for c in &contains {
@@ -450,6 +474,9 @@ impl RefTable {
                 continue;
             };
             match (&e.owner, &e.value) {
+                (None, _) if e.actor.is_some() => {
+                    out.extend(e.actor.map(Release::ActorOutOfScope));
+                }
                 (None, ValueState::Ready(ObjectValue::InStore { node, .. })) => {
                     out.push(Release::DeleteFromStore(id, node.clone()))
                 }
