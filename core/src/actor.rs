@@ -74,13 +74,7 @@ impl ActorRef {
     pub fn call<R>(&self, method: &str, args: Vec<Result<Arg>>) -> Result<ObjectRef<R>> {
         let core = current()?;
         let args = args.into_iter().collect::<Result<Vec<_>>>()?;
-        let (spec_args, mut held) = core.objects.prepare_args(args)?;
-        if let Some(handle) = &self.handle {
-            // The call keeps the actor alive until it answers, even if
-            // every handle is dropped meanwhile.
-            core.objects.refs.add_submitted(&[handle.id()]);
-            held.push(handle.id());
-        }
+        let (spec_args, held) = core.objects.prepare_args(args)?;
         let return_id = ObjectId::new();
         let r = ObjectRef::from_counted(core.objects.new_pending(return_id), &core.objects);
         let spec = TaskSpec {
@@ -91,7 +85,10 @@ impl ActorRef {
             caller: core.objects.address().clone(),
         };
         let client = core.actors.client(self.actor_id, &self.class);
-        core.actors.send(&client, Submission::new(spec, held));
+        // The call keeps the actor alive until it answers, even if every
+        // handle is dropped meanwhile.
+        let submission = Submission::new(spec, held).holding(self.handle.clone());
+        core.actors.send(&client, submission);
         Ok(r)
     }
 }

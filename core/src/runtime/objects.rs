@@ -41,6 +41,9 @@ pub(crate) struct Submission {
     pub(crate) retry_matching: Vec<String>,
     /// Why each earlier attempt failed.
     pub(crate) failures: Vec<String>,
+    /// An actor call's hold on its actor's handle object: the actor is
+    /// not stopped for lack of handles while the call is out.
+    pub(crate) actor_handle: Option<crate::ObjectRef<()>>,
 }
 
 /// Attempts this process made again: tasks, and actor calls sent again to
@@ -64,7 +67,14 @@ impl Submission {
             retry_exceptions: false,
             retry_matching: Vec::new(),
             failures: Vec::new(),
+            actor_handle: None,
         }
+    }
+
+    /// Keeps `handle` (an actor's handle object) until the call ends.
+    pub(crate) fn holding(mut self, handle: Option<crate::ObjectRef<()>>) -> Self {
+        self.actor_handle = handle;
+        self
     }
 
     /// Retried up to `max_retries` times (-1: no limit) when its worker
