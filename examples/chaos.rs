@@ -1,8 +1,11 @@
-//! The chaos run: a workload of tasks, large task results and actor calls
-//! on one node, while a second thread SIGKILLs a random worker process
-//! (task workers and the actor's process alike) every 30 to 150 ms, and
-//! the store (64 MiB) is kept past full so objects spill. Every result is
-//! checked, every wait is bounded, and the run is bounded in time.
+//! The chaos run: a workload of tasks, a small DAG of tasks that take
+//! other tasks' results by reference, objects of mixed sizes (inline, in
+//! shared memory, and puts larger than the store's free room) and actor
+//! calls on one node, while a second thread SIGKILLs a random worker
+//! process (task workers and the actor's process alike) every 30 to
+//! 150 ms, and the store (64 MiB) is kept past full so objects spill.
+//! Every result is checked, every wait is bounded, and the run is bounded
+//! in time.
 //!
 //! The faults are random but seeded: the seed is printed first, and
 //! `--seed` replays it (the kills' timing still depends on the machine).
@@ -33,6 +36,36 @@ fn square(x: u64) -> u64 {
 fn block(seed: u64) -> Vec<u8> {
     pattern(seed)
 }
+
+/// 32,768 numbers (256 KiB: stored in shared memory, not inline).
+#[prism::remote]
+fn numbers(seed: u64) -> Vec<u64> {
+    numbers_of(seed)
+}
+
+fn numbers_of(seed: u64) -> Vec<u64> {
+    (0..32_768u64)
+        .map(|i| i.wrapping_mul(seed | 1) % 1_000_003)
+        .collect()
+}
+
+/// Takes two task results by reference (the executor fetches them).
+#[prism::remote]
+fn dot(a: Vec<u64>, b: Vec<u64>) -> u64 {
+    a.iter()
+        .zip(&b)
+        .fold(0u64, |s, (x, y)| s.wrapping_add(x.wrapping_mul(*y)))
+}
+
+fn dot_of(a: u64, b: u64) -> u64 {
+    let (a, b) = (numbers_of(a), numbers_of(b));
+    a.iter()
+        .zip(&b)
+        .fold(0u64, |s, (x, y)| s.wrapping_add(x.wrapping_mul(*y)))
+}
+
+/// Bytes of a put larger than the room a full store has left.
+const LARGE: usize = 24 << 20;
 
 fn pattern(seed: u64) -> Vec<u8> {
     (0..BLOCK)
@@ -157,6 +190,7 @@ fn run(args: &Args) -> Result<(), String> {
     let done = |n: usize| completions.lock().unwrap().push((Instant::now(), n));
     let deadline = Instant::now() + Duration::from_secs(args.seconds);
     let (mut checked, mut rounds) = (0u64, 0u64);
+    let (mut dag_checked, mut large_checked) = (0u64, 0u64);
     let mut kept = std::collections::VecDeque::new();
     let mut outcome = Ok(());
     while Instant::now() < deadline && outcome.is_ok() {
@@ -173,6 +207,19 @@ fn run(args: &Args) -> Result<(), String> {
             .map(|i| echo.echo(base + i))
             .collect::<Result<_, _>>()
             .map_err(err)?;
+        // A DAG: two producers, and a task that takes both by reference.
+        let (left, right) = (
+            numbers::remote_with(forever.clone(), base + 1).map_err(err)?,
+            numbers::remote_with(forever.clone(), base + 2).map_err(err)?,
+        );
+        let joined = dot::remote_with(forever.clone(), &left, &right).map_err(err)?;
+        drop((left, right));
+        // Every eighth round, a put larger than the free room of the full
+        // store: it waits for spilling.
+        let large = match rounds % 8 {
+            0 => Some(prism::put(pattern(base + 7).repeat(LARGE / BLOCK)).map_err(err)?),
+            _ => None,
+        };
         outcome = (|| {
             for (i, r) in squares.iter().enumerate() {
                 let v = prism::get_timeout(r, LIMIT).map_err(err)?;
@@ -196,11 +243,26 @@ fn run(args: &Args) -> Result<(), String> {
                 }
                 done(1);
             }
+            let v = prism::get_timeout(&joined, LIMIT).map_err(err)?;
+            if v != dot_of(base + 1, base + 2) {
+                return Err(format!("dot({}, {}) gave {v}", base + 1, base + 2));
+            }
+            done(1);
+            dag_checked += 1;
+            if let Some(large) = &large {
+                let v = prism::get_timeout(large, LIMIT).map_err(err)?;
+                if v.len() != LARGE || v.chunks(BLOCK).any(|c| c != pattern(base + 7)) {
+                    return Err(format!(
+                        "the {LARGE}-byte put of round {rounds} came back changed"
+                    ));
+                }
+                large_checked += 1;
+            }
             let pid = prism::get_timeout(&echo.pid().map_err(err)?, LIMIT).map_err(err)?;
             actor_pids.insert(pid);
             Ok(())
         })();
-        checked += 34;
+        checked += 35 + u64::from(large.is_some());
         rounds += 1;
         // Keep the last 16 blocks alive: 64 MiB of results in a 64 MiB
         // store, so older ones spill and are read back below.
@@ -238,6 +300,8 @@ fn run(args: &Args) -> Result<(), String> {
     println!("seconds {}", args.seconds);
     println!("rounds {rounds}");
     println!("results_checked {checked}");
+    println!("dag_results_checked {dag_checked}");
+    println!("large_puts_checked {large_checked}");
     println!("faults_injected {}", kills.len());
     println!("tasks_retried {}", retries.task_retries);
     println!("actor_calls_retried {}", retries.actor_call_retries);

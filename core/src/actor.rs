@@ -47,7 +47,7 @@ pub trait Actor: Send + Sync + 'static {
 /// A reference to an unnamed, non-detached actor counts as a handle: the
 /// actor is stopped once every reference to it, in every process, is
 /// dropped (see [`ActorHandle`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ActorRef {
     actor_id: ActorId,
     class: String,
@@ -57,6 +57,16 @@ pub struct ActorRef {
     #[serde(default)]
     handle: Option<ObjectRef<()>>,
 }
+
+/// Two references are equal when they name the same actor, however they
+/// were obtained.
+impl PartialEq for ActorRef {
+    fn eq(&self, other: &Self) -> bool {
+        self.actor_id == other.actor_id
+    }
+}
+
+impl Eq for ActorRef {}
 
 impl ActorRef {
     /// The actor's id.

@@ -300,7 +300,9 @@ impl ActorOptions {
     /// Lets the actor outlive the driver that created it (Ray's
     /// `lifetime="detached"`): it lives until it is killed, ends itself, or
     /// the cluster stops, and another driver finds it by name. An actor
-    /// that is not detached ends with its job's driver.
+    /// that is not detached ends with the process that created it, and, if
+    /// it has no name, with its last handle (see
+    /// [`ActorHandle`](crate::ActorHandle)).
     ///
     /// Constructor arguments passed as object references are owned by
     /// the creating driver; a detached actor restarted after that driver

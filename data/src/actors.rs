@@ -120,7 +120,7 @@ impl ActorStep {
         let now = Instant::now();
         Ok(ActorPool {
             busy: vec![Vec::new(); actors.len()],
-            last_sent: vec![now; actors.len()],
+            last_active: vec![now; actors.len()],
             actors,
             step: self.clone(),
             stopped_idle: 0,
@@ -129,11 +129,11 @@ impl ActorStep {
 }
 
 /// A running pool: its actors, the calls each has not finished, and when
-/// each was last sent a block.
+/// each was last seen busy (sent a block, or found with calls out).
 pub(crate) struct ActorPool {
     actors: Vec<prism::ActorHandle<MapperActor>>,
     busy: Vec<Vec<prism::ObjectRef<Vec<u8>>>>,
-    last_sent: Vec<Instant>,
+    last_active: Vec<Instant>,
     step: ActorStep,
     /// Actors stopped for being idle.
     pub(crate) stopped_idle: usize,
@@ -152,14 +152,18 @@ impl ActorPool {
         &mut self,
         block: &prism::ObjectRef<Vec<u8>>,
     ) -> prism::Result<prism::ObjectRef<Vec<u8>>> {
-        for calls in &mut self.busy {
+        let now = Instant::now();
+        for (calls, active) in self.busy.iter_mut().zip(&mut self.last_active) {
             if !calls.is_empty() {
                 let n = calls.len();
                 let (_, pending) = prism::wait(calls, n, Some(Duration::ZERO))?;
                 *calls = pending;
+                // Still busy, or done since the last look: either way it
+                // counts as busy until now, so a slow mapper that just
+                // finished is not taken for an idle one.
+                *active = now;
             }
         }
-        let now = Instant::now();
         self.stop_idle(now);
         let (mut pick, load) = self
             .busy
@@ -173,23 +177,23 @@ impl ActorPool {
         if load > 0 && self.actors.len() < self.step.pool.max && room {
             self.actors.push(self.step.start_one()?);
             self.busy.push(Vec::new());
-            self.last_sent.push(now);
+            self.last_active.push(now);
             pick = self.actors.len() - 1;
         }
         let r = self.actors[pick].map(block)?;
         self.busy[pick].push(r.clone());
-        self.last_sent[pick] = now;
+        self.last_active[pick] = now;
         Ok(r)
     }
 
-    /// Stops actors with no call left whose last block was sent
+    /// Stops actors with no call left that were last seen busy
     /// [`POOL_IDLE`] ago or more, longest idle first, while more than `min`
     /// run.
     fn stop_idle(&mut self, now: Instant) {
         while self.actors.len() > self.step.pool.min {
             let longest = (0..self.actors.len())
                 .filter(|&i| self.busy[i].is_empty())
-                .map(|i| (i, now.saturating_duration_since(self.last_sent[i])))
+                .map(|i| (i, now.saturating_duration_since(self.last_active[i])))
                 .filter(|(_, idle)| *idle >= POOL_IDLE)
                 .max_by_key(|(_, idle)| *idle);
             let Some((i, _)) = longest else {
@@ -197,7 +201,7 @@ impl ActorPool {
             };
             let actor = self.actors.remove(i);
             self.busy.remove(i);
-            self.last_sent.remove(i);
+            self.last_active.remove(i);
             let _ = prism::kill(&actor);
             self.stopped_idle += 1;
         }

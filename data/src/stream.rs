@@ -121,28 +121,30 @@ fn progress_line(stats: &[StageStats], secs: f64) -> String {
 /// the coordinator for its stats twice a second and shows them while rows
 /// flow, ending the line when an epoch's rows stop growing. The thread
 /// ends with the cluster (its calls fail), or after `IDLE_POLLS` polls in a
-/// row without progress (`IDLE_POLLS_ORPHANED` once no handle of the split
-/// is left in this process, `alive`).
+/// row without progress (`IDLE_POLLS_ORPHANED`, 30 s, once rows have
+/// flowed and no handle of the split is left in this process, `alive`).
 pub(crate) fn watch_split(
     name: String,
     alive: std::sync::Weak<()>,
     stats: impl Fn() -> Option<Vec<StageStats>> + Send + 'static,
 ) {
     // Polls without new rows before it stops: many while a split's handle
-    // lives in this process (a consumer may be slow to start), a few once
+    // lives in this process (a consumer may be slow to start), fewer once
     // they are all gone, so that the coordinator it holds can end.
     const IDLE_POLLS: usize = 1200;
-    const IDLE_POLLS_ORPHANED: usize = 4;
+    const IDLE_POLLS_ORPHANED: usize = 60;
     let label = name.clone();
     let spawned = std::thread::Builder::new()
         .name("prism-data-progress".into())
         .spawn(move || {
             let (mut shown_rows, mut idle, mut open) = (0usize, 0usize, false);
-            let limit = || match alive.strong_count() {
-                0 => IDLE_POLLS_ORPHANED,
+            // Orphaned counts only once rows were seen: a trainer hands
+            // every split to its workers before any row flows.
+            let limit = |seen: bool| match (seen, alive.strong_count()) {
+                (true, 0) => IDLE_POLLS_ORPHANED,
                 _ => IDLE_POLLS,
             };
-            while idle < limit() {
+            while idle < limit(shown_rows > 0) {
                 std::thread::sleep(Duration::from_millis(500));
                 let Some(now) = stats() else { break };
                 let rows = now.last().map_or(0, |s| s.rows);

@@ -8,7 +8,9 @@
 //! Invariants:
 //!
 //! 1. An object's range is allocated from `create` until it is deleted *and*
-//!    unpinned by every reader, or until it is spilled.
+//!    unpinned by every reader, until it is spilled, until a later `create`
+//!    replaces it (never while it is in use, see 5), or, unsealed, until
+//!    its creator is gone.
 //! 2. Only sealed objects are handed to readers, and only from memory.
 //! 3. An object is spilled only while sealed, not deleted, pinned by no
 //!    reader, and not being spilled already; a reader that pins it during

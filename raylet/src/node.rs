@@ -49,11 +49,6 @@ impl ReplyTo {
         }
     }
 
-    /// Whether the requester's connection has closed.
-    pub(crate) fn is_closed(&self) -> bool {
-        self.conn.is_closed()
-    }
-
     pub(crate) fn send(self, response: Response) {
         self.conn.respond(self.request, response);
     }
@@ -897,7 +892,9 @@ impl Node {
     /// Reserves room for a new object, spilling others to disk as needed
     /// when the store is full. `ObjectStoreFull` only when nothing can be
     /// spilled (every other object is pinned by a reader or being written)
-    /// or spilling is off.
+    /// or spilling is off. A copy of `id` already there that is in use
+    /// (read, spilled or restored, or held by another creator that is
+    /// still connected) is waited for, then replaced.
     pub(crate) async fn create_object(
         self: &Arc<Self>,
         id: ObjectId,
@@ -925,6 +922,11 @@ impl Node {
             match self.try_create(id, size, creator) {
                 Ok(p) => return Ok(p),
                 Err(e @ Error::ObjectStoreFull { .. }) => last = Some(e),
+                // It became busy since the check (a spill picked it): wait.
+                Err(e) if self.store.lock().busy(id, creator) => {
+                    last = Some(e);
+                    continue;
+                }
                 Err(e) => return Err(e),
             }
             if !self.config.spill.enabled || !self.make_room(size).await {

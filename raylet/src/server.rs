@@ -42,7 +42,10 @@ struct ClientHandler {
     conn_id: u64,
     role: Mutex<Role>,
     /// Objects this connection's process reads, with their pin counts.
-    pins: Arc<Mutex<HashMap<ObjectId, u64>>>,
+    /// `None` once the connection closed: a pin that a restore finishes
+    /// later is dropped at once instead of being left with no one to
+    /// release it.
+    pins: Arc<Mutex<Option<HashMap<ObjectId, u64>>>>,
 }
 
 pub(crate) fn handler(node: &Arc<Node>) -> Arc<dyn Handler> {
@@ -50,7 +53,7 @@ pub(crate) fn handler(node: &Arc<Node>) -> Arc<dyn Handler> {
         node: node.clone(),
         conn_id: NEXT_CONN.fetch_add(1, Ordering::Relaxed),
         role: Mutex::new(Role::Unregistered),
-        pins: Arc::new(Mutex::new(HashMap::new())),
+        pins: Arc::new(Mutex::new(Some(HashMap::new()))),
     })
 }
 
@@ -165,7 +168,12 @@ impl Handler for ClientHandler {
     }
 
     fn closed(&self, _conn: &Connection) {
-        let pins: Vec<(ObjectId, u64)> = self.pins.lock().drain().collect();
+        let pins: Vec<(ObjectId, u64)> = self
+            .pins
+            .lock()
+            .take()
+            .map(|held| held.into_iter().collect())
+            .unwrap_or_default();
         {
             let mut store = self.node.store.lock();
             // After every request it sent: nothing it left unsealed can be
@@ -383,13 +391,10 @@ impl ClientHandler {
                 let (node, pins) = (self.node.clone(), self.pins.clone());
                 tokio::spawn(async move {
                     let pinned = node.pin_object(id).await;
-                    if pinned.is_ok() {
-                        if reply.is_closed() {
-                            // Its reader left while it was restored.
-                            node.store.lock().unpin(id);
-                            return;
-                        }
-                        *pins.lock().entry(id).or_default() += 1;
+                    if pinned.is_ok() && !hold_pin(&pins, id) {
+                        // Its reader left while it was restored.
+                        node.store.lock().unpin(id);
+                        return;
                     }
                     reply.send(Response::from_result(pinned.map(location)));
                 });
@@ -397,18 +402,22 @@ impl ClientHandler {
             }
             Err(e) => Err(e),
         };
-        if placement.is_ok() {
-            *self.pins.lock().entry(id).or_default() += 1;
+        if placement.is_ok() && !hold_pin(&self.pins, id) {
+            self.node.store.lock().unpin(id);
+            return;
         }
         reply.send(Response::from_result(placement.map(location)));
     }
 
     fn handle_release_object(&self, id: ObjectId) -> Result<()> {
         let mut pins = self.pins.lock();
-        if let Some(n) = pins.get_mut(&id) {
+        let Some(held) = pins.as_mut() else {
+            return Ok(());
+        };
+        if let Some(n) = held.get_mut(&id) {
             *n -= 1;
             if *n == 0 {
-                pins.remove(&id);
+                held.remove(&id);
             }
             self.node.store.lock().unpin(id);
         }
@@ -515,6 +524,18 @@ impl ClientHandler {
     fn handle_remove_placement_group(&self, id: PlacementGroupId) -> Result<()> {
         self.node.remove_group(id, self.asks_others());
         Ok(())
+    }
+}
+
+/// Counts a pin for the connection whose pins these are; false if it has
+/// closed (the caller unpins).
+fn hold_pin(pins: &Mutex<Option<HashMap<ObjectId, u64>>>, id: ObjectId) -> bool {
+    match pins.lock().as_mut() {
+        Some(held) => {
+            *held.entry(id).or_default() += 1;
+            true
+        }
+        None => false,
     }
 }
 

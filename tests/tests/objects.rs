@@ -203,6 +203,10 @@ impl Lender {
         Ok(())
     }
 
+    fn pid(&self) -> u32 {
+        std::process::id()
+    }
+
     /// Hands the object out; with `keep = false` lets go of its own handle,
     /// leaving the caller's borrow as the only thing holding it.
     fn lend(&mut self, keep: bool) -> Vec<ObjectRef<Vec<u8>>> {
@@ -261,5 +265,36 @@ fn a_borrower_that_dies_releases_what_it_borrowed() {
         "the object is freed once its only borrower is gone",
         Duration::from_secs(10),
         store_is_empty,
+    );
+}
+
+#[test]
+fn a_borrower_whose_owner_died_gets_owner_died_naming_the_object_and_owner() {
+    // In a cluster of its own: the dead owner's copy stays in the store,
+    // which other tests here check is empty.
+    let name = "a_borrower_whose_owner_died_gets_owner_died_naming_the_object_and_owner";
+    if !common::in_own_process(name, &[], Duration::from_secs(120)) {
+        return;
+    }
+    let c = cluster();
+    let limit = Duration::from_secs(30);
+    let lender = Lender::remote().unwrap();
+    prism::get(&lender.make(9).unwrap()).unwrap();
+    let borrowed = prism::get(&lender.lend(true).unwrap()).unwrap();
+    assert_eq!(
+        prism::get(&borrowed[0]).unwrap()[0],
+        9,
+        "read while its owner lives"
+    );
+    let pid = prism::get(&lender.pid().unwrap()).unwrap();
+    c.kill_worker(pid, limit);
+    let err = prism::get_timeout(&borrowed[0], limit).unwrap_err();
+    match &err {
+        prism::Error::OwnerDied { object_id, .. } => assert_eq!(*object_id, borrowed[0].id()),
+        other => panic!("expected OwnerDied, got {other}"),
+    }
+    assert!(
+        err.to_string().contains(&borrowed[0].id().to_string()),
+        "{err}"
     );
 }

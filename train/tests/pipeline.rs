@@ -565,7 +565,7 @@ fn a_pool_grows_while_its_actors_are_busy_up_to_its_max() {
 #[test]
 fn a_range_pool_stops_actors_left_idle_while_its_consumer_is_slow() {
     cluster();
-    // 40 blocks, so that most are sent to the pool after the pauses.
+    // 40 blocks, so that most are sent to the pool while it is slow.
     let ds = LazyDataset::range(40_000)
         .repartition(40)
         .unwrap()
@@ -575,12 +575,11 @@ fn a_range_pool_stops_actors_left_idle_while_its_consumer_is_slow() {
     let mut ids = Vec::new();
     for (i, batch) in run.by_ref().enumerate() {
         ids.extend_from_slice(batch.unwrap().i64("id").unwrap());
-        // A consumer that stops for a while, twice: the blocks in flight
-        // finish, and the actors then go without work.
-        if i == 10 || i == 25 {
-            std::thread::sleep(
-                prism_train::data::POOL_IDLE + std::time::Duration::from_millis(300),
-            );
+        // Fast at first (the pool grows), then slower than one actor: one
+        // block at a time arrives, always for the first free actor, and
+        // the others go without work for longer than POOL_IDLE.
+        if i >= 10 {
+            std::thread::sleep(prism_train::data::POOL_IDLE / 8);
         }
     }
     assert_eq!(ids, (0..40_000).collect::<Vec<_>>(), "every row, in order");

@@ -537,6 +537,11 @@ impl Executor {
     /// Stores a call's result and builds the reply to its caller.
     async fn finish_call(self: &Arc<Self>, spec: &TaskSpec, result: CallResult) -> Response {
         let outcome = async {
+            // References deserialized from the arguments and still held must
+            // be known to their owners before the caller lets go (refs.rs,
+            // invariant 3), whether the call succeeded or not: a method
+            // that kept a handle in its state and then failed keeps it.
+            self.objects.register_borrows().await?;
             let mut encoded = match result {
                 Ok(encoded) => encoded,
                 Err(CallError::App { kind, message }) => {
@@ -550,10 +555,6 @@ impl Executor {
                 }
                 Err(CallError::Runtime(e)) => return Err(e),
             };
-            // References deserialized from the arguments and still held must
-            // be known to their owners before the caller lets go (refs.rs,
-            // invariant 3).
-            self.objects.register_borrows().await?;
             let contained = encoded.contained.clone();
             let keep_alive = std::mem::take(&mut encoded.keep_alive);
             // A large value stays in this node's store, which a caller on

@@ -172,8 +172,6 @@ impl RefTable {
         owner == self.me
     }
 
-    /// Records a new owned object with one local handle. Objects it contains
-    /// gain a `contained_in` count.
     /// A new handle object counting the handles of `actor`, with one local
     /// count (the creator's first handle).
     pub(crate) fn add_actor_handle(&self, id: ObjectId, actor: ActorId) {
@@ -186,6 +184,8 @@ impl RefTable {
         self.entries.lock().insert(id, e);
     }
 
+    /// Records a new owned object with one local handle. Objects it contains
+    /// gain a `contained_in` count.
     pub(crate) fn add_owned(&self, id: ObjectId, value: ValueState, contains: Vec<ObjectRefInfo>) {
         let mut entries = self.entries.lock();
         for c in &contains {

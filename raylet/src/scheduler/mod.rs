@@ -59,6 +59,9 @@ pub(crate) enum WorkerUse {
     Idle,
     Leased(LeaseId),
     Actor(ActorId),
+    /// A holder could not connect to it: stopped, never granted again,
+    /// kept until its exit is seen (so the actors it owns end then).
+    Unreachable,
 }
 
 /// A worker process as the scheduler sees it.
@@ -539,9 +542,11 @@ impl<R> Scheduler<R> {
         if held && unreachable {
             // Its holder could not connect: the process died (its exit may
             // not be seen yet) or does not listen. Granting it again would
-            // fail the next request the same way, so it is dropped and
-            // stopped; a new worker starts if requests wait.
-            if let Some(w) = self.workers.remove(&lease.worker) {
+            // fail the next request the same way, so it is stopped and set
+            // aside until its exit arrives; a new worker starts if requests
+            // wait.
+            if let Some(w) = self.workers.get_mut(&lease.worker) {
+                w.usage = WorkerUse::Unreachable;
                 if w.pid > 0 {
                     self.out.push(Decision::StopWorker { pid: w.pid });
                 }

@@ -372,10 +372,16 @@ fn a_worker_its_holder_could_not_reach_is_stopped_and_never_granted_again() {
     assert_eq!(r.granted.len(), 1);
     assert_eq!(r.granted[0].0, 2);
     assert_ne!(r.granted[0].1, unreachable);
-    // Its exit, reaped later, changes nothing.
+    assert_eq!(
+        s.worker(unreachable).map(|w| w.usage),
+        Some(WorkerUse::Unreachable),
+        "kept until its exit is seen, for the actors it may own"
+    );
+    // Its exit, reaped later, only removes it.
     s.worker_exited(unreachable, "killed".into());
+    assert!(s.worker(unreachable).is_none());
     let r = round(&mut s);
-    assert!(r.started.is_empty() && r.granted.is_empty());
+    assert!(r.granted.is_empty());
     assert_eq!(s.resources().available().get(CPU), Quantity::ZERO);
 }
 
