@@ -93,6 +93,8 @@ struct Entry {
     last_used: u64,
     /// Who writes it; only they may seal it.
     creator: Creator,
+    /// Its creator also owns it (a put): freed when the creator is gone.
+    owned_by_creator: bool,
 }
 
 impl Entry {
@@ -247,6 +249,7 @@ impl ObjectTable {
                 spilling: None,
                 last_used,
                 creator,
+                owned_by_creator: false,
             },
         );
         Ok(placement)
@@ -271,22 +274,36 @@ impl ObjectTable {
         }
     }
 
+    /// Marks a created object as owned by its creator (a put, not a
+    /// task's return value): [`ObjectTable::creator_gone`] frees it.
+    pub fn owned_by_creator(&mut self, id: ObjectId) {
+        if let Some(e) = self.objects.get_mut(&id) {
+            e.owned_by_creator = true;
+        }
+    }
+
     /// `creator`'s connection closed: what it left unsealed is freed, and
-    /// its later requests (still on their way) are refused.
-    pub fn creator_gone(&mut self, creator: Creator) {
+    /// so is what it owns (no one can reach that through its owner any
+    /// more: readers get `OwnerDied`); its later requests (still on their
+    /// way) are refused. Returns the spill files to remove.
+    pub fn creator_gone(&mut self, creator: Creator) -> Vec<SpillFile> {
         if creator == Creator::NODE {
-            return;
+            return Vec::new();
         }
         self.gone.insert(creator);
-        let unsealed: Vec<ObjectId> = self
+        let (unsealed, owned): (Vec<_>, Vec<_>) = self
             .objects
             .iter()
-            .filter(|(_, e)| e.creator == creator && !e.sealed)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in unsealed {
+            .filter(|(_, e)| e.creator == creator && (!e.sealed || e.owned_by_creator))
+            .map(|(id, e)| (*id, e.sealed))
+            .partition(|(_, sealed)| !sealed);
+        for (id, _) in unsealed {
             self.remove(id);
         }
+        owned
+            .into_iter()
+            .filter_map(|(id, _)| self.delete(id))
+            .collect()
     }
 
     /// Whether a sealed, not deleted object `id` is here (in memory or
@@ -789,5 +806,39 @@ mod tests {
         assert!(!t.busy(id, first));
         assert!(t.create(id, 5000, first).is_err());
         assert!(matches!(t.pin(id).unwrap(), Pin::Pinned(_)));
+    }
+
+    #[test]
+    fn a_gone_creator_s_puts_go_with_it_but_task_results_stay() {
+        let mut t = ObjectTable::new(1 << 20);
+        let creator = Creator(9);
+        let (put, spilled_put, result) = (ObjectId::new(), ObjectId::new(), ObjectId::new());
+        for id in [put, spilled_put, result] {
+            t.create(id, 5000, creator).unwrap();
+            t.seal(id, creator).unwrap();
+        }
+        t.owned_by_creator(put);
+        t.owned_by_creator(spilled_put);
+        // One put is spilled, the other is being read.
+        let files = t.pick_spills(u64::MAX);
+        let file = files.iter().find(|f| f.0.id == spilled_put).unwrap().0;
+        for f in &files {
+            let written = f.0.id == spilled_put;
+            t.spill_done(f.0, written);
+        }
+        assert!(matches!(t.pin(put).unwrap(), Pin::Pinned(_)));
+        assert_eq!(
+            t.creator_gone(creator),
+            vec![file],
+            "the spilled put's file goes"
+        );
+        assert!(t.pin(spilled_put).is_err());
+        assert!(t.pin(put).is_err(), "no new readers for the read one");
+        t.unpin(put);
+        assert!(
+            matches!(t.pin(result).unwrap(), Pin::Pinned(_)),
+            "a task's result belongs to its caller: it stays"
+        );
+        assert_eq!(t.stats().num_objects, 1);
     }
 }

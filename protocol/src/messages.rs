@@ -504,6 +504,11 @@ services! {
             id: ObjectId,
             /// Its size in bytes.
             size: u64,
+            /// The creator owns it (a put): once the creator's connection
+            /// closes no one can reach it through its owner, so the copy
+            /// is freed. False for a task's return value, which its caller
+            /// owns.
+            owned: bool,
         } => ObjectLocation;
         /// Mark a created object complete and readable.
         SealObject {

@@ -900,6 +900,7 @@ impl Node {
         id: ObjectId,
         size: u64,
         creator: Creator,
+        owned: bool,
     ) -> Result<Placement, Error> {
         let mut last = None;
         for _ in 0..SPILL_ROUNDS {
@@ -919,7 +920,7 @@ impl Node {
                 let _ = tokio::time::timeout(SPILL_WAIT, changed).await;
                 continue;
             }
-            match self.try_create(id, size, creator) {
+            match self.try_create(id, size, creator, owned) {
                 Ok(p) => return Ok(p),
                 Err(e @ Error::ObjectStoreFull { .. }) => last = Some(e),
                 // It became busy since the check (a spill picked it): wait.
@@ -1071,11 +1072,15 @@ impl Node {
         id: ObjectId,
         size: u64,
         creator: Creator,
+        owned: bool,
     ) -> Result<Placement, Error> {
         let spill = &self.config.spill;
         let (placement, past, orphans) = {
             let mut store = self.store.lock();
             let placement = store.create(id, size, creator)?;
+            if owned {
+                store.owned_by_creator(id);
+            }
             let orphans = store.take_orphan_files();
             (
                 placement,

@@ -97,7 +97,7 @@ impl Handler for ClientHandler {
             }
             R::WorkerBlocked(r) => answer(self.handle_worker_blocked(r.blocked)),
             // Answered now, or once spilling made room or a restore ended.
-            R::CreateObject(r) => return self.handle_create_object(r.id, r.size, reply),
+            R::CreateObject(r) => return self.handle_create_object(r.id, r.size, r.owned, reply),
             R::GetObject(r) => return self.handle_get_object(r.id, reply),
             R::SealObject(r) => answer(match crate::faults::injected("object_seal") {
                 Some(e) => Err(e),
@@ -168,6 +168,7 @@ impl Handler for ClientHandler {
     }
 
     fn closed(&self, _conn: &Connection) {
+        let orphaned;
         let pins: Vec<(ObjectId, u64)> = self
             .pins
             .lock()
@@ -177,13 +178,16 @@ impl Handler for ClientHandler {
         {
             let mut store = self.node.store.lock();
             // After every request it sent: nothing it left unsealed can be
-            // sealed any more.
-            store.creator_gone(self.creator());
+            // sealed any more, and what it owned has no owner.
+            orphaned = store.creator_gone(self.creator());
             for (id, n) in pins {
                 for _ in 0..n {
                     store.unpin(id);
                 }
             }
+        }
+        for file in orphaned {
+            self.node.config.spill.remove(file);
         }
         // Creates waiting for this process's copies can go on.
         self.node.store_changed.notify_waiters();
@@ -357,15 +361,15 @@ impl ClientHandler {
         Ok(())
     }
 
-    fn handle_create_object(&self, id: ObjectId, size: u64, reply: ReplyTo) {
+    fn handle_create_object(&self, id: ObjectId, size: u64, owned: bool, reply: ReplyTo) {
         let creator = self.creator();
-        let placement = match self.node.try_create(id, size, creator) {
+        let placement = match self.node.try_create(id, size, creator, owned) {
             Err(Error::ObjectStoreFull { .. }) if self.node.config.spill.enabled => {
-                return self.create_later(id, size, reply);
+                return self.create_later(id, size, owned, reply);
             }
             // A copy an earlier attempt left is in use or still written.
             Err(_) if self.node.store.lock().busy(id, creator) => {
-                return self.create_later(id, size, reply)
+                return self.create_later(id, size, owned, reply)
             }
             other => other,
         };
@@ -374,10 +378,10 @@ impl ClientHandler {
 
     /// Answers a create once spilling made room, or once the copy it
     /// replaces is no longer in use.
-    fn create_later(&self, id: ObjectId, size: u64, reply: ReplyTo) {
+    fn create_later(&self, id: ObjectId, size: u64, owned: bool, reply: ReplyTo) {
         let (node, creator) = (self.node.clone(), self.creator());
         tokio::spawn(async move {
-            let created = node.create_object(id, size, creator).await;
+            let created = node.create_object(id, size, creator, owned).await;
             reply.send(Response::from_result(created.map(location)));
         });
     }

@@ -572,7 +572,8 @@ impl Objects {
         if encoded.len() as u64 <= self.config.max_direct_call_object_size_bytes {
             return Ok(ObjectValue::Inline(Bytes::from(encoded.into_bytes())));
         }
-        self.store.write(id, &encoded.parts()).await
+        // A task's return value: its caller owns it.
+        self.store.write(id, &encoded.parts(), false).await
     }
 
     /// [`StoreClient::write`] from synchronous code: the copy runs on the
@@ -580,7 +581,7 @@ impl Objects {
     fn write_to_store_blocking(&self, id: ObjectId, parts: &[&[u8]]) -> Result<ObjectValue> {
         let size: u64 = parts.iter().map(|p| p.len() as u64).sum();
         let store = self.store.clone();
-        let offset = block_on(&self.rt, async move { store.create(id, size).await })?;
+        let offset = block_on(&self.rt, async move { store.create(id, size, true).await })?;
         self.store.write_parts(offset, parts)?;
         let store = self.store.clone();
         block_on(&self.rt, async move { store.seal(id).await })?;
@@ -650,7 +651,7 @@ impl Objects {
         let id = ObjectId::new();
         let plan = self.plan_put(value)?;
         let in_store = match plan.store_parts() {
-            Some(parts) => Some(self.store.write(id, &parts).await?),
+            Some(parts) => Some(self.store.write(id, &parts, true).await?),
             None => None,
         };
         Ok(self.record_put(id, in_store, plan))
@@ -697,11 +698,9 @@ impl Objects {
                     let contained = std::mem::take(&mut encoded.contained);
                     keep_alive.extend(std::mem::take(&mut encoded.keep_alive));
                     let store = self.store.clone();
-                    let value =
-                        block_on(
-                            &self.rt,
-                            async move { store.write(id, &encoded.parts()).await },
-                        )?;
+                    let value = block_on(&self.rt, async move {
+                        store.write(id, &encoded.parts(), true).await
+                    })?;
                     // Owned with one count, which the task takes over from
                     // the (never created) handle.
                     self.refs.add_owned(id, ValueState::Ready(value), contained);

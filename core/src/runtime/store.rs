@@ -115,8 +115,10 @@ impl StoreClient {
     }
 
     /// Room for object `id` of `size` bytes: its offset in the segment.
-    pub(crate) async fn create(&self, id: ObjectId, size: u64) -> Result<u64> {
-        Ok(self.raylet.request(CreateObject { id, size }).await?.offset)
+    /// `owned`: this process owns it (a put), rather than a task's caller.
+    pub(crate) async fn create(&self, id: ObjectId, size: u64, owned: bool) -> Result<u64> {
+        let request = CreateObject { id, size, owned };
+        Ok(self.raylet.request(request).await?.offset)
     }
 
     /// Copies `parts` back to back from `offset`.
@@ -134,10 +136,16 @@ impl StoreClient {
         self.raylet.request(SealObject { id }).await
     }
 
-    /// Writes `parts` back to back as object `id`, and seals it.
-    pub(crate) async fn write(&self, id: ObjectId, parts: &[&[u8]]) -> Result<ObjectValue> {
+    /// Writes `parts` back to back as object `id`, and seals it (`owned`
+    /// as for [`StoreClient::create`]).
+    pub(crate) async fn write(
+        &self,
+        id: ObjectId,
+        parts: &[&[u8]],
+        owned: bool,
+    ) -> Result<ObjectValue> {
         let size: u64 = parts.iter().map(|p| p.len() as u64).sum();
-        let offset = self.create(id, size).await?;
+        let offset = self.create(id, size, owned).await?;
         self.write_parts(offset, parts)?;
         self.seal(id).await?;
         Ok(ObjectValue::InStore {
