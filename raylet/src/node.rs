@@ -904,28 +904,19 @@ impl Node {
     ) -> Result<Placement, Error> {
         let mut last = None;
         for _ in 0..SPILL_ROUNDS {
-            // A copy left by an earlier attempt of the task that makes `id`
-            // is being spilled (or read, or still written by a process
-            // whose exit is not seen yet): replaced once that ends.
             let changed = self.store_changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            if self.store.lock().busy(id, creator) {
-                last = Some(Error::Protocol {
-                    message: format!(
-                        "object {id} is already in the store and still being read, spilled or \
-                         restored: a new copy cannot replace it"
-                    ),
-                });
-                let _ = tokio::time::timeout(SPILL_WAIT, changed).await;
-                continue;
-            }
             match self.try_create(id, size, creator, owned) {
                 Ok(p) => return Ok(p),
                 Err(e @ Error::ObjectStoreFull { .. }) => last = Some(e),
-                // It became busy since the check (a spill picked it): wait.
+                // A copy left by an earlier attempt of the task that makes
+                // `id` is in use (read, spilled, restored, or held by a
+                // process whose exit is not seen yet): replaced once that
+                // ends.
                 Err(e) if self.store.lock().busy(id, creator) => {
                     last = Some(e);
+                    let _ = tokio::time::timeout(SPILL_WAIT, changed).await;
                     continue;
                 }
                 Err(e) => return Err(e),
