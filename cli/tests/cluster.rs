@@ -1078,6 +1078,16 @@ fn take_name(name: String) -> String {
     }
 }
 
+/// Asks `w` for its node after `ms` milliseconds.
+#[prism::remote]
+fn node_later(w: prism::ActorHandle<Where>, ms: u64) -> String {
+    std::thread::sleep(Duration::from_millis(ms));
+    match w.node().and_then(|n| prism::get(&n)) {
+        Ok(node) => node,
+        Err(e) => format!("failed: {e}"),
+    }
+}
+
 /// The actor driver's part, run on the head by the test below.
 fn place_actors() {
     let (b, c) = join_and_find_b_c();
@@ -1137,6 +1147,19 @@ fn place_actors() {
     // An actor whose node dies: its callers' error names the node.
     let on_c = must(Where::remote_with(actor_on(c)), "created");
     node_of(&on_c);
+    // One that may restart, named, placed on C by a soft affinity: when C
+    // dies, its owner (this driver) creates it again on another node.
+    let moving = prism::ActorOptions::new()
+        .scheduling_strategy(affinity(c, true))
+        .max_restarts(1)
+        .name("moving");
+    let moved = must(Where::remote_with(moving), "created");
+    println!("MOVING starts on C: {}", node_of(&moved) == c.node_id);
+    // A caller on B that is not its owner calls it while C dies.
+    let later = must(
+        node_later::remote_with(on(b), moved.clone(), 300),
+        "submitted",
+    );
     let _ = must(end_my_node::remote_with(on(c)), "submitted");
     std::thread::sleep(Duration::from_millis(500));
     match prism::get(&must(on_c.node(), "called")) {
@@ -1145,6 +1168,25 @@ fn place_actors() {
             "NODE DIED names its node: {} ({e})",
             e.to_string().contains(&c.node_id)
         ),
+    }
+    match prism::get(&must(moved.node(), "called")) {
+        Ok(now) => {
+            println!("MOVED off C: {}", now != c.node_id && !now.is_empty());
+            let found = prism::get(&must(
+                find_named::remote_with(on(b), "moving".to_string()),
+                "submitted",
+            ));
+            println!(
+                "MOVED found by name: {} ({found:?})",
+                found.as_deref() == Ok(now.as_str())
+            );
+            let from_b = prism::get(&later);
+            println!(
+                "MOVED called from B: {} ({from_b:?})",
+                from_b.as_deref() == Ok(now.as_str())
+            );
+        }
+        Err(e) => println!("MOVED failed: {e}"),
     }
     drop(spread_actors);
     prism::shutdown();
@@ -1173,6 +1215,10 @@ fn actors_are_placed_on_other_nodes_named_cluster_wide_and_die_with_their_node()
     assert!(said.contains("RACE won by 1"), "{said}");
     assert!(said.contains("KILLED on B: true"), "{said}");
     assert!(said.contains("NODE DIED names its node: true"), "{said}");
+    assert!(said.contains("MOVING starts on C: true"), "{said}");
+    assert!(said.contains("MOVED off C: true"), "{said}");
+    assert!(said.contains("MOVED found by name: true"), "{said}");
+    assert!(said.contains("MOVED called from B: true"), "{said}");
 }
 
 /// The placement-group driver's part, run on the head by the test below.

@@ -11,12 +11,11 @@
 use crate::codec::Arg;
 use crate::object_ref::ObjectRef;
 use crate::options::ActorOptions;
+use crate::runtime::owned_actors::place;
 use crate::runtime::{current, Submission};
 use crate::{Error, Result};
 use prism_protocol::ids::{ActorId, ObjectId, TaskId};
-use prism_protocol::messages::{
-    ActorPlacement, ActorSpec, CreateActor, GetNamedActor, KillActor, TaskSpec,
-};
+use prism_protocol::messages::{ActorSpec, Address, GetNamedActor, KillActor, TaskSpec};
 use serde::{Deserialize, Serialize};
 use std::marker::PhantomData;
 
@@ -56,6 +55,11 @@ pub struct ActorRef {
     /// found by name.
     #[serde(default)]
     handle: Option<ObjectRef<()>>,
+    /// Its owner, for an actor that may restart: the process that creates
+    /// it again if its node dies, asked by a caller that finds no live
+    /// node holding it.
+    #[serde(default)]
+    owner: Option<Address>,
 }
 
 /// Two references are equal when they name the same actor, however they
@@ -94,7 +98,9 @@ impl ActorRef {
             return_id,
             caller: core.objects.address().clone(),
         };
-        let client = core.actors.client(self.actor_id, &self.class);
+        let client = core
+            .actors
+            .client(self.actor_id, &self.class, self.owner.as_ref());
         // The call keeps the actor alive until it answers, even if every
         // handle is dropped meanwhile.
         let submission = Submission::new(spec, held).holding(self.handle.clone());
@@ -236,29 +242,20 @@ pub fn create_actor<A: Actor>(
         options,
         owner: core.objects.address().clone(),
         job: core.job_id,
+        restarts: 0,
     };
     let c = core.clone();
     core.block_on(async move {
         // Resolve constructor arguments before the raylet sees the actor.
         let mut spec = spec;
         spec.args = c.objects.resolve_args(spec.args).await?;
-        match c.raylet.request(CreateActor { spec: spec.clone() }).await? {
-            ActorPlacement::Accepted => Ok(()),
-            // Its strategy puts it on another node: created there, as a
-            // lessee of this job (it ends with the job, as here).
-            ActorPlacement::Elsewhere { raylet, node_id } => {
-                let remote = c.tasks.remote_raylet(&raylet).await?;
-                match remote.request(CreateActor { spec }).await? {
-                    ActorPlacement::Accepted => Ok(()),
-                    ActorPlacement::Elsewhere { .. } => Err(Error::Cluster {
-                        message: format!(
-                            "node {node_id} sent an actor on again; an actor goes to one \
-                             other node at most"
-                        ),
-                    }),
-                }
-            }
+        // Sent to another node (as a lessee of this job, so that it ends
+        // with the job as here), it is kept to be created again if that
+        // node dies.
+        if let Some(node) = place(&c.raylet, &c.tasks, spec.clone()).await? {
+            c.objects.owned_actors.placed(&spec, &node);
         }
+        Ok(())
     })
     .inspect_err(|_| core.objects.release_held(&held))?;
     // Kept by name or detached: not counted. Otherwise the handles count.
@@ -268,10 +265,13 @@ pub fn create_actor<A: Actor>(
         actor_id,
         class: A::CLASS.to_string(),
         handle,
+        owner: may_restart.then(|| core.objects.address().clone()),
     };
     // The constructor's arguments are released once the actor is up, or
     // for one that may restart (and so construct again), once it is dead.
-    let client = core.actors.client(raw.actor_id, &raw.class);
+    let client = core
+        .actors
+        .client(raw.actor_id, &raw.class, raw.owner.as_ref());
     core.actors.release_after_start(&client, held, may_restart);
     Ok(ActorHandle::from_ref(raw))
 }
@@ -307,6 +307,7 @@ pub fn get_actor_in<A: Actor>(name: &str, namespace: &str) -> Result<ActorHandle
         actor_id: info.actor_id,
         class: info.class,
         handle: None,
+        owner: (info.max_restarts != 0).then_some(info.owner),
     }))
 }
 
@@ -365,6 +366,9 @@ fn kill_actor(actor_id: ActorId, no_restart: bool) -> Result<()> {
             })
             .await
     })?;
+    if no_restart {
+        core.objects.owned_actors.ended(actor_id);
+    }
     core.actors.killed(actor_id);
     Ok(())
 }

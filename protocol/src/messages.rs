@@ -238,6 +238,10 @@ pub struct ActorSpec {
     pub owner: Address,
     /// The job it belongs to.
     pub job: JobId,
+    /// How many times it was restarted before this creation: more than 0
+    /// when its owner creates it again on another node because the node
+    /// it ran on died.
+    pub restarts: u32,
 }
 
 /// An actor's lifecycle state, as the control store knows it.
@@ -278,6 +282,22 @@ pub struct ActorInfo {
     /// order, so of the calls a dead process had, only the first can have
     /// been running).
     pub max_concurrency: u32,
+    /// Its `max_restarts` option (-1: without limit).
+    pub max_restarts: i64,
+    /// The process that created it (and, in a cluster, creates it again
+    /// on another node if its node dies and it has restarts left).
+    pub owner: Address,
+}
+
+/// What an actor's owner says about an actor it created, for a caller
+/// that no live node knows it on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum OwnedActor {
+    /// The owner keeps it: it runs on a node not yet known dead, or the
+    /// owner is creating it again elsewhere. Look again.
+    Kept,
+    /// It will not come back, for this reason.
+    Gone(String),
 }
 
 /// Which output stream a line came from.
@@ -385,6 +405,7 @@ replies! {
     bool => KvChanged,
     Vec<String> => KvKeys,
     Option<String> => WorkerExit,
+    OwnedActor => OwnedActor,
 }
 
 impl Reply for () {
@@ -719,6 +740,12 @@ services! {
             /// counts end the borrow outright.
             counts: Vec<u64>,
         } => ();
+        /// Where an actor this process created stands, asked by a caller
+        /// that found no live node holding it.
+        LocateActor {
+            /// The actor.
+            actor_id: ActorId,
+        } => OwnedActor;
     }
 
     /// Notices the raylet sends its drivers and workers.
@@ -729,6 +756,12 @@ services! {
         NodeDied {
             /// The node.
             node_id: String,
+        } => ();
+        /// An actor this process created on this (other) node is dead for
+        /// good: its owner must not create it again if the node dies.
+        ActorEnded {
+            /// The actor.
+            actor_id: ActorId,
         } => ();
         /// Lines a worker printed, for the driver's terminal.
         WorkerOutput {
@@ -865,6 +898,8 @@ pub enum Response {
     KvKeys(Vec<String>),
     /// Why a worker exited (`None`: not known yet).
     WorkerExit(Option<String>),
+    /// What an actor's owner says about it.
+    OwnedActor(OwnedActor),
 }
 
 impl Response {

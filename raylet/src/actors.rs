@@ -47,6 +47,8 @@ pub(crate) type Answers<R> = Vec<(R, ActorInfo)>;
 pub(crate) struct ActorTable<R> {
     actors: HashMap<ActorId, ActorEntry<R>>,
     names: HashMap<(String, String), ActorId>,
+    /// Actors that died for good since [`ActorTable::take_ended`] last ran.
+    ended: Vec<ActorId>,
 }
 
 impl<R> Default for ActorTable<R> {
@@ -54,6 +56,7 @@ impl<R> Default for ActorTable<R> {
         ActorTable {
             actors: HashMap::new(),
             names: HashMap::new(),
+            ended: Vec::new(),
         }
     }
 }
@@ -67,7 +70,9 @@ fn unknown(actor_id: ActorId) -> Error {
 }
 
 impl<R> ActorTable<R> {
-    /// Records a new actor as `Pending`, taking its name if it has one.
+    /// Records a new actor as `Pending` (or `Restarting`, for one its
+    /// owner creates again after its node died), taking its name if it
+    /// has one.
     pub(crate) fn add(&mut self, spec: ActorSpec) -> Result<(), Error> {
         let name = spec
             .options
@@ -89,10 +94,16 @@ impl<R> ActorTable<R> {
                 info: ActorInfo {
                     actor_id: spec.actor_id,
                     class: spec.class.clone(),
-                    state: ActorState::Pending,
-                    num_restarts: 0,
+                    state: if spec.restarts > 0 {
+                        ActorState::Restarting
+                    } else {
+                        ActorState::Pending
+                    },
+                    num_restarts: spec.restarts,
                     max_task_retries: spec.options.max_task_retries,
                     max_concurrency: spec.options.max_concurrency,
+                    max_restarts: spec.options.max_restarts,
+                    owner: spec.owner.clone(),
                 },
                 name,
                 worker: None,
@@ -137,6 +148,7 @@ impl<R> ActorTable<R> {
             {
                 entry.info.state = state;
                 if matches!(entry.info.state, ActorState::Dead(_)) {
+                    self.ended.push(actor);
                     self.free_name(actor);
                     return self.actors.get_mut(&actor).map(wake).unwrap_or_default();
                 }
@@ -204,10 +216,16 @@ impl<R> ActorTable<R> {
                 class: entry.info.class.clone(),
                 reason,
             });
+            self.ended.push(actor);
         }
         let answers = wake(entry);
         self.free_name(actor);
         answers
+    }
+
+    /// The actors that died for good since the last call.
+    pub(crate) fn take_ended(&mut self) -> Vec<ActorId> {
+        std::mem::take(&mut self.ended)
     }
 
     fn free_name(&mut self, actor: ActorId) {
@@ -343,7 +361,32 @@ mod tests {
             },
             owner: String::new(),
             job: JobId::new(),
+            restarts: 0,
         }
+    }
+
+    #[test]
+    fn an_actor_created_again_after_its_node_died_restarts_counting_on() {
+        let mut table: ActorTable<u32> = ActorTable::default();
+        let mut again = restartable(Some("kept"), 2);
+        again.restarts = 1;
+        let id = again.actor_id;
+        table.add(again).unwrap();
+        let info = table.info(id).unwrap();
+        assert!(matches!(info.state, ActorState::Restarting), "{info:?}");
+        assert_eq!((info.num_restarts, info.max_restarts), (1, 2));
+        assert!(table.watch(id, true, 1).is_none(), "waited through");
+        assert!(matches!(
+            table.lost(id, "crash".into(), true),
+            Lost::Restart(_)
+        ));
+        assert!(table.take_ended().is_empty(), "restarting is not dead");
+        assert!(matches!(
+            table.lost(id, "crash".into(), true),
+            Lost::Dead(_)
+        ));
+        assert_eq!(table.take_ended(), vec![id], "its death is reported once");
+        assert!(table.take_ended().is_empty());
     }
 
     #[test]

@@ -23,8 +23,8 @@ use prism_object_store::{Creator, ObjectTable, Pin, Placement, Segment, SpillFil
 use prism_protocol::error::Error;
 use prism_protocol::ids::{ActorId, JobId, NodeId, ObjectId, PlacementGroupId, WorkerId};
 use prism_protocol::messages::{
-    ActorPlacement, ActorSpec, ActorState, BecomeActor, LeaseGrant, LeaseReply, NodeDied,
-    Registration, Reply, Response, SchedulingStrategy,
+    ActorEnded, ActorPlacement, ActorSpec, ActorState, BecomeActor, LeaseGrant, LeaseReply,
+    NodeDied, Registration, Reply, Response, SchedulingStrategy,
 };
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::Connection;
@@ -84,6 +84,10 @@ pub(crate) struct Control {
     jobs: HashMap<JobId, Job>,
     links: HashMap<WorkerId, WorkerLink>,
     exits: ExitLog,
+    /// The connection of each actor's creator on another node, to tell it
+    /// when the actor dies for good (it creates the actor again elsewhere
+    /// if this node dies, and must not after that).
+    remote_owners: HashMap<ActorId, Connection>,
 }
 
 /// Why recent workers exited, for callers that saw one vanish (the last
@@ -117,6 +121,8 @@ impl ExitLog {
 struct AfterLock {
     launches: Vec<WorkerLaunch>,
     kills: Vec<u32>,
+    /// Creators on other nodes to tell that their actor died for good.
+    ended: Vec<(Connection, ActorId)>,
 }
 
 /// One node: its store, its scheduler, its workers and (on the head) the
@@ -175,6 +181,7 @@ impl Node {
                 jobs: HashMap::new(),
                 links: HashMap::new(),
                 exits: ExitLog::default(),
+                remote_owners: HashMap::new(),
             }),
             segment,
             launcher,
@@ -242,6 +249,9 @@ impl Node {
             tokio::task::spawn_blocking(move || node.launch(launch));
         }
         self.kill(after.kills);
+        for (conn, actor_id) in after.ended {
+            let _ = conn.notify(ActorEnded { actor_id });
+        }
         out
     }
 
@@ -261,6 +271,11 @@ impl Node {
             }
             for decision in decisions {
                 self.carry_out(&mut control, decision, &mut after);
+            }
+        }
+        for actor in control.actors.take_ended() {
+            if let Some(conn) = control.remote_owners.remove(&actor) {
+                after.ended.push((conn, actor));
             }
         }
         (out, after)
@@ -583,20 +598,22 @@ impl Node {
     }
 
     /// Takes an actor here, or, for a request from this node's own
-    /// processes (`local`), names the node its strategy puts it on.
+    /// processes (no `lessee`), names the node its strategy puts it on.
+    /// An actor a process of another node sends here (its `lessee`
+    /// connection) is reported to that process when it dies for good.
     pub(crate) fn accept_actor(
         self: &Arc<Self>,
         job: JobId,
         spec: ActorSpec,
-        local: bool,
+        lessee: Option<Connection>,
     ) -> Result<ActorPlacement, Error> {
-        if local && spec.options.placement.is_none() {
+        if lessee.is_none() && spec.options.placement.is_none() {
             let (shape, strategy) = (&spec.options.resources, spec.options.strategy);
             if let Some((raylet, node_id)) = self.place(shape, strategy)? {
                 return Ok(ActorPlacement::Elsewhere { raylet, node_id });
             }
         }
-        self.create_actor(job, spec)?;
+        self.create_actor(job, spec, lessee)?;
         Ok(ActorPlacement::Accepted)
     }
 
@@ -607,11 +624,11 @@ impl Node {
         self: &Arc<Self>,
         job: JobId,
         spec: ActorSpec,
-        local: bool,
+        lessee: Option<Connection>,
     ) -> Result<ActorPlacement, Error> {
         let (name, namespace) = (spec.options.name.clone(), spec.options.namespace.clone());
         let actor_id = spec.actor_id;
-        let placed = self.accept_actor(job, spec, local)?;
+        let placed = self.accept_actor(job, spec, lessee)?;
         match (placed, name) {
             (ActorPlacement::Accepted, Some(name)) if self.membership.get().is_some() => {
                 if let Err(e) = self.claim_actor_name(&namespace, &name, actor_id).await {
@@ -714,13 +731,22 @@ impl Node {
 
     /// Accepts an actor: checks it could ever be placed and takes its name,
     /// then queues the lease for its lifetime.
-    pub(crate) fn create_actor(self: &Arc<Self>, job: JobId, spec: ActorSpec) -> Result<(), Error> {
+    pub(crate) fn create_actor(
+        self: &Arc<Self>,
+        job: JobId,
+        spec: ActorSpec,
+        lessee: Option<Connection>,
+    ) -> Result<(), Error> {
         self.control(|c| {
             let (shape, bundle) = (spec.options.resources.clone(), spec.options.placement);
             c.scheduler.check_feasible(&shape, bundle)?;
             debug_assert_eq!(job, spec.job);
             let lease = actor_lease(&spec);
+            let actor = spec.actor_id;
             c.actors.add(spec)?;
+            if let Some(conn) = lessee {
+                c.remote_owners.insert(actor, conn);
+            }
             c.scheduler.request_lease(lease);
             Ok(())
         })
@@ -756,7 +782,7 @@ impl Node {
                 Err(Error::Disconnected { .. }) => return,
                 Err(e) => ActorState::Dead(e),
             };
-            let answers = node.state.lock().actors.started(actor, worker_id, state);
+            let answers = node.control(|c| c.actors.started(actor, worker_id, state));
             answer_actor_waiters(answers);
         });
     }
@@ -825,13 +851,14 @@ impl Node {
 
     /// An actor ended itself with `prism::exit_actor`: dead for good, its
     /// name free; its process exits by itself.
-    pub(crate) fn exit_actor(&self, actor: ActorId) -> Result<(), Error> {
-        let mut control = self.state.lock();
-        control.actors.worker_of(actor)?;
-        let answers = control
-            .actors
-            .died(actor, "it ended itself with prism::exit_actor".into());
-        drop(control);
+    pub(crate) fn exit_actor(self: &Arc<Self>, actor: ActorId) -> Result<(), Error> {
+        let answers = self.control(|c| {
+            c.actors.worker_of(actor)?;
+            Ok::<_, Error>(
+                c.actors
+                    .died(actor, "it ended itself with prism::exit_actor".into()),
+            )
+        })?;
         answer_actor_waiters(answers);
         self.forget_checkpoint(actor);
         Ok(())

@@ -107,7 +107,7 @@ impl Handler for ClientHandler {
             R::DeleteObjects(r) => answer(self.handle_delete_objects(r.ids, r.node)),
             R::PullObject(r) => return self.node.pull_object(r.id, r.node, r.size, reply),
             R::GetStoreStats(_) => answer(Ok(self.node.store_stats())),
-            R::CreateActor(r) => return self.handle_create_actor(r.spec, reply),
+            R::CreateActor(r) => return self.handle_create_actor(r.spec, conn, reply),
             R::GetNamedActor(r) => return self.handle_get_named_actor(r, reply),
             R::WorkerExitReason(r) => answer(Ok(self.node.worker_exit_reason(r.worker_id))),
             R::KillActor(r) => return self.handle_kill_actor(r, reply),
@@ -445,17 +445,18 @@ impl ClientHandler {
     /// strategy or its placement-group bundle) names the node that should.
     /// In a cluster, a named actor's name is claimed in the head's
     /// directory by the node that takes it.
-    fn handle_create_actor(&self, spec: ActorSpec, reply: ReplyTo) {
+    fn handle_create_actor(&self, spec: ActorSpec, conn: &Connection, reply: ReplyTo) {
         let job = match self.job() {
             Ok(job) => job,
             Err(e) => return reply.send(Response::Error(e)),
         };
         let local = !matches!(*self.role.lock(), Role::Lessee(_));
+        let lessee = (!local).then(|| conn.clone());
         let cluster = self.node.membership.get().is_some();
         let bundle = spec.options.placement.filter(|_| local && cluster);
         let named = cluster && spec.options.name.is_some();
         if bundle.is_none() && !named {
-            return reply.send_result(self.node.accept_actor(job, spec, local));
+            return reply.send_result(self.node.accept_actor(job, spec, lessee));
         }
         let node = self.node.clone();
         tokio::spawn(async move {
@@ -465,7 +466,7 @@ impl ClientHandler {
             };
             let placed = match routed {
                 Ok(Some((raylet, node_id))) => Ok(ActorPlacement::Elsewhere { raylet, node_id }),
-                Ok(None) => node.accept_named_actor(job, spec, local).await,
+                Ok(None) => node.accept_named_actor(job, spec, lessee).await,
                 Err(e) => Err(e),
             };
             reply.send_result(placed);

@@ -14,7 +14,9 @@ use super::objects::{Objects, Submission};
 use crate::{Error, Result};
 use parking_lot::Mutex;
 use prism_protocol::ids::{ActorId, ObjectId, WorkerId};
-use prism_protocol::messages::{ActorCall, ActorInfo, ActorState, GetActor};
+use prism_protocol::messages::{
+    ActorCall, ActorInfo, ActorState, Address, GetActor, LocateActor, OwnedActor,
+};
 use prism_protocol::rpc::{Connection, Endpoint};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -65,6 +67,11 @@ struct ClientState {
     worker: Option<WorkerId>,
     /// The node that process runs (or ran) on, in a multi-node cluster.
     node: Option<String>,
+    /// What its node last said about it.
+    known: Option<ActorInfo>,
+    /// Its owner, if it may restart (known from the handle before any
+    /// node answered about it).
+    owner: Option<Address>,
     /// Why calls fail, once it is known to be dead.
     dead: Option<Error>,
     seq: u64,
@@ -113,9 +120,17 @@ impl ActorSubmitter {
     }
 
     /// This process's client of an actor, made on first use.
-    pub(crate) fn client(self: &Arc<Self>, actor_id: ActorId, class: &str) -> Arc<ActorClient> {
+    pub(crate) fn client(
+        self: &Arc<Self>,
+        actor_id: ActorId,
+        class: &str,
+        owner: Option<&Address>,
+    ) -> Arc<ActorClient> {
         let mut clients = self.clients.lock();
         if let Some(c) = clients.get(&actor_id) {
+            if let Some(owner) = owner {
+                c.state.lock().owner.get_or_insert_with(|| owner.clone());
+            }
             return c.clone();
         }
         let client = Arc::new(ActorClient {
@@ -124,6 +139,7 @@ impl ActorSubmitter {
             in_flight: AtomicUsize::new(0),
             state: Mutex::new(ClientState {
                 draining: true,
+                owner: owner.cloned(),
                 ..Default::default()
             }),
         });
@@ -345,6 +361,10 @@ impl ActorSubmitter {
                     if let ActorState::Alive { address, .. } = &info.state {
                         state.node = Endpoint::parse(address).node;
                     }
+                    self.objects
+                        .owned_actors
+                        .seen_restarts(client.actor_id, info.num_restarts);
+                    state.known = Some(info.clone());
                     state.seq = 0;
                     // With one call at a time, only the first call the old
                     // process got can have been running; the ones behind it
@@ -410,6 +430,56 @@ impl ActorSubmitter {
         self.objects.release_held(&held);
     }
 
+    /// Whether an actor no live node holds may still come back: it may
+    /// restart, and its owner keeps it (see `owned_actors`).
+    async fn may_move(&self, client: &ActorClient) -> bool {
+        let (known, owner) = {
+            let state = client.state.lock();
+            (state.known.clone(), state.owner.clone())
+        };
+        let owner = match known {
+            Some(info) => {
+                let max = info.max_restarts;
+                if max == 0 || (max > 0 && i64::from(info.num_restarts) >= max) {
+                    return false;
+                }
+                info.owner
+            }
+            // Never found yet: the handle names the owner of one that may
+            // restart, which knows.
+            None => match owner {
+                Some(owner) => owner,
+                None => return false,
+            },
+        };
+        if &owner == self.objects.address() {
+            return matches!(
+                self.objects.owned_actors.locate(client.actor_id),
+                OwnedActor::Kept
+            );
+        }
+        let Ok(owner) = self.objects.peers.get(&owner).await else {
+            return false;
+        };
+        let asked = owner.request(LocateActor {
+            actor_id: client.actor_id,
+        });
+        matches!(
+            tokio::time::timeout(Duration::from_secs(5), asked).await,
+            Ok(Ok(OwnedActor::Kept))
+        )
+    }
+
+    /// How long a caller looks for an actor that its owner keeps: until
+    /// the head has surely declared its node dead, and a margin for the
+    /// owner to create it again.
+    fn moving_limit(&self) -> Duration {
+        // The cluster's timeout is set on its head; this process's setting
+        // is the default unless told otherwise, so take the larger.
+        let death = self.objects.config.node_death_timeout_ms.max(5_000);
+        Duration::from_millis(death) + Duration::from_secs(30)
+    }
+
     /// Waits until the actor is alive in a process other than `old`'s and
     /// connects to it, or returns why it is dead.
     async fn find(
@@ -418,14 +488,40 @@ impl ActorSubmitter {
         mut old: Option<WorkerId>,
     ) -> Result<(Connection, WorkerId, ActorInfo)> {
         let deadline = Instant::now() + EXIT_NOTICE_LIMIT;
+        let mut moving: Option<Instant> = None;
         loop {
-            let info = self
+            let lookup = self
                 .raylet
                 .request(GetActor {
                     actor_id: client.actor_id,
                     wait: true,
                 })
-                .await?;
+                .await;
+            let info = match lookup {
+                // No live node holds it. If it may restart, its owner may
+                // be creating it again on another node (its node died) or
+                // not know yet that its node died: look again meanwhile.
+                Err(Error::ActorDied { class, .. })
+                    if class == "?" && self.may_move(client).await =>
+                {
+                    let limit = self.moving_limit();
+                    let since = *moving.get_or_insert_with(Instant::now);
+                    if since.elapsed() > limit {
+                        return Err(Error::ActorDied {
+                            actor_id: client.actor_id,
+                            class: client.class.clone(),
+                            reason: format!(
+                                "no live node holds it, and its owner did not create it again \
+                                 within {} s",
+                                limit.as_secs()
+                            ),
+                        });
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+                other => other?,
+            };
             let (address, worker) = match &info.state {
                 ActorState::Alive {
                     address, worker, ..

@@ -66,10 +66,17 @@ impl Handler for CoreHandler {
         let bound = self.bound.get();
         let objects = bound.and_then(|b| b.objects.upgrade());
         let executor = bound.and_then(|b| b.executor.upgrade());
+        if let Request::Driver(DriverRequest::ActorEnded(ended)) = &request {
+            if let Some(objects) = &objects {
+                objects.owned_actors.ended(ended.actor_id);
+            }
+            return;
+        }
         if let Request::Driver(DriverRequest::NodeDied(died)) = &request {
             if let Some(objects) = &objects {
                 let n = objects.peers.abandon_node(&died.node_id);
                 tracing::warn!(node = %died.node_id, connections = n, "a node died; its connections were given up");
+                objects.owned_actors.node_died(&died.node_id);
             }
             if id.is_some() {
                 conn.respond(id, Response::Ok);

@@ -25,6 +25,7 @@ pub(crate) mod actors;
 pub(crate) mod executor;
 pub(crate) mod handler;
 pub(crate) mod objects;
+pub(crate) mod owned_actors;
 pub(crate) mod peers;
 pub(crate) mod refs;
 pub(crate) mod registry;

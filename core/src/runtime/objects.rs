@@ -8,6 +8,7 @@
 //! (deleting from the store, ending a borrow at its owner).
 
 use super::block_on;
+use super::owned_actors::OwnedActors;
 use super::peers::Peers;
 use super::refs::{Readiness, Rebuild, RefTable, Release, ValueState};
 use super::store::{Loaded, StoreClient};
@@ -18,8 +19,9 @@ use crate::{Error, Result};
 use bytes::Bytes;
 use prism_protocol::ids::ObjectId;
 use prism_protocol::messages::{
-    AddBorrower, Address, ArgSpec, DeleteObjects, GetObjectStatus, KillActor, ObjectRefInfo,
-    ObjectValue, OwnerRequest, RemoveBorrower, Response, ReturnObject, TaskSpec, WorkerBlocked,
+    AddBorrower, Address, ArgSpec, DeleteObjects, GetObjectStatus, KillActor, LocateActor,
+    ObjectRefInfo, ObjectValue, OwnerRequest, RemoveBorrower, Response, ReturnObject, TaskSpec,
+    WorkerBlocked,
 };
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
@@ -190,7 +192,7 @@ pub(crate) fn rebuilt() -> u64 {
 #[derive(Debug)]
 pub(crate) struct Objects {
     rt: tokio::runtime::Handle,
-    config: Arc<Config>,
+    pub(crate) config: Arc<Config>,
     /// Workers tell the raylet when they block in `get`; drivers do not.
     is_worker: bool,
     raylet: Connection,
@@ -203,6 +205,8 @@ pub(crate) struct Objects {
     lineage: parking_lot::Mutex<HashMap<ObjectId, Lineage>>,
     /// The task submitter, which runs lineage again.
     rebuilder: OnceLock<Weak<TaskSubmitter>>,
+    /// The actors this process created on other nodes.
+    pub(crate) owned_actors: Arc<OwnedActors>,
 }
 
 /// How a put stores its value.
@@ -264,6 +268,7 @@ impl Objects {
         address: Address,
     ) -> Self {
         Objects {
+            owned_actors: Arc::new(OwnedActors::new(rt.clone(), raylet.clone())),
             rt,
             config,
             is_worker,
@@ -315,6 +320,7 @@ impl Objects {
                     counts.push(count);
                 }
                 Release::ActorOutOfScope(actor_id) => {
+                    self.owned_actors.ended(actor_id);
                     tracing::debug!(actor = %actor_id, "every handle to an actor is gone; stopping it");
                     let _ = self.raylet.notify(KillActor {
                         actor_id,
@@ -504,6 +510,7 @@ impl Objects {
     /// Sets the submitter that runs lineage again.
     pub(crate) fn set_rebuilder(&self, submitter: &Arc<TaskSubmitter>) {
         let _ = self.rebuilder.set(Arc::downgrade(submitter));
+        self.owned_actors.set_submitter(submitter);
     }
 
     /// Makes an owned object whose copy on node `lost_node` is gone again,
@@ -817,6 +824,10 @@ impl Objects {
                 let releases = self.refs.remove_borrower(&ids, &counts, &borrower);
                 self.apply_releases(releases);
                 conn.respond(id, Response::Ok);
+            }
+            OwnerRequest::LocateActor(LocateActor { actor_id }) => {
+                let answer = self.owned_actors.locate(actor_id);
+                conn.respond(id, Response::OwnedActor(answer));
             }
         }
     }

@@ -1,0 +1,194 @@
+//! The actors this process created on other nodes, kept so that it can
+//! create them again when their node dies.
+//!
+//! On one node an actor's restarts are the raylet's business: its actor
+//! table keeps the spec and leases a new worker when the process dies. An
+//! actor sent to another node lives in that node's table, which dies with
+//! the node. Its creator (the owner, as in Ray) is the one process that
+//! both holds the spec and lives on: when the head declares the node dead
+//! it creates the actor again, under the same id and counting the restart,
+//! wherever the actor's strategy puts it now. Callers that find no live
+//! node holding the actor ask the owner ([`LocateActor`]) whether to look
+//! again or give up.
+//!
+//! A record is dropped when the actor dies for good: the node that held it
+//! says so ([`ActorEnded`](prism_protocol::messages::ActorEnded)), or this
+//! process killed it for good or dropped its last handle.
+
+use super::submitter::TaskSubmitter;
+use crate::{Error, Result};
+use parking_lot::Mutex;
+use prism_protocol::ids::ActorId;
+use prism_protocol::messages::{ActorPlacement, ActorSpec, CreateActor, OwnedActor};
+use prism_protocol::rpc::Connection;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, Weak};
+
+/// Creates an actor where its strategy puts it: here, or (answered
+/// `Elsewhere` by the local raylet) on another node, as a lessee of this
+/// job so that it ends with the job. Returns the other node, if any.
+pub(crate) async fn place(
+    raylet: &Connection,
+    tasks: &TaskSubmitter,
+    spec: ActorSpec,
+) -> Result<Option<String>> {
+    match raylet.request(CreateActor { spec: spec.clone() }).await? {
+        ActorPlacement::Accepted => Ok(None),
+        ActorPlacement::Elsewhere { raylet, node_id } => {
+            let remote = tasks.remote_raylet(&raylet).await?;
+            match remote.request(CreateActor { spec }).await? {
+                ActorPlacement::Accepted => Ok(Some(node_id)),
+                ActorPlacement::Elsewhere { .. } => Err(Error::Cluster {
+                    message: format!(
+                        "node {node_id} sent an actor on again; an actor goes to one other \
+                         node at most"
+                    ),
+                }),
+            }
+        }
+    }
+}
+
+/// One actor this process created on another node.
+#[derive(Debug)]
+struct Away {
+    spec: ActorSpec,
+    /// The node it runs on (or is being created on).
+    node: String,
+    /// Restarts counted so far, by its last node and by this process.
+    restarts: u32,
+    /// Why it could not be created again, once that failed.
+    failed: Option<String>,
+}
+
+/// The actors this process created on other nodes that may restart.
+#[derive(Debug)]
+pub(crate) struct OwnedActors {
+    rt: tokio::runtime::Handle,
+    raylet: Connection,
+    tasks: OnceLock<Weak<TaskSubmitter>>,
+    away: Mutex<HashMap<ActorId, Away>>,
+}
+
+impl OwnedActors {
+    pub(crate) fn new(rt: tokio::runtime::Handle, raylet: Connection) -> Self {
+        OwnedActors {
+            rt,
+            raylet,
+            tasks: OnceLock::new(),
+            away: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Sets the submitter whose lessee connections reach other nodes.
+    pub(crate) fn set_submitter(&self, tasks: &Arc<TaskSubmitter>) {
+        let _ = self.tasks.set(Arc::downgrade(tasks));
+    }
+
+    /// Records an actor created on `node`, if it may restart and is not
+    /// tied to a placement-group bundle (whose node is its node).
+    pub(crate) fn placed(&self, spec: &ActorSpec, node: &str) {
+        if spec.options.max_restarts == 0 || spec.options.placement.is_some() {
+            return;
+        }
+        self.away.lock().insert(
+            spec.actor_id,
+            Away {
+                spec: spec.clone(),
+                node: node.to_string(),
+                restarts: spec.restarts,
+                failed: None,
+            },
+        );
+    }
+
+    /// The actor is dead for good: never create it again.
+    pub(crate) fn ended(&self, actor: ActorId) {
+        self.away.lock().remove(&actor);
+    }
+
+    /// Its node counted `restarts` restarts (seen by a caller here).
+    pub(crate) fn seen_restarts(&self, actor: ActorId, restarts: u32) {
+        if let Some(away) = self.away.lock().get_mut(&actor) {
+            away.restarts = away.restarts.max(restarts);
+        }
+    }
+
+    /// What this process says about `actor` to a caller that found no
+    /// live node holding it.
+    pub(crate) fn locate(&self, actor: ActorId) -> OwnedActor {
+        match self.away.lock().get(&actor) {
+            Some(Away {
+                failed: Some(why), ..
+            }) => OwnedActor::Gone(why.clone()),
+            Some(_) => OwnedActor::Kept,
+            None => OwnedActor::Gone(
+                "its owner no longer keeps it: it ended, was killed, used up its restarts, or \
+                 ran on the owner's own node"
+                    .into(),
+            ),
+        }
+    }
+
+    /// `node` died: each actor of this process there with restarts left is
+    /// created again wherever its strategy puts it now.
+    pub(crate) fn node_died(self: &Arc<Self>, node: &str) {
+        let mut again = Vec::new();
+        {
+            let mut away = self.away.lock();
+            for (id, a) in away.iter_mut() {
+                if a.node != node || a.failed.is_some() {
+                    continue;
+                }
+                let max = a.spec.options.max_restarts;
+                if max >= 0 && i64::from(a.restarts) >= max {
+                    a.failed = Some(format!(
+                        "it ran on node {node}, which died, and it was restarted {} time(s), \
+                         its max_restarts",
+                        a.restarts
+                    ));
+                    continue;
+                }
+                a.restarts += 1;
+                let mut spec = a.spec.clone();
+                spec.restarts = a.restarts;
+                again.push((*id, spec));
+            }
+        }
+        for (id, spec) in again {
+            let this = self.clone();
+            let dead = node.to_string();
+            self.rt
+                .spawn(async move { this.create_again(id, spec, &dead).await });
+        }
+    }
+
+    async fn create_again(&self, id: ActorId, spec: ActorSpec, dead: &str) {
+        let tasks = self.tasks.get().and_then(Weak::upgrade);
+        let class = spec.class.clone();
+        let restart = spec.restarts;
+        tracing::warn!(actor = %id, %class, node = %dead, restart, "an actor's node died; creating it again");
+        let placed = match tasks {
+            Some(tasks) => place(&self.raylet, &tasks, spec).await,
+            None => Err(Error::NotInitialized),
+        };
+        let mut away = self.away.lock();
+        let Some(record) = away.get_mut(&id) else {
+            return;
+        };
+        match placed {
+            Ok(Some(node)) => record.node = node,
+            // On this process's own node, it lives and dies with it: the
+            // local raylet restarts it from now on.
+            Ok(None) => {
+                away.remove(&id);
+            }
+            Err(e) => {
+                tracing::warn!(actor = %id, %class, error = %e, "an actor could not be created again");
+                record.failed = Some(format!(
+                    "it ran on node {dead}, which died, and creating it again failed: {e}"
+                ));
+            }
+        }
+    }
+}
