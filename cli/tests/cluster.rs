@@ -865,6 +865,12 @@ fn fill(bytes: usize) -> Vec<u8> {
     (0..bytes).map(|i| (i % 251) as u8).collect()
 }
 
+/// Each byte of `data` plus one.
+#[prism::remote]
+fn shift(data: Vec<u8>) -> Vec<u8> {
+    data.iter().map(|b| b.wrapping_add(1)).collect()
+}
+
 /// The sum of `data`, and the bytes this node pulled from others so far.
 #[prism::remote]
 fn checksum(data: Vec<u8>) -> (u64, u64) {
@@ -1430,7 +1436,19 @@ fn rebuild_lost() {
         prism::wait(&[first.clone(), second.clone()], 2, None),
         "both are made",
     );
-    // B dies with both.
+    // Two chains on B, each a task taking the result of another by
+    // reference. The first chain's base is dropped once its second task
+    // ran (its value is freed, its lineage kept); the second's is kept.
+    let base = must(fill::remote_with(prefer(b), SIZE), "submitted");
+    let shifted = must(shift::remote_with(prefer(b), &base), "submitted");
+    let kept_base = must(fill::remote_with(prefer(b), SIZE), "submitted");
+    let kept_shifted = must(shift::remote_with(prefer(b), &kept_base), "submitted");
+    must(
+        prism::wait(&[shifted.clone(), kept_shifted.clone()], 2, None),
+        "both chains are made",
+    );
+    drop(base);
+    // B dies with all of them.
     let _ = must(end_my_node::remote_with(on(b)), "submitted");
     std::thread::sleep(Duration::from_millis(2500));
     // This driver reads the first: its task runs again elsewhere.
@@ -1444,6 +1462,19 @@ fn rebuild_lost() {
     let read = must(checksum::remote_with(on(c), &second), "submitted");
     let (sum, _) = must(prism::get(&read), "the reader on C finishes");
     println!("BORROWER read it whole: {}", sum == expected);
+    // Each chain's end is made again, and so is its base first (freed) or
+    // when the task made again finds it lost (kept).
+    let expected_shifted: u64 = (0..SIZE).map(|i| (i % 251) as u64 + 1).sum();
+    for (name, end) in [("FREED", &shifted), ("KEPT", &kept_shifted)] {
+        match prism::get(end) {
+            Ok(data) => {
+                let sum: u64 = data.iter().map(|&b| b as u64).sum();
+                println!("CHAIN {name} base made again: {}", sum == expected_shifted);
+            }
+            Err(e) => println!("CHAIN {name} failed: {e}"),
+        }
+    }
+    drop(kept_base);
     println!("REBUILT {}", prism::retry_stats().objects_rebuilt);
     prism::shutdown();
 }
@@ -1463,7 +1494,9 @@ fn objects_lost_with_their_node_are_made_again_from_their_lineage() {
     );
     assert!(said.contains("OWNER read it whole: true"), "{said}");
     assert!(said.contains("BORROWER read it whole: true"), "{said}");
-    assert!(said.contains("REBUILT 2"), "{said}");
+    assert!(said.contains("CHAIN FREED base made again: true"), "{said}");
+    assert!(said.contains("CHAIN KEPT base made again: true"), "{said}");
+    assert!(said.contains("REBUILT 6"), "{said}");
 }
 
 /// Adds the node each block task ran on, and spends a little CPU so that

@@ -24,6 +24,7 @@
 pub(crate) mod actors;
 pub(crate) mod executor;
 pub(crate) mod handler;
+pub(crate) mod lineage;
 pub(crate) mod objects;
 pub(crate) mod owned_actors;
 pub(crate) mod peers;

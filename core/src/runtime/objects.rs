@@ -8,11 +8,12 @@
 //! (deleting from the store, ending a borrow at its owner).
 
 use super::block_on;
+use super::lineage::{Lineage, LineageTable};
 use super::owned_actors::OwnedActors;
 use super::peers::Peers;
 use super::refs::{Readiness, Rebuild, RefTable, Release, ValueState};
 use super::store::{Loaded, StoreClient};
-use super::submitter::{SchedulingKey, TaskSubmitter};
+use super::submitter::TaskSubmitter;
 use crate::codec::{self, Arg};
 use crate::config::Config;
 use crate::{Error, Result};
@@ -168,15 +169,6 @@ impl Submission {
     }
 }
 
-/// How a stored object was made, to make it again if the node holding it
-/// dies (Ray's lineage): the task, with only values as arguments.
-#[derive(Debug, Clone)]
-pub(crate) struct Lineage {
-    pub(crate) key: SchedulingKey,
-    pub(crate) spec: TaskSpec,
-    pub(crate) max_retries: i64,
-}
-
 /// How many times one read makes a lost object again before giving up.
 const MAX_REBUILDS_PER_READ: u32 = 3;
 
@@ -202,7 +194,7 @@ pub(crate) struct Objects {
     /// Gets and waits in progress.
     waiting: AtomicUsize,
     /// The lineage of owned objects in a store, by object.
-    lineage: parking_lot::Mutex<HashMap<ObjectId, Lineage>>,
+    lineage: parking_lot::Mutex<LineageTable>,
     /// The task submitter, which runs lineage again.
     rebuilder: OnceLock<Weak<TaskSubmitter>>,
     /// The actors this process created on other nodes.
@@ -277,7 +269,7 @@ impl Objects {
             peers,
             refs: RefTable::new(address),
             waiting: AtomicUsize::new(0),
-            lineage: parking_lot::Mutex::new(HashMap::new()),
+            lineage: parking_lot::Mutex::new(LineageTable::default()),
             rebuilder: OnceLock::new(),
         }
     }
@@ -311,7 +303,7 @@ impl Objects {
         for r in releases {
             match r {
                 Release::DeleteFromStore(id, holder) => {
-                    self.lineage.lock().remove(&id);
+                    self.lineage.lock().freed(id);
                     deletes.entry(holder).or_default().push(id)
                 }
                 Release::EndBorrow { owner, id, count } => {
@@ -367,7 +359,7 @@ impl Objects {
             Err(e) => (ValueState::Failed(e), Vec::new()),
         };
         if !matches!(value, ValueState::Ready(ObjectValue::InStore { .. })) {
-            self.lineage.lock().remove(&submission.spec.return_id);
+            self.lineage.lock().forget(submission.spec.return_id);
         }
         let mut releases = self
             .refs
@@ -438,7 +430,7 @@ impl Objects {
     /// node died is made again from its lineage by its owner (this process
     /// or, when asked, the owner of a borrowed one), a bounded number of
     /// times.
-    pub(crate) async fn fetch(&self, info: &ObjectRefInfo) -> Result<Loaded> {
+    pub(crate) async fn fetch(self: &Arc<Self>, info: &ObjectRefInfo) -> Result<Loaded> {
         let mut lost: Option<(String, Error)> = None;
         for _ in 0..=MAX_REBUILDS_PER_READ {
             let value = if self.refs.is_mine(&info.owner) {
@@ -504,7 +496,7 @@ impl Objects {
         if lineage.max_retries == 0 {
             return;
         }
-        self.lineage.lock().insert(lineage.spec.return_id, lineage);
+        self.lineage.lock().record(lineage);
     }
 
     /// Sets the submitter that runs lineage again.
@@ -515,8 +507,8 @@ impl Objects {
 
     /// Makes an owned object whose copy on node `lost_node` is gone again,
     /// by running its task again; false when it cannot be.
-    pub(crate) fn rebuild(&self, id: ObjectId, lost_node: &str) -> bool {
-        let lineage = self.lineage.lock().get(&id).cloned();
+    pub(crate) fn rebuild(self: &Arc<Self>, id: ObjectId, lost_node: &str) -> bool {
+        let lineage = self.lineage.lock().get(id);
         let submitter = self.rebuilder.get().and_then(Weak::upgrade);
         let (Some(lineage), Some(submitter)) = (lineage, submitter) else {
             return false;
@@ -529,13 +521,70 @@ impl Objects {
                     function = %lineage.spec.function,
                     "an object was lost with its node; running its task again to make it"
                 );
-                REBUILT.fetch_add(1, Ordering::Relaxed);
-                submitter.rebuild(lineage);
+                if self.rerun(lineage, &submitter) {
+                    return true;
+                }
+                let error = Error::ObjectLost {
+                    object_id: id,
+                    cause: format!(
+                        "its only copy was on node {lost_node}, which is gone, and an object \
+                         its task took by reference is gone too and cannot be made again (it \
+                         was put, or freed without a lineage)"
+                    ),
+                };
+                let releases = self
+                    .refs
+                    .set_value(id, ValueState::Failed(error), Vec::new());
+                self.apply_releases(releases);
                 true
             }
             Rebuild::Wait => true,
             Rebuild::Gone => false,
         }
+    }
+
+    /// Runs `first`'s task again. Each object it took by reference is
+    /// held for the run; one whose value was freed since is made again
+    /// first, from its own lineage (and so on down). False, with nothing
+    /// run or held, when one of them is gone for good.
+    fn rerun(self: &Arc<Self>, first: Lineage, submitter: &Arc<TaskSubmitter>) -> bool {
+        let mut runs = Vec::new();
+        let mut held: Vec<ObjectId> = Vec::new();
+        let mut ok = true;
+        {
+            let mut table = self.lineage.lock();
+            let mut stack = vec![first];
+            'plan: while let Some(lineage) = stack.pop() {
+                for &d in &lineage.deps {
+                    if self.refs.hold(d) {
+                        held.push(d);
+                        continue;
+                    }
+                    // Freed: made again from its lineage, if kept.
+                    let Some(dep) = table.get(d) else {
+                        ok = false;
+                        break 'plan;
+                    };
+                    table.revive(d);
+                    self.refs.add_remade(d);
+                    held.push(d);
+                    stack.push(dep);
+                }
+                runs.push(lineage);
+            }
+        }
+        if !ok {
+            let releases = self.refs.remove_submitted(&held);
+            self.apply_releases(releases);
+            return false;
+        }
+        for lineage in runs {
+            tracing::debug!(object = %lineage.spec.return_id, function = %lineage.spec.function, "running a task again");
+            REBUILT.fetch_add(1, Ordering::Relaxed);
+            let deps = lineage.deps.clone();
+            submitter.rebuild(lineage, deps);
+        }
+        true
     }
 
     /// The bytes of a ready value: carried inline, in this node's store, or
@@ -796,8 +845,9 @@ impl Objects {
                                 cause: format!(
                                     "its only copy was on node {node}, which is gone, and it \
                                      cannot be made again: it was put, or its task took \
-                                     objects by reference, may not be retried (max_retries \
-                                     0) or made a value holding references"
+                                     objects owned by another process by reference, may not \
+                                     be retried (max_retries 0) or made a value holding \
+                                     references"
                                 ),
                             };
                             return conn.respond(id, Response::Error(lost));

@@ -254,6 +254,28 @@ impl RefTable {
         }
     }
 
+    /// A task run again takes `id` as an argument: one more `submitted`
+    /// count if the entry is there (false if it is gone).
+    pub(crate) fn hold(&self, id: ObjectId) -> bool {
+        match self.entries.lock().get_mut(&id) {
+            Some(e) => {
+                e.submitted += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// An owned object whose entry was removed is being made again for a
+    /// task run again that takes it: pending, held by that task.
+    pub(crate) fn add_remade(&self, id: ObjectId) {
+        let mut entries = self.entries.lock();
+        let e = entries
+            .entry(id)
+            .or_insert_with(|| Entry::new(None, ValueState::Pending));
+        e.submitted += 1;
+    }
+
     /// Those tasks answered.
     pub(crate) fn remove_submitted(&self, ids: &[ObjectId]) -> Vec<Release> {
         let mut out = Vec::new();

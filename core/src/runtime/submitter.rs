@@ -16,11 +16,12 @@
 //! 4. A worker whose queue ran dry is kept for `lease_idle_ms`, then given
 //!    back, so that back-to-back calls skip the lease round trip.
 
-use super::objects::{Lineage, Objects, Submission};
+use super::lineage::Lineage;
+use super::objects::{Objects, Submission};
 use crate::config::Config;
 use crate::{Error, Result};
 use parking_lot::Mutex;
-use prism_protocol::ids::{JobId, LeaseId, TaskId, WorkerId};
+use prism_protocol::ids::{JobId, LeaseId, ObjectId, TaskId, WorkerId};
 use prism_protocol::messages::{
     ArgSpec, BundleRef, CancelLeaseRequests, LeaseGrant, LeaseReply, PushTask, RegisterDriver,
     RequestLease, ReturnLease, ReturnObject, SchedulingStrategy, WorkerExitReason,
@@ -196,14 +197,15 @@ impl TaskSubmitter {
         Ok(conn)
     }
 
-    /// Runs a task again to make its lost result (see `Objects::rebuild`).
-    pub(crate) fn rebuild(self: &Arc<Self>, lineage: Lineage) {
+    /// Runs a task again to make its lost result (see `Objects::rebuild`),
+    /// holding `held` (its arguments by reference) until it answers.
+    pub(crate) fn rebuild(self: &Arc<Self>, lineage: Lineage, held: Vec<ObjectId>) {
         let mut spec = lineage.spec;
         spec.task_id = TaskId::new();
         let retries = (lineage.max_retries - 1).max(-1);
         self.submit(
             lineage.key,
-            Submission::new(spec, Vec::new()).retries(retries, false, Vec::new()),
+            Submission::new(spec, held).retries(retries, false, Vec::new()),
         );
     }
 
@@ -232,18 +234,14 @@ impl TaskSubmitter {
     }
 
     fn enqueue(self: &Arc<Self>, shape: SchedulingKey, submission: Submission) {
-        // A task whose arguments are all values can be run again to make
-        // its result if the node storing it dies.
-        if submission
-            .spec
-            .args
-            .iter()
-            .all(|a| matches!(a, ArgSpec::Value(_)))
-        {
+        // A task whose arguments are values, or objects this process owns,
+        // can be run again to make its result if the node storing it dies.
+        if let Some(deps) = self.owned_deps(&submission) {
             self.objects.record_lineage(Lineage {
                 key: shape.clone(),
                 spec: submission.spec.clone(),
                 max_retries: submission.retries_left,
+                deps,
             });
         }
         let mut shapes = self.shapes.lock();
@@ -252,6 +250,22 @@ impl TaskSubmitter {
         let ready = self.pump(&shape, queue);
         drop(shapes);
         self.dispatch_all(&shape, ready);
+    }
+
+    /// The objects a task takes by reference, if it takes no others:
+    /// each owned here, and none inside a value argument.
+    fn owned_deps(&self, submission: &Submission) -> Option<Vec<ObjectId>> {
+        let mut deps = Vec::new();
+        for arg in &submission.spec.args {
+            match arg {
+                ArgSpec::Value(_) => {}
+                ArgSpec::Ref(info) if self.objects.refs.is_mine(&info.owner) => deps.push(info.id),
+                ArgSpec::Ref(_) => return None,
+            }
+        }
+        // Any other object it holds is inside a value argument.
+        let inside = submission.held.iter().any(|h| !deps.contains(h));
+        (!inside).then_some(deps)
     }
 
     fn dispatch_all(
