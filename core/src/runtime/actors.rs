@@ -400,16 +400,22 @@ impl ActorSubmitter {
                 Err(e) => {
                     let e = match (&state.node, e) {
                         // No live node knows it any more: say where it ran.
-                        (Some(node), Error::ActorDied { class, .. }) if class == "?" => {
+                        (Some(node), Error::ActorDied { class, reason, .. }) if class == "?" => {
                             let what = if self.objects.peers.is_dead(node) {
                                 "died: the cluster's head stopped hearing from it"
                             } else {
                                 "no longer knows it: the node died or left the cluster"
                             };
+                            // An owner's word on why it is not restarted.
+                            let owner = if reason.starts_with("its owner") {
+                                format!("; {reason}")
+                            } else {
+                                String::new()
+                            };
                             Error::ActorDied {
                                 actor_id: client.actor_id,
                                 class: client.class.clone(),
-                                reason: format!("it ran on node {node}, which {what}"),
+                                reason: format!("it ran on node {node}, which {what}{owner}"),
                             }
                         }
                         (_, e) => e,
@@ -431,8 +437,10 @@ impl ActorSubmitter {
     }
 
     /// Whether an actor no live node holds may still come back: it may
-    /// restart, and its owner keeps it (see `owned_actors`).
-    async fn may_move(&self, client: &ActorClient) -> bool {
+    /// restart, and its owner keeps it (see `owned_actors`). `Err` says
+    /// why not, when its owner said (`None` when it cannot restart, or its
+    /// owner cannot be reached).
+    async fn may_move(&self, client: &ActorClient) -> std::result::Result<(), Option<String>> {
         let (known, owner) = {
             let state = client.state.lock();
             (state.known.clone(), state.owner.clone())
@@ -441,7 +449,7 @@ impl ActorSubmitter {
             Some(info) => {
                 let max = info.max_restarts;
                 if max == 0 || (max > 0 && i64::from(info.num_restarts) >= max) {
-                    return false;
+                    return Err(None);
                 }
                 info.owner
             }
@@ -449,25 +457,27 @@ impl ActorSubmitter {
             // restart, which knows.
             None => match owner {
                 Some(owner) => owner,
-                None => return false,
+                None => return Err(None),
             },
         };
-        if &owner == self.objects.address() {
-            return matches!(
-                self.objects.owned_actors.locate(client.actor_id),
-                OwnedActor::Kept
-            );
-        }
-        let Ok(owner) = self.objects.peers.get(&owner).await else {
-            return false;
+        let answer = if &owner == self.objects.address() {
+            self.objects.owned_actors.locate(client.actor_id)
+        } else {
+            let Ok(owner) = self.objects.peers.get(&owner).await else {
+                return Err(Some("its owner, which restarts it, is gone".into()));
+            };
+            let asked = owner.request(LocateActor {
+                actor_id: client.actor_id,
+            });
+            match tokio::time::timeout(Duration::from_secs(5), asked).await {
+                Ok(Ok(answer)) => answer,
+                _ => return Err(Some("its owner, which restarts it, did not answer".into())),
+            }
         };
-        let asked = owner.request(LocateActor {
-            actor_id: client.actor_id,
-        });
-        matches!(
-            tokio::time::timeout(Duration::from_secs(5), asked).await,
-            Ok(Ok(OwnedActor::Kept))
-        )
+        match answer {
+            OwnedActor::Kept => Ok(()),
+            OwnedActor::Gone(why) => Err(Some(format!("its owner says {why}"))),
+        }
     }
 
     /// How long a caller looks for an actor that its owner keeps: until
@@ -501,9 +511,24 @@ impl ActorSubmitter {
                 // No live node holds it. If it may restart, its owner may
                 // be creating it again on another node (its node died) or
                 // not know yet that its node died: look again meanwhile.
-                Err(Error::ActorDied { class, .. })
-                    if class == "?" && self.may_move(client).await =>
-                {
+                Err(Error::ActorDied { class, reason, .. }) if class == "?" => {
+                    match self.may_move(client).await {
+                        Err(None) => {
+                            return Err(Error::ActorDied {
+                                actor_id: client.actor_id,
+                                class,
+                                reason,
+                            })
+                        }
+                        Err(Some(why)) => {
+                            return Err(Error::ActorDied {
+                                actor_id: client.actor_id,
+                                class,
+                                reason: why,
+                            })
+                        }
+                        Ok(()) => {}
+                    }
                     let limit = self.moving_limit();
                     let since = *moving.get_or_insert_with(Instant::now);
                     if since.elapsed() > limit {

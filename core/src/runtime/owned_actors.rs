@@ -53,7 +53,8 @@ pub(crate) async fn place(
 #[derive(Debug)]
 struct Away {
     spec: ActorSpec,
-    /// The node it runs on (or is being created on).
+    /// The node it runs on (or is being created on); empty once it runs
+    /// on this process's own node.
     node: String,
     /// Restarts counted so far, by its last node and by this process.
     restarts: u32,
@@ -179,10 +180,10 @@ impl OwnedActors {
         match placed {
             Ok(Some(node)) => record.node = node,
             // On this process's own node, it lives and dies with it: the
-            // local raylet restarts it from now on.
-            Ok(None) => {
-                away.remove(&id);
-            }
+            // local raylet restarts it from now on. The record stays (with
+            // no node) until it ends: a caller whose lookup just missed
+            // the new copy must still hear that it is kept.
+            Ok(None) => record.node = String::new(),
             Err(e) => {
                 tracing::warn!(actor = %id, %class, error = %e, "an actor could not be created again");
                 record.failed = Some(format!(
