@@ -43,6 +43,15 @@ fn seconds() -> u64 {
         .unwrap_or(15)
 }
 
+/// Now, in nanoseconds since the epoch: comparable between the test and
+/// its driver, both on this machine.
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
 /// xorshift64*: the faults' choices, replayable from the seed.
 struct Rng(u64);
 
@@ -205,8 +214,20 @@ fn workload() {
     prism::shutdown();
 }
 
+/// A bounded `get`, noting when the value arrived.
+fn got<T: serde::de::DeserializeOwned + Send + 'static>(
+    r: &prism::ObjectRef<T>,
+    arrivals: &mut Vec<u64>,
+) -> Result<T, String> {
+    let v = prism::get_timeout(r, LIMIT).map_err(|e| e.to_string())?;
+    arrivals.push(now_ns());
+    Ok(v)
+}
+
 fn run_workload(seconds: u64) -> Result<(), String> {
     let err = |e: prism::Error| e.to_string();
+    // When each checked result arrived, for the test's recovery times.
+    let mut arrivals = Vec::new();
     let spread = prism::TaskOptions::new()
         .max_retries(-1)
         .scheduling_strategy(prism::SchedulingStrategy::Spread);
@@ -252,7 +273,7 @@ fn run_workload(seconds: u64) -> Result<(), String> {
             .map_err(err)?;
         for (i, r) in squares.iter().enumerate() {
             let x = base + i as u64;
-            let v = prism::get_timeout(r, LIMIT).map_err(err)?;
+            let v = got(r, &mut arrivals)?;
             if v != x * x {
                 return Err(format!("square({x}) gave {v}"));
             }
@@ -262,23 +283,22 @@ fn run_workload(seconds: u64) -> Result<(), String> {
             .zip(&numbers_of(base + 2))
             .map(|(a, b)| a * b)
             .sum();
-        let v = prism::get_timeout(&joined, LIMIT).map_err(err)?;
+        let v = got(&joined, &mut arrivals)?;
         if v != want {
             return Err(format!("dot of round {rounds} gave {v}, not {want}"));
         }
-        let seen = prism::get_timeout(&ledger.value(rounds).map_err(err)?, LIMIT).map_err(err)?;
+        let seen = got(&ledger.value(rounds).map_err(err)?, &mut arrivals)?;
         if seen != Some(base + 7) {
             return Err(format!("the ledger has {seen:?} for round {rounds}"));
         }
         if rounds > 0 {
             let earlier = rounds - 1;
-            let seen =
-                prism::get_timeout(&ledger.value(earlier).map_err(err)?, LIMIT).map_err(err)?;
+            let seen = got(&ledger.value(earlier).map_err(err)?, &mut arrivals)?;
             if seen != Some(earlier * 1_000 + 7) {
                 return Err(format!("the ledger lost round {earlier}: {seen:?}"));
             }
         }
-        pids.insert(prism::get_timeout(&ledger.pid().map_err(err)?, LIMIT).map_err(err)?);
+        pids.insert(got(&ledger.pid().map_err(err)?, &mut arrivals)?);
         // The last three large puts stay alive: more than the head's
         // store holds, so older ones spill and are read back.
         if let Some(large) = large {
@@ -286,7 +306,7 @@ fn run_workload(seconds: u64) -> Result<(), String> {
         }
         while larges.len() > 3 {
             if let Some((seed, r)) = larges.pop_front() {
-                let v = prism::get_timeout(&r, LIMIT).map_err(err)?;
+                let v = got(&r, &mut arrivals)?;
                 if v != pattern(seed, LARGE) {
                     return Err(format!(
                         "the large put of round {} came back changed",
@@ -300,7 +320,7 @@ fn run_workload(seconds: u64) -> Result<(), String> {
         // The oldest kept chain is read back, wherever it is now.
         while kept.len() > 6 {
             if let Some((seed, r)) = kept.pop_front() {
-                let v = prism::get_timeout(&r, LIMIT).map_err(err)?;
+                let v = got(&r, &mut arrivals)?;
                 let want: Vec<u8> = pattern(seed, BLOCK)
                     .iter()
                     .map(|b| b.wrapping_add(1))
@@ -315,6 +335,10 @@ fn run_workload(seconds: u64) -> Result<(), String> {
             }
         }
         rounds += 1;
+    }
+    if let Ok(path) = std::env::var("PRISM_CHAOS_ARRIVALS") {
+        let lines: Vec<String> = arrivals.iter().map(u64::to_string).collect();
+        std::fs::write(path, lines.join("\n")).map_err(|e| e.to_string())?;
     }
     let trained = trainer
         .join()
@@ -385,6 +409,18 @@ struct Faults {
     nodes_started_again: u64,
 }
 
+/// The median and longest wait, in ms, from each fault to the next result
+/// the driver got.
+fn recovery(faults: &[u64], arrivals: &[u64]) -> (f64, f64) {
+    let mut waits: Vec<u64> = faults
+        .iter()
+        .filter_map(|f| arrivals.iter().find(|a| *a > f).map(|a| a - f))
+        .collect();
+    waits.sort_unstable();
+    let ms = |w: Option<&u64>| w.map(|w| *w as f64 / 1e6).unwrap_or(0.0);
+    (ms(waits.get(waits.len() / 2)), ms(waits.last()))
+}
+
 const NODE_FLAGS: &[&str] = &["--object-store-memory", STORE];
 
 #[test]
@@ -435,12 +471,15 @@ fn a_cluster_under_chaos_gives_every_result_right() {
     let exe = must(std::env::current_exe(), "this test's binary");
     let mut driver = m.net.command(0, exe);
     let log = std::env::temp_dir().join(format!("prism-chaos-driver-{}.log", std::process::id()));
+    let arrivals =
+        std::env::temp_dir().join(format!("prism-chaos-arrivals-{}", std::process::id()));
     let temp = m.temps[0].display().to_string();
     driver
         .args(["--exact", TEST, "--nocapture"])
         .env("PRISM_ADDRESS", &head)
         .env("PRISM_TEMP_DIR", &temp)
         .env(DRIVER, "1")
+        .env("PRISM_CHAOS_ARRIVALS", &arrivals)
         .env("PRISM_CHAOS_SECONDS", seconds().to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -463,6 +502,7 @@ fn a_cluster_under_chaos_gives_every_result_right() {
     let limit = Instant::now() + Duration::from_secs(seconds() + 120);
     // A node taken down, and when to start it again.
     let mut down: Option<(usize, Instant, bool)> = None;
+    let (mut worker_faults, mut node_faults) = (Vec::new(), Vec::new());
     while must(child.try_wait(), "the driver's state").is_none() {
         if Instant::now() > limit {
             let _ = child.kill();
@@ -508,6 +548,7 @@ fn a_cluster_under_chaos_gives_every_result_right() {
                     kill_node(&m, host);
                     faults.nodes_killed += 1;
                 }
+                node_faults.push(now_ns());
                 down = Some((host, Instant::now() + Duration::from_millis(2500), cut));
             }
             // A worker or actor process of any node, the head's included
@@ -519,6 +560,7 @@ fn a_cluster_under_chaos_gives_every_result_right() {
                     let victim = workers[rng.below(workers.len() as u64) as usize];
                     if sigkill(victim) {
                         faults.workers_killed += 1;
+                        worker_faults.push(now_ns());
                     }
                 }
             }
@@ -530,6 +572,19 @@ fn a_cluster_under_chaos_gives_every_result_right() {
     let said = must(reader.join().map_err(|_| "panicked"), "the driver's output").join("\n");
     println!("{said}");
     println!("faults (seed {seed}): {faults:?}");
+    let arrived: Vec<u64> = std::fs::read_to_string(&arrivals)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.parse().ok())
+        .collect();
+    let _ = std::fs::remove_file(&arrivals);
+    for (what, times) in [
+        ("worker kill", &worker_faults),
+        ("node fault", &node_faults),
+    ] {
+        let (median, max) = recovery(times, &arrived);
+        println!("recovery after a {what}: median {median:.1} ms, longest {max:.1} ms");
+    }
     if !said.contains("RESULT every result was right") {
         let errors = std::fs::read_to_string(&log).unwrap_or_default();
         let tail: Vec<&str> = errors.lines().rev().take(60).collect();
