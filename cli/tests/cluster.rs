@@ -910,6 +910,35 @@ fn take_name(name: String) -> String {
     }
 }
 
+/// Holds the results of tasks it ran elsewhere: it owns them.
+#[prism::actor]
+struct Keeper {
+    kept: Vec<prism::ObjectRef<Vec<u8>>>,
+}
+
+#[prism::actor]
+impl Keeper {
+    fn new() -> Self {
+        Keeper { kept: Vec::new() }
+    }
+
+    /// Runs a task on node `node_id` that stores 1 MiB there, and keeps
+    /// its result.
+    fn keep_result_on(&mut self, node_id: String) -> Result<(), String> {
+        let node_id = prism::NodeId::parse(&node_id).ok_or("bad node id")?;
+        let there = prism::TaskOptions::new().scheduling_strategy(
+            prism::SchedulingStrategy::NodeAffinity {
+                node_id,
+                soft: false,
+            },
+        );
+        let r = fill::remote_with(there, 1 << 20).map_err(|e| e.to_string())?;
+        prism::wait(std::slice::from_ref(&r), 1, None).map_err(|e| e.to_string())?;
+        self.kept.push(r);
+        Ok(())
+    }
+}
+
 /// Asks `w` for its node after `ms` milliseconds.
 #[prism::remote]
 fn node_later(w: prism::ActorHandle<Where>, ms: u64) -> String {
@@ -989,7 +1018,7 @@ fn place_actors() {
     println!("MOVING starts on C: {}", node_of(&moved) == c.node_id);
     // A caller on B that is not its owner calls it while C dies.
     let later = must(
-        node_later::remote_with(on(b), moved.clone(), 300),
+        node_later::remote_with(on(b), moved.clone(), 1000),
         "submitted",
     );
     let _ = must(end_my_node::remote_with(on(c)), "submitted");
@@ -1274,9 +1303,30 @@ fn rebuild_lost() {
         "both chains are made",
     );
     drop(base);
+    // An actor on B owns a result stored on C: it goes when B dies.
+    let on_c_now = || {
+        must(
+            prism::get(&must(objects_here::remote_with(on(c)), "s")),
+            "counted",
+        )
+    };
+    let before = on_c_now();
+    let keeper = must(Keeper::remote_with(actor_on(b)), "created");
+    must(
+        prism::get(&must(keeper.keep_result_on(c.node_id.clone()), "called")),
+        "the keeper runs its task and keeps the result",
+    );
+    println!("KEPT on C: {}", on_c_now() == before + 1);
     // B dies with all of them.
+    let held = on_c_now();
     let _ = must(end_my_node::remote_with(on(b)), "submitted");
     std::thread::sleep(Duration::from_millis(2500));
+    // Nothing else changed on C meanwhile: only the keeper's result went.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while on_c_now() >= held && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    println!("FREED with its owner's node: {}", on_c_now() == held - 1);
     // This driver reads the first: its task runs again elsewhere.
     let data = must(prism::get(&first), "the lost object is made again");
     let sum: u64 = data.iter().map(|&b| b as u64).sum();
@@ -1322,6 +1372,8 @@ fn objects_lost_with_their_node_are_made_again_from_their_lineage() {
     assert!(said.contains("BORROWER read it whole: true"), "{said}");
     assert!(said.contains("CHAIN FREED base made again: true"), "{said}");
     assert!(said.contains("CHAIN KEPT base made again: true"), "{said}");
+    assert!(said.contains("KEPT on C: true"), "{said}");
+    assert!(said.contains("FREED with its owner's node: true"), "{said}");
     assert!(said.contains("REBUILT 6"), "{said}");
 }
 

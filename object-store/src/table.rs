@@ -95,6 +95,9 @@ struct Entry {
     creator: Creator,
     /// Its creator also owns it (a put): freed when the creator is gone.
     owned_by_creator: bool,
+    /// The address of its owner when another process owns it (a task's
+    /// return value, owned by the caller): freed when that owner is gone.
+    owner: Option<std::sync::Arc<str>>,
 }
 
 impl Entry {
@@ -250,6 +253,7 @@ impl ObjectTable {
                 last_used,
                 creator,
                 owned_by_creator: false,
+                owner: None,
             },
         );
         Ok(placement)
@@ -280,6 +284,28 @@ impl ObjectTable {
         if let Some(e) = self.objects.get_mut(&id) {
             e.owned_by_creator = true;
         }
+    }
+
+    /// Records the process that owns a created object (another than its
+    /// creator): [`ObjectTable::owners_gone`] frees it.
+    pub fn owned_by(&mut self, id: ObjectId, owner: &str) {
+        if let Some(e) = self.objects.get_mut(&id) {
+            e.owner = Some(owner.into());
+        }
+    }
+
+    /// The owners for which `gone` is true exited (or their node died):
+    /// the sealed objects they owned are freed, since no one can reach
+    /// them through their owner any more (readers get `OwnerDied`).
+    /// Returns the spill files to remove.
+    pub fn owners_gone(&mut self, gone: impl Fn(&str) -> bool) -> Vec<SpillFile> {
+        let owned: Vec<ObjectId> = self
+            .objects
+            .iter()
+            .filter(|(_, e)| e.sealed && !e.deleted && e.owner.as_deref().is_some_and(&gone))
+            .map(|(id, _)| *id)
+            .collect();
+        owned.into_iter().filter_map(|id| self.delete(id)).collect()
     }
 
     /// `creator`'s connection closed: what it left unsealed is freed, and
@@ -806,6 +832,31 @@ mod tests {
         assert!(!t.busy(id, first));
         assert!(t.create(id, 5000, first).is_err());
         assert!(matches!(t.pin(id).unwrap(), Pin::Pinned(_)));
+    }
+
+    #[test]
+    fn a_task_result_goes_with_its_owner_even_when_read_or_spilled() {
+        let mut t = ObjectTable::new(1 << 20);
+        let worker = Creator(5);
+        let (read, spilled, other) = (ObjectId::new(), ObjectId::new(), ObjectId::new());
+        for (id, owner) in [(read, "a"), (spilled, "a"), (other, "b")] {
+            t.create(id, 5000, worker).unwrap();
+            t.seal(id, worker).unwrap();
+            t.owned_by(id, owner);
+        }
+        assert!(matches!(t.pin(read).unwrap(), Pin::Pinned(_)));
+        let files = t.pick_spills(u64::MAX);
+        let file = files.iter().find(|f| f.0.id == spilled).unwrap().0;
+        for f in &files {
+            t.spill_done(f.0, f.0.id == spilled);
+        }
+        let removed = t.owners_gone(|owner| owner == "a");
+        assert_eq!(removed, vec![file], "the spilled result's file goes");
+        assert!(!t.has(read) && !t.has(spilled) && t.has(other));
+        // The read copy's memory is freed once its reader lets go.
+        assert_eq!(t.stats().num_objects, 2);
+        t.unpin(read);
+        assert_eq!(t.stats().num_objects, 1);
     }
 
     #[test]

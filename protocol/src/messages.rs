@@ -525,11 +525,9 @@ services! {
             id: ObjectId,
             /// Its size in bytes.
             size: u64,
-            /// The creator owns it (a put): once the creator's connection
-            /// closes no one can reach it through its owner, so the copy
-            /// is freed. False for a task's return value, which its caller
-            /// owns.
-            owned: bool,
+            /// Who owns it. Once its owner is gone no one can reach the
+            /// copy through it, so the copy is freed.
+            owner: Ownership,
         } => ObjectLocation;
         /// Mark a created object complete and readable.
         SealObject {
@@ -773,6 +771,17 @@ services! {
             lines: Vec<String>,
         } => ();
     }
+}
+
+/// Who owns an object being created in a store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Ownership {
+    /// The creating process (a put): freed when its connection closes.
+    Creator,
+    /// The process at this address (a task's return value, owned by the
+    /// task's caller): freed when that process exits on this node, or
+    /// its node dies.
+    Caller(Address),
 }
 
 /// Where an actor the raylet was asked to create goes.

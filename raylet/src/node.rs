@@ -24,10 +24,10 @@ use prism_protocol::error::Error;
 use prism_protocol::ids::{ActorId, JobId, NodeId, ObjectId, PlacementGroupId, WorkerId};
 use prism_protocol::messages::{
     ActorEnded, ActorPlacement, ActorSpec, ActorState, BecomeActor, LeaseGrant, LeaseReply,
-    NodeDied, Registration, Reply, Response, SchedulingStrategy,
+    NodeDied, Ownership, Registration, Reply, Response, SchedulingStrategy,
 };
 use prism_protocol::resources::ResourceSet;
-use prism_protocol::rpc::Connection;
+use prism_protocol::rpc::{Connection, Endpoint};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -198,9 +198,21 @@ impl Node {
         })
     }
 
+    /// Frees the task results whose owner `gone` says is gone (it exited,
+    /// or its node died): no one can reach them through it any more.
+    pub(crate) fn owner_gone(&self, gone: impl Fn(&str) -> bool) {
+        let files = self.store.lock().owners_gone(gone);
+        for file in files {
+            self.config.spill.remove(file);
+        }
+        self.store_changed.notify_waiters();
+    }
+
     /// Tells every driver and worker of this node (and every process of
-    /// another node leasing here) that `node_id` died.
+    /// another node leasing here) that `node_id` died, and frees the task
+    /// results here that processes of that node owned.
     pub(crate) fn announce_node_death(&self, node_id: &str) {
+        self.owner_gone(|owner| Endpoint::parse(owner).node.as_deref() == Some(node_id));
         let conns: Vec<Connection> = {
             let c = self.state.lock();
             c.jobs
@@ -927,14 +939,14 @@ impl Node {
         id: ObjectId,
         size: u64,
         creator: Creator,
-        owned: bool,
+        owner: Option<&Ownership>,
     ) -> Result<Placement, Error> {
         let mut last = None;
         for _ in 0..SPILL_ROUNDS {
             let changed = self.store_changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            match self.try_create(id, size, creator, owned) {
+            match self.try_create(id, size, creator, owner) {
                 Ok(p) => return Ok(p),
                 Err(e @ Error::ObjectStoreFull { .. }) => last = Some(e),
                 // A copy left by an earlier attempt of the task that makes
@@ -1090,14 +1102,18 @@ impl Node {
         id: ObjectId,
         size: u64,
         creator: Creator,
-        owned: bool,
+        owner: Option<&Ownership>,
     ) -> Result<Placement, Error> {
         let spill = &self.config.spill;
         let (placement, past, orphans) = {
             let mut store = self.store.lock();
             let placement = store.create(id, size, creator)?;
-            if owned {
-                store.owned_by_creator(id);
+            // (A copy pulled from another node, with no owner given, is
+            // freed with its object.)
+            match owner {
+                Some(Ownership::Creator) => store.owned_by_creator(id),
+                Some(Ownership::Caller(address)) => store.owned_by(id, address),
+                None => {}
             }
             let orphans = store.take_orphan_files();
             (

@@ -16,9 +16,9 @@ use prism_protocol::error::{Error, Result};
 use prism_protocol::ids::{JobId, LeaseId, ObjectId, PlacementGroupId, WorkerId};
 use prism_protocol::messages::{
     ActorPlacement, ActorSpec, BundleRef, ClusterResources, GetActor, GetNamedActor,
-    GetPlacementGroup, KillActor, LeaseReply, ObjectLocation, PlacementGroupSpec, RayletRequest,
-    RegisterDriver, RegisterWorker, Registration, Reply, Request, RequestLease, Response,
-    SchedulingStrategy, ACTOR_CHECKPOINT_PREFIX,
+    GetPlacementGroup, KillActor, LeaseReply, ObjectLocation, Ownership, PlacementGroupSpec,
+    RayletRequest, RegisterDriver, RegisterWorker, Registration, Reply, Request, RequestLease,
+    Response, SchedulingStrategy, ACTOR_CHECKPOINT_PREFIX,
 };
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::{Connection, Handler};
@@ -46,6 +46,9 @@ struct ClientHandler {
     /// later is dropped at once instead of being left with no one to
     /// release it.
     pins: Arc<Mutex<Option<HashMap<ObjectId, u64>>>>,
+    /// The address of the driver or worker on this connection: the task
+    /// results it owns are freed when it closes.
+    address: Mutex<Option<String>>,
 }
 
 pub(crate) fn handler(node: &Arc<Node>) -> Arc<dyn Handler> {
@@ -54,6 +57,7 @@ pub(crate) fn handler(node: &Arc<Node>) -> Arc<dyn Handler> {
         conn_id: NEXT_CONN.fetch_add(1, Ordering::Relaxed),
         role: Mutex::new(Role::Unregistered),
         pins: Arc::new(Mutex::new(Some(HashMap::new()))),
+        address: Mutex::new(None),
     })
 }
 
@@ -97,7 +101,7 @@ impl Handler for ClientHandler {
             }
             R::WorkerBlocked(r) => answer(self.handle_worker_blocked(r.blocked)),
             // Answered now, or once spilling made room or a restore ended.
-            R::CreateObject(r) => return self.handle_create_object(r.id, r.size, r.owned, reply),
+            R::CreateObject(r) => return self.handle_create_object(r.id, r.size, r.owner, reply),
             R::GetObject(r) => return self.handle_get_object(r.id, reply),
             R::SealObject(r) => answer(match crate::faults::injected("object_seal") {
                 Some(e) => Err(e),
@@ -193,6 +197,11 @@ impl Handler for ClientHandler {
         self.node.store_changed.notify_waiters();
         let holder = self.conn_id;
         self.node.control(|c| c.scheduler.client_gone(holder));
+        // A driver or worker exited: the task results it owned go. (A
+        // lessee's connection is not its process: those go with its node.)
+        if let Some(address) = self.address.lock().take() {
+            self.node.owner_gone(|owner| owner == address);
+        }
         match *self.role.lock() {
             Role::Driver(job) => self.node.end_job(job),
             Role::Lessee(job) => self.node.lessee_gone(job),
@@ -289,6 +298,7 @@ impl ClientHandler {
 
     fn handle_register_driver(&self, conn: &Connection, r: RegisterDriver) -> Result<Registration> {
         let RegisterDriver {
+            address: r_address,
             pid,
             executable,
             cwd,
@@ -310,6 +320,7 @@ impl ClientHandler {
         }
         let job_id = JobId::new();
         *self.role.lock() = Role::Driver(job_id);
+        *self.address.lock() = Some(r_address);
         tracing::info!(job = %job_id, pid, executable = %executable.display(), "driver registered");
         self.node.register_job(
             job_id,
@@ -325,6 +336,7 @@ impl ClientHandler {
 
     fn handle_register_worker(&self, conn: &Connection, r: RegisterWorker) -> Result<Registration> {
         let worker_id = r.worker_id;
+        *self.address.lock() = Some(r.address.clone());
         let job = self
             .node
             .register_worker(worker_id, r.address, r.pid, conn)?;
@@ -361,15 +373,15 @@ impl ClientHandler {
         Ok(())
     }
 
-    fn handle_create_object(&self, id: ObjectId, size: u64, owned: bool, reply: ReplyTo) {
+    fn handle_create_object(&self, id: ObjectId, size: u64, owner: Ownership, reply: ReplyTo) {
         let creator = self.creator();
-        let placement = match self.node.try_create(id, size, creator, owned) {
+        let placement = match self.node.try_create(id, size, creator, Some(&owner)) {
             Err(Error::ObjectStoreFull { .. }) if self.node.config.spill.enabled => {
-                return self.create_later(id, size, owned, reply);
+                return self.create_later(id, size, owner, reply);
             }
             // A copy an earlier attempt left is in use or still written.
             Err(_) if self.node.store.lock().busy(id, creator) => {
-                return self.create_later(id, size, owned, reply)
+                return self.create_later(id, size, owner, reply)
             }
             other => other,
         };
@@ -378,10 +390,10 @@ impl ClientHandler {
 
     /// Answers a create once spilling made room, or once the copy it
     /// replaces is no longer in use.
-    fn create_later(&self, id: ObjectId, size: u64, owned: bool, reply: ReplyTo) {
+    fn create_later(&self, id: ObjectId, size: u64, owner: Ownership, reply: ReplyTo) {
         let (node, creator) = (self.node.clone(), self.creator());
         tokio::spawn(async move {
-            let created = node.create_object(id, size, creator, owned).await;
+            let created = node.create_object(id, size, creator, Some(&owner)).await;
             reply.send(Response::from_result(created.map(location)));
         });
     }

@@ -134,7 +134,7 @@ impl Node {
                 })
         };
         let mut address = address_of_holder()?;
-        let at = self.create_object(id, size, Creator::NODE, false).await?;
+        let at = self.create_object(id, size, Creator::NODE, None).await?;
         let mut attempt = 1;
         let copied = loop {
             match self.copy_chunks(id, &address, at).await {

@@ -185,16 +185,35 @@ impl Holder {
     }
 }
 
-/// Owns one object at a time and hands it out.
+/// A 1 MiB vector of `byte`s (stored, not inline).
+#[prism::remote]
+fn filled(byte: u8) -> Vec<u8> {
+    vec![byte; 1 << 20]
+}
+
+/// Owns one object at a time (and a task's result) and hands them out.
 #[prism::actor]
 struct Lender {
     object: Option<ObjectRef<Vec<u8>>>,
+    result: Option<ObjectRef<Vec<u8>>>,
 }
 
 #[prism::actor]
 impl Lender {
     fn new() -> Self {
-        Lender { object: None }
+        Lender {
+            object: None,
+            result: None,
+        }
+    }
+
+    /// Runs a task that stores a vector of `byte`s: its result is owned
+    /// by this actor (the task's caller), and kept.
+    fn make_result(&mut self, byte: u8) -> Result<(), String> {
+        let r = filled::remote(byte).map_err(|e| e.to_string())?;
+        prism::wait(std::slice::from_ref(&r), 1, None).map_err(|e| e.to_string())?;
+        self.result = Some(r);
+        Ok(())
     }
 
     /// Puts a fresh object of `byte`s, owned by this actor.
@@ -210,7 +229,7 @@ impl Lender {
     /// Hands the object out; with `keep = false` lets go of its own handle,
     /// leaving the caller's borrow as the only thing holding it.
     fn lend(&mut self, keep: bool) -> Vec<ObjectRef<Vec<u8>>> {
-        let out = self.object.iter().cloned().collect();
+        let out = self.object.iter().chain(&self.result).cloned().collect();
         if !keep {
             self.object = None;
         }
@@ -279,7 +298,9 @@ fn a_borrower_whose_owner_died_gets_owner_died_naming_the_object_and_owner() {
     let limit = Duration::from_secs(30);
     let lender = Lender::remote().unwrap();
     prism::get(&lender.make(9).unwrap()).unwrap();
+    prism::get(&lender.make_result(8).unwrap()).unwrap();
     let borrowed = prism::get(&lender.lend(true).unwrap()).unwrap();
+    assert_eq!(borrowed.len(), 2, "a put and a task's result");
     assert_eq!(
         prism::get(&borrowed[0]).unwrap()[0],
         9,
@@ -296,6 +317,9 @@ fn a_borrower_whose_owner_died_gets_owner_died_naming_the_object_and_owner() {
         err.to_string().contains(&borrowed[0].id().to_string()),
         "{err}"
     );
-    // Its copy had no owner left: the store freed it.
-    must_eventually("the dead owner's object is freed", limit, store_is_empty);
+    let err = prism::get_timeout(&borrowed[1], limit).unwrap_err();
+    assert!(matches!(err, prism::Error::OwnerDied { .. }), "{err}");
+    // Neither copy had an owner left: the store freed both, the task's
+    // result (owned by the dead actor, made by another worker) too.
+    must_eventually("the dead owner's objects are freed", limit, store_is_empty);
 }

@@ -559,7 +559,10 @@ impl Executor {
             let keep_alive = std::mem::take(&mut encoded.keep_alive);
             // A large value stays in this node's store, which a caller on
             // another node pulls it from.
-            let value = self.objects.store_value(spec.return_id, encoded).await?;
+            let value = self
+                .objects
+                .store_value(spec.return_id, encoded, &spec.caller)
+                .await?;
             self.objects.lend(&contained, &spec.caller).await?;
             drop(keep_alive);
             Ok(ReturnObject { value, contained })

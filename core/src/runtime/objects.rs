@@ -21,8 +21,8 @@ use bytes::Bytes;
 use prism_protocol::ids::ObjectId;
 use prism_protocol::messages::{
     AddBorrower, Address, ArgSpec, DeleteObjects, GetObjectStatus, KillActor, LocateActor,
-    ObjectRefInfo, ObjectValue, OwnerRequest, RemoveBorrower, Response, ReturnObject, TaskSpec,
-    WorkerBlocked,
+    ObjectRefInfo, ObjectValue, OwnerRequest, Ownership, RemoveBorrower, Response, ReturnObject,
+    TaskSpec, WorkerBlocked,
 };
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
@@ -624,12 +624,14 @@ impl Objects {
         &self,
         id: ObjectId,
         encoded: codec::Encoded,
+        caller: &Address,
     ) -> Result<ObjectValue> {
         if encoded.len() as u64 <= self.config.max_direct_call_object_size_bytes {
             return Ok(ObjectValue::Inline(Bytes::from(encoded.into_bytes())));
         }
         // A task's return value: its caller owns it.
-        self.store.write(id, &encoded.parts(), false).await
+        let owner = Ownership::Caller(caller.clone());
+        self.store.write(id, &encoded.parts(), owner).await
     }
 
     /// [`StoreClient::write`] from synchronous code: the copy runs on the
@@ -637,7 +639,9 @@ impl Objects {
     fn write_to_store_blocking(&self, id: ObjectId, parts: &[&[u8]]) -> Result<ObjectValue> {
         let size: u64 = parts.iter().map(|p| p.len() as u64).sum();
         let store = self.store.clone();
-        let offset = block_on(&self.rt, async move { store.create(id, size, true).await })?;
+        let offset = block_on(&self.rt, async move {
+            store.create(id, size, Ownership::Creator).await
+        })?;
         self.store.write_parts(offset, parts)?;
         let store = self.store.clone();
         block_on(&self.rt, async move { store.seal(id).await })?;
@@ -707,7 +711,7 @@ impl Objects {
         let id = ObjectId::new();
         let plan = self.plan_put(value)?;
         let in_store = match plan.store_parts() {
-            Some(parts) => Some(self.store.write(id, &parts, true).await?),
+            Some(parts) => Some(self.store.write(id, &parts, Ownership::Creator).await?),
             None => None,
         };
         Ok(self.record_put(id, in_store, plan))
@@ -755,7 +759,7 @@ impl Objects {
                     keep_alive.extend(std::mem::take(&mut encoded.keep_alive));
                     let store = self.store.clone();
                     let value = block_on(&self.rt, async move {
-                        store.write(id, &encoded.parts(), true).await
+                        store.write(id, &encoded.parts(), Ownership::Creator).await
                     })?;
                     // Owned with one count, which the task takes over from
                     // the (never created) handle.

@@ -53,8 +53,8 @@ pub(crate) async fn place(
 #[derive(Debug)]
 struct Away {
     spec: ActorSpec,
-    /// The node it runs on (or is being created on); empty once it runs
-    /// on this process's own node.
+    /// The node it runs on; empty while it is being created again, and
+    /// once it runs on this process's own node.
     node: String,
     /// Restarts counted so far, by its last node and by this process.
     restarts: u32,
@@ -151,6 +151,9 @@ impl OwnedActors {
                     continue;
                 }
                 a.restarts += 1;
+                // Being placed: a second notice of this death (each node
+                // may tell it) must not create it twice.
+                a.node.clear();
                 let mut spec = a.spec.clone();
                 spec.restarts = a.restarts;
                 again.push((*id, spec));

@@ -6,7 +6,8 @@ use crate::Result;
 use prism_object_store::Segment;
 use prism_protocol::ids::ObjectId;
 use prism_protocol::messages::{
-    CreateObject, GetObject, ObjectLocation, ObjectValue, PullObject, ReleaseObject, SealObject,
+    CreateObject, GetObject, ObjectLocation, ObjectValue, Ownership, PullObject, ReleaseObject,
+    SealObject,
 };
 use prism_protocol::rpc::Connection;
 use std::path::Path;
@@ -116,8 +117,8 @@ impl StoreClient {
 
     /// Room for object `id` of `size` bytes: its offset in the segment.
     /// `owned`: this process owns it (a put), rather than a task's caller.
-    pub(crate) async fn create(&self, id: ObjectId, size: u64, owned: bool) -> Result<u64> {
-        let request = CreateObject { id, size, owned };
+    pub(crate) async fn create(&self, id: ObjectId, size: u64, owner: Ownership) -> Result<u64> {
+        let request = CreateObject { id, size, owner };
         Ok(self.raylet.request(request).await?.offset)
     }
 
@@ -142,10 +143,10 @@ impl StoreClient {
         &self,
         id: ObjectId,
         parts: &[&[u8]],
-        owned: bool,
+        owner: Ownership,
     ) -> Result<ObjectValue> {
         let size: u64 = parts.iter().map(|p| p.len() as u64).sum();
-        let offset = self.create(id, size, owned).await?;
+        let offset = self.create(id, size, owner).await?;
         self.write_parts(offset, parts)?;
         self.seal(id).await?;
         Ok(ObjectValue::InStore {
