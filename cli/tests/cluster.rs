@@ -1082,6 +1082,17 @@ fn actors_are_placed_on_other_nodes_named_cluster_wide_and_die_with_their_node()
     assert!(said.contains("MOVED called from B: true"), "{said}");
 }
 
+/// Makes a group of one CPU bundle from wherever it runs (its home is
+/// that node) and returns its id.
+#[prism::remote]
+fn make_group() -> String {
+    let bundle = prism::Bundle::new().num_cpus(1.0);
+    match prism::placement_group(vec![bundle], prism::PlacementStrategy::Pack) {
+        Ok(g) => g.id().to_string(),
+        Err(e) => format!("failed: {e}"),
+    }
+}
+
 /// The placement-group driver's part, run on the head by the test below.
 fn place_groups() {
     use prism::{Bundle, PlacementStrategy};
@@ -1123,6 +1134,27 @@ fn place_groups() {
         "BUNDLE actor on its node: {}",
         nodes.get(2) == Some(&actor_node)
     );
+    // A group made by a task on another node (pending: every CPU is
+    // reserved) is listed from here, next to this driver's.
+    let options = prism::TaskOptions::new().placement_group(&group, Some(2));
+    let other = must(
+        prism::get(&must(make_group::remote_with(options), "submitted")),
+        "the task runs",
+    );
+    let listed = must(prism::list_placement_groups(), "the groups are listed");
+    let ids: Vec<String> = listed.iter().map(|(_, g, _)| g.id().to_string()).collect();
+    println!(
+        "LISTED both: {}",
+        ids.contains(&group.id().to_string()) && ids.contains(&other)
+    );
+    for (_, g, _) in &listed {
+        if g.id().to_string() == other {
+            must(
+                prism::remove_placement_group(g),
+                "the other group is removed",
+            );
+        }
+    }
     match prism::placement_group(vec![one_cpu(); 4], PlacementStrategy::StrictSpread) {
         Ok(_) => println!("FOUR bundles: accepted"),
         Err(e) => println!("FOUR bundles: {e}"),
@@ -1162,6 +1194,7 @@ fn a_strict_spread_group_reserves_one_bundle_on_each_of_three_nodes() {
     assert!(said.contains("STRICT_SPREAD over 3 nodes"), "{said}");
     assert!(said.contains("BUNDLE tasks on their nodes: true"), "{said}");
     assert!(said.contains("BUNDLE actor on its node: true"), "{said}");
+    assert!(said.contains("LISTED both: true"), "{said}");
     assert!(
         said.contains("FOUR bundles: no node can ever satisfy"),
         "{said}"

@@ -37,8 +37,8 @@ use crate::{Error, Result};
 use prism_protocol::ids::PlacementGroupId;
 pub use prism_protocol::messages::PlacementStrategy;
 use prism_protocol::messages::{
-    BundleRef, CreatePlacementGroup, GetPlacementGroup, PlacementGroupInfo, PlacementGroupSpec,
-    PlacementGroupState, RemovePlacementGroup,
+    BundleRef, CreatePlacementGroup, GetPlacementGroup, ListPlacementGroups, PlacementGroupInfo,
+    PlacementGroupSpec, PlacementGroupState, RemovePlacementGroup,
 };
 use prism_protocol::resources::ResourceSet;
 use serde::{Deserialize, Serialize};
@@ -197,17 +197,45 @@ pub fn get_placement_group(name: &str) -> Result<PlacementGroup> {
     })
 }
 
-/// Every named group of the cluster that is not removed, with its state,
-/// by name.
+/// Every group of the cluster that is not removed (Ray's
+/// `placement_group_table`), with its name (empty for a group made by
+/// [`placement_group`]) and state, sorted by name and then id. In a
+/// cluster each node lists the groups created there; a node that cannot
+/// be reached is left out.
+///
+/// ```
+/// use prism::{Bundle, PlacementStrategy};
+/// # fn main() -> prism::Result<()> {
+/// prism::init(prism::Config::default().num_cpus(2))?;
+/// let pg = prism::placement_group(vec![Bundle::new().num_cpus(1.0)], PlacementStrategy::Pack)?;
+/// let listed = prism::list_placement_groups()?;
+/// assert!(listed.iter().any(|(name, g, _)| name.is_empty() && g.id() == pg.id()));
+/// prism::remove_placement_group(&pg)?;
+/// assert!(prism::list_placement_groups()?.iter().all(|(_, g, _)| g.id() != pg.id()));
+/// # Ok(()) }
+/// ```
 pub fn list_placement_groups() -> Result<Vec<(String, PlacementGroup, PlacementGroupState)>> {
-    let mut out = Vec::new();
-    for key in crate::kv::keys(NAME_PREFIX)? {
-        let name = key[NAME_PREFIX.len()..].to_string();
-        if let Some(group) = find_named(&name)? {
-            let (state, _) = group.state()?;
-            out.push((name, group, state));
+    let ids = raylet_request(ListPlacementGroups { everywhere: true })?;
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        let info = match raylet_request(GetPlacementGroup { id, wait_ms: None }) {
+            Ok(info) => info,
+            // Removed since it was listed.
+            Err(Error::PlacementGroupRemoved { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        if info.state == PlacementGroupState::Removed {
+            continue;
         }
+        let group = PlacementGroup {
+            id,
+            name: info.spec.name.clone(),
+            bundles: info.spec.bundles,
+            strategy: info.spec.strategy,
+        };
+        out.push((info.spec.name.unwrap_or_default(), group, info.state));
     }
+    out.sort_by(|a, b| (&a.0, a.1.id.to_string()).cmp(&(&b.0, b.1.id.to_string())));
     Ok(out)
 }
 

@@ -406,6 +406,7 @@ replies! {
     Vec<String> => KvKeys,
     Option<String> => WorkerExit,
     OwnedActor => OwnedActor,
+    Vec<PlacementGroupId> => PlacementGroupIds,
 }
 
 impl Reply for () {
@@ -630,6 +631,14 @@ services! {
             /// How long to wait while it is pending (`None`: answer now).
             wait_ms: Option<u64>,
         } => PlacementGroupInfo;
+        /// The groups created at this raylet (in a cluster, with
+        /// `everywhere`, at every live node's raylet) that are not
+        /// removed, by id.
+        ListPlacementGroups {
+            /// Ask the other nodes too (set by drivers and workers; a
+            /// raylet asking another clears it).
+            everywhere: bool,
+        } => Vec<PlacementGroupId>;
         /// Remove a placement group (in a cluster, from every node holding
         /// a bundle of it).
         RemovePlacementGroup {
@@ -909,6 +918,8 @@ pub enum Response {
     WorkerExit(Option<String>),
     /// What an actor's owner says about it.
     OwnedActor(OwnedActor),
+    /// Placement groups, by id.
+    PlacementGroupIds(Vec<PlacementGroupId>),
 }
 
 impl Response {

@@ -277,13 +277,7 @@ impl Membership {
         C: Call + Clone + Send + 'static,
         C::Reply: Send,
     {
-        let raylets: Vec<String> = self
-            .view
-            .lock()
-            .iter()
-            .filter(|n| n.node_id != self.node_id && !n.raylet_address.is_empty())
-            .map(|n| n.raylet_address.clone())
-            .collect();
+        let raylets = self.other_raylets();
         let (node, peers) = (self.node_id.clone(), self.peers.clone());
         async move {
             for raylet in raylets {
@@ -300,6 +294,45 @@ impl Membership {
             }
             None
         }
+    }
+
+    /// Asks every other live node's raylet `request` and gives every
+    /// answer that is not an error (a node that cannot be reached is left
+    /// out).
+    pub(crate) fn ask_all<C>(
+        &self,
+        request: C,
+    ) -> impl std::future::Future<Output = Vec<C::Reply>> + Send + 'static
+    where
+        C: Call + Clone + Send + 'static,
+        C::Reply: Send,
+    {
+        let raylets = self.other_raylets();
+        let (node, peers) = (self.node_id.clone(), self.peers.clone());
+        async move {
+            let mut answers = Vec::new();
+            for raylet in raylets {
+                match peer(&peers, &raylet, &node).await {
+                    Ok(conn) => {
+                        if let Ok(answer) = conn.request(request.clone()).await {
+                            answers.push(answer);
+                        }
+                    }
+                    Err(e) => tracing::debug!(%raylet, error = %e, "a node could not be asked"),
+                }
+            }
+            answers
+        }
+    }
+
+    /// The raylets of the other live nodes.
+    fn other_raylets(&self) -> Vec<String> {
+        self.view
+            .lock()
+            .iter()
+            .filter(|n| n.node_id != self.node_id && !n.raylet_address.is_empty())
+            .map(|n| n.raylet_address.clone())
+            .collect()
     }
 
     /// Looks an actor up on the other live nodes (it was started by one

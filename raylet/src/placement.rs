@@ -20,8 +20,9 @@ use parking_lot::Mutex;
 use prism_protocol::error::Error;
 use prism_protocol::ids::{JobId, PlacementGroupId};
 use prism_protocol::messages::{
-    BundleRef, CommitBundles, GetPlacementGroup, PlacementGroupInfo, PlacementGroupSpec,
-    PlacementGroupState, PlacementStrategy, PrepareBundles, RemovePlacementGroup, Response,
+    BundleRef, CommitBundles, GetPlacementGroup, ListPlacementGroups, PlacementGroupInfo,
+    PlacementGroupSpec, PlacementGroupState, PlacementStrategy, PrepareBundles,
+    RemovePlacementGroup, Response,
 };
 use prism_protocol::resources::ResourceSet;
 use std::collections::{BTreeSet, HashMap};
@@ -83,10 +84,14 @@ pub(crate) fn assign(
 }
 
 /// Groups placed over several nodes whose home is this node and that are
-/// not placed yet, with the callers waiting for them.
+/// not placed yet, with the callers waiting for them; and every group
+/// created here, for listing.
 #[derive(Debug, Default)]
 pub(crate) struct PendingGroups {
     groups: Mutex<HashMap<PlacementGroupId, (PlacementGroupSpec, Vec<ReplyTo>)>>,
+    /// The groups whose home is this node, in creation order, until they
+    /// are removed (or found gone when listed).
+    home: Mutex<Vec<PlacementGroupId>>,
 }
 
 impl Node {
@@ -94,6 +99,56 @@ impl Node {
     /// node, it is a local group; otherwise it is placed over the cluster
     /// in the background (see the module docs).
     pub(crate) fn create_group(
+        self: &Arc<Self>,
+        job: JobId,
+        spec: PlacementGroupSpec,
+    ) -> Result<(), Error> {
+        let id = spec.id;
+        self.create_group_here_or_over(job, spec)?;
+        self.pending_groups.home.lock().push(id);
+        Ok(())
+    }
+
+    /// The groups created here that are not removed. With `everywhere`,
+    /// in a cluster, those of every other live node too.
+    pub(crate) fn list_groups(self: &Arc<Self>, everywhere: bool, reply: ReplyTo) {
+        // One lock at a time: the home list, the pending groups, the
+        // scheduler's groups.
+        let home = self.pending_groups.home.lock().clone();
+        let placing: BTreeSet<PlacementGroupId> = {
+            let pending = self.pending_groups.groups.lock();
+            home.iter()
+                .filter(|id| pending.contains_key(id))
+                .copied()
+                .collect()
+        };
+        let ids: Vec<PlacementGroupId> = self.control(|c| {
+            home.iter()
+                .filter(|id| placing.contains(id) || c.scheduler.group_is_live(**id))
+                .copied()
+                .collect()
+        });
+        // Forget groups gone by other ways (their job ended).
+        self.pending_groups
+            .home
+            .lock()
+            .retain(|id| ids.contains(id) || !home.contains(id));
+        match self.membership.get().filter(|_| everywhere) {
+            None => reply.send(Response::PlacementGroupIds(ids)),
+            Some(m) => {
+                let asking = m.ask_all(ListPlacementGroups { everywhere: false });
+                tokio::spawn(async move {
+                    let mut all = ids;
+                    for more in asking.await {
+                        all.extend(more);
+                    }
+                    reply.send(Response::PlacementGroupIds(all));
+                });
+            }
+        }
+    }
+
+    fn create_group_here_or_over(
         self: &Arc<Self>,
         job: JobId,
         spec: PlacementGroupSpec,
@@ -259,6 +314,7 @@ impl Node {
     /// Removes a group here and, for a request from this node's own
     /// processes, from every node holding a bundle of it.
     pub(crate) fn remove_group(self: &Arc<Self>, id: PlacementGroupId, tell_others: bool) {
+        self.pending_groups.home.lock().retain(|g| *g != id);
         let pending = self.pending_groups.groups.lock().remove(&id);
         if let Some((spec, waiting)) = pending {
             let info = PlacementGroupInfo {

@@ -92,6 +92,11 @@ impl Handler for ClientHandler {
                     .get_placement_group(group, wait_ms, self.asks_others(), reply)
             }
             R::GetNodes(_) => return self.node.get_nodes(reply),
+            R::ListPlacementGroups(r) => {
+                return self
+                    .node
+                    .list_groups(r.everywhere && self.asks_others(), reply)
+            }
             // Answered now.
             R::RegisterDriver(r) => answer(self.handle_register_driver(conn, r)),
             R::RegisterWorker(r) => answer(self.handle_register_worker(conn, r)),

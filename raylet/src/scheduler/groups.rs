@@ -404,6 +404,13 @@ impl<R> Scheduler<R> {
 
     /// Whether this node knows group `id` (held, or removed and
     /// remembered).
+    /// Whether `id` is held here and not removed.
+    pub(crate) fn group_is_live(&self, id: PlacementGroupId) -> bool {
+        self.groups
+            .get(&id)
+            .is_some_and(|g| g.state != PlacementGroupState::Removed)
+    }
+
     pub(crate) fn knows_group(&self, id: PlacementGroupId) -> bool {
         self.groups.contains_key(&id) || self.removed_groups.get(&id).is_some()
     }
