@@ -691,6 +691,12 @@ fn fill(bytes: usize) -> Vec<u8> {
     (0..bytes).map(|i| (i % 251) as u8).collect()
 }
 
+/// A small number (carried inline, not stored).
+#[prism::remote]
+fn size_of_block(size: usize) -> usize {
+    size
+}
+
 /// Each byte of `data` plus one.
 #[prism::remote]
 fn shift(data: Vec<u8>) -> Vec<u8> {
@@ -890,6 +896,11 @@ impl Where {
             .map(|c| c.node_id.to_string())
             .unwrap_or_default()
     }
+
+    /// Ends this actor for good.
+    fn leave(&self) -> Result<(), String> {
+        prism::exit_actor().map_err(|e| e.to_string())
+    }
 }
 
 /// Finds the actor named `name` from wherever it runs, and asks its node.
@@ -1014,8 +1025,13 @@ fn place_actors() {
         .scheduling_strategy(affinity(c, true))
         .max_restarts(1)
         .name("moving");
-    let moved = must(Where::remote_with(moving), "created");
+    let moved = must(Where::remote_with(moving.clone()), "created");
     println!("MOVING starts on C: {}", node_of(&moved) == c.node_id);
+    // One just like it that ended itself before C dies: its node tells
+    // its owner, which must not bring it back.
+    let left = must(Where::remote_with(moving.name("gone")), "created");
+    node_of(&left);
+    must(prism::get(&must(left.leave(), "called")), "it leaves");
     // A caller on B that is not its owner calls it while C dies.
     let later = must(
         node_later::remote_with(on(b), moved.clone(), 1000),
@@ -1049,6 +1065,10 @@ fn place_actors() {
         }
         Err(e) => println!("MOVED failed: {e}"),
     }
+    match prism::get(&must(left.node(), "called")) {
+        Ok(node) => println!("LEFT came back on {node}"),
+        Err(e) => println!("LEFT stays gone: true ({e})"),
+    }
     drop(spread_actors);
     prism::shutdown();
 }
@@ -1080,6 +1100,7 @@ fn actors_are_placed_on_other_nodes_named_cluster_wide_and_die_with_their_node()
     assert!(said.contains("MOVED off C: true"), "{said}");
     assert!(said.contains("MOVED found by name: true"), "{said}");
     assert!(said.contains("MOVED called from B: true"), "{said}");
+    assert!(said.contains("LEFT stays gone: true"), "{said}");
 }
 
 /// Makes a group of one CPU bundle from wherever it runs (its home is
@@ -1335,6 +1356,12 @@ fn rebuild_lost() {
         prism::wait(&[shifted.clone(), kept_shifted.clone()], 2, None),
         "both chains are made",
     );
+    // A stored result whose task took a small ready object by reference
+    // (passed on as a value).
+    let size = must(size_of_block::remote(SIZE), "submitted");
+    must(prism::get(&size), "the size is ready");
+    let sized = must(fill::remote_with(prefer(b), &size), "submitted");
+    must(prism::wait(std::slice::from_ref(&sized), 1, None), "made");
     drop(base);
     // An actor on B owns a result stored on C: it goes when B dies.
     let on_c_now = || {
@@ -1384,6 +1411,10 @@ fn rebuild_lost() {
         }
     }
     drop(kept_base);
+    match prism::get(&sized) {
+        Ok(data) => println!("SIZED made again: {}", data.len() == SIZE),
+        Err(e) => println!("SIZED failed: {e}"),
+    }
     println!("REBUILT {}", prism::retry_stats().objects_rebuilt);
     prism::shutdown();
 }
@@ -1407,7 +1438,8 @@ fn objects_lost_with_their_node_are_made_again_from_their_lineage() {
     assert!(said.contains("CHAIN KEPT base made again: true"), "{said}");
     assert!(said.contains("KEPT on C: true"), "{said}");
     assert!(said.contains("FREED with its owner's node: true"), "{said}");
-    assert!(said.contains("REBUILT 6"), "{said}");
+    assert!(said.contains("SIZED made again: true"), "{said}");
+    assert!(said.contains("REBUILT 7"), "{said}");
 }
 
 /// Adds the node each block task ran on, and spends a little CPU so that

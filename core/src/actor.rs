@@ -356,6 +356,11 @@ pub fn kill_allow_restart<A: Actor>(actor: &ActorHandle<A>) -> Result<()> {
 
 fn kill_actor(actor_id: ActorId, no_restart: bool) -> Result<()> {
     let core = current()?;
+    if no_restart {
+        // First: its node may be dying, and this kill must not be undone
+        // by creating it again elsewhere.
+        core.objects.owned_actors.ended(actor_id);
+    }
     let c = core.clone();
     core.block_on(async move {
         c.raylet
@@ -366,9 +371,6 @@ fn kill_actor(actor_id: ActorId, no_restart: bool) -> Result<()> {
             })
             .await
     })?;
-    if no_restart {
-        core.objects.owned_actors.ended(actor_id);
-    }
     core.actors.killed(actor_id);
     Ok(())
 }

@@ -277,23 +277,8 @@ impl Membership {
         C: Call + Clone + Send + 'static,
         C::Reply: Send,
     {
-        let raylets = self.other_raylets();
-        let (node, peers) = (self.node_id.clone(), self.peers.clone());
-        async move {
-            for raylet in raylets {
-                let conn = match peer(&peers, &raylet, &node).await {
-                    Ok(conn) => conn,
-                    Err(e) => {
-                        tracing::debug!(%raylet, error = %e, "a node could not be asked");
-                        continue;
-                    }
-                };
-                if let Ok(answer) = conn.request(request.clone()).await {
-                    return Some(answer);
-                }
-            }
-            None
-        }
+        let asking = self.ask_each(request, true);
+        async move { asking.await.into_iter().next() }
     }
 
     /// Asks every other live node's raylet `request` and gives every
@@ -307,18 +292,41 @@ impl Membership {
         C: Call + Clone + Send + 'static,
         C::Reply: Send,
     {
+        self.ask_each(request, false)
+    }
+
+    /// The answers of the other live nodes' raylets to `request`, asked
+    /// one after another (stopping at the first with `first_only`).
+    fn ask_each<C>(
+        &self,
+        request: C,
+        first_only: bool,
+    ) -> impl std::future::Future<Output = Vec<C::Reply>> + Send + 'static
+    where
+        C: Call + Clone + Send + 'static,
+        C::Reply: Send,
+    {
         let raylets = self.other_raylets();
         let (node, peers) = (self.node_id.clone(), self.peers.clone());
         async move {
             let mut answers = Vec::new();
             for raylet in raylets {
-                match peer(&peers, &raylet, &node).await {
-                    Ok(conn) => {
-                        if let Ok(answer) = conn.request(request.clone()).await {
-                            answers.push(answer);
+                let one = request.clone();
+                let asked = async {
+                    let conn = peer(&peers, &raylet, &node).await?;
+                    conn.request(one).await
+                };
+                // Bounded: a node cut off but not yet declared dead does
+                // not answer at all.
+                match tokio::time::timeout(ASK_LIMIT, asked).await {
+                    Ok(Ok(answer)) => {
+                        answers.push(answer);
+                        if first_only {
+                            break;
                         }
                     }
-                    Err(e) => tracing::debug!(%raylet, error = %e, "a node could not be asked"),
+                    Ok(Err(e)) => tracing::debug!(%raylet, error = %e, "a node could not be asked"),
+                    Err(_) => tracing::debug!(%raylet, "a node did not answer in time"),
                 }
             }
             answers
@@ -391,6 +399,9 @@ impl Membership {
 }
 
 type Peers = Arc<tokio::sync::Mutex<std::collections::HashMap<String, Connection>>>;
+
+/// How long one node is given to answer a question another node asks it.
+const ASK_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The open connection to another node's raylet, made once.
 async fn peer(peers: &Peers, raylet: &str, node: &str) -> Result<Connection, Error> {

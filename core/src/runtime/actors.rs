@@ -463,15 +463,18 @@ impl ActorSubmitter {
         let answer = if &owner == self.objects.address() {
             self.objects.owned_actors.locate(client.actor_id)
         } else {
-            let Ok(owner) = self.objects.peers.get(&owner).await else {
-                return Err(Some("its owner, which restarts it, is gone".into()));
+            let asked = async {
+                let conn = self.objects.peers.get(&owner).await?;
+                conn.request(LocateActor {
+                    actor_id: client.actor_id,
+                })
+                .await
             };
-            let asked = owner.request(LocateActor {
-                actor_id: client.actor_id,
-            });
+            // Bounded, connecting included: an owner cut off does not answer.
             match tokio::time::timeout(Duration::from_secs(5), asked).await {
                 Ok(Ok(answer)) => answer,
-                _ => return Err(Some("its owner, which restarts it, did not answer".into())),
+                Ok(Err(_)) => return Err(Some("its owner, which restarts it, is gone".into())),
+                Err(_) => return Err(Some("its owner, which restarts it, did not answer".into())),
             }
         };
         match answer {

@@ -47,6 +47,10 @@ pub(crate) struct Submission {
     /// An actor call's hold on its actor's handle object: the actor is
     /// not stopped for lack of handles while the call is out.
     pub(crate) actor_handle: Option<crate::ObjectRef<()>>,
+    /// Whether a value argument holds object references: `held` has an
+    /// object that no argument named by reference when it was made (before
+    /// resolution turned small ready ones into values).
+    pub(crate) refs_in_values: bool,
 }
 
 /// Attempts this process made again: tasks, and actor calls sent again to
@@ -63,7 +67,14 @@ pub(crate) fn retries() -> (u64, u64) {
 impl Submission {
     /// A call that is not retried.
     pub(crate) fn new(spec: TaskSpec, held: Vec<ObjectId>) -> Self {
+        let by_ref = |id: &ObjectId| {
+            spec.args
+                .iter()
+                .any(|a| matches!(a, ArgSpec::Ref(info) if info.id == *id))
+        };
+        let refs_in_values = held.iter().any(|h| !by_ref(h));
         Submission {
+            refs_in_values,
             spec,
             held,
             retries_left: 0,
@@ -532,6 +543,9 @@ impl Objects {
                          was put, or freed without a lineage)"
                     ),
                 };
+                // It will not be made again: its lineage goes (and with
+                // it what only it kept).
+                self.lineage.lock().forget(id);
                 let releases = self
                     .refs
                     .set_value(id, ValueState::Failed(error), Vec::new());
@@ -550,6 +564,7 @@ impl Objects {
     fn rerun(self: &Arc<Self>, first: Lineage, submitter: &Arc<TaskSubmitter>) -> bool {
         let mut runs = Vec::new();
         let mut held: Vec<ObjectId> = Vec::new();
+        let mut remade: Vec<ObjectId> = Vec::new();
         let mut ok = true;
         {
             let mut table = self.lineage.lock();
@@ -567,6 +582,7 @@ impl Objects {
                     };
                     table.revive(d);
                     self.refs.add_remade(d);
+                    remade.push(d);
                     held.push(d);
                     stack.push(dep);
                 }
@@ -574,6 +590,14 @@ impl Objects {
             }
         }
         if !ok {
+            // Nothing runs: what was remade for it is freed again (its
+            // entry ends pending, so no delete reaches the lineage table).
+            {
+                let mut table = self.lineage.lock();
+                for d in &remade {
+                    table.freed(*d);
+                }
+            }
             let releases = self.refs.remove_submitted(&held);
             self.apply_releases(releases);
             return false;

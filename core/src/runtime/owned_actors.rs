@@ -19,7 +19,7 @@ use super::submitter::TaskSubmitter;
 use crate::{Error, Result};
 use parking_lot::Mutex;
 use prism_protocol::ids::ActorId;
-use prism_protocol::messages::{ActorPlacement, ActorSpec, CreateActor, OwnedActor};
+use prism_protocol::messages::{ActorPlacement, ActorSpec, CreateActor, KillActor, OwnedActor};
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, Weak};
@@ -176,23 +176,41 @@ impl OwnedActors {
             Some(tasks) => place(&self.raylet, &tasks, spec).await,
             None => Err(Error::NotInitialized),
         };
-        let mut away = self.away.lock();
-        let Some(record) = away.get_mut(&id) else {
-            return;
-        };
-        match placed {
-            Ok(Some(node)) => record.node = node,
-            // On this process's own node, it lives and dies with it: the
-            // local raylet restarts it from now on. The record stays (with
-            // no node) until it ends: a caller whose lookup just missed
-            // the new copy must still hear that it is kept.
-            Ok(None) => record.node = String::new(),
-            Err(e) => {
-                tracing::warn!(actor = %id, %class, error = %e, "an actor could not be created again");
-                record.failed = Some(format!(
-                    "it ran on node {dead}, which died, and creating it again failed: {e}"
-                ));
+        let orphan = {
+            let mut away = self.away.lock();
+            match (away.get_mut(&id), &placed) {
+                // It ended meanwhile (killed, or its last handle dropped):
+                // the copy just made must not live on.
+                (None, Ok(_)) => true,
+                (None, Err(_)) => false,
+                (Some(record), Ok(Some(node))) => {
+                    record.node = node.clone();
+                    false
+                }
+                // On this process's own node, it lives and dies with it:
+                // the local raylet restarts it from now on. The record
+                // stays (with no node) until it ends: a caller whose lookup
+                // just missed the new copy must still hear that it is kept.
+                (Some(record), Ok(None)) => {
+                    record.node = String::new();
+                    false
+                }
+                (Some(record), Err(e)) => {
+                    tracing::warn!(actor = %id, %class, error = %e, "an actor could not be created again");
+                    record.failed = Some(format!(
+                        "it ran on node {dead}, which died, and creating it again failed: {e}"
+                    ));
+                    false
+                }
             }
+        };
+        if orphan {
+            let kill = KillActor {
+                actor_id: id,
+                no_restart: true,
+                out_of_scope: false,
+            };
+            let _ = self.raylet.request(kill).await;
         }
     }
 }

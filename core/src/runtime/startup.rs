@@ -373,9 +373,13 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
         &s.store_path,
         rpc::Endpoint::parse(&address).node,
     )?;
+    // Connections this process opens serve it too, once it is bound: a
+    // raylet of another node tells this process over its lessee
+    // connection when an actor it created there ends (`ActorEnded`).
+    let outgoing = s.handler.clone();
     let peers = Arc::new(Peers::new(
         s.node_id.to_string(),
-        Box::new(|| Arc::new(CoreHandler::default()) as Arc<dyn Handler>),
+        Box::new(move || Arc::new(outgoing.for_connection()) as Arc<dyn Handler>),
     ));
     let objects = Arc::new(Objects::new(
         s.rt.clone(),

@@ -263,9 +263,9 @@ impl TaskSubmitter {
                 ArgSpec::Ref(_) => return None,
             }
         }
-        // Any other object it holds is inside a value argument.
-        let inside = submission.held.iter().any(|h| !deps.contains(h));
-        (!inside).then_some(deps)
+        // (Small ready objects named by reference were resolved into
+        // values since: those values are in the spec.)
+        (!submission.refs_in_values).then_some(deps)
     }
 
     fn dispatch_all(
