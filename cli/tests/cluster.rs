@@ -901,6 +901,24 @@ impl Where {
     fn leave(&self) -> Result<(), String> {
         prism::exit_actor().map_err(|e| e.to_string())
     }
+
+    /// Crashes its process.
+    fn crash(&self) {
+        std::process::exit(3);
+    }
+}
+
+/// Asks `w` for its node, crashes it, and asks again once it restarted.
+#[prism::remote]
+fn crash_between(w: prism::ActorHandle<Where>) -> (String, String) {
+    let node = |w: &prism::ActorHandle<Where>| {
+        w.node()
+            .and_then(|n| prism::get(&n))
+            .unwrap_or_else(|e| format!("failed: {e}"))
+    };
+    let before = node(&w);
+    let _ = w.crash().and_then(|r| prism::get(&r));
+    (before, node(&w))
 }
 
 /// Finds the actor named `name` from wherever it runs, and asks its node.
@@ -1029,6 +1047,18 @@ fn place_actors() {
     println!("MOVING starts on C: {}", node_of(&moved) == c.node_id);
     // One just like it that ended itself before C dies: its node tells
     // its owner, which must not bring it back.
+    // One with a single restart, spent on C by a crash that a task on B
+    // causes (its owner never looks): C's node tells the owner, which
+    // must not create it again when C dies.
+    let once = must(Where::remote_with(moving.clone().name("once")), "created");
+    let (before, after) = must(
+        prism::get(&must(crash_between::remote_with(on(b), once.clone()), "s")),
+        "the task on B runs",
+    );
+    println!(
+        "ONCE restarted on C: {}",
+        before == c.node_id && after == c.node_id
+    );
     let left = must(Where::remote_with(moving.name("gone")), "created");
     node_of(&left);
     must(prism::get(&must(left.leave(), "called")), "it leaves");
@@ -1064,6 +1094,10 @@ fn place_actors() {
             );
         }
         Err(e) => println!("MOVED failed: {e}"),
+    }
+    match prism::get(&must(once.node(), "called")) {
+        Ok(node) => println!("ONCE came back on {node}"),
+        Err(e) => println!("ONCE stays dead: true ({e})"),
     }
     match prism::get(&must(left.node(), "called")) {
         Ok(node) => println!("LEFT came back on {node}"),
@@ -1101,6 +1135,8 @@ fn actors_are_placed_on_other_nodes_named_cluster_wide_and_die_with_their_node()
     assert!(said.contains("MOVED found by name: true"), "{said}");
     assert!(said.contains("MOVED called from B: true"), "{said}");
     assert!(said.contains("LEFT stays gone: true"), "{said}");
+    assert!(said.contains("ONCE restarted on C: true"), "{said}");
+    assert!(said.contains("ONCE stays dead: true"), "{said}");
 }
 
 /// Makes a group of one CPU bundle from wherever it runs (its home is

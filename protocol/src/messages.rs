@@ -770,6 +770,15 @@ services! {
             /// The actor.
             actor_id: ActorId,
         } => ();
+        /// An actor this process created on this (other) node was
+        /// restarted here: its owner counts the restart if it creates the
+        /// actor again after the node dies.
+        ActorRestarted {
+            /// The actor.
+            actor_id: ActorId,
+            /// Its restarts so far.
+            num_restarts: u32,
+        } => ();
         /// Lines a worker printed, for the driver's terminal.
         WorkerOutput {
             /// Who printed, e.g. `pid=123` or `Counter pid=123`.

@@ -49,6 +49,8 @@ pub(crate) struct ActorTable<R> {
     names: HashMap<(String, String), ActorId>,
     /// Actors that died for good since [`ActorTable::take_ended`] last ran.
     ended: Vec<ActorId>,
+    /// Actors restarted since then, with their restart counts.
+    restarted: Vec<(ActorId, u32)>,
 }
 
 impl<R> Default for ActorTable<R> {
@@ -57,6 +59,7 @@ impl<R> Default for ActorTable<R> {
             actors: HashMap::new(),
             names: HashMap::new(),
             ended: Vec::new(),
+            restarted: Vec::new(),
         }
     }
 }
@@ -182,6 +185,7 @@ impl<R> ActorTable<R> {
             return Lost::Dead(self.died(actor, reason));
         }
         entry.info.num_restarts += 1;
+        self.restarted.push((actor, entry.info.num_restarts));
         entry.info.state = ActorState::Restarting;
         entry.worker = None;
         entry.handed = false;
@@ -226,6 +230,11 @@ impl<R> ActorTable<R> {
     /// The actors that died for good since the last call.
     pub(crate) fn take_ended(&mut self) -> Vec<ActorId> {
         std::mem::take(&mut self.ended)
+    }
+
+    /// The actors restarted since the last call, with their counts.
+    pub(crate) fn take_restarted(&mut self) -> Vec<(ActorId, u32)> {
+        std::mem::take(&mut self.restarted)
     }
 
     fn free_name(&mut self, actor: ActorId) {
@@ -381,6 +390,11 @@ mod tests {
             Lost::Restart(_)
         ));
         assert!(table.take_ended().is_empty(), "restarting is not dead");
+        assert_eq!(
+            table.take_restarted(),
+            vec![(id, 2)],
+            "the restart is reported"
+        );
         assert!(matches!(
             table.lost(id, "crash".into(), true),
             Lost::Dead(_)

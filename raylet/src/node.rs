@@ -23,8 +23,8 @@ use prism_object_store::{Creator, ObjectTable, Pin, Placement, Segment, SpillFil
 use prism_protocol::error::Error;
 use prism_protocol::ids::{ActorId, JobId, NodeId, ObjectId, PlacementGroupId, WorkerId};
 use prism_protocol::messages::{
-    ActorEnded, ActorPlacement, ActorSpec, ActorState, BecomeActor, LeaseGrant, LeaseReply,
-    NodeDied, Ownership, Registration, Reply, Response, SchedulingStrategy,
+    ActorEnded, ActorPlacement, ActorRestarted, ActorSpec, ActorState, BecomeActor, LeaseGrant,
+    LeaseReply, NodeDied, Ownership, Registration, Reply, Response, SchedulingStrategy,
 };
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::{Connection, Endpoint};
@@ -123,6 +123,8 @@ struct AfterLock {
     kills: Vec<u32>,
     /// Creators on other nodes to tell that their actor died for good.
     ended: Vec<(Connection, ActorId)>,
+    /// Creators on other nodes to tell that their actor restarted here.
+    restarted: Vec<(Connection, ActorId, u32)>,
 }
 
 /// One node: its store, its scheduler, its workers and (on the head) the
@@ -264,6 +266,12 @@ impl Node {
         for (conn, actor_id) in after.ended {
             let _ = conn.notify(ActorEnded { actor_id });
         }
+        for (conn, actor_id, num_restarts) in after.restarted {
+            let _ = conn.notify(ActorRestarted {
+                actor_id,
+                num_restarts,
+            });
+        }
         out
     }
 
@@ -283,6 +291,11 @@ impl Node {
             }
             for decision in decisions {
                 self.carry_out(&mut control, decision, &mut after);
+            }
+        }
+        for (actor, n) in control.actors.take_restarted() {
+            if let Some(conn) = control.remote_owners.get(&actor) {
+                after.restarted.push((conn.clone(), actor, n));
             }
         }
         for actor in control.actors.take_ended() {

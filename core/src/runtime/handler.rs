@@ -72,6 +72,14 @@ impl Handler for CoreHandler {
             }
             return;
         }
+        if let Request::Driver(DriverRequest::ActorRestarted(r)) = &request {
+            if let Some(objects) = &objects {
+                objects
+                    .owned_actors
+                    .seen_restarts(r.actor_id, r.num_restarts);
+            }
+            return;
+        }
         if let Request::Driver(DriverRequest::NodeDied(died)) = &request {
             if let Some(objects) = &objects {
                 let n = objects.peers.abandon_node(&died.node_id);
