@@ -177,7 +177,8 @@ impl Handler for ClientHandler {
     }
 
     fn closed(&self, _conn: &Connection) {
-        let orphaned;
+        let mut orphaned;
+        let address = self.address.lock().take();
         let pins: Vec<(ObjectId, u64)> = self
             .pins
             .lock()
@@ -189,6 +190,12 @@ impl Handler for ClientHandler {
             // After every request it sent: nothing it left unsealed can be
             // sealed any more, and what it owned has no owner.
             orphaned = store.creator_gone(self.creator());
+            // A driver or worker exited: the task results it owned go too.
+            // (A lessee's connection is not its process: those go with its
+            // node.)
+            if let Some(address) = &address {
+                orphaned.extend(store.owners_gone(|owner| owner == address));
+            }
             for (id, n) in pins {
                 for _ in 0..n {
                     store.unpin(id);
@@ -202,11 +209,6 @@ impl Handler for ClientHandler {
         self.node.store_changed.notify_waiters();
         let holder = self.conn_id;
         self.node.control(|c| c.scheduler.client_gone(holder));
-        // A driver or worker exited: the task results it owned go. (A
-        // lessee's connection is not its process: those go with its node.)
-        if let Some(address) = self.address.lock().take() {
-            self.node.owner_gone(|owner| owner == address);
-        }
         match *self.role.lock() {
             Role::Driver(job) => self.node.end_job(job),
             Role::Lessee(job) => self.node.lessee_gone(job),

@@ -515,22 +515,12 @@ impl ActorSubmitter {
                 // be creating it again on another node (its node died) or
                 // not know yet that its node died: look again meanwhile.
                 Err(Error::ActorDied { class, reason, .. }) if class == "?" => {
-                    match self.may_move(client).await {
-                        Err(None) => {
-                            return Err(Error::ActorDied {
-                                actor_id: client.actor_id,
-                                class,
-                                reason,
-                            })
-                        }
-                        Err(Some(why)) => {
-                            return Err(Error::ActorDied {
-                                actor_id: client.actor_id,
-                                class,
-                                reason: why,
-                            })
-                        }
-                        Ok(()) => {}
+                    if let Err(why) = self.may_move(client).await {
+                        return Err(Error::ActorDied {
+                            actor_id: client.actor_id,
+                            class,
+                            reason: why.unwrap_or(reason),
+                        });
                     }
                     let limit = self.moving_limit();
                     let since = *moving.get_or_insert_with(Instant::now);
