@@ -4,7 +4,8 @@
 //! the same place in every process of a job, up to where the loader put the
 //! program. A [`PortableFn`] records a function as its distance from an
 //! anchor function of this crate, together with the identity of the
-//! executable file, and turns back into the same function in a worker. This
+//! program (its build id, the same for the copies other nodes run), and
+//! turns back into the same function in a worker. This
 //! is how prism-train's `Trainer` sends the training loop and its datasets'
 //! `map_batches` sends a batch function: as plain `fn` items, the way a Ray
 //! user passes a Python function.
@@ -33,7 +34,6 @@
 
 use serde::{Deserialize, Serialize};
 use std::marker::PhantomData;
-use std::sync::OnceLock;
 
 /// Why a [`PortableFn`] could not be turned back into a function.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -46,9 +46,9 @@ pub enum PortableFnError {
         /// The type asked for.
         asked: String,
     },
-    /// This process cannot tell which executable it runs (no
+    /// This process cannot tell which executable it runs (no readable
     /// `/proc/self/exe`), so it cannot check the token.
-    #[error("cannot identify this program's executable (/proc/self/exe): {0}")]
+    #[error("{0}")]
     UnknownExecutable(String),
     /// The token was made by another executable (or another build of it).
     #[error(
@@ -145,27 +145,13 @@ fn anchor_addr() -> i64 {
     f as usize as i64
 }
 
-/// Identity of this process's executable file: device, inode, size and
-/// modification time, so that a rebuilt binary is told apart.
+/// Identity of this process's program by content (its build id, see
+/// [`prism_protocol::program`]): a rebuilt binary is told apart, and a copy
+/// of the same binary on another node is the same program.
 fn exe_identity() -> Result<&'static str, PortableFnError> {
-    static ID: OnceLock<Result<String, String>> = OnceLock::new();
-    let id = ID.get_or_init(|| {
-        use std::os::unix::fs::MetadataExt;
-        std::fs::metadata("/proc/self/exe")
-            .map(|m| {
-                format!(
-                    "{}:{}:{}:{}.{}",
-                    m.dev(),
-                    m.ino(),
-                    m.size(),
-                    m.mtime(),
-                    m.mtime_nsec()
-                )
-            })
-            .map_err(|e| e.to_string())
-    });
-    id.as_deref()
-        .map_err(|e| PortableFnError::UnknownExecutable(e.to_string()))
+    prism_protocol::program::Program::this()
+        .map(|p| p.id.as_str())
+        .map_err(PortableFnError::UnknownExecutable)
 }
 
 impl<F: FnPtr> PortableFn<F> {
@@ -234,7 +220,7 @@ mod tests {
         let err = unsafe { wrong.resolve() }.unwrap_err();
         assert!(matches!(err, PortableFnError::OtherType { .. }), "{err}");
         let mut other_build: serde_json::Value = serde_json::from_str(&text).unwrap();
-        other_build["exe"] = "0:0:0:0.0".into();
+        other_build["exe"] = "build-id:00".into();
         let other: PortableFn<fn(u32) -> u32> = serde_json::from_value(other_build).unwrap();
         // SAFETY: only the executable identity was changed; it is checked first.
         let err = unsafe { other.resolve() }.unwrap_err();

@@ -6,6 +6,7 @@
 pub mod error;
 pub mod ids;
 pub mod messages;
+pub mod program;
 pub mod resources;
 pub mod rpc;
 pub mod transfer;

@@ -35,6 +35,7 @@
 
 use crate::error::Error;
 use crate::ids::{ActorId, JobId, LeaseId, NodeId, ObjectId, PlacementGroupId, TaskId, WorkerId};
+use crate::program::Program;
 use crate::resources::ResourceSet;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -140,6 +141,9 @@ pub fn actor_checkpoint_key(actor: ActorId) -> String {
 
 /// What every actor checkpoint's key begins with.
 pub const ACTOR_CHECKPOINT_PREFIX: &str = "prism/actor-checkpoint/";
+
+/// The most bytes one `ReadProgram` asks for.
+pub const PROGRAM_CHUNK: u64 = 8 << 20;
 
 /// Where a task may run in a multi-node cluster (Ray's
 /// `scheduling_strategy`).
@@ -407,6 +411,7 @@ replies! {
     Option<String> => WorkerExit,
     OwnedActor => OwnedActor,
     Vec<PlacementGroupId> => PlacementGroupIds,
+    Bytes => Chunk,
 }
 
 impl Reply for () {
@@ -482,6 +487,11 @@ services! {
             /// Set when a process of a job started on another node leases
             /// workers here: the job to run them for.
             job_id: Option<JobId>,
+            /// The program `executable` holds, sent by a process leasing
+            /// workers on another node: a node whose file at that path is
+            /// not this program fetches it from the process
+            /// (`ReadProgram`) and runs its copy.
+            program: Option<Program>,
         } => Registration;
         /// A worker started by the raylet reports in.
         RegisterWorker {
@@ -779,6 +789,17 @@ services! {
             /// Its restarts so far.
             num_restarts: u32,
         } => ();
+        /// A chunk of this process's own executable, read by another node's
+        /// raylet that runs the job's workers and lacks the program.
+        ReadProgram {
+            /// The program asked for: the process refuses if it runs
+            /// another.
+            id: String,
+            /// Where the chunk starts.
+            offset: u64,
+            /// Its length (at most [`PROGRAM_CHUNK`] bytes).
+            len: u64,
+        } => Bytes;
         /// Lines a worker printed, for the driver's terminal.
         WorkerOutput {
             /// Who printed, e.g. `pid=123` or `Counter pid=123`.
@@ -929,6 +950,8 @@ pub enum Response {
     OwnedActor(OwnedActor),
     /// Placement groups, by id.
     PlacementGroupIds(Vec<PlacementGroupId>),
+    /// A chunk of a file.
+    Chunk(Bytes),
 }
 
 impl Response {

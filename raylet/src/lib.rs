@@ -23,6 +23,7 @@ mod membership;
 mod memory;
 mod node;
 mod placement;
+mod programs;
 mod record;
 mod resources;
 mod scheduler;

@@ -156,6 +156,8 @@ pub(crate) struct Node {
     pub(crate) transfers: crate::transfer::Transfers,
     /// Groups placed over several nodes from here, not placed yet.
     pub(crate) pending_groups: crate::placement::PendingGroups,
+    /// Copies of other nodes' jobs' programs, fetched one at a time.
+    pub(crate) programs: crate::programs::Programs,
 }
 
 impl Node {
@@ -197,6 +199,7 @@ impl Node {
             lessees: Mutex::new(HashMap::new()),
             transfers: Default::default(),
             pending_groups: Default::default(),
+            programs: Default::default(),
         })
     }
 
@@ -456,27 +459,15 @@ impl Node {
     }
 
     /// A process of another node will lease workers for `job` here: the
-    /// job is registered on its first such connection (its binary must be
-    /// on this node at the same path).
-    pub(crate) fn add_lessee(self: &Arc<Self>, job_id: JobId, job: Job) -> Result<(), Error> {
+    /// job is registered on its first such connection (with the program
+    /// file found or fetched for it, see programs.rs).
+    pub(crate) fn add_lessee(self: &Arc<Self>, job_id: JobId, job: Job) {
         let mut lessees = self.lessees.lock();
         let count = lessees.entry(job_id).or_insert(0);
         if *count == 0 {
-            if !job.executable.is_file() {
-                lessees.remove(&job_id);
-                return Err(Error::Cluster {
-                    message: format!(
-                        "node {} cannot run the job's program: {} is not on this machine \
-                         (every node must have the driver's binary at the same path)",
-                        self.node_id,
-                        job.executable.display()
-                    ),
-                });
-            }
             self.register_job(job_id, job);
         }
         *count += 1;
-        Ok(())
     }
 
     /// A lessee's connection closed; the job ends here with its last one.

@@ -35,12 +35,15 @@ enum Role {
     Worker(JobId, WorkerId),
     /// A process of another node leasing workers here for its job.
     Lessee(JobId),
+    /// The connection closed (a registration finishing later must not
+    /// register it).
+    Closed,
 }
 
 struct ClientHandler {
     node: Arc<Node>,
     conn_id: u64,
-    role: Mutex<Role>,
+    role: Arc<Mutex<Role>>,
     /// Objects this connection's process reads, with their pin counts.
     /// `None` once the connection closed: a pin that a restore finishes
     /// later is dropped at once instead of being left with no one to
@@ -55,7 +58,7 @@ pub(crate) fn handler(node: &Arc<Node>) -> Arc<dyn Handler> {
     Arc::new(ClientHandler {
         node: node.clone(),
         conn_id: NEXT_CONN.fetch_add(1, Ordering::Relaxed),
-        role: Mutex::new(Role::Unregistered),
+        role: Arc::new(Mutex::new(Role::Unregistered)),
         pins: Arc::new(Mutex::new(Some(HashMap::new()))),
         address: Mutex::new(None),
     })
@@ -98,6 +101,9 @@ impl Handler for ClientHandler {
                     .list_groups(r.everywhere && self.asks_others(), reply)
             }
             // Answered now.
+            R::RegisterDriver(r) if r.job_id.is_some() => {
+                return self.handle_register_lessee(conn, r, reply)
+            }
             R::RegisterDriver(r) => answer(self.handle_register_driver(conn, r)),
             R::RegisterWorker(r) => answer(self.handle_register_worker(conn, r)),
             R::ReturnLease(r) => answer(self.handle_return_lease(r.lease_id, r.unreachable)),
@@ -209,7 +215,8 @@ impl Handler for ClientHandler {
         self.node.store_changed.notify_waiters();
         let holder = self.conn_id;
         self.node.control(|c| c.scheduler.client_gone(holder));
-        match *self.role.lock() {
+        let role = std::mem::replace(&mut *self.role.lock(), Role::Closed);
+        match role {
             Role::Driver(job) => self.node.end_job(job),
             Role::Lessee(job) => self.node.lessee_gone(job),
             _ => {}
@@ -226,7 +233,7 @@ impl ClientHandler {
     fn job(&self) -> Result<JobId, Error> {
         match *self.role.lock() {
             Role::Driver(j) | Role::Worker(j, _) | Role::Lessee(j) => Ok(j),
-            Role::Unregistered => Err(Error::NotRegistered),
+            Role::Unregistered | Role::Closed => Err(Error::NotRegistered),
         }
     }
 
@@ -303,6 +310,53 @@ impl ClientHandler {
         self.node.control(|c| c.scheduler.request_lease(request));
     }
 
+    /// A process of another node will lease workers here: answered once
+    /// this node has the job's program (fetched from that process if need
+    /// be, which may take a while).
+    fn handle_register_lessee(&self, conn: &Connection, r: RegisterDriver, reply: ReplyTo) {
+        let (node, role, conn) = (self.node.clone(), self.role.clone(), conn.clone());
+        tokio::spawn(async move {
+            let registered = async {
+                let RegisterDriver {
+                    pid,
+                    executable,
+                    cwd,
+                    log_to_driver,
+                    job_id,
+                    program,
+                    ..
+                } = r;
+                let job_id = job_id.ok_or(Error::NotRegistered)?;
+                let executable = node.program_file(executable, program, &conn).await?;
+                // The driver's folder may not exist on this machine.
+                let cwd = if cwd.is_dir() {
+                    cwd
+                } else {
+                    node.config.session_dir.clone()
+                };
+                let mut role = role.lock();
+                if matches!(*role, Role::Closed) {
+                    return Err(Error::Disconnected {
+                        peer: conn.peer().to_string(),
+                    });
+                }
+                node.add_lessee(
+                    job_id,
+                    Job {
+                        executable,
+                        cwd,
+                        driver: conn.clone(),
+                        log_to_driver,
+                    },
+                );
+                *role = Role::Lessee(job_id);
+                tracing::info!(job = %job_id, pid, "a process of another node leases workers here");
+                Ok(node.registration(job_id))
+            };
+            reply.send(answer(registered.await));
+        });
+    }
+
     fn handle_register_driver(&self, conn: &Connection, r: RegisterDriver) -> Result<Registration> {
         let RegisterDriver {
             address: r_address,
@@ -310,21 +364,8 @@ impl ClientHandler {
             executable,
             cwd,
             log_to_driver,
-            job_id,
             ..
         } = r;
-        if let Some(job_id) = job_id {
-            let job = Job {
-                executable,
-                cwd,
-                driver: conn.clone(),
-                log_to_driver,
-            };
-            self.node.add_lessee(job_id, job)?;
-            *self.role.lock() = Role::Lessee(job_id);
-            tracing::info!(job = %job_id, pid, "a process of another node leases workers here");
-            return Ok(self.node.registration(job_id));
-        }
         let job_id = JobId::new();
         *self.role.lock() = Role::Driver(job_id);
         *self.address.lock() = Some(r_address);
@@ -457,7 +498,7 @@ impl ClientHandler {
     /// workers and for lessees, never for another raylet asking (it asks
     /// the others itself).
     fn asks_others(&self) -> bool {
-        !matches!(*self.role.lock(), Role::Unregistered)
+        !matches!(*self.role.lock(), Role::Unregistered | Role::Closed)
     }
 
     /// Takes an actor here, or (for a local client, by the actor's

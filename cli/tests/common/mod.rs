@@ -90,6 +90,27 @@ impl Machines {
         self.join_with(host, head, &[])
     }
 
+    /// Joins `host` with `hidden` (a folder) empty to its node: a machine
+    /// that lacks what the others have there.
+    pub fn join_hiding(&self, host: usize, head: &str, hidden: &std::path::Path) -> Output {
+        let (ip, token) = (self.ip(host).to_string(), self.token());
+        // `ip netns exec` runs its command in a mount namespace of its own:
+        // the empty file system mounted over `hidden` is seen by this
+        // node's processes only.
+        let mut command = self.net.command(host, "sh");
+        command
+            .args([
+                "-c",
+                "mount -t tmpfs -o size=1m prism-hidden \"$0\" && exec \"$@\"",
+            ])
+            .arg(hidden)
+            .arg(PRISM)
+            .args(["start", "--address", head, "--token", &token])
+            .args(["--node-ip-address", &ip, "--num-cpus", "1", "--temp-dir"])
+            .arg(&self.temps[host]);
+        run_bounded(command, &[], Duration::from_secs(60))
+    }
+
     pub fn join_with(&self, host: usize, head: &str, extra: &[&str]) -> Output {
         self.join_env(host, head, extra, &[])
     }
@@ -130,6 +151,19 @@ impl Machines {
         limit: Duration,
     ) -> String {
         let exe = must(std::env::current_exe(), "this test's binary");
+        self.run_driver_from(&exe, host, test, head, env, limit)
+    }
+
+    /// [`Machines::run_driver`] with this test's binary found at `exe`.
+    pub fn run_driver_from(
+        &self,
+        exe: &std::path::Path,
+        host: usize,
+        test: &str,
+        head: &str,
+        env: &[(&str, &str)],
+        limit: Duration,
+    ) -> String {
         let mut driver = self.net.command(host, exe);
         driver.args(["--exact", test, "--nocapture"]);
         let temp = self.temps[host].display().to_string();

@@ -8,8 +8,10 @@ use crate::Error;
 use parking_lot::Mutex;
 use prism_protocol::ids::ObjectId;
 use prism_protocol::messages::{
-    AddBorrower, Address, DriverRequest, OwnerRequest, Request, Response, Stream,
+    AddBorrower, Address, DriverRequest, OwnerRequest, ReadProgram, Request, Response, Stream,
+    PROGRAM_CHUNK,
 };
+use prism_protocol::program::Program;
 use prism_protocol::rpc::{Connection, Handler};
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, Weak};
@@ -80,6 +82,10 @@ impl Handler for CoreHandler {
             }
             return;
         }
+        if let Request::Driver(DriverRequest::ReadProgram(read)) = &request {
+            conn.respond(id, Response::from_result(read_program(read)));
+            return;
+        }
         if let Request::Driver(DriverRequest::NodeDied(died)) = &request {
             if let Some(objects) = &objects {
                 let n = objects.peers.abandon_node(&died.node_id);
@@ -134,6 +140,40 @@ impl Handler for CoreHandler {
             std::process::exit(0);
         }
     }
+}
+
+/// A chunk of this process's executable, for a node that runs the job's
+/// workers from its own copy. `/proc/self/exe` is the file this process
+/// was started from even if a rebuild replaced it at its path since.
+fn read_program(read: &ReadProgram) -> Result<bytes::Bytes, Error> {
+    use std::io::{Read, Seek, SeekFrom};
+    let this = Program::this().map_err(|message| Error::Cluster { message })?;
+    if this.id != read.id {
+        return Err(Error::Cluster {
+            message: format!(
+                "this process runs program {}, not {}: was the job's binary rebuilt and \
+                 restarted while nodes still fetched it?",
+                this.id, read.id
+            ),
+        });
+    }
+    if read.len > PROGRAM_CHUNK || read.offset > this.size {
+        return Err(Error::Cluster {
+            message: format!(
+                "a program read of {} bytes at {} is out of bounds (the program has {} bytes, \
+                 and one read takes at most {PROGRAM_CHUNK})",
+                read.len, read.offset, this.size
+            ),
+        });
+    }
+    let len = read.len.min(this.size - read.offset) as usize;
+    let mut chunk = vec![0u8; len];
+    let mut file = std::fs::File::open("/proc/self/exe")
+        .map_err(|e| Error::io("open this program's executable", e))?;
+    file.seek(SeekFrom::Start(read.offset))
+        .and_then(|_| file.read_exact(&mut chunk))
+        .map_err(|e| Error::io("read this program's executable", e))?;
+    Ok(chunk.into())
 }
 
 fn print_worker_output(label: &str, stream: Stream, lines: &[String]) {

@@ -218,6 +218,7 @@ pub(crate) async fn start_driver(
             cwd,
             log_to_driver: config.log_to_driver,
             job_id: None,
+            program: None,
         })
         .await?;
     let core = build(Startup {

@@ -26,6 +26,7 @@ use prism_protocol::messages::{
     ArgSpec, BundleRef, CancelLeaseRequests, LeaseGrant, LeaseReply, PushTask, RegisterDriver,
     RequestLease, ReturnLease, ReturnObject, SchedulingStrategy, WorkerExitReason,
 };
+use prism_protocol::program::Program;
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::Connection;
 use std::collections::{HashMap, VecDeque};
@@ -191,6 +192,12 @@ impl TaskSubmitter {
             cwd: std::env::current_dir().map_err(|e| Error::io("read the working directory", e))?,
             log_to_driver: self.config.log_to_driver,
             job_id: Some(self.job_id),
+            // The node runs its copy of this program if it lacks the file.
+            program: Some(
+                Program::this()
+                    .map_err(|message| Error::Cluster { message })?
+                    .clone(),
+            ),
         })
         .await?;
         open.insert(address.to_string(), conn.clone());

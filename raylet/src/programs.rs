@@ -1,0 +1,181 @@
+//! The programs of jobs that started on other nodes.
+//!
+//! Workers run their driver's own executable. A process of another node
+//! that leases workers here says which program it runs (its build id, see
+//! [`prism_protocol::program`]) and where its file lies on its own
+//! machine. This node runs that file when it has the same program at the
+//! same path (a shared file system, or the same install on every machine);
+//! otherwise it reads the program from the leasing process itself, over the
+//! connection it registered on (`ReadProgram`), once: the copy is kept in
+//! `<session>/programs/<id>/` and serves every later job of that program.
+
+use crate::node::Node;
+use prism_protocol::error::Error;
+use prism_protocol::messages::{ReadProgram, PROGRAM_CHUNK};
+use prism_protocol::program::Program;
+use prism_protocol::rpc::Connection;
+use std::collections::VecDeque;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long one chunk may take to arrive.
+const CHUNK_LIMIT: Duration = Duration::from_secs(60);
+/// Chunks asked for at once.
+const IN_FLIGHT: usize = 3;
+
+/// Fetches one program at a time: a second lessee of a program being
+/// fetched waits, then finds the copy.
+#[derive(Debug, Default)]
+pub(crate) struct Programs {
+    fetching: tokio::sync::Mutex<()>,
+}
+
+impl Node {
+    /// The file to start the job's workers from: `path` if it holds
+    /// `program` (or no program was named), else this node's copy of it,
+    /// fetched from the process on `lessee` if this node has none.
+    pub(crate) async fn program_file(
+        self: &Arc<Self>,
+        path: PathBuf,
+        program: Option<Program>,
+        lessee: &Connection,
+    ) -> Result<PathBuf, Error> {
+        let refuse = |why: String| Error::Cluster {
+            message: format!("node {} cannot run the job's program: {why}", self.node_id),
+        };
+        let Some(program) = program else {
+            if path.is_file() {
+                return Ok(path);
+            }
+            return Err(refuse(format!(
+                "{} is not on this machine (every node must have the driver's binary at the \
+                 same path)",
+                path.display()
+            )));
+        };
+        program.runs_here().map_err(refuse)?;
+        if path.is_file() && same_program(&path, &program).await {
+            return Ok(path);
+        }
+        let name = path
+            .file_name()
+            .map(|n| n.to_os_string())
+            .unwrap_or_else(|| "program".into());
+        let folder = self
+            .config
+            .session_dir
+            .join("programs")
+            .join(program.folder_name());
+        let copy = folder.join(name);
+        let _one_at_a_time = self.programs.fetching.lock().await;
+        if copy.is_file() {
+            return Ok(copy);
+        }
+        let started = Instant::now();
+        fetch(lessee, &program, &folder, &copy)
+            .await
+            .map_err(|e| refuse(format!("fetching it from {}: {e}", lessee.peer())))?;
+        tracing::info!(
+            program = %program.id,
+            bytes = program.size,
+            from = %lessee.peer(),
+            ms = started.elapsed().as_millis() as u64,
+            file = %copy.display(),
+            "fetched a job's program"
+        );
+        Ok(copy)
+    }
+}
+
+/// Whether the file at `path` is `program` (read off the runtime's
+/// threads: a file without a build id is hashed whole).
+async fn same_program(path: &Path, program: &Program) -> bool {
+    let path = path.to_path_buf();
+    let here = tokio::task::spawn_blocking(move || Program::of(&path)).await;
+    matches!(here, Ok(Ok(p)) if p.id == program.id && p.size == program.size)
+}
+
+/// Reads `program` from `lessee` into `copy` (through a partial file in
+/// `folder`, renamed once whole and checked).
+async fn fetch(
+    lessee: &Connection,
+    program: &Program,
+    folder: &Path,
+    copy: &Path,
+) -> Result<(), String> {
+    std::fs::create_dir_all(folder).map_err(|e| format!("make {}: {e}", folder.display()))?;
+    let partial = folder.join(".partial");
+    let written = write_chunks(lessee, program, &partial).await;
+    let checked = match written {
+        Ok(()) => check(&partial, program).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = checked {
+        let _ = std::fs::remove_file(&partial);
+        return Err(e);
+    }
+    std::fs::rename(&partial, copy).map_err(|e| format!("keep {}: {e}", copy.display()))
+}
+
+async fn write_chunks(
+    lessee: &Connection,
+    program: &Program,
+    partial: &Path,
+) -> Result<(), String> {
+    let mut file =
+        std::fs::File::create(partial).map_err(|e| format!("create {}: {e}", partial.display()))?;
+    let mut asked = 0u64;
+    let mut pending = VecDeque::new();
+    loop {
+        while pending.len() < IN_FLIGHT && asked < program.size {
+            let len = PROGRAM_CHUNK.min(program.size - asked);
+            let (conn, read) = (
+                lessee.clone(),
+                ReadProgram {
+                    id: program.id.clone(),
+                    offset: asked,
+                    len,
+                },
+            );
+            pending.push_back((
+                len,
+                tokio::spawn(
+                    async move { tokio::time::timeout(CHUNK_LIMIT, conn.request(read)).await },
+                ),
+            ));
+            asked += len;
+        }
+        let Some((len, chunk)) = pending.pop_front() else {
+            return Ok(());
+        };
+        let chunk = match chunk.await {
+            Ok(Ok(Ok(chunk))) => chunk,
+            Ok(Ok(Err(e))) => return Err(e.to_string()),
+            Ok(Err(_)) => return Err(format!("no chunk arrived within {CHUNK_LIMIT:?}")),
+            Err(e) => return Err(e.to_string()),
+        };
+        if chunk.len() as u64 != len {
+            return Err(format!(
+                "a chunk of {} bytes came for one of {len}",
+                chunk.len()
+            ));
+        }
+        file.write_all(&chunk)
+            .map_err(|e| format!("write {}: {e}", partial.display()))?;
+    }
+}
+
+/// Checks that the fetched file is the program, and makes it executable.
+async fn check(partial: &Path, program: &Program) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    if !same_program(partial, program).await {
+        return Err(format!(
+            "the bytes fetched are not program {} ({} bytes)",
+            program.id, program.size
+        ));
+    }
+    std::fs::set_permissions(partial, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| format!("make {} executable: {e}", partial.display()))
+}
