@@ -43,6 +43,55 @@ enum Command {
     Stop(StopArgs),
 }
 
+/// TLS between nodes: all three files, or none (plain TCP).
+#[derive(Args, Debug, Clone)]
+struct TlsArgs {
+    /// This node's certificate (PEM), signed by the cluster's CA and naming
+    /// the node's IP address.
+    #[arg(long, env = "PRISM_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, env = "PRISM_TLS_KEY")]
+    tls_key: Option<PathBuf>,
+    /// The cluster's CA certificate (PEM).
+    #[arg(long, env = "PRISM_TLS_CA")]
+    tls_ca: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// The files given, made absolute (the node's workers and drivers read
+    /// them from any folder): `None` when none was given.
+    fn files(&self) -> Result<Option<prism_protocol::tls::TlsFiles>, String> {
+        let absolute = |p: &Option<PathBuf>| -> Result<Option<PathBuf>, String> {
+            p.as_ref()
+                .map(|p| std::path::absolute(p).map_err(|e| format!("{}: {e}", p.display())))
+                .transpose()
+        };
+        prism_protocol::tls::TlsFiles::from_parts(
+            absolute(&self.tls_cert)?,
+            absolute(&self.tls_key)?,
+            absolute(&self.tls_ca)?,
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    /// Loads the files given, or this machine's node's, and turns TLS on
+    /// for this process when there are any.
+    fn apply(&self, temp_dir: &std::path::Path) -> Result<(), String> {
+        let files = match self.files()? {
+            Some(files) => Some(files),
+            None => prism_raylet::NodeRecord::list(temp_dir)
+                .into_iter()
+                .find_map(|r| r.tls),
+        };
+        if let Some(files) = files {
+            let tls = prism_protocol::tls::Tls::load(&files).map_err(|e| e.to_string())?;
+            prism_protocol::tls::set(Some(tls));
+        }
+        Ok(())
+    }
+}
+
 /// Where this machine's node records, token and sessions are kept.
 #[derive(Args, Debug, Clone)]
 struct TempDir {
@@ -85,6 +134,8 @@ struct StartArgs {
     #[arg(long, env = "PRISM_AUTH_TOKEN", hide_env_values = true)]
     token: Option<String>,
     #[command(flatten)]
+    tls: TlsArgs,
+    #[command(flatten)]
     temp: TempDir,
     /// Keep the node in the foreground until it is stopped.
     #[arg(long)]
@@ -99,6 +150,9 @@ struct StatusArgs {
     /// The cluster token (default: the one saved on this machine).
     #[arg(long, env = "PRISM_AUTH_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// TLS files (default: those of this machine's node, if it has any).
+    #[command(flatten)]
+    tls: TlsArgs,
     #[command(flatten)]
     temp: TempDir,
 }

@@ -17,6 +17,9 @@ pub(crate) fn start(args: StartArgs) -> Result<ExitCode, String> {
     // Everything that can be checked here is, so a mistake is reported
     // before any process starts.
     let config = node_config(&args)?;
+    if let Some(files) = args.tls.files()? {
+        prism_protocol::tls::Tls::load(&files).map_err(|e| e.to_string())?;
+    }
     if !args.head {
         find_token(args.token.as_deref(), &args.temp.temp_dir)?;
     }
@@ -187,6 +190,12 @@ fn run_node(args: StartArgs, config: prism::Config) -> Result<ExitCode, String> 
 async fn serve(args: StartArgs, config: prism::Config) -> Result<ExitCode, String> {
     let temp = args.temp.temp_dir.clone();
     std::fs::create_dir_all(&temp).map_err(|e| format!("cannot create {}: {e}", temp.display()))?;
+    // Every TCP connection of this node, and of its workers, in TLS.
+    let tls = args.tls.files()?;
+    if let Some(files) = &tls {
+        let loaded = prism_protocol::tls::Tls::load(files).map_err(|e| e.to_string())?;
+        prism_protocol::tls::set(Some(loaded));
+    }
     let (gcs, head, token, node_ip) = if args.head {
         let token = match &args.token {
             Some(t) => Token::parse(t).map_err(|e| e.to_string())?,
@@ -251,6 +260,7 @@ async fn serve(args: StartArgs, config: prism::Config) -> Result<ExitCode, Strin
         is_head: args.head,
         session_dir,
         socket: raylet.socket_path().to_path_buf(),
+        tls,
     };
     record.write(&temp).map_err(|e| e.to_string())?;
     tracing::info!(node = %record.node_id, head = %head, "node up");

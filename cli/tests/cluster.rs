@@ -1716,3 +1716,145 @@ fn a_node_without_the_drivers_binary_fetches_it_once_and_runs_it() {
     println!("{}", fetches.join("\n"));
     assert_eq!(fetches.len(), 1, "the program is fetched once");
 }
+
+/// Writes a CA, and a certificate and key naming each of `ips` signed by
+/// it, into `dir`: `ca.pem`, and `<ip>.pem` and `<ip>.key` per address.
+fn make_certificates(dir: &std::path::Path, ips: &[&str]) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    must(std::fs::create_dir_all(dir), "the certificates' folder");
+    let mut params = must(CertificateParams::new(Vec::<String>::new()), "CA params");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = must(
+        CertifiedIssuer::self_signed(params, must(KeyPair::generate(), "a CA key")),
+        "the CA",
+    );
+    must(
+        std::fs::write(dir.join("ca.pem"), ca.pem()),
+        "the CA is saved",
+    );
+    for ip in ips {
+        let key = must(KeyPair::generate(), "a node key");
+        let cert = must(
+            must(CertificateParams::new(vec![ip.to_string()]), "node params").signed_by(&key, &ca),
+            "the node's certificate",
+        );
+        must(
+            std::fs::write(dir.join(format!("{ip}.pem")), cert.pem()),
+            "saved",
+        );
+        must(
+            std::fs::write(dir.join(format!("{ip}.key")), key.serialize_pem()),
+            "saved",
+        );
+    }
+}
+
+/// `--tls-*` flags for `ip`'s certificate in `dir`, trusting `ca`.
+fn tls_flags(dir: &std::path::Path, ip: &str, ca: &std::path::Path) -> Vec<String> {
+    vec![
+        "--tls-cert".into(),
+        dir.join(format!("{ip}.pem")).display().to_string(),
+        "--tls-key".into(),
+        dir.join(format!("{ip}.key")).display().to_string(),
+        "--tls-ca".into(),
+        ca.display().to_string(),
+    ]
+}
+
+/// The TLS driver's part: a task on the other node reads a large object
+/// from this one and makes one this driver reads back, over TLS.
+fn over_tls() {
+    must(
+        prism::init(prism::Config::default()),
+        "the driver joins its node",
+    );
+    let listed = must(prism::nodes(), "the nodes are listed");
+    let b = must(
+        listed
+            .into_iter()
+            .find(|n| n.node_ip == "10.77.0.2")
+            .ok_or("absent"),
+        "the second host is a node",
+    );
+    let data: Vec<u8> = (0..20_000_000u32).map(|i| (i % 251) as u8).collect();
+    let expected: u64 = data.iter().map(|&b| b as u64).sum();
+    let shared = must(prism::put(data), "the object is stored");
+    let made = must(
+        where_and_sum::remote_with(on(&b), &shared, 5_000_000),
+        "a task is submitted",
+    );
+    match prism::get(&made) {
+        Ok((node, sum, out)) => println!(
+            "TLS on_b={} sum_ok={} back={}",
+            node == b.node_id,
+            sum == expected,
+            out.len() == 5_000_000 && out.iter().all(|&x| x == 7)
+        ),
+        Err(e) => println!("TLS failed: {e}"),
+    }
+    prism::shutdown();
+}
+
+#[test]
+fn a_cluster_with_tls_runs_work_across_nodes_and_refuses_nodes_without_its_ca() {
+    if std::env::var_os(DRIVER).is_some() {
+        return over_tls();
+    }
+    let Some(m) = Machines::new("tls", 3) else {
+        return;
+    };
+    let certs = m.temps[0].join("certs");
+    let (a, b, c) = (
+        m.ip(0).to_string(),
+        m.ip(1).to_string(),
+        m.ip(2).to_string(),
+    );
+    make_certificates(&certs, &[&a, &b]);
+    let other_ca = m.temps[0].join("other-ca");
+    make_certificates(&other_ca, &[&c]);
+    let ca = certs.join("ca.pem");
+    let flags = tls_flags(&certs, &a, &ca);
+    let mut extra = vec!["--num-cpus", "1"];
+    extra.extend(flags.iter().map(String::as_str));
+    let head = m.start_head_with(&[], &extra);
+    let flags = tls_flags(&certs, &b, &ca);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let out = m.join_with(1, &head, &flags);
+    assert!(out.status.success(), "the node joins: {}", text(&out));
+    must_eventually(
+        "both nodes are in the head's view",
+        Duration::from_secs(10),
+        || m.status(0).contains("Nodes: 2 alive"),
+    );
+    // `prism status` on the second machine speaks TLS as its node does.
+    assert!(m.status(1).contains("Nodes: 2 alive"));
+    std::thread::sleep(Duration::from_millis(1200));
+    let said = m.run_driver(
+        0,
+        "a_cluster_with_tls_runs_work_across_nodes_and_refuses_nodes_without_its_ca",
+        &head,
+        &[(DRIVER, "1")],
+        Duration::from_secs(180),
+    );
+    assert!(
+        said.contains("TLS on_b=true sum_ok=true back=true"),
+        "{said}"
+    );
+    // A node without TLS, and one whose certificate another CA signed,
+    // are refused, and say why.
+    let out = m.join(2, &head);
+    assert!(!out.status.success(), "a plain node must be refused");
+    let plain = text(&out);
+    assert!(plain.contains("--tls-cert"), "{plain}");
+    let flags = tls_flags(&other_ca, &c, &other_ca.join("ca.pem"));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let out = m.join_with(2, &head, &flags);
+    assert!(
+        !out.status.success(),
+        "a node of another CA must be refused"
+    );
+    let rogue = text(&out);
+    assert!(rogue.contains("signed by the CA"), "{rogue}");
+    println!("{plain}\n{rogue}");
+    assert!(m.status(0).contains("Nodes: 2 alive, 0 dead"));
+}

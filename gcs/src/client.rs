@@ -1,4 +1,5 @@
-//! A connection to the control store, presenting the cluster token.
+//! A connection to the control store, presenting the cluster token (in
+//! TLS when this process has it, see [`prism_protocol::tls`]).
 
 use crate::auth::{Token, HEADER};
 use crate::pb::gcs_client::GcsClient as Generated;
@@ -7,7 +8,7 @@ use crate::GcsError;
 use std::time::Duration;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 /// How long connecting to the head may take before it counts as
 /// unreachable.
@@ -41,20 +42,45 @@ impl GcsClient {
     /// Connects to the head at `address` (`HOST:PORT`).
     pub async fn connect(address: &str, token: &Token) -> Result<GcsClient, GcsError> {
         crate::check_address(address)?;
-        let endpoint = Endpoint::from_shared(format!("http://{address}"))
+        let tls = prism_protocol::tls::current();
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{address}"))
             .map_err(|_| GcsError::BadAddress {
                 address: address.to_string(),
             })?
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(CALL_TIMEOUT)
             .tcp_nodelay(true);
-        let channel = endpoint
-            .connect()
-            .await
-            .map_err(|e| GcsError::Unreachable {
-                address: address.to_string(),
-                reason: chain(&e),
-            })?;
+        if let Some(tls) = &tls {
+            // The head's certificate must name the address dialled.
+            let host = address.rsplit_once(':').map_or(address, |(h, _)| h);
+            let pem = crate::Pem::read(tls.files())?;
+            let config = ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(pem.ca))
+                .identity(Identity::from_pem(pem.cert, pem.key))
+                .domain_name(host.trim_start_matches('[').trim_end_matches(']'));
+            endpoint = endpoint
+                .tls_config(config)
+                .map_err(|e| GcsError::Tls { message: chain(&e) })?;
+        }
+        let speaks_tls = tls.is_some();
+        let channel = endpoint.connect().await.map_err(|e| {
+            let reason = chain(&e);
+            if speaks_tls && reason.contains("certificate") {
+                GcsError::Tls {
+                    message: format!(
+                        "the handshake with the head at {address} failed ({reason}): the \
+                         head's and this node's certificates must both be signed by the CA \
+                         given with --tls-ca, and each must name its node's IP address"
+                    ),
+                }
+            } else {
+                GcsError::Unreachable {
+                    address: address.to_string(),
+                    reason,
+                }
+            }
+        })?;
         let header =
             MetadataValue::try_from(format!("Bearer {}", token.reveal())).map_err(|_| {
                 GcsError::BadToken {
@@ -219,6 +245,25 @@ impl GcsClient {
                     address,
                     reason: format!("{call}: {}", status.message()),
                 },
+                // The head never answers these itself: the connection
+                // broke off under the call, as when one side speaks TLS and
+                // the other does not, or the head refused this node's
+                // certificate.
+                tonic::Code::Cancelled | tonic::Code::Internal | tonic::Code::Unknown => {
+                    GcsError::BrokeOff {
+                        address,
+                        call,
+                        message: status.message().to_string(),
+                        hint: if prism_protocol::tls::current().is_some() {
+                            "this node speaks TLS: does the head, and was this node's \
+                             certificate signed by the CA the head was given (--tls-ca)?"
+                        } else {
+                            "if the cluster speaks TLS, give this node its certificate, key \
+                             and the cluster's CA with --tls-cert, --tls-key and --tls-ca \
+                             (or PRISM_TLS_CERT, PRISM_TLS_KEY and PRISM_TLS_CA)"
+                        },
+                    }
+                }
                 code => GcsError::Call {
                     address,
                     call,

@@ -76,6 +76,25 @@ pub enum GcsError {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// The connection to the head broke off under a call.
+    #[error("the connection to the head at {address} broke off under {call} ({message}); {hint}")]
+    BrokeOff {
+        /// The head's address.
+        address: String,
+        /// The call.
+        call: &'static str,
+        /// What the transport said.
+        message: String,
+        /// What to check.
+        hint: &'static str,
+    },
+    /// This process's TLS files could not be used for the control
+    /// store's connections.
+    #[error("TLS for the control store: {message}")]
+    Tls {
+        /// What was wrong, naming the file.
+        message: String,
+    },
 }
 
 impl From<GcsError> for prism_protocol::Error {

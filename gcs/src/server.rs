@@ -56,7 +56,8 @@ pub struct GcsServer {
 
 impl GcsServer {
     /// Listens on `address` (port 0 picks a free one) and serves until
-    /// shut down. A port in use is [`GcsError::PortInUse`].
+    /// shut down, in TLS when this process has it (see
+    /// [`prism_protocol::tls`]). A port in use is [`GcsError::PortInUse`].
     pub async fn start(address: SocketAddr, settings: GcsSettings) -> Result<GcsServer, GcsError> {
         let listener =
             tokio::net::TcpListener::bind(address)
@@ -85,8 +86,18 @@ impl GcsServer {
         let incoming =
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(tls) = prism_protocol::tls::current() {
+            let pem = crate::Pem::read(tls.files())?;
+            let config = tonic::transport::ServerTlsConfig::new()
+                .identity(tonic::transport::Identity::from_pem(pem.cert, pem.key))
+                .client_ca_root(tonic::transport::Certificate::from_pem(pem.ca));
+            builder = builder.tls_config(config).map_err(|e| GcsError::Tls {
+                message: e.to_string(),
+            })?;
+        }
         let served = tokio::spawn(async move {
-            let result = tonic::transport::Server::builder()
+            let result = builder
                 .add_service(service)
                 .serve_with_incoming_shutdown(incoming, async {
                     let _ = stopped.await;

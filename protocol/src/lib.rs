@@ -9,6 +9,7 @@ pub mod messages;
 pub mod program;
 pub mod resources;
 pub mod rpc;
+pub mod tls;
 pub mod transfer;
 
 pub use error::{Error, FailureKind, Result};

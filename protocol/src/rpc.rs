@@ -14,7 +14,8 @@
 //! token's length (`u16`, little-endian) and the cluster token; the server
 //! answers one byte, 1 to accept, or 0 followed by a length and a message
 //! saying why it refused, and closes. Unix sockets need none: they live in
-//! a session directory only their user can open.
+//! a session directory only their user can open. In a cluster with TLS
+//! (see [`crate::tls`]) the handshake runs inside the TLS stream.
 //!
 //! # Framing
 //!
@@ -36,6 +37,7 @@
 
 use crate::error::Error;
 use crate::messages::{Call, Request, Response};
+use crate::tls;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -43,8 +45,8 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 
 /// The largest frame accepted, to stop a corrupt length from allocating
@@ -169,18 +171,37 @@ impl Connection {
         token: &str,
         handler: Arc<dyn Handler>,
     ) -> Result<Connection, Error> {
-        let mut stream = TcpStream::connect(address)
-            .await
-            .map_err(|e| Error::io(format!("connect to {address}"), e))?;
-        let _ = stream.set_nodelay(true);
+        let mut stream = tls::connect(address).await?;
         client_handshake(&mut stream, address, token, StreamKind::Messages).await?;
-        let (read_half, write_half) = stream.into_split();
-        Ok(Connection::start_halves(
-            Box::new(read_half),
-            WriteHalf::Tcp(write_half),
+        Ok(Connection::start_stream(
+            stream,
             format!("tcp://{address}"),
             handler,
         ))
+    }
+
+    /// Starts a connection on a TCP stream between nodes, in TLS or not.
+    fn start_stream(stream: tls::Stream, peer: String, handler: Arc<dyn Handler>) -> Connection {
+        match stream {
+            tls::Stream::Plain(tcp) => {
+                let (read_half, write_half) = tcp.into_split();
+                Connection::start_halves(
+                    Box::new(read_half),
+                    WriteHalf::Tcp(write_half),
+                    peer,
+                    handler,
+                )
+            }
+            encrypted => {
+                let (read_half, write_half) = tokio::io::split(encrypted);
+                Connection::start_halves(
+                    Box::new(read_half),
+                    WriteHalf::Tls(tokio::sync::Mutex::new(write_half)),
+                    peer,
+                    handler,
+                )
+            }
+        }
     }
 
     /// Wraps an accepted or connected stream and starts its reader and writer.
@@ -227,17 +248,8 @@ impl Connection {
                     batch.extend_from_slice(&more);
                     frames += 1;
                 }
-                let mut written = 0;
-                while written < batch.len() {
-                    match write_half.try_write(&batch[written..]) {
-                        Ok(n) => written += n,
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                            if write_half.writable().await.is_err() {
-                                return;
-                            }
-                        }
-                        Err(_) => return,
-                    }
+                if write_half.write_all(&batch).await.is_err() {
+                    return;
                 }
                 *queued.lock() -= frames;
             }
@@ -486,7 +498,7 @@ pub fn serve(
 
 /// Serves a bulk stream (see [`crate::transfer`]) accepted by a TCP
 /// listener, after its token was checked.
-pub type BulkHandler = Arc<dyn Fn(TcpStream) + Send + Sync>;
+pub type BulkHandler = Arc<dyn Fn(tls::Stream) + Send + Sync>;
 
 /// Accepts TCP connections on `address` until the returned task is
 /// aborted; a connection that does not present `token` is refused (and
@@ -534,18 +546,29 @@ fn serve_on(
     Ok(tokio::spawn(async move {
         loop {
             match listener.accept().await {
-                Ok((mut stream, peer)) => {
+                Ok((tcp, peer)) => {
                     let (token, make_handler) = (token.clone(), make_handler.clone());
                     let bulk = bulk.clone();
                     tokio::spawn(async move {
-                        let _ = stream.set_nodelay(true);
+                        let mut stream = match tokio::time::timeout(
+                            HANDSHAKE_TIMEOUT,
+                            tls::accept(tcp),
+                        )
+                        .await
+                        {
+                            Ok(Ok(stream)) => stream,
+                            Ok(Err(e)) => {
+                                return tracing::warn!(%peer, error = %e, "refused a connection")
+                            }
+                            Err(_) => {
+                                return tracing::warn!(%peer, "refused a connection: no TLS handshake within 5 s")
+                            }
+                        };
                         let kind = server_handshake(&mut stream, &token, bulk.is_some()).await;
                         match (kind, bulk) {
                             (Ok(StreamKind::Messages), _) => {
-                                let (read_half, write_half) = stream.into_split();
-                                Connection::start_halves(
-                                    Box::new(read_half),
-                                    WriteHalf::Tcp(write_half),
+                                Connection::start_stream(
+                                    stream,
                                     format!("tcp://{peer}"),
                                     make_handler(),
                                 );
@@ -572,10 +595,12 @@ pub fn is_remote(conn: &Connection) -> bool {
     conn.peer().starts_with("tcp://")
 }
 
-/// The write side of either kind of socket.
+/// The write side of a socket: plain ones are written from the calling
+/// thread when they have room; a TLS stream only by the writer task.
 enum WriteHalf {
     Unix(tokio::net::unix::OwnedWriteHalf),
     Tcp(tokio::net::tcp::OwnedWriteHalf),
+    Tls(tokio::sync::Mutex<tokio::io::WriteHalf<tls::Stream>>),
 }
 
 impl WriteHalf {
@@ -583,6 +608,7 @@ impl WriteHalf {
         match self {
             WriteHalf::Unix(w) => w.try_write(buf),
             WriteHalf::Tcp(w) => w.try_write(buf),
+            WriteHalf::Tls(_) => Err(std::io::ErrorKind::WouldBlock.into()),
         }
     }
 
@@ -590,7 +616,25 @@ impl WriteHalf {
         match self {
             WriteHalf::Unix(w) => w.writable().await,
             WriteHalf::Tcp(w) => w.writable().await,
+            WriteHalf::Tls(_) => Ok(()),
         }
+    }
+
+    async fn write_all(&self, buf: &[u8]) -> std::io::Result<()> {
+        if let WriteHalf::Tls(w) = self {
+            let mut w = w.lock().await;
+            w.write_all(buf).await?;
+            return w.flush().await;
+        }
+        let mut written = 0;
+        while written < buf.len() {
+            match self.try_write(&buf[written..]) {
+                Ok(n) => written += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => self.writable().await?,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 }
 
@@ -608,8 +652,8 @@ enum StreamKind {
     Bulk,
 }
 
-async fn client_handshake(
-    stream: &mut TcpStream,
+async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
     address: &str,
     token: &str,
     kind: StreamKind,
@@ -649,8 +693,8 @@ async fn client_handshake(
         })
 }
 
-async fn server_handshake(
-    stream: &mut TcpStream,
+async fn server_handshake<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
     token: &str,
     serves_bulk: bool,
 ) -> Result<StreamKind, String> {
@@ -698,12 +742,9 @@ async fn server_handshake(
 
 /// Opens a bulk stream to the process listening at `address` (`ip:port`),
 /// presenting this process's cluster token (see [`crate::transfer`]).
-pub async fn connect_bulk(address: &str) -> Result<TcpStream, Error> {
+pub async fn connect_bulk(address: &str) -> Result<tls::Stream, Error> {
     let token = cluster_token()?;
-    let mut stream = TcpStream::connect(address)
-        .await
-        .map_err(|e| Error::io(format!("connect to {address}"), e))?;
-    let _ = stream.set_nodelay(true);
+    let mut stream = tls::connect(address).await?;
     client_handshake(&mut stream, address, &token, StreamKind::Bulk).await?;
     Ok(stream)
 }

@@ -96,6 +96,20 @@ impl Launcher for ProcessLauncher {
             Some((node_ip, token)) => {
                 cmd.env("PRISM_NODE_IP", node_ip)
                     .env("PRISM_AUTH_TOKEN", token);
+                // Workers speak TLS to other nodes as their node does.
+                match prism_protocol::tls::current() {
+                    Some(tls) => {
+                        let files = tls.files();
+                        cmd.env("PRISM_TLS_CERT", &files.cert)
+                            .env("PRISM_TLS_KEY", &files.key)
+                            .env("PRISM_TLS_CA", &files.ca);
+                    }
+                    None => {
+                        cmd.env_remove("PRISM_TLS_CERT")
+                            .env_remove("PRISM_TLS_KEY")
+                            .env_remove("PRISM_TLS_CA");
+                    }
+                }
             }
             None => {
                 cmd.env_remove("PRISM_NODE_IP");

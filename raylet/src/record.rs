@@ -28,6 +28,10 @@ pub struct NodeRecord {
     pub session_dir: PathBuf,
     /// The raylet's socket, for drivers on this machine.
     pub socket: PathBuf,
+    /// The node's TLS files, when the cluster speaks TLS: drivers on this
+    /// machine use them too.
+    #[serde(default)]
+    pub tls: Option<prism_protocol::tls::TlsFiles>,
 }
 
 impl NodeRecord {
@@ -127,6 +131,7 @@ mod tests {
             is_head: true,
             session_dir: temp.join("s"),
             socket: temp.join("s/sockets/raylet.sock"),
+            tls: None,
         };
         me.write(&temp).unwrap();
         // The same pid with another start time: a reused pid, not the node.

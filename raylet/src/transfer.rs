@@ -20,13 +20,13 @@ use prism_protocol::error::Error;
 use prism_protocol::ids::ObjectId;
 use prism_protocol::messages::{DeleteObjects, Response};
 use prism_protocol::rpc::{self, Endpoint};
+use prism_protocol::tls::Stream;
 use prism_protocol::transfer::{self, ChunkRequest};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// Bytes asked for in one request on a bulk stream.
 const CHUNK_BYTES: u64 = 8 << 20;
@@ -48,7 +48,7 @@ pub(crate) struct Transfers {
     /// Pulls under way, with who waits for each.
     pulls: Mutex<HashMap<ObjectId, Vec<ReplyTo>>>,
     /// Idle bulk streams, per holder's TCP address.
-    idle: Mutex<HashMap<String, Vec<TcpStream>>>,
+    idle: Mutex<HashMap<String, Vec<Stream>>>,
     /// The nodes that pulled a copy of an object held here.
     copies: Mutex<HashMap<ObjectId, HashSet<String>>>,
     /// Bytes pulled into this store, and served to other nodes.
@@ -228,7 +228,7 @@ impl Node {
     /// Asks for one range and reads it into the object's room.
     async fn read_chunk(
         &self,
-        stream: &mut TcpStream,
+        stream: &mut Stream,
         id: ObjectId,
         at: Placement,
         offset: u64,
@@ -272,7 +272,7 @@ impl Node {
     }
 
     /// An idle bulk stream to `address`, or a new one.
-    async fn bulk_stream(&self, address: &str) -> Result<TcpStream, Error> {
+    async fn bulk_stream(&self, address: &str) -> Result<Stream, Error> {
         let idle = self
             .transfers
             .idle
@@ -285,7 +285,7 @@ impl Node {
         }
     }
 
-    fn keep_stream(&self, address: String, stream: TcpStream) {
+    fn keep_stream(&self, address: String, stream: Stream) {
         let mut idle = self.transfers.idle.lock();
         let streams = idle.entry(address).or_default();
         if streams.len() < IDLE_STREAMS_KEPT {
@@ -296,7 +296,7 @@ impl Node {
     /// Serves another node's bulk stream: each requested range of a sealed
     /// object, written from the segment to the socket while the object is
     /// pinned.
-    pub(crate) fn serve_bulk(self: &Arc<Self>, mut stream: TcpStream) {
+    pub(crate) fn serve_bulk(self: &Arc<Self>, mut stream: Stream) {
         let node = self.clone();
         tokio::spawn(async move {
             loop {
@@ -318,7 +318,7 @@ impl Node {
 
     async fn serve_chunk(
         self: &Arc<Self>,
-        stream: &mut TcpStream,
+        stream: &mut Stream,
         request: &ChunkRequest,
     ) -> std::io::Result<()> {
         let id = request.id;

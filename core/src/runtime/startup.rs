@@ -28,6 +28,7 @@ use prism_protocol::ids::{JobId, NodeId, WorkerId};
 use prism_protocol::messages::{GetClusterResources, RegisterDriver, RegisterWorker};
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::{self, Connection, Endpoint, Handler};
+use prism_protocol::tls::{self, Tls, TlsFiles};
 use prism_raylet::{NodeRecord, Raylet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -113,6 +114,9 @@ fn run() -> Result<()> {
         (Ok(node_ip), Ok(token)) => Some(ClusterContext { node_ip, token }),
         _ => None,
     };
+    if let Some(files) = TlsFiles::from_env()? {
+        tls::set(Some(Tls::load(&files)?));
+    }
     crate::logging::init_file_logging(&session_dir, &format!("worker-{}.log", worker_id.0 as u64));
     let config = Arc::new(Config::default().apply_env()?);
     keep_freed_heap(config.worker_heap_keep_bytes);
@@ -264,6 +268,19 @@ async fn local_raylet_socket(
         return Ok((socket, None));
     }
     let records = NodeRecord::list(&config.temp_dir);
+    // TLS as the environment says, else as this machine's node of that
+    // cluster speaks it.
+    let tls = match TlsFiles::from_env()? {
+        Some(files) => Some(files),
+        None => records
+            .iter()
+            .find(|r| r.head == address)
+            .or_else(|| records.first())
+            .and_then(|r| r.tls.clone()),
+    };
+    if let Some(files) = tls {
+        tls::set(Some(Tls::load(&files)?));
+    }
     let token = || {
         let given = std::env::var("PRISM_AUTH_TOKEN").ok();
         Token::find(given.as_deref(), &config.temp_dir).map_err(Error::from)
