@@ -11,6 +11,7 @@
 //! `<temp dir>/logs/`) and returns once it answers; `--block` keeps it in
 //! the foreground instead, for containers and service managers.
 
+mod dashboard;
 mod node;
 mod status;
 mod stop;
@@ -137,6 +138,16 @@ struct StartArgs {
     tls: TlsArgs,
     #[command(flatten)]
     temp: TempDir,
+    /// The head's dashboard port (default 8265; when that default is taken
+    /// the head starts without a dashboard and says so).
+    #[arg(long)]
+    dashboard_port: Option<u16>,
+    /// The address the dashboard listens on (0.0.0.0 for every interface).
+    #[arg(long, default_value = "127.0.0.1")]
+    dashboard_host: std::net::IpAddr,
+    /// Whether the head serves a dashboard.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    include_dashboard: bool,
     /// Keep the node in the foreground until it is stopped.
     #[arg(long)]
     block: bool,

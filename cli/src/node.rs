@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 /// How long `prism start` waits for the node it started to answer.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// The head's dashboard port unless `--dashboard-port` says otherwise (Ray's).
+const DASHBOARD_PORT: u16 = 8265;
 
 pub(crate) fn start(args: StartArgs) -> Result<ExitCode, String> {
     // Everything that can be checked here is, so a mistake is reported
@@ -161,6 +163,9 @@ fn print_started(record: &NodeRecord, temp: &Path, log: &Path) {
             token_path.display()
         );
         println!();
+        if let Some(at) = &record.dashboard {
+            println!("  dashboard: http://{at}/?token={token}");
+        }
         println!("To add another machine to this cluster, run there:");
         println!("  prism start --address {} --token {token}", record.head);
     }
@@ -224,6 +229,26 @@ async fn serve(args: StartArgs, config: prism::Config) -> Result<ExitCode, Strin
         };
         (None, head, token, node_ip)
     };
+    let dashboard = match &gcs {
+        Some(gcs) if args.include_dashboard => {
+            let port = args.dashboard_port.unwrap_or(DASHBOARD_PORT);
+            let at = SocketAddr::new(args.dashboard_host, port);
+            match crate::dashboard::start(at, gcs.view(), token.clone()).await {
+                Ok(running) => Some(running),
+                Err(e) if args.dashboard_port.is_none() => {
+                    tracing::warn!(address = %at, error = %e, "no dashboard: the default port is taken (choose one with --dashboard-port)");
+                    None
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "cannot serve the dashboard on {at}: {e} (choose another port with \
+                         --dashboard-port, or start without one with --include-dashboard false)"
+                    ))
+                }
+            }
+        }
+        _ => None,
+    };
     let session_dir = config.new_session_dir().map_err(|e| e.to_string())?;
     let mut raylet_config = config
         .raylet_config(session_dir.clone())
@@ -261,6 +286,7 @@ async fn serve(args: StartArgs, config: prism::Config) -> Result<ExitCode, Strin
         session_dir,
         socket: raylet.socket_path().to_path_buf(),
         tls,
+        dashboard: dashboard.as_ref().map(|d| d.address.to_string()),
     };
     record.write(&temp).map_err(|e| e.to_string())?;
     tracing::info!(node = %record.node_id, head = %head, "node up");
@@ -283,6 +309,7 @@ async fn serve(args: StartArgs, config: prism::Config) -> Result<ExitCode, Strin
         }
     };
     raylet.shutdown();
+    drop(dashboard);
     if let Some(gcs) = gcs {
         gcs.shutdown().await;
     }

@@ -75,20 +75,11 @@ fn render(address: &str, cluster_id: &str, nodes: &[NodeInfo]) -> String {
             );
         }
     }
-    let mut total: BTreeMap<String, i64> = BTreeMap::new();
-    let mut free: BTreeMap<String, i64> = BTreeMap::new();
-    let mut demand: BTreeMap<String, u64> = BTreeMap::new();
-    for n in &alive {
-        for r in &n.total {
-            *total.entry(r.name.clone()).or_default() += r.units;
-        }
-        for r in &n.available {
-            *free.entry(r.name.clone()).or_default() += r.units;
-        }
-        for d in &n.demands {
-            *demand.entry(shape(&d.shape)).or_default() += d.count;
-        }
-    }
+    let Totals {
+        total,
+        free,
+        demand,
+    } = totals(nodes);
     let _ = writeln!(out, "Resources (alive nodes, used/total):");
     for (name, units) in &total {
         let used = units - free.get(name).copied().unwrap_or(0);
@@ -104,7 +95,38 @@ fn render(address: &str, cluster_id: &str, nodes: &[NodeInfo]) -> String {
     out
 }
 
-fn usage(total: &[Resource], available: &[Resource]) -> String {
+/// The live nodes' resources added up, and what waits for resources.
+pub(crate) struct Totals {
+    /// Units per resource.
+    pub(crate) total: BTreeMap<String, i64>,
+    /// Free units per resource.
+    pub(crate) free: BTreeMap<String, i64>,
+    /// Waiting requests per shape.
+    pub(crate) demand: BTreeMap<String, u64>,
+}
+
+pub(crate) fn totals(nodes: &[NodeInfo]) -> Totals {
+    let mut t = Totals {
+        total: BTreeMap::new(),
+        free: BTreeMap::new(),
+        demand: BTreeMap::new(),
+    };
+    for n in nodes.iter().filter(|n| n.state == NodeState::Alive as i32) {
+        for r in &n.total {
+            *t.total.entry(r.name.clone()).or_default() += r.units;
+        }
+        for r in &n.available {
+            *t.free.entry(r.name.clone()).or_default() += r.units;
+        }
+        for d in &n.demands {
+            *t.demand.entry(shape(&d.shape)).or_default() += d.count;
+        }
+    }
+    t
+}
+
+/// A node's resources, `used/total` each.
+pub(crate) fn usage(total: &[Resource], available: &[Resource]) -> String {
     total
         .iter()
         .map(|r| {
@@ -120,7 +142,7 @@ fn usage(total: &[Resource], available: &[Resource]) -> String {
 }
 
 /// `used/total name`, memory in GiB, others in units.
-fn amount(name: &str, used: i64, total: i64) -> String {
+pub(crate) fn amount(name: &str, used: i64, total: i64) -> String {
     let scale = 10_000.0;
     if name == "memory" {
         let gib = scale * (1u64 << 30) as f64;
@@ -134,7 +156,8 @@ fn amount(name: &str, used: i64, total: i64) -> String {
     }
 }
 
-fn shape(resources: &[Resource]) -> String {
+/// A shape as `{name: amount, ...}`.
+pub(crate) fn shape(resources: &[Resource]) -> String {
     let parts: Vec<String> = resources
         .iter()
         .map(|r| format!("{}: {}", r.name, r.units as f64 / 10_000.0))

@@ -215,6 +215,37 @@ fn drive() {
     prism::shutdown();
 }
 
+/// Asks the head's dashboard (on host 0's loopback) what a browser and an
+/// API client would, from a Python child on that host; returns what each
+/// request got, one line each.
+fn dashboard_requests(m: &Machines, token: &str) -> String {
+    let script = r#"
+import http.client, json, sys
+token = sys.argv[1]
+def get(path, headers={}):
+    c = http.client.HTTPConnection("127.0.0.1", 8265, timeout=10)
+    c.request("GET", path, headers=headers)
+    r = c.getresponse()
+    return r, r.read()
+r, body = get("/api/nodes")
+print("nodes", r.status)
+r, body = get("/api/nodes", {"Authorization": "Bearer " + token})
+print("nodes with token", r.status, "alive=%d" % sum(n["alive"] for n in json.loads(body)))
+r, body = get("/?token=" + token)
+cookie = r.getheader("Set-Cookie") or ""
+print("login", r.status, "cookie=%s" % cookie.startswith("prism_token="))
+r, body = get("/", {"Cookie": cookie.split(";")[0]})
+print("page", r.status, b"Prism cluster" in body)
+r, body = get("/api/cluster_status", {"Authorization": "Bearer " + token})
+s = json.loads(body)
+print("status", r.status, "nodes_alive=%d" % s["nodes_alive"], "CPU=%s" % s["total"]["CPU"])
+"#;
+    let mut command = m.net.command(0, "python3");
+    command.args(["-c", script, token]);
+    let out = run_bounded(command, &[], Duration::from_secs(60));
+    text(&out)
+}
+
 #[test]
 fn the_cli_starts_a_head_joins_two_nodes_shows_them_and_stops_everything() {
     if std::env::var_os(DRIVER).is_some() {
@@ -256,6 +287,15 @@ fn the_cli_starts_a_head_joins_two_nodes_shows_them_and_stops_everything() {
     }
     assert!(line_of(&status, m.ip(0)).contains("head"), "{status}");
     assert!(status.contains(" 0/3 CPU"), "{status}");
+
+    // The head's dashboard, on the head's loopback, asks for the token.
+    let token = m.token();
+    let seen = dashboard_requests(&m, &token);
+    assert!(seen.contains("nodes 401"), "{seen}");
+    assert!(seen.contains("nodes with token 200 alive=3"), "{seen}");
+    assert!(seen.contains("login 303 cookie=True"), "{seen}");
+    assert!(seen.contains("page 200 True"), "{seen}");
+    assert!(seen.contains("status 200 nodes_alive=3 CPU=3.0"), "{seen}");
 
     // A driver on host 1 joins through that host's node.
     let said = m.run_driver(

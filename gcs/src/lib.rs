@@ -43,7 +43,7 @@ pub use auth::Token;
 pub use client::GcsClient;
 pub use error::{check_address, GcsError};
 pub use kv::KvTable;
-pub use server::{GcsServer, GcsSettings};
+pub use server::{GcsServer, GcsSettings, GcsView, NamedActor};
 
 /// The PEM bytes of a node's certificate, key and CA.
 struct Pem {

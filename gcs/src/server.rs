@@ -47,6 +47,7 @@ struct State {
 /// A running control store. Stop it with [`GcsServer::shutdown`].
 #[derive(Debug)]
 pub struct GcsServer {
+    state: Arc<State>,
     address: SocketAddr,
     cluster_id: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -82,7 +83,8 @@ impl GcsServer {
             names: Mutex::new(std::collections::HashMap::new()),
         });
         let watcher = tokio::spawn(watch_heartbeats(Arc::downgrade(&state)));
-        let service = Service::with_interceptor(Handler(state), auth::check(settings.token));
+        let service =
+            Service::with_interceptor(Handler(state.clone()), auth::check(settings.token));
         let incoming =
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -109,6 +111,7 @@ impl GcsServer {
         });
         tracing::info!(address = %bound, cluster = %cluster_id, "control store started");
         Ok(GcsServer {
+            state: state.clone(),
             address: bound,
             cluster_id,
             stop: Some(stop),
@@ -127,6 +130,12 @@ impl GcsServer {
         &self.cluster_id
     }
 
+    /// A read-only view of the tables, for the head's own dashboard: it
+    /// reads them in the process, with no call.
+    pub fn view(&self) -> GcsView {
+        GcsView(self.state.clone())
+    }
+
     /// Stops serving and waits until the server has stopped.
     pub async fn shutdown(mut self) {
         if let Some(stop) = self.stop.take() {
@@ -134,6 +143,54 @@ impl GcsServer {
         }
         self.watcher.abort();
         let _ = (&mut self.served).await;
+    }
+}
+
+/// What the control store knows now, read in its own process (see
+/// [`GcsServer::view`]).
+#[derive(Debug, Clone)]
+pub struct GcsView(Arc<State>);
+
+/// A named actor, as the head's directory of names holds it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct NamedActor {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// The actor's id.
+    pub actor_id: String,
+    /// The node that holds it.
+    pub node_id: String,
+}
+
+impl GcsView {
+    /// The cluster's id.
+    pub fn cluster_id(&self) -> &str {
+        &self.0.cluster_id
+    }
+
+    /// Every node, alive or dead, as `GetNodes` answers.
+    pub fn nodes(&self) -> Vec<NodeInfo> {
+        self.0.nodes.lock().snapshot(Instant::now())
+    }
+
+    /// The named actors, by namespace and name.
+    pub fn named_actors(&self) -> Vec<NamedActor> {
+        let mut actors: Vec<NamedActor> = self
+            .0
+            .names
+            .lock()
+            .iter()
+            .map(|((namespace, name), (actor_id, node_id))| NamedActor {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                actor_id: actor_id.clone(),
+                node_id: node_id.clone(),
+            })
+            .collect();
+        actors.sort();
+        actors
     }
 }
 

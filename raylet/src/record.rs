@@ -32,6 +32,9 @@ pub struct NodeRecord {
     /// machine use them too.
     #[serde(default)]
     pub tls: Option<prism_protocol::tls::TlsFiles>,
+    /// Where the head's dashboard listens, `ip:port`, if it has one.
+    #[serde(default)]
+    pub dashboard: Option<String>,
 }
 
 impl NodeRecord {
@@ -132,6 +135,7 @@ mod tests {
             session_dir: temp.join("s"),
             socket: temp.join("s/sockets/raylet.sock"),
             tls: None,
+            dashboard: None,
         };
         me.write(&temp).unwrap();
         // The same pid with another start time: a reused pid, not the node.

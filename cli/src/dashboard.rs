@@ -1,0 +1,354 @@
+//! The head's dashboard: the cluster's nodes, resources, waiting demand
+//! and named actors, as a web page that refreshes itself and as JSON
+//! (`/api/nodes`, `/api/cluster_status`, `/api/actors`), read from the
+//! control store in the head's own process.
+//!
+//! It asks for the cluster token, as every other way in does: a request
+//! carries it as `Authorization: Bearer <token>`, or in the `prism_token`
+//! cookie that opening `/?token=<token>` once sets. Others get 401 and a
+//! page that says how to get in. It listens on 127.0.0.1 unless
+//! `--dashboard-host` says otherwise, as Ray's does.
+
+use crate::status::{amount, totals, usage, Totals};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode, Uri};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use prism_gcs::pb::{NodeInfo, NodeState, Resource};
+use prism_gcs::{GcsView, Token};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+const COOKIE: &str = "prism_token";
+
+struct Dashboard {
+    gcs: GcsView,
+    token: Token,
+}
+
+/// A dashboard serving in the background; dropped, it stops.
+pub(crate) struct Running {
+    pub(crate) address: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Listens on `address` and serves the dashboard until dropped.
+pub(crate) async fn start(
+    address: SocketAddr,
+    gcs: GcsView,
+    token: Token,
+) -> std::io::Result<Running> {
+    let listener = tokio::net::TcpListener::bind(address).await?;
+    let bound = listener.local_addr()?;
+    let app = Router::new()
+        .route("/", get(page))
+        .route("/api/nodes", get(nodes))
+        .route("/api/cluster_status", get(cluster_status))
+        .route("/api/actors", get(actors))
+        .with_state(Arc::new(Dashboard { gcs, token }));
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "the dashboard stopped serving");
+        }
+    });
+    tracing::info!(address = %bound, "dashboard started");
+    Ok(Running {
+        address: bound,
+        task,
+    })
+}
+
+impl Dashboard {
+    /// Whether the request carries the token, in its header or cookie.
+    fn admits(&self, headers: &HeaderMap) -> bool {
+        let token = self.token.reveal().as_bytes();
+        let bearer = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let cookie = headers
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .filter_map(|c| c.trim().strip_prefix(COOKIE)?.strip_prefix('='))
+            .find(|c| prism_protocol::rpc::constant_time_eq(c.as_bytes(), token));
+        cookie.is_some()
+            || bearer.is_some_and(|b| prism_protocol::rpc::constant_time_eq(b.as_bytes(), token))
+    }
+}
+
+fn refused(api: bool) -> Response {
+    let why = "this dashboard needs the cluster token: open /?token=<token> once (the token \
+               `prism start --head` printed, saved in <temp dir>/token on the head), or send \
+               `Authorization: Bearer <token>`";
+    tracing::warn!("refused a dashboard request without the cluster token");
+    if api {
+        (
+            StatusCode::UNAUTHORIZED,
+            axum::Json(json!({ "error": why })),
+        )
+            .into_response()
+    } else {
+        (
+            StatusCode::UNAUTHORIZED,
+            Html(format!(
+                "<!doctype html><title>Prism</title><h1>Prism</h1><p>{}</p>",
+                escape(why)
+            )),
+        )
+            .into_response()
+    }
+}
+
+async fn page(State(d): State<Arc<Dashboard>>, headers: HeaderMap, uri: Uri) -> Response {
+    let given = uri.query().and_then(|q| {
+        q.split('&')
+            .find_map(|kv| kv.strip_prefix("token="))
+            .map(str::to_string)
+    });
+    if let Some(given) = given {
+        if !prism_protocol::rpc::constant_time_eq(given.as_bytes(), d.token.reveal().as_bytes()) {
+            return refused(false);
+        }
+        // Kept in a cookie, and taken out of the address bar.
+        return (
+            StatusCode::SEE_OTHER,
+            [
+                (header::LOCATION, "/".to_string()),
+                (
+                    header::SET_COOKIE,
+                    format!("{COOKIE}={given}; HttpOnly; SameSite=Strict; Path=/"),
+                ),
+            ],
+        )
+            .into_response();
+    }
+    if !d.admits(&headers) {
+        return refused(false);
+    }
+    Html(render(
+        d.gcs.cluster_id(),
+        &d.gcs.nodes(),
+        &d.gcs.named_actors(),
+    ))
+    .into_response()
+}
+
+async fn nodes(State(d): State<Arc<Dashboard>>, headers: HeaderMap) -> Response {
+    if !d.admits(&headers) {
+        return refused(true);
+    }
+    let nodes: Vec<Value> = d.gcs.nodes().iter().map(node_json).collect();
+    axum::Json(Value::Array(nodes)).into_response()
+}
+
+async fn cluster_status(State(d): State<Arc<Dashboard>>, headers: HeaderMap) -> Response {
+    if !d.admits(&headers) {
+        return refused(true);
+    }
+    let nodes = d.gcs.nodes();
+    let alive = nodes.iter().filter(|n| is_alive(n)).count();
+    let Totals {
+        total,
+        free,
+        demand,
+    } = totals(&nodes);
+    let scaled = |m: &std::collections::BTreeMap<String, i64>| -> Value {
+        m.iter()
+            .map(|(k, v)| (k.clone(), json!(*v as f64 / 10_000.0)))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    axum::Json(json!({
+        "cluster_id": d.gcs.cluster_id(),
+        "nodes_alive": alive,
+        "nodes_dead": nodes.len() - alive,
+        "total": scaled(&total),
+        "available": scaled(&free),
+        "demands": demand
+            .iter()
+            .map(|(shape, count)| json!({ "shape": shape, "waiting": count }))
+            .collect::<Vec<_>>(),
+    }))
+    .into_response()
+}
+
+async fn actors(State(d): State<Arc<Dashboard>>, headers: HeaderMap) -> Response {
+    if !d.admits(&headers) {
+        return refused(true);
+    }
+    let actors: Vec<Value> = d
+        .gcs
+        .named_actors()
+        .into_iter()
+        .map(|a| {
+            json!({
+                "namespace": a.namespace,
+                "name": a.name,
+                "actor_id": a.actor_id,
+                "node_id": a.node_id,
+            })
+        })
+        .collect();
+    axum::Json(Value::Array(actors)).into_response()
+}
+
+fn is_alive(n: &NodeInfo) -> bool {
+    n.state == NodeState::Alive as i32
+}
+
+fn resources_json(resources: &[Resource]) -> Value {
+    resources
+        .iter()
+        .map(|r| (r.name.clone(), json!(r.units as f64 / 10_000.0)))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+fn node_json(n: &NodeInfo) -> Value {
+    json!({
+        "node_id": n.node_id,
+        "node_ip": n.node_ip,
+        "hostname": n.hostname,
+        "is_head": n.is_head,
+        "alive": is_alive(n),
+        "death_cause": n.death_cause,
+        "total": resources_json(&n.total),
+        "available": resources_json(&n.available),
+        "last_heartbeat_ms_ago": n.last_heartbeat_ms_ago,
+        "pid": n.pid,
+    })
+}
+
+/// The page: nodes, totals, demand and named actors, refreshed every 2 s.
+fn render(cluster_id: &str, nodes: &[NodeInfo], actors: &[prism_gcs::NamedActor]) -> String {
+    use std::fmt::Write;
+    let alive = nodes.iter().filter(|n| is_alive(n)).count();
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<!doctype html><html><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" \
+         content=\"2\"><title>Prism cluster</title><style>body{{font-family:sans-serif;\
+         margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;\
+         padding:4px 8px;text-align:left}}.dead{{color:#a00}}</style></head><body>\
+         <h1>Prism cluster {}</h1><p>{alive} nodes alive, {} dead</p>\
+         <h2>Nodes</h2><table><tr><th>node</th><th>role</th><th>address</th><th>state</th>\
+         <th>resources (used/total)</th><th>last heartbeat</th></tr>",
+        escape(cluster_id),
+        nodes.len() - alive
+    );
+    for n in nodes {
+        let (state, detail, class) = if is_alive(n) {
+            ("ALIVE", usage(&n.total, &n.available), "")
+        } else {
+            ("DEAD", n.death_cause.clone(), " class=\"dead\"")
+        };
+        let _ = write!(
+            out,
+            "<tr{class}><td>{}</td><td>{}</td><td>{}</td><td>{state}</td><td>{}</td>\
+             <td>{} ms ago</td></tr>",
+            escape(&n.node_id),
+            if n.is_head { "head" } else { "node" },
+            escape(&n.node_ip),
+            escape(&detail),
+            n.last_heartbeat_ms_ago
+        );
+    }
+    out.push_str("</table><h2>Resources of the live nodes (used/total)</h2><ul>");
+    let Totals {
+        total,
+        free,
+        demand,
+    } = totals(nodes);
+    for (name, units) in &total {
+        let used = units - free.get(name).copied().unwrap_or(0);
+        let _ = write!(out, "<li>{}</li>", escape(&amount(name, used, *units)));
+    }
+    out.push_str("</ul><h2>Demands</h2><ul>");
+    if demand.is_empty() {
+        out.push_str("<li>no resource demands</li>");
+    }
+    for (shape, count) in &demand {
+        let _ = write!(out, "<li>{}: {count} waiting</li>", escape(shape));
+    }
+    out.push_str("</ul><h2>Named actors</h2>");
+    if actors.is_empty() {
+        out.push_str("<p>none</p>");
+    } else {
+        out.push_str("<table><tr><th>namespace</th><th>name</th><th>actor</th><th>node</th></tr>");
+        for a in actors {
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                escape(&a.namespace),
+                escape(&a.name),
+                escape(&a.actor_id),
+                escape(&a.node_id)
+            );
+        }
+        out.push_str("</table>");
+    }
+    out.push_str("</body></html>");
+    out
+}
+
+/// Text made safe inside HTML.
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_lists_nodes_and_actors_with_their_text_escaped() {
+        let node = NodeInfo {
+            node_id: "node-1".into(),
+            node_ip: "10.0.0.1".into(),
+            is_head: true,
+            state: NodeState::Alive as i32,
+            total: vec![Resource {
+                name: "CPU".into(),
+                units: 20_000,
+            }],
+            available: vec![Resource {
+                name: "CPU".into(),
+                units: 10_000,
+            }],
+            ..Default::default()
+        };
+        let dead = NodeInfo {
+            node_id: "node-2".into(),
+            state: NodeState::Dead as i32,
+            death_cause: "no heartbeat <5 s>".into(),
+            ..Default::default()
+        };
+        let actor = prism_gcs::NamedActor {
+            namespace: "ns".into(),
+            name: "a&b".into(),
+            actor_id: "x".into(),
+            node_id: "node-1".into(),
+        };
+        let page = render("c1", &[node.clone(), dead], &[actor]);
+        assert!(page.contains("1 nodes alive, 1 dead"), "{page}");
+        assert!(page.contains("1/2 CPU"), "{page}");
+        assert!(page.contains("no heartbeat &lt;5 s&gt;"), "{page}");
+        assert!(page.contains("a&amp;b"), "{page}");
+        let json = node_json(&node);
+        assert_eq!(json["total"]["CPU"], json!(2.0));
+        assert_eq!(json["alive"], json!(true));
+    }
+}
