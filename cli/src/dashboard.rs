@@ -4,8 +4,9 @@
 //! control store in the head's own process.
 //!
 //! It asks for the cluster token, as every other way in does: a request
-//! carries it as `Authorization: Bearer <token>`, or in the `prism_token`
-//! cookie that opening `/?token=<token>` once sets. Others get 401 and a
+//! carries it as `Authorization: Bearer <token>`, or the `prism_token`
+//! cookie that opening `/?token=<token>` once sets (a value made from the
+//! token, not the token). Others get 401 and a
 //! page that says how to get in. It listens on 127.0.0.1 unless
 //! `--dashboard-host` says otherwise, as Ray's does.
 
@@ -67,30 +68,106 @@ pub(crate) async fn start(
 }
 
 impl Dashboard {
-    /// Whether the request carries the token, in its header or cookie.
+    /// Whether the request carries the token in its header, or the
+    /// dashboard's cookie.
     fn admits(&self, headers: &HeaderMap) -> bool {
         let token = self.token.reveal().as_bytes();
         let bearer = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
+        let pass = self.cookie_value();
         let cookie = headers
             .get_all(header::COOKIE)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(';'))
             .filter_map(|c| c.trim().strip_prefix(COOKIE)?.strip_prefix('='))
-            .find(|c| prism_protocol::rpc::constant_time_eq(c.as_bytes(), token));
+            .find(|c| prism_protocol::rpc::constant_time_eq(c.as_bytes(), pass.as_bytes()));
         cookie.is_some()
             || bearer.is_some_and(|b| prism_protocol::rpc::constant_time_eq(b.as_bytes(), token))
     }
+
+    /// What the cookie holds: a value made from the token, not the token
+    /// itself (a browser sends a host's cookies to every port of it, so
+    /// other web services of the machine see it; it opens this dashboard
+    /// and nothing else).
+    fn cookie_value(&self) -> String {
+        use sha2::Digest;
+        let mut hash = sha2::Sha256::new();
+        hash.update(b"prism dashboard cookie\0");
+        hash.update(self.token.reveal().as_bytes());
+        hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
 }
+
+/// The address that logs a browser in: the dashboard with the token,
+/// percent-encoded.
+pub(crate) fn login_url(at: &str, token: &str) -> String {
+    let encoded: String = token
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    format!("http://{at}/?token={encoded}")
+}
+
+/// A query value with its `%XX` escapes (and `+` for space) decoded.
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = text.get(i + 1..i + 3)?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// When a refusal was last logged, in seconds since the Unix epoch: one
+/// line per 10 s at most, so that requests cannot flood the log.
+static LAST_REFUSAL_LOGGED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 fn refused(api: bool) -> Response {
     let why = "this dashboard needs the cluster token: open /?token=<token> once (the token \
                `prism start --head` printed, saved in <temp dir>/token on the head), or send \
                `Authorization: Bearer <token>`";
-    tracing::warn!("refused a dashboard request without the cluster token");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let last = LAST_REFUSAL_LOGGED.load(std::sync::atomic::Ordering::Relaxed);
+    if now >= last + 10
+        && LAST_REFUSAL_LOGGED
+            .compare_exchange(
+                last,
+                now,
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+            )
+            .is_ok()
+    {
+        tracing::warn!(
+            "refused a dashboard request without the cluster token (logged once per 10 s)"
+        );
+    }
     if api {
         (
             StatusCode::UNAUTHORIZED,
@@ -113,7 +190,7 @@ async fn page(State(d): State<Arc<Dashboard>>, headers: HeaderMap, uri: Uri) -> 
     let given = uri.query().and_then(|q| {
         q.split('&')
             .find_map(|kv| kv.strip_prefix("token="))
-            .map(str::to_string)
+            .map(|v| percent_decode(v).unwrap_or_default())
     });
     if let Some(given) = given {
         if !prism_protocol::rpc::constant_time_eq(given.as_bytes(), d.token.reveal().as_bytes()) {
@@ -126,7 +203,10 @@ async fn page(State(d): State<Arc<Dashboard>>, headers: HeaderMap, uri: Uri) -> 
                 (header::LOCATION, "/".to_string()),
                 (
                     header::SET_COOKIE,
-                    format!("{COOKIE}={given}; HttpOnly; SameSite=Strict; Path=/"),
+                    format!(
+                        "{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/",
+                        d.cookie_value()
+                    ),
                 ),
             ],
         )
@@ -347,6 +427,12 @@ mod tests {
         assert!(page.contains("1/2 CPU"), "{page}");
         assert!(page.contains("no heartbeat &lt;5 s&gt;"), "{page}");
         assert!(page.contains("a&amp;b"), "{page}");
+        assert_eq!(
+            login_url("127.0.0.1:8265", "a&b%c"),
+            "http://127.0.0.1:8265/?token=a%26b%25c"
+        );
+        assert_eq!(percent_decode("a%26b%25c+d").as_deref(), Some("a&b%c d"));
+        assert_eq!(percent_decode("bad%2"), None);
         let json = node_json(&node);
         assert_eq!(json["total"]["CPU"], json!(2.0));
         assert_eq!(json["alive"], json!(true));

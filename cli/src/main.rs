@@ -76,14 +76,20 @@ impl TlsArgs {
         .map_err(|e| e.to_string())
     }
 
-    /// Loads the files given, or this machine's node's, and turns TLS on
+    /// Loads the files given, or those of this machine's node of the
+    /// cluster at `head` (any node's when none is of it), and turns TLS on
     /// for this process when there are any.
-    fn apply(&self, temp_dir: &std::path::Path) -> Result<(), String> {
+    fn apply(&self, temp_dir: &std::path::Path, head: &str) -> Result<(), String> {
         let files = match self.files()? {
             Some(files) => Some(files),
-            None => prism_raylet::NodeRecord::list(temp_dir)
-                .into_iter()
-                .find_map(|r| r.tls),
+            None => {
+                let records = prism_raylet::NodeRecord::list(temp_dir);
+                records
+                    .iter()
+                    .find(|r| r.head == head)
+                    .or_else(|| records.first())
+                    .and_then(|r| r.tls.clone())
+            }
         };
         if let Some(files) = files {
             let tls = prism_protocol::tls::Tls::load(&files).map_err(|e| e.to_string())?;

@@ -113,7 +113,7 @@ fn start_in_background(args: &StartArgs) -> Result<ExitCode, String> {
             .into_iter()
             .find(|r| r.pid == child.id())
         {
-            print_started(&record, temp, &log_path);
+            print_started(&record, temp, &log_path, args.include_dashboard);
             return Ok(ExitCode::SUCCESS);
         }
         if let Ok(Some(status)) = child.try_wait() {
@@ -137,7 +137,7 @@ fn start_in_background(args: &StartArgs) -> Result<ExitCode, String> {
     }
 }
 
-fn print_started(record: &NodeRecord, temp: &Path, log: &Path) {
+fn print_started(record: &NodeRecord, temp: &Path, log: &Path, dashboard_wanted: bool) {
     let token_path = temp.join("token");
     let token = Token::load(&token_path)
         .map(|t| t.reveal().to_string())
@@ -163,8 +163,13 @@ fn print_started(record: &NodeRecord, temp: &Path, log: &Path) {
             token_path.display()
         );
         println!();
-        if let Some(at) = &record.dashboard {
-            println!("  dashboard: http://{at}/?token={token}");
+        match &record.dashboard {
+            Some(at) => println!("  dashboard: {}", crate::dashboard::login_url(at, &token)),
+            None if dashboard_wanted => println!(
+                "  dashboard: none, port {DASHBOARD_PORT} is taken here (choose another with \
+                 --dashboard-port)"
+            ),
+            None => {}
         }
         println!("To add another machine to this cluster, run there:");
         println!("  prism start --address {} --token {token}", record.head);
@@ -235,7 +240,10 @@ async fn serve(args: StartArgs, config: prism::Config) -> Result<ExitCode, Strin
             let at = SocketAddr::new(args.dashboard_host, port);
             match crate::dashboard::start(at, gcs.view(), token.clone()).await {
                 Ok(running) => Some(running),
-                Err(e) if args.dashboard_port.is_none() => {
+                Err(e)
+                    if args.dashboard_port.is_none()
+                        && e.kind() == std::io::ErrorKind::AddrInUse =>
+                {
                     tracing::warn!(address = %at, error = %e, "no dashboard: the default port is taken (choose one with --dashboard-port)");
                     None
                 }

@@ -25,7 +25,7 @@ pub(crate) fn run(args: StatusArgs) -> Result<ExitCode, String> {
             })?,
     };
     let token = find_token(args.token.as_deref(), temp)?;
-    args.tls.apply(temp)?;
+    args.tls.apply(temp, &address)?;
     let rt = runtime()?;
     let (info, nodes) = rt
         .block_on(async {

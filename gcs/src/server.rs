@@ -95,7 +95,12 @@ impl GcsServer {
                 .identity(tonic::transport::Identity::from_pem(pem.cert, pem.key))
                 .client_ca_root(tonic::transport::Certificate::from_pem(pem.ca));
             builder = builder.tls_config(config).map_err(|e| GcsError::Tls {
-                message: e.to_string(),
+                message: format!(
+                    "the certificate {} and key {} cannot serve TLS: {e} (give the node's \
+                     PEM certificate and its own private key)",
+                    tls.files().cert.display(),
+                    tls.files().key.display()
+                ),
             })?;
         }
         let served = tokio::spawn(async move {

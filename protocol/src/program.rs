@@ -56,7 +56,7 @@ impl Program {
     pub fn of(path: &Path) -> std::io::Result<Program> {
         let mut file = std::fs::File::open(path)?;
         let size = file.metadata()?.len();
-        let id = match build_id(&mut file)? {
+        let id = match build_id(&mut file) {
             Some(id) => format!("build-id:{}", hex(&id)),
             None => {
                 use sha2::Digest;
@@ -89,8 +89,12 @@ impl Program {
     pub fn this() -> Result<&'static Program, String> {
         static THIS: OnceLock<Result<Program, String>> = OnceLock::new();
         THIS.get_or_init(|| {
-            Program::of(Path::new("/proc/self/exe"))
-                .map_err(|e| format!("cannot read this program's executable (/proc/self/exe): {e}"))
+            Program::of(Path::new("/proc/self/exe")).map_err(|e| {
+                format!(
+                    "cannot read this program's executable (/proc/self/exe): {e}; Prism \
+                         names the program its workers run from it, so it needs Linux's /proc"
+                )
+            })
         })
         .as_ref()
         .map_err(Clone::clone)
@@ -133,39 +137,40 @@ fn hex(bytes: &[u8]) -> String {
     })
 }
 
-/// The GNU build id of a 64-bit little-endian ELF file, if it has one.
-fn build_id(file: &mut std::fs::File) -> std::io::Result<Option<Vec<u8>>> {
+/// The GNU build id of a 64-bit little-endian ELF file, if it has one. A
+/// file that is not such an ELF file, or whose headers are cut short or
+/// point outside it, has none (it is then named by its content).
+fn build_id(file: &mut std::fs::File) -> Option<Vec<u8>> {
     let mut header = [0u8; 64];
-    if file.read_exact(&mut header).is_err() {
-        return Ok(None);
-    }
+    file.read_exact(&mut header).ok()?;
     // Magic, 64-bit class, little-endian data.
     if header[..4] != *b"\x7fELF" || header[4] != 2 || header[5] != 1 {
-        return Ok(None);
+        return None;
     }
     let phoff = u64::from_le_bytes(field(&header, 0x20));
     let phentsize = u64::from(u16::from_le_bytes(field(&header, 0x36)));
     let phnum = u64::from(u16::from_le_bytes(field(&header, 0x38)));
     if phentsize < 56 {
-        return Ok(None);
+        return None;
     }
     for i in 0..phnum {
         let mut ph = [0u8; 56];
-        file.seek(SeekFrom::Start(phoff + i * phentsize))?;
-        file.read_exact(&mut ph)?;
+        let at = phoff.checked_add(i.checked_mul(phentsize)?)?;
+        file.seek(SeekFrom::Start(at)).ok()?;
+        file.read_exact(&mut ph).ok()?;
         if u32::from_le_bytes(field(&ph, 0)) != PT_NOTE {
             continue;
         }
         let offset = u64::from_le_bytes(field(&ph, 8));
         let filesz = u64::from_le_bytes(field(&ph, 32)).min(NOTES_LIMIT);
         let mut notes = vec![0u8; filesz as usize];
-        file.seek(SeekFrom::Start(offset))?;
-        file.read_exact(&mut notes)?;
+        file.seek(SeekFrom::Start(offset)).ok()?;
+        file.read_exact(&mut notes).ok()?;
         if let Some(id) = gnu_build_id(&notes) {
-            return Ok(Some(id));
+            return Some(id);
         }
     }
-    Ok(None)
+    None
 }
 
 /// Walks one note segment: each note is its name size, its descriptor
@@ -229,6 +234,22 @@ mod tests {
         p.arch = "riscv64".into();
         let err = p.runs_here().unwrap_err();
         assert!(err.contains("built for linux/riscv64"), "{err}");
+    }
+
+    #[test]
+    fn a_cut_short_executable_is_named_by_its_content() {
+        let dir = std::env::temp_dir().join(format!("prism-program-cut-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cut = dir.join("cut");
+        let head = std::fs::read("/proc/self/exe").unwrap();
+        std::fs::write(&cut, &head[..100]).unwrap();
+        assert!(Program::of(&cut).unwrap().id.starts_with("sha256:"));
+        // Program headers said to lie far past the end of the file.
+        let mut odd = head[..64].to_vec();
+        odd[0x20..0x28].copy_from_slice(&u64::MAX.to_le_bytes());
+        std::fs::write(&cut, &odd).unwrap();
+        assert!(Program::of(&cut).unwrap().id.starts_with("sha256:"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -667,6 +667,7 @@ async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
         hello.extend_from_slice(&(token.len() as u16).to_le_bytes());
         hello.extend_from_slice(token.as_bytes());
         stream.write_all(&hello).await.map_err(io)?;
+        stream.flush().await.map_err(io)?;
         let mut verdict = [0u8; 1];
         stream.read_exact(&mut verdict).await.map_err(io)?;
         if verdict[0] == 1 {
@@ -727,12 +728,14 @@ async fn server_handshake<S: AsyncRead + AsyncWrite + Unpin>(
             )
         } else {
             stream.write_all(&[1]).await.map_err(|e| e.to_string())?;
+            stream.flush().await.map_err(|e| e.to_string())?;
             return Ok(kind);
         };
         let mut refusal = vec![0u8];
         refusal.extend_from_slice(&(why.len() as u16).to_le_bytes());
         refusal.extend_from_slice(why.as_bytes());
         let _ = stream.write_all(&refusal).await;
+        let _ = stream.flush().await;
         Err(logged.to_string())
     };
     tokio::time::timeout(HANDSHAKE_TIMEOUT, exchange)

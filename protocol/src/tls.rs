@@ -182,6 +182,9 @@ fn read_certs(path: &PathBuf) -> Result<Vec<CertificateDer<'static>>, String> {
 
 static TLS: Mutex<Option<Tls>> = Mutex::new(None);
 
+/// How long a client's TLS handshake may take.
+const HANDSHAKE_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Turns TLS on (or off) for this process's TCP connections to and from
 /// other nodes.
 pub fn set(tls: Option<Tls>) {
@@ -230,19 +233,27 @@ pub async fn connect(address: &str) -> Result<Stream, Error> {
         .rsplit_once(':')
         .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']'))
         .unwrap_or(address);
-    let name = ServerName::try_from(host.to_string())
-        .map_err(|e| Error::invalid("address", format!("{host:?}: {e}")))?;
-    tls.client
-        .connect(name, tcp)
+    let name = ServerName::try_from(host.to_string()).map_err(|e| {
+        Error::invalid(
+            "address",
+            format!("{host:?} is not an IP address or host name a certificate can name: {e}"),
+        )
+    })?;
+    let handshake = tokio::time::timeout(HANDSHAKE_LIMIT, tls.client.connect(name, tcp))
         .await
-        .map(Stream::Client)
-        .map_err(|e| Error::Cluster {
+        .map_err(|_| Error::Cluster {
             message: format!(
-                "TLS with {address} failed: {e} (every node's certificate must be signed by \
+                "TLS with {address} failed: no handshake within {HANDSHAKE_LIMIT:?} (is the \
+                 process there alive, and does it speak TLS?)"
+            ),
+        })?;
+    handshake.map(Stream::Client).map_err(|e| Error::Cluster {
+        message: format!(
+            "TLS with {address} failed: {e} (every node's certificate must be signed by \
                  the CA given with --tls-ca and name the node's IP address; does {address} \
                  run with TLS?)"
-            ),
-        })
+        ),
+    })
 }
 
 /// Takes an accepted TCP stream, in TLS when this process has it.

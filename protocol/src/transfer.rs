@@ -44,7 +44,9 @@ impl ChunkRequest {
         head.extend_from_slice(&self.len.to_le_bytes());
         head.extend_from_slice(&node_len.to_le_bytes());
         head.extend_from_slice(node);
-        w.write_all(&head).await
+        w.write_all(&head).await?;
+        // A TLS stream may hold the last bytes until flushed.
+        w.flush().await
     }
 
     /// Reads the next request; `None` when the puller closed the stream.
@@ -73,7 +75,8 @@ impl ChunkRequest {
     }
 }
 
-/// Says the range follows (the holder then writes its bytes).
+/// Says the range follows (the holder then writes its bytes, and flushes
+/// the stream: over TLS the last bytes may wait for it).
 pub async fn accept<W: AsyncWrite + Unpin>(w: &mut W) -> std::io::Result<()> {
     w.write_all(&[0]).await
 }
@@ -84,7 +87,8 @@ pub async fn refuse<W: AsyncWrite + Unpin>(w: &mut W, why: &str) -> std::io::Res
     let mut out = vec![1u8];
     out.extend_from_slice(&(why.len() as u16).to_le_bytes());
     out.extend_from_slice(why);
-    w.write_all(&out).await
+    w.write_all(&out).await?;
+    w.flush().await
 }
 
 /// Reads the holder's verdict on a request: `Ok` when the bytes follow,

@@ -8,13 +8,15 @@
 //! otherwise it reads the program from the leasing process itself, over the
 //! connection it registered on (`ReadProgram`), once: the copy is kept in
 //! `<session>/programs/<id>/` and serves every later job of that program.
+//! The copy is checked by its build id and size (the bytes themselves are
+//! guarded by TCP's checksums, and by TLS where the cluster speaks it).
 
 use crate::node::Node;
 use prism_protocol::error::Error;
 use prism_protocol::messages::{ReadProgram, PROGRAM_CHUNK};
 use prism_protocol::program::Program;
 use prism_protocol::rpc::Connection;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,11 +27,78 @@ const CHUNK_LIMIT: Duration = Duration::from_secs(60);
 /// Chunks asked for at once.
 const IN_FLIGHT: usize = 3;
 
-/// Fetches one program at a time: a second lessee of a program being
-/// fetched waits, then finds the copy.
+/// The programs this node knows: which file holds which program (so a
+/// file is read once per change), and one lock per program being fetched
+/// (a second lessee of it waits, then finds the copy; other programs are
+/// fetched meanwhile).
 #[derive(Debug, Default)]
 pub(crate) struct Programs {
-    fetching: tokio::sync::Mutex<()>,
+    fetching: parking_lot::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    named: parking_lot::Mutex<HashMap<PathBuf, (FileKey, Program)>>,
+}
+
+/// What tells one version of a file from another without reading it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileKey {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: i64,
+    mtime_nsec: i64,
+}
+
+impl FileKey {
+    fn of(path: &Path) -> Option<FileKey> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok().filter(|m| m.is_file())?;
+        Some(FileKey {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: m.mtime(),
+            mtime_nsec: m.mtime_nsec(),
+        })
+    }
+}
+
+impl Programs {
+    /// Says if the file at `path` holds `program`, reading the file (off
+    /// the runtime's threads) only when it changed since last asked.
+    async fn holds(&self, path: &Path, program: &Program) -> bool {
+        let Some(key) = FileKey::of(path) else {
+            return false;
+        };
+        let known = self
+            .named
+            .lock()
+            .get(path)
+            .filter(|(k, _)| *k == key)
+            .map(|(_, p)| p.clone());
+        let named = match known {
+            Some(p) => p,
+            None => {
+                let at = path.to_path_buf();
+                match tokio::task::spawn_blocking(move || Program::of(&at)).await {
+                    Ok(Ok(p)) => {
+                        self.named
+                            .lock()
+                            .insert(path.to_path_buf(), (key, p.clone()));
+                        p
+                    }
+                    _ => return false,
+                }
+            }
+        };
+        named.id == program.id && named.size == program.size
+    }
+
+    fn lock_for(&self, program: &Program) -> Arc<tokio::sync::Mutex<()>> {
+        self.fetching
+            .lock()
+            .entry(program.id.clone())
+            .or_default()
+            .clone()
+    }
 }
 
 impl Node {
@@ -56,25 +125,29 @@ impl Node {
             )));
         };
         program.runs_here().map_err(refuse)?;
-        if path.is_file() && same_program(&path, &program).await {
+        if self.programs.holds(&path, &program).await {
             return Ok(path);
         }
         let name = path
             .file_name()
             .map(|n| n.to_os_string())
             .unwrap_or_else(|| "program".into());
-        let folder = self
-            .config
-            .session_dir
-            .join("programs")
-            .join(program.folder_name());
+        let programs = self.config.session_dir.join("programs");
+        let folder = programs.join(program.folder_name());
         let copy = folder.join(name);
-        let _one_at_a_time = self.programs.fetching.lock().await;
+        if copy.is_file() {
+            return Ok(copy);
+        }
+        let lock = self.programs.lock_for(&program);
+        let _one_at_a_time = lock.lock().await;
         if copy.is_file() {
             return Ok(copy);
         }
         let started = Instant::now();
-        fetch(lessee, &program, &folder, &copy)
+        // Written beside the programs' folders, never inside one: no
+        // program's file can be taken for it.
+        let partial = programs.join(format!(".fetching-{}", program.folder_name()));
+        fetch(lessee, &program, &partial, &folder, &copy)
             .await
             .map_err(|e| refuse(format!("fetching it from {}: {e}", lessee.peer())))?;
         tracing::info!(
@@ -89,34 +162,26 @@ impl Node {
     }
 }
 
-/// Whether the file at `path` is `program` (read off the runtime's
-/// threads: a file without a build id is hashed whole).
-async fn same_program(path: &Path, program: &Program) -> bool {
-    let path = path.to_path_buf();
-    let here = tokio::task::spawn_blocking(move || Program::of(&path)).await;
-    matches!(here, Ok(Ok(p)) if p.id == program.id && p.size == program.size)
-}
-
-/// Reads `program` from `lessee` into `copy` (through a partial file in
-/// `folder`, renamed once whole and checked).
+/// Reads `program` from `lessee` into `copy` (through `partial`, renamed
+/// once whole and checked).
 async fn fetch(
     lessee: &Connection,
     program: &Program,
+    partial: &Path,
     folder: &Path,
     copy: &Path,
 ) -> Result<(), String> {
     std::fs::create_dir_all(folder).map_err(|e| format!("make {}: {e}", folder.display()))?;
-    let partial = folder.join(".partial");
-    let written = write_chunks(lessee, program, &partial).await;
+    let written = write_chunks(lessee, program, partial).await;
     let checked = match written {
-        Ok(()) => check(&partial, program).await,
+        Ok(()) => check(partial, program).await,
         Err(e) => Err(e),
     };
     if let Err(e) = checked {
-        let _ = std::fs::remove_file(&partial);
+        let _ = std::fs::remove_file(partial);
         return Err(e);
     }
-    std::fs::rename(&partial, copy).map_err(|e| format!("keep {}: {e}", copy.display()))
+    std::fs::rename(partial, copy).map_err(|e| format!("keep {}: {e}", copy.display()))
 }
 
 async fn write_chunks(
@@ -151,28 +216,50 @@ async fn write_chunks(
             return Ok(());
         };
         let chunk = match chunk.await {
-            Ok(Ok(Ok(chunk))) => chunk,
-            Ok(Ok(Err(e))) => return Err(e.to_string()),
-            Ok(Err(_)) => return Err(format!("no chunk arrived within {CHUNK_LIMIT:?}")),
-            Err(e) => return Err(e.to_string()),
+            Ok(Ok(Ok(chunk))) => Ok(chunk),
+            Ok(Ok(Err(e))) => Err(format!(
+                "{e} (the job's process may have exited; run the job again)"
+            )),
+            Ok(Err(_)) => Err(format!(
+                "no chunk arrived within {CHUNK_LIMIT:?} (is the network between the nodes \
+                 working? run the job again)"
+            )),
+            Err(e) => Err(e.to_string()),
         };
-        if chunk.len() as u64 != len {
-            return Err(format!(
-                "a chunk of {} bytes came for one of {len}",
-                chunk.len()
-            ));
+        let written = chunk.and_then(|chunk| {
+            if chunk.len() as u64 != len {
+                return Err(format!(
+                    "a chunk of {} bytes came for one of {len}; are both sides built from \
+                     the same Prism version?",
+                    chunk.len()
+                ));
+            }
+            file.write_all(&chunk).map_err(|e| {
+                format!(
+                    "write {}: {e} (is the node's disk full?)",
+                    partial.display()
+                )
+            })
+        });
+        if let Err(e) = written {
+            for (_, asked) in pending {
+                asked.abort();
+            }
+            return Err(e);
         }
-        file.write_all(&chunk)
-            .map_err(|e| format!("write {}: {e}", partial.display()))?;
     }
 }
 
 /// Checks that the fetched file is the program, and makes it executable.
 async fn check(partial: &Path, program: &Program) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
-    if !same_program(partial, program).await {
+    let at = partial.to_path_buf();
+    let fetched = tokio::task::spawn_blocking(move || Program::of(&at)).await;
+    let same = matches!(fetched, Ok(Ok(p)) if p.id == program.id && p.size == program.size);
+    if !same {
         return Err(format!(
-            "the bytes fetched are not program {} ({} bytes)",
+            "the bytes fetched are not program {} ({} bytes): was the driver's binary \
+             rebuilt while the job started? run the job again",
             program.id, program.size
         ));
     }

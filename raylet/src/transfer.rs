@@ -351,7 +351,12 @@ impl Node {
         };
         let written = match range {
             Ok(bytes) => match transfer::accept(stream).await {
-                Ok(()) => stream.write_all(bytes).await,
+                Ok(()) => match stream.write_all(bytes).await {
+                    // Over TLS the last bytes wait in its buffer until
+                    // flushed; on plain TCP this does nothing.
+                    Ok(()) => stream.flush().await,
+                    Err(e) => Err(e),
+                },
                 Err(e) => Err(e),
             },
             Err(e) => transfer::refuse(stream, &e.to_string()).await,

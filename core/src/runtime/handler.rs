@@ -83,7 +83,11 @@ impl Handler for CoreHandler {
             return;
         }
         if let Request::Driver(DriverRequest::ReadProgram(read)) = &request {
-            conn.respond(id, Response::from_result(read_program(read)));
+            // Off the connection's reader: a chunk is megabytes of file.
+            let (conn, read) = (conn.clone(), read.clone());
+            tokio::task::spawn_blocking(move || {
+                conn.respond(id, Response::from_result(read_program(&read)))
+            });
             return;
         }
         if let Request::Driver(DriverRequest::NodeDied(died)) = &request {

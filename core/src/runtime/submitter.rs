@@ -108,7 +108,7 @@ pub(crate) struct TaskSubmitter {
     /// This process's job, for leases on other nodes.
     job_id: JobId,
     /// Other nodes' raylets this process leased from, registered.
-    remote_raylets: tokio::sync::Mutex<HashMap<String, Connection>>,
+    remote_raylets: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Connection>>>>,
 }
 
 impl TaskSubmitter {
@@ -126,7 +126,7 @@ impl TaskSubmitter {
             objects,
             shapes: Mutex::new(HashMap::new()),
             job_id,
-            remote_raylets: tokio::sync::Mutex::new(HashMap::new()),
+            remote_raylets: Mutex::new(HashMap::new()),
         }
     }
 
@@ -177,13 +177,35 @@ impl TaskSubmitter {
         }
     }
 
-    /// A registered connection to another node's raylet.
+    /// A registered connection to another node's raylet. Registrations
+    /// with different nodes go on at once (one may wait while that node
+    /// fetches this program); two callers for one node share one.
     pub(crate) async fn remote_raylet(&self, address: &str) -> Result<Connection> {
-        let mut open = self.remote_raylets.lock().await;
-        if let Some(c) = open.get(address).filter(|c| !c.is_closed()) {
-            return Ok(c.clone());
-        }
+        let cell = {
+            let mut open = self.remote_raylets.lock();
+            let cell = open.entry(address.to_string()).or_default();
+            if cell.get().is_some_and(|c| c.is_closed()) {
+                *cell = Arc::new(tokio::sync::OnceCell::new());
+            }
+            cell.clone()
+        };
+        cell.get_or_try_init(|| self.register_at(address))
+            .await
+            .cloned()
+    }
+
+    /// Connects to the raylet at `address` and registers there as a lessee
+    /// of this job.
+    async fn register_at(&self, address: &str) -> Result<Connection> {
         let conn = self.objects.peers.get(address).await?;
+        // The node runs its copy of this program if it lacks the file; a
+        // program that cannot be named leaves the node to find the file at
+        // the same path. (Named once, off the runtime's threads: a binary
+        // without a build id is hashed whole.)
+        let program = tokio::task::spawn_blocking(|| Program::this().ok().cloned())
+            .await
+            .ok()
+            .flatten();
         conn.request(RegisterDriver {
             address: self.objects.address().clone(),
             pid: std::process::id(),
@@ -192,15 +214,9 @@ impl TaskSubmitter {
             cwd: std::env::current_dir().map_err(|e| Error::io("read the working directory", e))?,
             log_to_driver: self.config.log_to_driver,
             job_id: Some(self.job_id),
-            // The node runs its copy of this program if it lacks the file.
-            program: Some(
-                Program::this()
-                    .map_err(|message| Error::Cluster { message })?
-                    .clone(),
-            ),
+            program,
         })
         .await?;
-        open.insert(address.to_string(), conn.clone());
         Ok(conn)
     }
 
