@@ -1898,3 +1898,178 @@ fn a_cluster_with_tls_runs_work_across_nodes_and_refuses_nodes_without_its_ca() 
     println!("{plain}\n{rogue}");
     assert!(m.status(0).contains("Nodes: 2 alive, 0 dead"));
 }
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SurviveConfig {
+    epochs: u32,
+    /// A folder every host sees: each rank marks its node there.
+    marks: String,
+}
+
+#[derive(serde::Serialize)]
+struct SurviveMetrics {
+    epoch: u32,
+    total: f64,
+}
+
+/// Adds 1 per rank into a running total each epoch (2 per epoch with two
+/// workers), checkpointing it; a restarted group resumes from the latest
+/// checkpoint, so the final total is right only if no epoch was lost or
+/// counted twice.
+fn surviving_loop(config: SurviveConfig) -> Result<(), prism_train::TrainError> {
+    let failed = |e: std::io::Error| prism_train::TrainError::Metrics(e.to_string());
+    let ctx = prism_train::get_context()?;
+    let group = prism_train::get_process_group()?;
+    let node = prism::runtime_context()
+        .map(|c| c.node_id.to_string())
+        .unwrap_or_default();
+    std::fs::write(PathBuf::from(&config.marks).join(&node), "").map_err(failed)?;
+    let (mut start, mut total) = (0, 0.0);
+    if let Some(c) = prism_train::get_checkpoint()? {
+        let saved = std::fs::read_to_string(c.path().join("state")).map_err(failed)?;
+        let (epoch, sum) = saved.split_once(' ').unwrap_or(("0", "0"));
+        start = epoch.parse::<u32>().unwrap_or(0) + 1;
+        total = sum.parse().unwrap_or(0.0);
+    }
+    for epoch in start..config.epochs {
+        let mut x = [1.0f64];
+        group.all_reduce(&mut x, prism_train::collective::ReduceOp::Sum)?;
+        total += x[0];
+        std::thread::sleep(Duration::from_millis(100));
+        let dir = std::env::temp_dir().join(format!(
+            "prism-cli-survive-ckpt-{}-{epoch}-{}",
+            std::process::id(),
+            ctx.world_rank()
+        ));
+        std::fs::create_dir_all(&dir).map_err(failed)?;
+        std::fs::write(dir.join("state"), format!("{epoch} {total}")).map_err(failed)?;
+        prism_train::report(
+            SurviveMetrics { epoch, total },
+            Some(prism_train::Checkpoint::from_directory(&dir)),
+        )?;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok(())
+}
+
+const SURVIVE_EPOCHS: u32 = 40;
+
+/// The driver's part: two workers on two of the three worker nodes, one
+/// of which the test kills.
+fn train_through_node_death() {
+    must(
+        prism::init(prism::Config::default()),
+        "the driver joins its node",
+    );
+    let marks = std::env::var(MARKS).unwrap_or_default();
+    let storage = PathBuf::from(&marks).with_extension("runs");
+    let result = prism_train::Trainer::new(
+        surviving_loop,
+        SurviveConfig {
+            epochs: SURVIVE_EPOCHS,
+            marks,
+        },
+    )
+    .scaling_config(prism_train::ScalingConfig::new(2).resources_per_worker("worker", 1.0))
+    .run_config(
+        prism_train::RunConfig::new("survive")
+            .storage_path(&storage)
+            .failure_config(prism_train::FailureConfig::new(3)),
+    )
+    .fit();
+    let failures = result.num_failures;
+    match result.into_result() {
+        Ok(r) => {
+            let total = r.metrics.as_ref().map(|m| m["total"].clone());
+            println!("TRAINED total={total:?} failures={failures}");
+        }
+        Err(e) => println!("TRAIN failed after {failures} failures: {e}"),
+    }
+    let _ = std::fs::remove_dir_all(&storage);
+    prism::shutdown();
+}
+
+#[test]
+fn the_trainer_survives_a_worker_nodes_death_resuming_from_its_checkpoint() {
+    if std::env::var_os(DRIVER).is_some() {
+        return train_through_node_death();
+    }
+    let Some(m) = Machines::new("survive", 4) else {
+        return;
+    };
+    let head = m.start_head_with(FAST_DEATH, &["--num-cpus", "1"]);
+    for host in 1..4 {
+        let out = m.join_with(host, &head, &["--resources", r#"{"worker": 1}"#]);
+        assert!(out.status.success(), "the node joins: {}", text(&out));
+    }
+    must_eventually(
+        "every node is in the head's view",
+        Duration::from_secs(10),
+        || m.status(0).contains("Nodes: 4 alive"),
+    );
+    std::thread::sleep(Duration::from_millis(1200));
+    let marks = std::env::temp_dir().join(format!("prism-cli-survive-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&marks);
+    must(std::fs::create_dir_all(&marks), "the marks folder");
+    let mut driver = m
+        .net
+        .command(0, must(std::env::current_exe(), "this test's binary"));
+    driver.args([
+        "--exact",
+        "the_trainer_survives_a_worker_nodes_death_resuming_from_its_checkpoint",
+        "--nocapture",
+    ]);
+    let temp0 = m.temps[0].display().to_string();
+    let marks_text = marks.display().to_string();
+    let address = head.clone();
+    let waiter = std::thread::spawn(move || {
+        let env = [
+            (DRIVER, "1"),
+            (MARKS, marks_text.as_str()),
+            ("PRISM_ADDRESS", address.as_str()),
+            ("PRISM_TEMP_DIR", temp0.as_str()),
+        ];
+        run_bounded(driver, &env, Duration::from_secs(150))
+    });
+    // Both workers run, on two of the three worker nodes: after a few
+    // epochs, one of those nodes dies.
+    let first: Vec<String> = must_become("both workers start", Duration::from_secs(60), || {
+        let names: Vec<String> = std::fs::read_dir(&marks)
+            .ok()?
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        (names.len() == 2).then_some(names)
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let host = must(
+        (1..4)
+            .find(|&h| {
+                prism_raylet::NodeRecord::list(&m.temps[h])
+                    .iter()
+                    .any(|r| r.node_id == first[0])
+            })
+            .ok_or("no host runs it"),
+        "a worker runs on a worker node",
+    );
+    prism_tests::kill(m.node_pid(host));
+    let out = must(waiter.join().map_err(|_| "panicked"), "the driver finishes");
+    let said = text(&out);
+    assert!(out.status.success(), "the driver must finish: {said}");
+    println!("{said}");
+    let total = 2.0 * f64::from(SURVIVE_EPOCHS);
+    assert!(
+        said.contains(&format!("TRAINED total=Some(Number({total:?}))")),
+        "every epoch counted once: {said}"
+    );
+    assert!(
+        said.lines()
+            .any(|l| l.starts_with("TRAINED") && !l.ends_with("failures=0")),
+        "the group was restarted: {said}"
+    );
+    // The restarted group ran on the worker node that was left over.
+    let nodes = std::fs::read_dir(&marks).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(nodes, 3, "the third worker node took over: {said}");
+    let _ = std::fs::remove_dir_all(&marks);
+    let _ = std::fs::remove_dir_all(marks.with_extension("runs"));
+}
