@@ -2073,3 +2073,143 @@ fn the_trainer_survives_a_worker_nodes_death_resuming_from_its_checkpoint() {
     let _ = std::fs::remove_dir_all(&marks);
     let _ = std::fs::remove_dir_all(marks.with_extension("runs"));
 }
+
+/// The driver's part: a STRICT_SPREAD group of two bundles over two of
+/// three slot nodes, an actor in each; the node of bundle 0 is killed by
+/// the test, and the bundle, its actor and its tasks go to the third.
+fn move_group() {
+    use prism::{Bundle, PlacementStrategy};
+    must(
+        prism::init(prism::Config::default()),
+        "the driver joins its node",
+    );
+    let marks = PathBuf::from(std::env::var(MARKS).unwrap_or_default());
+    let slot = || Bundle::new().resource("slot", 1.0);
+    let group = must(
+        prism::placement_group(vec![slot(), slot()], PlacementStrategy::StrictSpread),
+        "the group is asked for",
+    );
+    assert!(must(
+        group.wait(Duration::from_secs(30)),
+        "the group is placed"
+    ));
+    let before = must(group.bundle_nodes(), "the bundles' nodes");
+    let moving = must(
+        Where::remote_with(
+            prism::ActorOptions::new()
+                .placement_group(&group, Some(0))
+                .max_restarts(1),
+        ),
+        "an actor in bundle 0",
+    );
+    let staying = must(
+        Tally::remote_with(prism::ActorOptions::new().placement_group(&group, Some(1))),
+        "an actor in bundle 1",
+    );
+    let first = must(prism::get(&must(moving.node(), "asked")), "it answers");
+    must(prism::get(&must(staying.add(7), "asked")), "it answers");
+    must(
+        std::fs::write(marks.join("victim"), &before[0]),
+        "the victim is named",
+    );
+    must_eventually("the test killed the node", Duration::from_secs(60), || {
+        marks.join("killed").exists()
+    });
+    let after = must_become("bundle 0 moves", Duration::from_secs(30), || {
+        group
+            .bundle_nodes()
+            .ok()
+            .filter(|n| n.len() == 2 && n[0] != before[0])
+    });
+    let third = after[0] != before[1] && after[1] == before[1];
+    let now = prism::get(&must(moving.node(), "asked")).unwrap_or_else(|e| e.to_string());
+    let kept = prism::get(&must(staying.add(1), "asked")).unwrap_or(0);
+    let task = prism::get(&must(
+        node_of::remote_with(
+            prism::TaskOptions::new()
+                .placement_group(&group, Some(0))
+                .num_cpus(0.0),
+        ),
+        "a task in bundle 0",
+    ))
+    .unwrap_or_else(|e| e.to_string());
+    println!(
+        "MOVED first_on_victim={} to_third={third} actor_on_new={} kept={kept} task_on_new={} ({task})",
+        first == before[0],
+        now == after[0],
+        task == after[0]
+    );
+    prism::shutdown();
+}
+
+#[test]
+fn a_placement_groups_bundles_on_a_dead_node_are_placed_again_with_their_actors() {
+    if std::env::var_os(DRIVER).is_some() {
+        return move_group();
+    }
+    let Some(m) = Machines::new("pgmove", 4) else {
+        return;
+    };
+    let head = m.start_head_with(FAST_DEATH, &["--num-cpus", "1"]);
+    for host in 1..4 {
+        let out = m.join_with(host, &head, &["--resources", r#"{"slot": 1}"#]);
+        assert!(out.status.success(), "the node joins: {}", text(&out));
+    }
+    must_eventually(
+        "every node is in the head's view",
+        Duration::from_secs(10),
+        || m.status(0).contains("Nodes: 4 alive"),
+    );
+    std::thread::sleep(Duration::from_millis(1200));
+    let marks = std::env::temp_dir().join(format!("prism-cli-pgmove-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&marks);
+    must(std::fs::create_dir_all(&marks), "the marks folder");
+    let mut driver = m
+        .net
+        .command(0, must(std::env::current_exe(), "this test's binary"));
+    driver.args([
+        "--exact",
+        "a_placement_groups_bundles_on_a_dead_node_are_placed_again_with_their_actors",
+        "--nocapture",
+    ]);
+    let temp0 = m.temps[0].display().to_string();
+    let marks_text = marks.display().to_string();
+    let address = head.clone();
+    let waiter = std::thread::spawn(move || {
+        let env = [
+            (DRIVER, "1"),
+            (MARKS, marks_text.as_str()),
+            ("PRISM_ADDRESS", address.as_str()),
+            ("PRISM_TEMP_DIR", temp0.as_str()),
+        ];
+        run_bounded(driver, &env, Duration::from_secs(150))
+    });
+    let victim = must_become("the driver names the node", Duration::from_secs(60), || {
+        std::fs::read_to_string(marks.join("victim")).ok()
+    });
+    let host = must(
+        (1..4)
+            .find(|&h| {
+                prism_raylet::NodeRecord::list(&m.temps[h])
+                    .iter()
+                    .any(|r| r.node_id == victim)
+            })
+            .ok_or("no host runs it"),
+        "bundle 0 is on a slot node",
+    );
+    prism_tests::kill(m.node_pid(host));
+    must(
+        std::fs::write(marks.join("killed"), ""),
+        "the driver is told",
+    );
+    let out = must(waiter.join().map_err(|_| "panicked"), "the driver finishes");
+    let said = text(&out);
+    assert!(out.status.success(), "the driver must finish: {said}");
+    assert!(
+        said.contains(
+            "MOVED first_on_victim=true to_third=true actor_on_new=true kept=8 task_on_new=true"
+        ),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(&marks);
+}

@@ -672,6 +672,18 @@ services! {
             /// The group.
             id: PlacementGroupId,
         } => ();
+        /// Bundles of a group moved off a node that died: reserve now the
+        /// bundles `nodes` newly gives this node (taking up the group here
+        /// if this node held none of it) or fail taking nothing, and know
+        /// `nodes` as every bundle's node from now on.
+        MoveBundles {
+            /// The whole group.
+            spec: PlacementGroupSpec,
+            /// The job it belongs to.
+            job: JobId,
+            /// The node of each bundle, the moved ones included.
+            nodes: Vec<String>,
+        } => ();
         /// Store a value in the key-value table; answers whether the key is new.
         KvPut {
             /// The key.

@@ -477,6 +477,7 @@ async fn beat(
                         for dead in died {
                             tracing::warn!(node = %dead, "a node left the cluster; telling this node's processes");
                             node.announce_node_death(&dead);
+                            node.replace_lost_bundles(&dead);
                         }
                         m.respill(&node);
                     }

@@ -14,14 +14,21 @@
 //!
 //! A group whose bundles all land on the home is the single-node group of
 //! `scheduler::groups`, unchanged.
+//!
+//! When a node holding bundles dies, the home places those bundles again
+//! ([`Node::replace_lost_bundles`]): by the group's strategy, on live nodes
+//! with room (for `STRICT_SPREAD`, nodes holding none of its bundles), one
+//! node at a time with `MoveBundles`, then tells every holder the new
+//! nodes. The bundles left on live nodes, and what runs in them, stay. A
+//! request naming a moved bundle waits for it (at most `MOVE_WAIT`).
 
 use crate::node::{Node, ReplyTo};
 use parking_lot::Mutex;
 use prism_protocol::error::Error;
 use prism_protocol::ids::{JobId, PlacementGroupId};
 use prism_protocol::messages::{
-    BundleRef, CommitBundles, GetPlacementGroup, ListPlacementGroups, PlacementGroupInfo,
-    PlacementGroupSpec, PlacementGroupState, PlacementStrategy, PrepareBundles,
+    BundleRef, CommitBundles, GetPlacementGroup, ListPlacementGroups, MoveBundles,
+    PlacementGroupInfo, PlacementGroupSpec, PlacementGroupState, PlacementStrategy, PrepareBundles,
     RemovePlacementGroup, Response,
 };
 use prism_protocol::resources::ResourceSet;
@@ -32,6 +39,9 @@ use std::time::Duration;
 /// How often a pending group is tried again, and a request naming a
 /// bundle of a pending group looks again.
 const RETRY: Duration = Duration::from_millis(100);
+/// How long a request naming a bundle on a dead node waits for the bundle
+/// to be placed again.
+const MOVE_WAIT: Duration = Duration::from_secs(60);
 
 /// One node's room, as placement sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -295,6 +305,109 @@ impl Node {
         self.control(|c| c.scheduler.commit_shard(id))
     }
 
+    /// A node died: the groups created here with bundles on it get those
+    /// bundles placed again on live nodes, in the background.
+    pub(crate) fn replace_lost_bundles(self: &Arc<Self>, dead: &str) {
+        let home: BTreeSet<PlacementGroupId> =
+            self.pending_groups.home.lock().iter().copied().collect();
+        let lost = self.control(|c| c.scheduler.groups_on_node(dead));
+        for (spec, job, _) in lost.into_iter().filter(|(s, _, _)| home.contains(&s.id)) {
+            tracing::warn!(group = %spec.id, node = %dead, "a node holding bundles of a placement group died; placing them again");
+            let node = self.clone();
+            tokio::spawn(async move { node.replace_group(job, spec).await });
+        }
+    }
+
+    /// Moves the bundles of a group whose nodes are not alive to live nodes
+    /// (by the group's strategy, next to the bundles it still has), one
+    /// node at a time, until none is left on a dead node or the group is
+    /// removed; then tells every node holding a bundle where each lies.
+    async fn replace_group(self: Arc<Self>, job: JobId, spec: PlacementGroupSpec) {
+        let id = spec.id;
+        let here = self.node_id.to_string();
+        let Some(m) = self.membership.get() else {
+            return;
+        };
+        loop {
+            if !self.control(|c| c.scheduler.group_is_live(id)) {
+                return; // removed meanwhile
+            }
+            let mut nodes = self.control(|c| c.scheduler.group_nodes(id));
+            let lost: Vec<usize> = (0..nodes.len())
+                .filter(|&i| nodes[i] != here && m.raylet_of(&nodes[i]).is_none())
+                .collect();
+            if lost.is_empty() {
+                break;
+            }
+            let free = self.control(|c| c.scheduler.resources().available());
+            let mut rooms = m.rooms(&here, free, false);
+            if spec.strategy == PlacementStrategy::StrictSpread {
+                rooms.retain(|r| !nodes.contains(&r.node_id));
+            }
+            let shapes: Vec<ResourceSet> = lost.iter().map(|&i| spec.bundles[i].clone()).collect();
+            if let Some(targets) = assign(&shapes, spec.strategy, &rooms, &here) {
+                let distinct: BTreeSet<String> = targets.iter().cloned().collect();
+                for target in distinct {
+                    let mut next = nodes.clone();
+                    for (k, &i) in lost.iter().enumerate() {
+                        if targets[k] == target {
+                            next[i] = target.clone();
+                        }
+                    }
+                    let moved = self.move_to(m, &target, job, &spec, next.clone()).await;
+                    match moved {
+                        Ok(()) => nodes = next,
+                        Err(e) => {
+                            tracing::debug!(group = %id, node = %target, error = %e, "bundles not moved there; trying again");
+                            break;
+                        }
+                    }
+                }
+                // Here and every other holder learn where each bundle is
+                // now (a holder told twice takes nothing more).
+                let _ = self.control(|c| {
+                    c.scheduler
+                        .move_bundles(job, spec.clone(), nodes.clone(), &here)
+                });
+                let holders: BTreeSet<String> = nodes
+                    .iter()
+                    .filter(|n| **n != here && m.raylet_of(n).is_some())
+                    .cloned()
+                    .collect();
+                for holder in holders {
+                    if let Err(e) = self.move_to(m, &holder, job, &spec, nodes.clone()).await {
+                        tracing::debug!(group = %id, node = %holder, error = %e, "a holder was not told the bundles' new nodes");
+                    }
+                }
+            }
+            tokio::time::sleep(RETRY).await;
+        }
+        tracing::info!(group = %id, "placement group whole again on live nodes");
+    }
+
+    /// Sends `MoveBundles` to `node` (or applies it here).
+    async fn move_to(
+        self: &Arc<Self>,
+        m: &crate::membership::Membership,
+        node: &str,
+        job: JobId,
+        spec: &PlacementGroupSpec,
+        nodes: Vec<String>,
+    ) -> Result<(), Error> {
+        let here = self.node_id.to_string();
+        if node == here {
+            return self.control(|c| c.scheduler.move_bundles(job, spec.clone(), nodes, &here));
+        }
+        m.raylet_conn(node)
+            .await?
+            .request(MoveBundles {
+                spec: spec.clone(),
+                job,
+                nodes,
+            })
+            .await
+    }
+
     /// Asks node `node`'s raylet to remove group `id`.
     pub(crate) fn tell_node_remove(self: &Arc<Self>, node: String, id: PlacementGroupId) {
         let Some(m) = self.membership.get() else {
@@ -420,6 +533,7 @@ impl Node {
         let Some(m) = self.membership.get() else {
             return Ok(None);
         };
+        let mut waited = Duration::ZERO;
         loop {
             let node = match self.control(|c| c.scheduler.bundle_node(bundle)) {
                 Some(None) => return Ok(None),
@@ -458,16 +572,24 @@ impl Node {
             if node == self.node_id.to_string() {
                 return Ok(None);
             }
-            return match m.raylet_of(&node) {
-                Some(raylet) => Ok(Some((raylet, node))),
-                None => Err(Error::Cluster {
-                    message: format!(
-                        "bundle {:?} of placement group {} is on node {node}, which is not \
-                         alive",
-                        bundle.index, bundle.group
-                    ),
-                }),
-            };
+            match m.raylet_of(&node) {
+                Some(raylet) => return Ok(Some((raylet, node))),
+                // The group's home places it again on a live node.
+                None if waited < MOVE_WAIT => {
+                    tokio::time::sleep(RETRY).await;
+                    waited += RETRY;
+                }
+                None => {
+                    return Err(Error::Cluster {
+                        message: format!(
+                            "bundle {:?} of placement group {} is on node {node}, which is not \
+                             alive, and was not placed again within {MOVE_WAIT:?} (its group's \
+                             home node died too, or no live node has room for it)",
+                            bundle.index, bundle.group
+                        ),
+                    })
+                }
+            }
         }
     }
 }

@@ -135,6 +135,10 @@ impl Handler for ClientHandler {
                 c.scheduler.prepare_shard(r.job, r.spec, r.nodes, &here)
             })),
             R::CommitBundles(r) => answer(self.node.control(|c| c.scheduler.commit_shard(r.id))),
+            R::MoveBundles(r) => answer(self.node.control(|c| {
+                let here = self.node.node_id.to_string();
+                c.scheduler.move_bundles(r.job, r.spec, r.nodes, &here)
+            })),
             // In a cluster the table is the head's.
             R::KvPut(r) => {
                 let fault = if r.key.starts_with(ACTOR_CHECKPOINT_PREFIX) {

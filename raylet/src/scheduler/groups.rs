@@ -402,6 +402,80 @@ impl<R> Scheduler<R> {
         Ok(())
     }
 
+    /// Bundles of a group moved off a dead node (see `MoveBundles`):
+    /// reserves the bundles `nodes` newly gives `here`, or takes nothing and
+    /// fails; a group this node held none of is taken up here. Every bundle
+    /// node is `nodes` from now on. Sent again, it takes nothing more.
+    pub(crate) fn move_bundles(
+        &mut self,
+        job: JobId,
+        spec: PlacementGroupSpec,
+        nodes: Vec<String>,
+        here: &str,
+    ) -> Result<(), Error> {
+        let id = spec.id;
+        if self.removed_groups.get(&id).is_some() {
+            return Err(removed(id));
+        }
+        let Some(group) = self.groups.get_mut(&id) else {
+            self.prepare_shard(job, spec, nodes, here)?;
+            return self.commit_shard(id);
+        };
+        if group.state == PlacementGroupState::Removed {
+            return Err(removed(id));
+        }
+        if nodes.len() != group.bundles.len() {
+            return Err(Error::invalid(
+                "nodes",
+                format!("{} nodes for {} bundles", nodes.len(), group.bundles.len()),
+            ));
+        }
+        let mut taken = Vec::new();
+        for (i, node) in nodes.iter().enumerate() {
+            if node != here || group.bundles[i].is_some() {
+                continue;
+            }
+            match self.resources.try_allocate(&group.spec.bundles[i]) {
+                Some(a) => taken.push((i, a)),
+                None => {
+                    for (_, a) in &taken {
+                        self.resources.release(a);
+                    }
+                    return Err(Error::Infeasible {
+                        shape: format!("{} for a moved bundle of {id} now", group.spec.bundles[i]),
+                        total: format!("free here: {}", self.resources.available()),
+                    });
+                }
+            }
+        }
+        let moved_here = taken.len();
+        for (i, a) in taken {
+            let pool = NodeResources::for_bundle(&a);
+            group.bundles[i] = Some((a, pool));
+        }
+        group.nodes = nodes;
+        if moved_here > 0 {
+            tracing::info!(group = %id, bundles = moved_here, "bundles of a placement group moved here from a dead node");
+            self.schedule();
+        }
+        Ok(())
+    }
+
+    /// The groups held here with a bundle on `node`: each with its job
+    /// and every bundle's node.
+    pub(crate) fn groups_on_node(
+        &self,
+        node: &str,
+    ) -> Vec<(PlacementGroupSpec, JobId, Vec<String>)> {
+        self.groups
+            .values()
+            .filter(|g| {
+                g.state == PlacementGroupState::Created && g.nodes.iter().any(|n| n == node)
+            })
+            .map(|g| (g.spec.clone(), g.job, g.nodes.clone()))
+            .collect()
+    }
+
     /// Whether this node knows group `id` (held, or removed and
     /// remembered).
     /// Whether `id` is held here and not removed.

@@ -647,3 +647,43 @@ fn an_ended_job_keeps_its_detached_actors_and_can_restart_them_without_a_pool() 
     boot_unique(&mut s, &r.started);
     assert_eq!(round(&mut s).actor_grants.len(), 1);
 }
+
+#[test]
+fn bundles_moved_off_a_dead_node_are_reserved_once_or_not_at_all() {
+    let mut s = scheduler(2.0, 0.0, 0, 4);
+    let job = JobId::new();
+    let spec = group(vec![shape(1.0, 0.0), shape(1.0, 0.0), shape(1.0, 0.0)]);
+    let id = spec.id;
+    let nodes = |n: [&str; 3]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    s.prepare_shard(job, spec.clone(), nodes(["a", "b", "c"]), "a")
+        .unwrap();
+    s.commit_shard(id).unwrap();
+    assert_eq!(s.resources().available(), shape(1.0, 0.0));
+    assert_eq!(s.groups_on_node("b").len(), 1);
+    // b died: its bundle moves here, and a second telling takes nothing.
+    s.move_bundles(job, spec.clone(), nodes(["a", "a", "c"]), "a")
+        .unwrap();
+    assert_eq!(s.resources().available(), shape(0.0, 0.0));
+    s.move_bundles(job, spec.clone(), nodes(["a", "a", "c"]), "a")
+        .unwrap();
+    assert_eq!(s.resources().available(), shape(0.0, 0.0));
+    assert_eq!(s.group_nodes(id), nodes(["a", "a", "c"]));
+    assert!(s.groups_on_node("b").is_empty());
+    // c died too: no room here, so nothing is taken and the nodes stay.
+    let err = s
+        .move_bundles(job, spec.clone(), nodes(["a", "a", "a"]), "a")
+        .unwrap_err();
+    assert!(matches!(err, Error::Infeasible { .. }), "{err}");
+    assert_eq!(s.group_nodes(id), nodes(["a", "a", "c"]));
+    // A node that held none of the group takes it up.
+    let mut other = scheduler(1.0, 0.0, 0, 4);
+    other
+        .move_bundles(job, spec.clone(), nodes(["a", "a", "d"]), "d")
+        .unwrap();
+    assert_eq!(other.resources().available(), shape(0.0, 0.0));
+    // A removed group is not taken up again.
+    s.remove_group(id);
+    assert!(s
+        .move_bundles(job, spec, nodes(["a", "a", "a"]), "a")
+        .is_err());
+}
