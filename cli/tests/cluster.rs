@@ -2108,8 +2108,13 @@ fn move_group() {
     );
     let first = must(prism::get(&must(moving.node(), "asked")), "it answers");
     must(prism::get(&must(staying.add(7), "asked")), "it answers");
+    // Written whole, then renamed: the test never reads half a name.
     must(
-        std::fs::write(marks.join("victim"), &before[0]),
+        std::fs::write(marks.join("victim.part"), &before[0]),
+        "the victim is named",
+    );
+    must(
+        std::fs::rename(marks.join("victim.part"), marks.join("victim")),
         "the victim is named",
     );
     must_eventually("the test killed the node", Duration::from_secs(60), || {

@@ -16,11 +16,13 @@
 //! `scheduler::groups`, unchanged.
 //!
 //! When a node holding bundles dies, the home places those bundles again
-//! ([`Node::replace_lost_bundles`]): by the group's strategy, on live nodes
-//! with room (for `STRICT_SPREAD`, nodes holding none of its bundles), one
-//! node at a time with `MoveBundles`, then tells every holder the new
-//! nodes. The bundles left on live nodes, and what runs in them, stay. A
-//! request naming a moved bundle waits for it (at most `MOVE_WAIT`).
+//! ([`Node::replace_lost_bundles`]; one mover per group): by the group's
+//! strategy over the live nodes' free resources (for `STRICT_SPREAD`, only
+//! nodes holding none of its bundles), one node at a time with
+//! `MoveBundles`, each move recorded at the home at once; then it tells
+//! every live holder the new nodes, again until each has answered. The
+//! bundles left on live nodes, and what runs in them, stay. A request
+//! naming a moved bundle waits for it (at most `MOVE_WAIT`).
 
 use crate::node::{Node, ReplyTo};
 use parking_lot::Mutex;
@@ -42,6 +44,8 @@ const RETRY: Duration = Duration::from_millis(100);
 /// How long a request naming a bundle on a dead node waits for the bundle
 /// to be placed again.
 const MOVE_WAIT: Duration = Duration::from_secs(60);
+/// How long one node is given to take moved bundles.
+const MOVE_LIMIT: Duration = Duration::from_secs(10);
 
 /// One node's room, as placement sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -102,6 +106,9 @@ pub(crate) struct PendingGroups {
     /// The groups whose home is this node, in creation order, until they
     /// are removed (or found gone when listed).
     home: Mutex<Vec<PlacementGroupId>>,
+    /// The groups whose bundles on dead nodes are being moved: one mover
+    /// per group, which sees every node that died meanwhile.
+    moving: Mutex<BTreeSet<PlacementGroupId>>,
 }
 
 impl Node {
@@ -242,6 +249,9 @@ impl Node {
         for reply in waiting {
             self.get_placement_group(id, None, false, reply);
         }
+        // A node that died while the group was being reserved left its
+        // bundles on a dead node: they are moved like any others.
+        self.start_moving(job, spec);
     }
 
     /// The two phases: every node reserves its bundles, then uses them;
@@ -313,79 +323,131 @@ impl Node {
         let lost = self.control(|c| c.scheduler.groups_on_node(dead));
         for (spec, job, _) in lost.into_iter().filter(|(s, _, _)| home.contains(&s.id)) {
             tracing::warn!(group = %spec.id, node = %dead, "a node holding bundles of a placement group died; placing them again");
-            let node = self.clone();
-            tokio::spawn(async move { node.replace_group(job, spec).await });
+            self.start_moving(job, spec);
         }
     }
 
+    /// Starts moving a group's bundles off dead nodes, unless a mover of
+    /// that group runs already.
+    fn start_moving(self: &Arc<Self>, job: JobId, spec: PlacementGroupSpec) {
+        if !self.pending_groups.moving.lock().insert(spec.id) {
+            return;
+        }
+        let node = self.clone();
+        tokio::spawn(async move { node.replace_group(job, spec).await });
+    }
+
     /// Moves the bundles of a group whose nodes are not alive to live nodes
-    /// (by the group's strategy, next to the bundles it still has), one
-    /// node at a time, until none is left on a dead node or the group is
-    /// removed; then tells every node holding a bundle where each lies.
+    /// (by the group's strategy over the live nodes' free resources; for
+    /// `STRICT_SPREAD`, only to nodes holding none of its bundles), one
+    /// node at a time, until none is left on a dead node and every live
+    /// holder knows the bundles' nodes, or the group is removed.
     async fn replace_group(self: Arc<Self>, job: JobId, spec: PlacementGroupSpec) {
         let id = spec.id;
         let here = self.node_id.to_string();
         let Some(m) = self.membership.get() else {
+            self.pending_groups.moving.lock().remove(&id);
             return;
         };
+        // Live holders not yet told the current nodes.
+        let mut untold: BTreeSet<String> = BTreeSet::new();
+        let mut moved_any = false;
         loop {
-            if !self.control(|c| c.scheduler.group_is_live(id)) {
-                return; // removed meanwhile
-            }
-            let mut nodes = self.control(|c| c.scheduler.group_nodes(id));
-            let lost: Vec<usize> = (0..nodes.len())
-                .filter(|&i| nodes[i] != here && m.raylet_of(&nodes[i]).is_none())
-                .collect();
-            if lost.is_empty() {
-                break;
-            }
-            let free = self.control(|c| c.scheduler.resources().available());
-            let mut rooms = m.rooms(&here, free, false);
-            if spec.strategy == PlacementStrategy::StrictSpread {
-                rooms.retain(|r| !nodes.contains(&r.node_id));
-            }
-            let shapes: Vec<ResourceSet> = lost.iter().map(|&i| spec.bundles[i].clone()).collect();
-            if let Some(targets) = assign(&shapes, spec.strategy, &rooms, &here) {
-                let distinct: BTreeSet<String> = targets.iter().cloned().collect();
-                for target in distinct {
-                    let mut next = nodes.clone();
-                    for (k, &i) in lost.iter().enumerate() {
-                        if targets[k] == target {
-                            next[i] = target.clone();
-                        }
-                    }
-                    let moved = self.move_to(m, &target, job, &spec, next.clone()).await;
-                    match moved {
-                        Ok(()) => nodes = next,
-                        Err(e) => {
-                            tracing::debug!(group = %id, node = %target, error = %e, "bundles not moved there; trying again");
-                            break;
-                        }
-                    }
-                }
-                // Here and every other holder learn where each bundle is
-                // now (a holder told twice takes nothing more).
-                let _ = self.control(|c| {
-                    c.scheduler
-                        .move_bundles(job, spec.clone(), nodes.clone(), &here)
-                });
-                let holders: BTreeSet<String> = nodes
-                    .iter()
-                    .filter(|n| **n != here && m.raylet_of(n).is_some())
-                    .cloned()
+            let nodes = self.control(|c| c.scheduler.group_nodes(id));
+            let lost: Vec<usize> = {
+                // Under the movers' lock: a node that dies after this look
+                // finds this mover gone and starts another.
+                let mut moving = self.pending_groups.moving.lock();
+                let lost: Vec<usize> = (0..nodes.len())
+                    .filter(|&i| nodes[i] != here && m.raylet_of(&nodes[i]).is_none())
                     .collect();
-                for holder in holders {
-                    if let Err(e) = self.move_to(m, &holder, job, &spec, nodes.clone()).await {
-                        tracing::debug!(group = %id, node = %holder, error = %e, "a holder was not told the bundles' new nodes");
+                untold.retain(|n| m.raylet_of(n).is_some());
+                let live = self.control(|c| c.scheduler.group_is_live(id));
+                if !live || (lost.is_empty() && untold.is_empty()) {
+                    moving.remove(&id);
+                    break;
+                }
+                lost
+            };
+            if !lost.is_empty() {
+                if let Some(next) = self.move_lost(m, job, &spec, nodes, &lost).await {
+                    moved_any = true;
+                    untold = next
+                        .iter()
+                        .filter(|n| **n != here && m.raylet_of(n).is_some())
+                        .cloned()
+                        .collect();
+                }
+            }
+            let current = self.control(|c| c.scheduler.group_nodes(id));
+            for holder in untold.clone() {
+                match self.move_to(m, &holder, job, &spec, current.clone()).await {
+                    Ok(()) => {
+                        untold.remove(&holder);
+                    }
+                    Err(e) => {
+                        tracing::debug!(group = %id, node = %holder, error = %e, "a holder was not told the bundles' new nodes; telling it again")
                     }
                 }
             }
             tokio::time::sleep(RETRY).await;
         }
-        tracing::info!(group = %id, "placement group whole again on live nodes");
+        if moved_any {
+            tracing::info!(group = %id, "placement group whole again on live nodes");
+        }
     }
 
-    /// Sends `MoveBundles` to `node` (or applies it here).
+    /// One round of moving: assigns the `lost` bundles to live nodes and
+    /// moves them there, node by node. Each move is recorded here at once;
+    /// a group removed meanwhile is removed from the node just given
+    /// bundles too. Returns the nodes after the moves that took, if any.
+    async fn move_lost(
+        self: &Arc<Self>,
+        m: &crate::membership::Membership,
+        job: JobId,
+        spec: &PlacementGroupSpec,
+        mut nodes: Vec<String>,
+        lost: &[usize],
+    ) -> Option<Vec<String>> {
+        let (id, here) = (spec.id, self.node_id.to_string());
+        let free = self.control(|c| c.scheduler.resources().available());
+        let mut rooms = m.rooms(&here, free, false);
+        if spec.strategy == PlacementStrategy::StrictSpread {
+            rooms.retain(|r| !nodes.contains(&r.node_id));
+        }
+        let shapes: Vec<ResourceSet> = lost.iter().map(|&i| spec.bundles[i].clone()).collect();
+        let targets = assign(&shapes, spec.strategy, &rooms, &here)?;
+        let mut moved = false;
+        let distinct: BTreeSet<String> = targets.iter().cloned().collect();
+        for target in distinct {
+            let mut next = nodes.clone();
+            for (k, &i) in lost.iter().enumerate() {
+                if targets[k] == target {
+                    next[i] = target.clone();
+                }
+            }
+            if let Err(e) = self.move_to(m, &target, job, spec, next.clone()).await {
+                tracing::debug!(group = %id, node = %target, error = %e, "bundles not moved there; trying again");
+                break;
+            }
+            let recorded = self.control(|c| {
+                c.scheduler
+                    .move_bundles(job, spec.clone(), next.clone(), &here)
+            });
+            if recorded.is_err() || !self.control(|c| c.scheduler.group_is_live(id)) {
+                // Removed while this move was on its way.
+                if target != here {
+                    self.tell_node_remove(target, id);
+                }
+                return None;
+            }
+            nodes = next;
+            moved = true;
+        }
+        moved.then_some(nodes)
+    }
+
+    /// Sends `MoveBundles` to `node` (or applies it here), bounded in time.
     async fn move_to(
         self: &Arc<Self>,
         m: &crate::membership::Membership,
@@ -398,14 +460,23 @@ impl Node {
         if node == here {
             return self.control(|c| c.scheduler.move_bundles(job, spec.clone(), nodes, &here));
         }
-        m.raylet_conn(node)
-            .await?
-            .request(MoveBundles {
-                spec: spec.clone(),
-                job,
-                nodes,
-            })
+        let asked = async {
+            m.raylet_conn(node)
+                .await?
+                .request(MoveBundles {
+                    spec: spec.clone(),
+                    job,
+                    nodes,
+                })
+                .await
+        };
+        tokio::time::timeout(MOVE_LIMIT, asked)
             .await
+            .unwrap_or_else(|_| {
+                Err(Error::Cluster {
+                    message: format!("node {node} did not answer within {MOVE_LIMIT:?}"),
+                })
+            })
     }
 
     /// Asks node `node`'s raylet to remove group `id`.
@@ -556,6 +627,10 @@ impl Node {
                         Some(info) if info.state == PlacementGroupState::Pending => {
                             tokio::time::sleep(RETRY).await;
                             continue;
+                        }
+                        // Removed: the local scheduler says so.
+                        Some(info) if info.state == PlacementGroupState::Removed => {
+                            return Ok(None)
                         }
                         Some(info) => {
                             let i = bundle.index.unwrap_or(0) as usize;
