@@ -1312,14 +1312,31 @@ struct SpreadMetrics {
     rank_sum: f64,
 }
 
-/// A training loop that all-reduces its rank and checkpoints each epoch.
-fn spread_loop(config: SpreadConfig) -> Result<(), prism_train::TrainError> {
-    let failed = |e: std::io::Error| prism_train::TrainError::Metrics(e.to_string());
+/// A training error from an I/O error.
+fn failed(e: std::io::Error) -> prism_train::TrainError {
+    prism_train::TrainError::Metrics(e.to_string())
+}
+
+/// A worker's context, its process group and its node's id.
+fn worker_start() -> Result<
+    (
+        prism_train::TrainContext,
+        std::sync::Arc<prism_train::collective::ProcessGroup>,
+        String,
+    ),
+    prism_train::TrainError,
+> {
     let ctx = prism_train::get_context()?;
     let group = prism_train::get_process_group()?;
     let node = prism::runtime_context()
         .map(|c| c.node_id.to_string())
         .unwrap_or_default();
+    Ok((ctx, group, node))
+}
+
+/// A training loop that all-reduces its rank and checkpoints each epoch.
+fn spread_loop(config: SpreadConfig) -> Result<(), prism_train::TrainError> {
+    let (ctx, group, node) = worker_start()?;
     let mark = PathBuf::from(&config.marks).join(format!("rank{}", ctx.world_rank()));
     std::fs::write(mark, node).map_err(failed)?;
     for epoch in 0..config.epochs {
@@ -1899,11 +1916,81 @@ fn a_cluster_with_tls_runs_work_across_nodes_and_refuses_nodes_without_its_ca() 
     assert!(m.status(0).contains("Nodes: 2 alive, 0 dead"));
 }
 
-#[derive(serde::Serialize, serde::Deserialize)]
-struct SurviveConfig {
-    epochs: u32,
-    /// A folder every host sees: each rank marks its node there.
-    marks: String,
+/// A head that marks a silent node dead within 1.5 s (one CPU, for the
+/// driver) and three nodes offering one `resource` each, all in every
+/// raylet's view. `None` where namespaces cannot be made.
+fn head_and_three(tag: &str, resource: &str) -> Option<(Machines, String)> {
+    let m = Machines::new(tag, 4)?;
+    let head = m.start_head_with(FAST_DEATH, &["--num-cpus", "1"]);
+    let offer = format!("{{\"{resource}\": 1}}");
+    for host in 1..4 {
+        let out = m.join_with(host, &head, &["--resources", &offer]);
+        assert!(out.status.success(), "the node joins: {}", text(&out));
+    }
+    must_eventually(
+        "every node is in the head's view",
+        Duration::from_secs(10),
+        || m.status(0).contains("Nodes: 4 alive"),
+    );
+    std::thread::sleep(Duration::from_millis(1200));
+    Some((m, head))
+}
+
+/// An empty marks folder for this test process.
+fn fresh_marks(tag: &str) -> PathBuf {
+    let marks = std::env::temp_dir().join(format!("prism-cli-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&marks);
+    must(std::fs::create_dir_all(&marks), "the marks folder");
+    marks
+}
+
+/// Runs this binary's `test` as a driver on the head's host, in the
+/// background (the test meanwhile kills nodes), with `marks` to talk
+/// through.
+fn drive_in_background(
+    m: &Machines,
+    test: &'static str,
+    head: &str,
+    marks: &std::path::Path,
+) -> std::thread::JoinHandle<std::process::Output> {
+    let mut driver = m
+        .net
+        .command(0, must(std::env::current_exe(), "this test's binary"));
+    driver.args(["--exact", test, "--nocapture"]);
+    let temp0 = m.temps[0].display().to_string();
+    let marks = marks.display().to_string();
+    let address = head.to_string();
+    std::thread::spawn(move || {
+        let env = [
+            (DRIVER, "1"),
+            (MARKS, marks.as_str()),
+            ("PRISM_ADDRESS", address.as_str()),
+            ("PRISM_TEMP_DIR", temp0.as_str()),
+        ];
+        run_bounded(driver, &env, Duration::from_secs(150))
+    })
+}
+
+/// What a background driver said, once it finished well.
+fn finished(waiter: std::thread::JoinHandle<std::process::Output>) -> String {
+    let out = must(waiter.join().map_err(|_| "panicked"), "the driver finishes");
+    let said = text(&out);
+    assert!(out.status.success(), "the driver must finish: {said}");
+    said
+}
+
+/// The host whose node is `node_id`.
+fn host_of(m: &Machines, node_id: &str) -> usize {
+    must(
+        (0..m.temps.len())
+            .find(|&h| {
+                prism_raylet::NodeRecord::list(&m.temps[h])
+                    .iter()
+                    .any(|r| r.node_id == node_id)
+            })
+            .ok_or("no host runs it"),
+        "the node is one of the hosts",
+    )
 }
 
 #[derive(serde::Serialize)]
@@ -1916,13 +2003,8 @@ struct SurviveMetrics {
 /// workers), checkpointing it; a restarted group resumes from the latest
 /// checkpoint, so the final total is right only if no epoch was lost or
 /// counted twice.
-fn surviving_loop(config: SurviveConfig) -> Result<(), prism_train::TrainError> {
-    let failed = |e: std::io::Error| prism_train::TrainError::Metrics(e.to_string());
-    let ctx = prism_train::get_context()?;
-    let group = prism_train::get_process_group()?;
-    let node = prism::runtime_context()
-        .map(|c| c.node_id.to_string())
-        .unwrap_or_default();
+fn surviving_loop(config: SpreadConfig) -> Result<(), prism_train::TrainError> {
+    let (ctx, group, node) = worker_start()?;
     std::fs::write(PathBuf::from(&config.marks).join(&node), "").map_err(failed)?;
     let (mut start, mut total) = (0, 0.0);
     if let Some(c) = prism_train::get_checkpoint()? {
@@ -1965,7 +2047,7 @@ fn train_through_node_death() {
     let storage = PathBuf::from(&marks).with_extension("runs");
     let result = prism_train::Trainer::new(
         surviving_loop,
-        SurviveConfig {
+        SpreadConfig {
             epochs: SURVIVE_EPOCHS,
             marks,
         },
@@ -1994,43 +2076,16 @@ fn the_trainer_survives_a_worker_nodes_death_resuming_from_its_checkpoint() {
     if std::env::var_os(DRIVER).is_some() {
         return train_through_node_death();
     }
-    let Some(m) = Machines::new("survive", 4) else {
+    let Some((m, head)) = head_and_three("survive", "worker") else {
         return;
     };
-    let head = m.start_head_with(FAST_DEATH, &["--num-cpus", "1"]);
-    for host in 1..4 {
-        let out = m.join_with(host, &head, &["--resources", r#"{"worker": 1}"#]);
-        assert!(out.status.success(), "the node joins: {}", text(&out));
-    }
-    must_eventually(
-        "every node is in the head's view",
-        Duration::from_secs(10),
-        || m.status(0).contains("Nodes: 4 alive"),
-    );
-    std::thread::sleep(Duration::from_millis(1200));
-    let marks = std::env::temp_dir().join(format!("prism-cli-survive-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&marks);
-    must(std::fs::create_dir_all(&marks), "the marks folder");
-    let mut driver = m
-        .net
-        .command(0, must(std::env::current_exe(), "this test's binary"));
-    driver.args([
-        "--exact",
+    let marks = fresh_marks("survive");
+    let waiter = drive_in_background(
+        &m,
         "the_trainer_survives_a_worker_nodes_death_resuming_from_its_checkpoint",
-        "--nocapture",
-    ]);
-    let temp0 = m.temps[0].display().to_string();
-    let marks_text = marks.display().to_string();
-    let address = head.clone();
-    let waiter = std::thread::spawn(move || {
-        let env = [
-            (DRIVER, "1"),
-            (MARKS, marks_text.as_str()),
-            ("PRISM_ADDRESS", address.as_str()),
-            ("PRISM_TEMP_DIR", temp0.as_str()),
-        ];
-        run_bounded(driver, &env, Duration::from_secs(150))
-    });
+        &head,
+        &marks,
+    );
     // Both workers run, on two of the three worker nodes: after a few
     // epochs, one of those nodes dies.
     let first: Vec<String> = must_become("both workers start", Duration::from_secs(60), || {
@@ -2042,20 +2097,8 @@ fn the_trainer_survives_a_worker_nodes_death_resuming_from_its_checkpoint() {
         (names.len() == 2).then_some(names)
     });
     std::thread::sleep(Duration::from_millis(1500));
-    let host = must(
-        (1..4)
-            .find(|&h| {
-                prism_raylet::NodeRecord::list(&m.temps[h])
-                    .iter()
-                    .any(|r| r.node_id == first[0])
-            })
-            .ok_or("no host runs it"),
-        "a worker runs on a worker node",
-    );
-    prism_tests::kill(m.node_pid(host));
-    let out = must(waiter.join().map_err(|_| "panicked"), "the driver finishes");
-    let said = text(&out);
-    assert!(out.status.success(), "the driver must finish: {said}");
+    prism_tests::kill(m.node_pid(host_of(&m, &first[0])));
+    let said = finished(waiter);
     println!("{said}");
     let total = 2.0 * f64::from(SURVIVE_EPOCHS);
     assert!(
@@ -2152,64 +2195,25 @@ fn a_placement_groups_bundles_on_a_dead_node_are_placed_again_with_their_actors(
     if std::env::var_os(DRIVER).is_some() {
         return move_group();
     }
-    let Some(m) = Machines::new("pgmove", 4) else {
+    let Some((m, head)) = head_and_three("pgmove", "slot") else {
         return;
     };
-    let head = m.start_head_with(FAST_DEATH, &["--num-cpus", "1"]);
-    for host in 1..4 {
-        let out = m.join_with(host, &head, &["--resources", r#"{"slot": 1}"#]);
-        assert!(out.status.success(), "the node joins: {}", text(&out));
-    }
-    must_eventually(
-        "every node is in the head's view",
-        Duration::from_secs(10),
-        || m.status(0).contains("Nodes: 4 alive"),
-    );
-    std::thread::sleep(Duration::from_millis(1200));
-    let marks = std::env::temp_dir().join(format!("prism-cli-pgmove-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&marks);
-    must(std::fs::create_dir_all(&marks), "the marks folder");
-    let mut driver = m
-        .net
-        .command(0, must(std::env::current_exe(), "this test's binary"));
-    driver.args([
-        "--exact",
+    let marks = fresh_marks("pgmove");
+    let waiter = drive_in_background(
+        &m,
         "a_placement_groups_bundles_on_a_dead_node_are_placed_again_with_their_actors",
-        "--nocapture",
-    ]);
-    let temp0 = m.temps[0].display().to_string();
-    let marks_text = marks.display().to_string();
-    let address = head.clone();
-    let waiter = std::thread::spawn(move || {
-        let env = [
-            (DRIVER, "1"),
-            (MARKS, marks_text.as_str()),
-            ("PRISM_ADDRESS", address.as_str()),
-            ("PRISM_TEMP_DIR", temp0.as_str()),
-        ];
-        run_bounded(driver, &env, Duration::from_secs(150))
-    });
+        &head,
+        &marks,
+    );
     let victim = must_become("the driver names the node", Duration::from_secs(60), || {
         std::fs::read_to_string(marks.join("victim")).ok()
     });
-    let host = must(
-        (1..4)
-            .find(|&h| {
-                prism_raylet::NodeRecord::list(&m.temps[h])
-                    .iter()
-                    .any(|r| r.node_id == victim)
-            })
-            .ok_or("no host runs it"),
-        "bundle 0 is on a slot node",
-    );
-    prism_tests::kill(m.node_pid(host));
+    prism_tests::kill(m.node_pid(host_of(&m, &victim)));
     must(
         std::fs::write(marks.join("killed"), ""),
         "the driver is told",
     );
-    let out = must(waiter.join().map_err(|_| "panicked"), "the driver finishes");
-    let said = text(&out);
-    assert!(out.status.success(), "the driver must finish: {said}");
+    let said = finished(waiter);
     assert!(
         said.contains(
             "MOVED first_on_victim=true to_third=true actor_on_new=true kept=8 task_on_new=true"
