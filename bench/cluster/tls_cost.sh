@@ -64,25 +64,4 @@ run_side() {
 run_side plain
 run_side tls
 
-python3 - "$temp/plain.rows" "$temp/tls.rows" <<'PY'
-import sys
-
-def rows(path):
-    out = {}
-    for line in open(path):
-        _, rest = line.split(" ", 1)
-        name, value, unit = rest.rstrip("\n").rsplit(" ", 2)
-        out[name] = (float(value), unit)
-    return out
-
-plain, tls = rows(sys.argv[1]), rows(sys.argv[2])
-print("| row | plain TCP | TLS | TLS's cost |")
-print("|---|---:|---:|---:|")
-for name in plain:
-    p, t = plain[name], tls.get(name)
-    cell = lambda v: f"{v[0]:,.3f} {v[1]}" if v else "-"
-    ratio = "-"
-    if t and p[0] > 0 and t[0] > 0:
-        ratio = f"{t[0] / p[0]:.2f}x time" if p[1] != "tasks/s" else f"{p[0] / t[0]:.2f}x time"
-    print(f"| {name} | {cell(p)} | {cell(t)} | {ratio} |")
-PY
+python3 bench/cluster/rows.py "$temp/plain.rows" "$temp/tls.rows" "plain TCP" TLS "TLS's cost" " time"

@@ -65,26 +65,4 @@ RAY_DISABLE_USAGE_STATS=1 "$ray_py" bench/cluster/ray_side.py 2>"$temp/ray.err" 
   exit 1
 }
 
-python3 - "$prism_rows" "$ray_rows" <<'PY'
-import sys
-
-def rows(path):
-    out = {}
-    for line in open(path):
-        _, rest = line.split(" ", 1)
-        name, value, unit = rest.rstrip("\n").rsplit(" ", 2)
-        out[name] = (float(value), unit)
-    return out
-
-prism, ray = rows(sys.argv[1]), rows(sys.argv[2])
-print(f"| row | Prism | Ray 2.60 | Prism's advantage |")
-print(f"|---|---:|---:|---:|")
-names = list(prism) + [n for n in ray if n not in prism]
-for name in names:
-    p, r = prism.get(name), ray.get(name)
-    cell = lambda v: f"{v[0]:,.3f} {v[1]}" if v else "-"
-    ratio = "-"
-    if p and r and p[0] > 0 and r[0] > 0:
-        ratio = f"{r[0] / p[0]:.1f}x" if p[1] != "tasks/s" else f"{p[0] / r[0]:.1f}x"
-    print(f"| {name} | {cell(p)} | {cell(r)} | {ratio} |")
-PY
+python3 bench/cluster/rows.py "$prism_rows" "$ray_rows" Prism "Ray 2.60" "Prism's advantage"

@@ -76,20 +76,17 @@ impl Programs {
             .map(|(_, p)| p.clone());
         let named = match known {
             Some(p) => p,
-            None => {
-                let at = path.to_path_buf();
-                match tokio::task::spawn_blocking(move || Program::of(&at)).await {
-                    Ok(Ok(p)) => {
-                        self.named
-                            .lock()
-                            .insert(path.to_path_buf(), (key, p.clone()));
-                        p
-                    }
-                    _ => return false,
+            None => match name_file(path).await {
+                Some(p) => {
+                    self.named
+                        .lock()
+                        .insert(path.to_path_buf(), (key, p.clone()));
+                    p
                 }
-            }
+                None => return false,
+            },
         };
-        named.id == program.id && named.size == program.size
+        same(&named, program)
     }
 
     fn lock_for(&self, program: &Program) -> Arc<tokio::sync::Mutex<()>> {
@@ -250,13 +247,25 @@ async fn write_chunks(
     }
 }
 
+/// The program in the file at `path`, read off the runtime's threads (a
+/// file without a build id is hashed whole); `None` if it cannot be read.
+async fn name_file(path: &Path) -> Option<Program> {
+    let at = path.to_path_buf();
+    tokio::task::spawn_blocking(move || Program::of(&at))
+        .await
+        .ok()?
+        .ok()
+}
+
+/// Whether two names are of one program.
+fn same(a: &Program, b: &Program) -> bool {
+    a.id == b.id && a.size == b.size
+}
+
 /// Checks that the fetched file is the program, and makes it executable.
 async fn check(partial: &Path, program: &Program) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
-    let at = partial.to_path_buf();
-    let fetched = tokio::task::spawn_blocking(move || Program::of(&at)).await;
-    let same = matches!(fetched, Ok(Ok(p)) if p.id == program.id && p.size == program.size);
-    if !same {
+    if !name_file(partial).await.is_some_and(|p| same(&p, program)) {
         return Err(format!(
             "the bytes fetched are not program {} ({} bytes): was the driver's binary \
              rebuilt while the job started? run the job again",
