@@ -2170,7 +2170,17 @@ fn move_group() {
             .filter(|n| n.len() == 2 && n[0] != before[0])
     });
     let third = after[0] != before[1] && after[1] == before[1];
-    let now = prism::get(&must(moving.node(), "asked")).unwrap_or_else(|e| e.to_string());
+    // Its owner creates it again once its bundle has a live node: until
+    // then a call may find it restarting. Asked until it answers from
+    // there (bounded), keeping the last answer for the report.
+    let mut now = String::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while now != after[0] && std::time::Instant::now() < deadline {
+        now = prism::get(&must(moving.node(), "asked")).unwrap_or_else(|e| e.to_string());
+        if now != after[0] {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
     let kept = prism::get(&must(staying.add(1), "asked")).unwrap_or(0);
     let task = prism::get(&must(
         node_of::remote_with(
@@ -2182,7 +2192,7 @@ fn move_group() {
     ))
     .unwrap_or_else(|e| e.to_string());
     println!(
-        "MOVED first_on_victim={} to_third={third} actor_on_new={} kept={kept} task_on_new={} ({task})",
+        "MOVED first_on_victim={} to_third={third} actor_on_new={} kept={kept} task_on_new={} ({task}; actor: {now})",
         first == before[0],
         now == after[0],
         task == after[0]
