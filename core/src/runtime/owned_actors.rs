@@ -86,11 +86,11 @@ impl OwnedActors {
         let _ = self.tasks.set(Arc::downgrade(tasks));
     }
 
-    /// Records an actor created on `node`, if it may restart. An actor in
-    /// a placement-group bundle is created again in that bundle, wherever
-    /// the group's home placed it again.
+    /// Records an actor created on `node`, if it may restart and is not
+    /// tied to a placement-group bundle (creating one again races its
+    /// bundle's move to a live node, which is not handled yet).
     pub(crate) fn placed(&self, spec: &ActorSpec, node: &str) {
-        if spec.options.max_restarts == 0 {
+        if spec.options.max_restarts == 0 || spec.options.placement.is_some() {
             return;
         }
         self.away.lock().insert(
