@@ -360,7 +360,13 @@ fn listen(
 fn socket_path(session_dir: &Path, worker_id: WorkerId) -> PathBuf {
     session_dir
         .join("sockets")
-        .join(format!("core-{:016x}.sock", worker_id.0 as u64))
+        // Both halves of the id: its low half is a per-process counter, so
+        // two drivers joining one session at once had the same name. (Folded
+        // into 16 digits to keep the path within a socket path's limit.)
+        .join(format!(
+            "core-{:016x}.sock",
+            (worker_id.0 >> 64) as u64 ^ worker_id.0 as u64
+        ))
 }
 
 /// What connecting produced, before the runtime exists.
