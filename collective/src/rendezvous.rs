@@ -18,6 +18,7 @@ use super::error::{CollectiveError, Result};
 use std::fmt;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What one rank publishes at rendezvous.
@@ -67,6 +68,9 @@ pub trait Rendezvous: Send + Sync + fmt::Debug {
 #[derive(Clone, Debug)]
 pub struct TcpRendezvous {
     master: String,
+    /// For rank 0: a listener the caller bound already (see
+    /// [`TcpRendezvous::on_listener`]).
+    listener: Option<Arc<TcpListener>>,
 }
 
 const HELLO: &str = "PRISM-RDV1";
@@ -76,7 +80,34 @@ impl TcpRendezvous {
     pub fn new(master: impl Into<String>) -> Self {
         TcpRendezvous {
             master: master.into(),
+            listener: None,
         }
+    }
+
+    /// A rendezvous whose rank 0 serves on `listener`, bound by the caller.
+    ///
+    /// Binding port 0 and handing the listener here lets the system pick a
+    /// free master port with no window in which another process could take
+    /// it (binding, closing and binding again has one). The other ranks
+    /// meet at [`TcpRendezvous::master`] with [`TcpRendezvous::new`].
+    ///
+    /// ```
+    /// use prism_collective::{GroupOptions, ProcessGroup, TcpRendezvous};
+    /// let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// let rdv = TcpRendezvous::on_listener(listener)?;
+    /// let master = rdv.master().to_string();
+    /// let group = ProcessGroup::join_with(GroupOptions::new(0, 1, master), &rdv)?;
+    /// assert_eq!(group.world_size(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn on_listener(listener: TcpListener) -> Result<Self> {
+        let addr = listener.local_addr().map_err(|e| {
+            CollectiveError::io(None, "reading the rendezvous listener's address", e)
+        })?;
+        Ok(TcpRendezvous {
+            master: addr.to_string(),
+            listener: Some(Arc::new(listener)),
+        })
     }
 
     /// The rendezvous at `MASTER_ADDR:MASTER_PORT`.
@@ -138,8 +169,16 @@ impl TcpRendezvous {
             IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
         };
-        let listener = TcpListener::bind((any, master.port()))
-            .map_err(|e| CollectiveError::io(None, "binding the rendezvous master port", e))?;
+        let bound;
+        let listener = match &self.listener {
+            Some(listener) => listener.as_ref(),
+            None => {
+                bound = TcpListener::bind((any, master.port())).map_err(|e| {
+                    CollectiveError::io(None, "binding the rendezvous master port", e)
+                })?;
+                &bound
+            }
+        };
         listener
             .set_nonblocking(true)
             .map_err(|e| CollectiveError::io(None, "configuring the rendezvous listener", e))?;

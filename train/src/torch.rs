@@ -988,13 +988,15 @@ mod tests {
     /// One rank of the flat-bucket check: gradients (rank + 1) * [1, 2, 3]
     /// for `a`, [1, 1] for `c` on rank 0 only, `d` (f64) 10 * rank; then a
     /// broadcast of every variable from rank 1.
-    fn flat_rank(rank: usize, port: u16) -> Result<Vec<Vec<f64>>, TorchError> {
+    fn flat_rank(
+        rank: usize,
+        rdv: crate::collective::TcpRendezvous,
+    ) -> Result<Vec<Vec<f64>>, TorchError> {
         use crate::collective::GroupOptions;
-        let group = Arc::new(ProcessGroup::join(GroupOptions::new(
-            rank,
-            2,
-            format!("127.0.0.1:{port}"),
-        ))?);
+        let group = Arc::new(ProcessGroup::join_with(
+            GroupOptions::new(rank, 2, rdv.master()),
+            &rdv,
+        )?);
         let vs = VarStore::new(Device::Cpu);
         let root = vs.root();
         let a = root.var("a", &[3], tch::nn::Init::Const(rank as f64 + 1.0));
@@ -1054,12 +1056,14 @@ mod tests {
 
     #[test]
     fn flat_buckets_average_gradients_and_broadcast_like_the_host_path() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let rdv =
+            crate::collective::TcpRendezvous::on_listener(listener).expect("a bound listener");
         let ranks: Vec<_> = (0..2)
-            .map(|rank| std::thread::spawn(move || flat_rank(rank, port)))
+            .map(|rank| {
+                let rdv = rdv.clone();
+                std::thread::spawn(move || flat_rank(rank, rdv))
+            })
             .collect();
         for rank in ranks {
             let got = rank

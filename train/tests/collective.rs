@@ -8,14 +8,14 @@
 use half::{bf16, f16};
 use prism_train::collective::{
     segment_range, staged, CollectiveConfig, CollectiveError, DataType, Element, GroupOptions,
-    ProcessGroup, ReduceOp, TransportChoice,
+    ProcessGroup, ReduceOp, TcpRendezvous, TransportChoice,
 };
 use std::time::{Duration, Instant};
 
 // ---------------------------------------------------------------- parent side
 
 mod common;
-use common::{free_port, run_ranks};
+use common::run_ranks;
 
 fn must_all_succeed(results: &[(usize, Option<i32>, String)], what: &str) {
     for (rank, code, log) in results {
@@ -597,10 +597,12 @@ fn role_mismatch() {
 #[test]
 fn random_lengths_through_tiny_rings_stay_correct_over_both_transports() {
     for transport in [TransportChoice::Tcp, TransportChoice::SharedMemory] {
-        let port = free_port();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let rdv = TcpRendezvous::on_listener(listener).expect("a bound listener");
         let world = 3;
         let handles: Vec<_> = (0..world)
             .map(|rank| {
+                let rdv = rdv.clone();
                 std::thread::spawn(move || {
                     let config = CollectiveConfig {
                         small_message_bytes: 256,
@@ -612,8 +614,9 @@ fn random_lengths_through_tiny_rings_stay_correct_over_both_transports() {
                         timeout_ms: 60_000,
                         ..CollectiveConfig::default()
                     };
-                    let g = ProcessGroup::join(
-                        GroupOptions::new(rank, world, format!("127.0.0.1:{port}")).config(config),
+                    let g = ProcessGroup::join_with(
+                        GroupOptions::new(rank, world, rdv.master()).config(config),
+                        &rdv,
                     )
                     .unwrap_or_else(|e| panic!("rank {rank} must join: {e}"));
                     for case in 0..400u64 {

@@ -497,19 +497,15 @@ mod tests {
 
     #[test]
     fn records_are_exchanged_over_a_real_group() {
-        use crate::GroupOptions;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        use crate::{GroupOptions, TcpRendezvous};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let rdv = TcpRendezvous::on_listener(listener).expect("a bound listener");
         let ranks: Vec<_> = (0..3)
             .map(|rank| {
+                let rdv = rdv.clone();
                 std::thread::spawn(move || {
-                    let group = ProcessGroup::join(GroupOptions::new(
-                        rank,
-                        3,
-                        format!("127.0.0.1:{port}"),
-                    ))?;
+                    let group =
+                        ProcessGroup::join_with(GroupOptions::new(rank, 3, rdv.master()), &rdv)?;
                     exchange(&group, &record("host", "0000:19:00.0", rank as u8 + 1))
                 })
             })
