@@ -96,6 +96,7 @@ mod error;
 mod exec;
 mod iter;
 mod map;
+mod pages;
 mod parquet;
 mod pipeline;
 mod rng;

@@ -9,6 +9,7 @@
 
 use super::batch::{Batch, Column, ColumnType, Field, Schema};
 use super::error::{DataError, Result};
+use super::pages::{PageTensor, Stored, Unsupported};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
     Float32Type, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type, UInt32Type,
@@ -187,6 +188,23 @@ pub(crate) fn read(
     columns: Option<&[String]>,
     chunk_rows: usize,
 ) -> Result<Vec<Batch>> {
+    match read_group(group, columns, chunk_rows, true)? {
+        Ok(batches) => Ok(batches),
+        // Something the page reader does not take: Parquet's column reader
+        // reads the row group again, and names any problem.
+        Err(Unsupported(why)) => read_group(group, columns, chunk_rows, false)?
+            .map_err(|Unsupported(again)| err(&group.path, format!("{why}; {again}"))),
+    }
+}
+
+/// Reads `group` in chunks of `chunk_rows` rows; with `pages`, its
+/// fixed-size lists straight from their pages.
+fn read_group(
+    group: &RowGroup,
+    columns: Option<&[String]>,
+    chunk_rows: usize,
+    pages: bool,
+) -> Result<std::result::Result<Vec<Batch>, Unsupported>> {
     let path = &group.path;
     let builder = open(path)?;
     let arrow = builder.schema().clone();
@@ -221,7 +239,8 @@ pub(crate) fn read(
     let mut tensors = Vec::new();
     let mut rest = Vec::new();
     for &root in &order {
-        match TensorReader::open(path, &row_group, builder.parquet_schema(), &arrow, root)? {
+        let schema = builder.parquet_schema();
+        match TensorReader::open(path, &row_group, schema, &arrow, root, pages)? {
             Some(reader) => tensors.push(reader),
             None => rest.push(root),
         }
@@ -262,7 +281,10 @@ pub(crate) fn read(
             named.extend(to_batch(path, &batch)?.into_columns());
         }
         for t in &mut tensors {
-            named.push((t.name.clone(), t.read(path, group.index, rows)?));
+            match t.read(path, group.index, rows)? {
+                Ok(column) => named.push((t.name.clone(), column)),
+                Err(why) => return Ok(Err(why)),
+            }
         }
         let mut ordered = Vec::with_capacity(order.len());
         for &root in &order {
@@ -274,7 +296,7 @@ pub(crate) fn read(
         out.push(Batch::new(ordered)?);
         done += rows;
     }
-    Ok(out)
+    Ok(Ok(out))
 }
 
 /// A list column of plain numbers (INT32, INT64, FLOAT or DOUBLE values),
@@ -288,22 +310,32 @@ struct TensorReader {
     /// Known up front for a fixed-size list; taken from the first row of a
     /// plain list.
     row_len: Option<usize>,
-    reader: ColumnReader,
+    reader: Source,
     def: Vec<i16>,
     rep: Vec<i16>,
     /// Rows read so far.
     done: usize,
 }
 
+/// Where a [`TensorReader`]'s values come from.
+enum Source {
+    /// Parquet's column reader, levels and values decoded into buffers.
+    Levels(Box<ColumnReader>),
+    /// The pages themselves (a fixed-size list only).
+    Pages(PageTensor),
+}
+
 impl TensorReader {
     /// The reader of root column `root`, or `None` when it is not a list of
-    /// plain numbers (Arrow's reader takes it then).
+    /// plain numbers (Arrow's reader takes it then). With `pages`, a
+    /// fixed-size list is read straight from its pages.
     fn open(
         path: &Path,
         row_group: &dyn RowGroupReader,
         parquet_schema: &parquet::schema::types::SchemaDescriptor,
         arrow: &arrow_schema::Schema,
         root: usize,
+        pages: bool,
     ) -> Result<Option<TensorReader>> {
         let field = arrow.field(root);
         let (item, row_len) = match field.data_type() {
@@ -330,9 +362,19 @@ impl TensorReader {
         if !plain || descr.max_rep_level() != 1 {
             return Ok(None);
         }
-        let reader = row_group
-            .get_column_reader(leaf)
-            .map_err(|e| err(path, format!("column {:?}: {e}", field.name())))?;
+        let unsigned = matches!(item, DataType::UInt32 | DataType::UInt64);
+        let stored = Stored::of(descr.physical_type(), unsigned);
+        let fail =
+            |e: parquet::errors::ParquetError| err(path, format!("column {:?}: {e}", field.name()));
+        let reader = match (pages, row_len, stored) {
+            (true, Some(row_len), Some(stored)) => Source::Pages(PageTensor::new(
+                row_group.get_column_page_reader(leaf).map_err(fail)?,
+                stored,
+                row_len,
+                descr.max_def_level(),
+            )),
+            _ => Source::Levels(Box::new(row_group.get_column_reader(leaf).map_err(fail)?)),
+        };
         Ok(Some(TensorReader {
             name: field.name().clone(),
             item,
@@ -344,14 +386,35 @@ impl TensorReader {
         }))
     }
 
-    /// The next `rows` rows as a tensor column.
-    fn read(&mut self, path: &Path, row_group: usize, rows: usize) -> Result<Column> {
+    /// The next `rows` rows as a tensor column; `Unsupported` when its
+    /// pages hold something the page reader does not take.
+    fn read(
+        &mut self,
+        path: &Path,
+        row_group: usize,
+        rows: usize,
+    ) -> Result<std::result::Result<Column, Unsupported>> {
         let name = self.name.clone();
         let fail = |reason: String| {
             err(
                 path,
                 format!("row group {row_group}, column {name:?}: {reason}"),
             )
+        };
+        let reader = match &mut self.reader {
+            Source::Pages(pages) => {
+                let Some(row_len) = self.row_len else {
+                    return Ok(Err(Unsupported("a list of unknown length".into())));
+                };
+                return Ok(match pages.read(rows) {
+                    Ok(values) => {
+                        self.done += rows;
+                        Ok(tensor(path, &name, values, row_len)?)
+                    }
+                    Err(why) => Err(why),
+                });
+            }
+            Source::Levels(reader) => reader,
         };
         self.def.clear();
         self.rep.clear();
@@ -373,7 +436,7 @@ impl TensorReader {
                 )
             }};
         }
-        let (records, count, levels, values) = match (&mut self.reader, &self.item) {
+        let (records, count, levels, values) = match (&mut **reader, &self.item) {
             (ColumnReader::Int32ColumnReader(r), DataType::UInt32) => {
                 read_as!(r, i32, |v: &i32| *v as u32 as f32)
             }
@@ -420,7 +483,7 @@ impl TensorReader {
             )));
         }
         self.done += records;
-        tensor(path, &name, values, row_len)
+        tensor(path, &name, values, row_len).map(Ok)
     }
 }
 
@@ -701,6 +764,112 @@ mod tests {
             ArrowWriter::try_new(File::create(&file.0).unwrap(), schema, Some(props)).unwrap();
         writer.write(&batch).unwrap();
         writer.close().unwrap();
+    }
+
+    /// Writes one fixed-size list column `v` of `rows` rows of `len` values
+    /// with writer properties `props`.
+    fn write_list(file: &TempFile, values: ArrayRef, len: usize, props: WriterProperties) {
+        let item = Arc::new(ArrowField::new("item", values.data_type().clone(), false));
+        let list = FixedSizeListArray::try_new(item, len as i32, values, None).unwrap();
+        let schema = Arc::new(ArrowSchema::new(vec![ArrowField::new(
+            "v",
+            list.data_type().clone(),
+            false,
+        )]));
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(list)]).unwrap();
+        let mut writer =
+            ArrowWriter::try_new(File::create(&file.0).unwrap(), schema, Some(props)).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+    }
+
+    /// Reads every row group of `file` in chunks of `chunk` rows both ways,
+    /// requiring the page reader to take it, and returns its values.
+    fn pages_and_levels_agree(file: &TempFile, chunk: usize) -> Vec<f32> {
+        let files = scan(std::slice::from_ref(&file.0), None).unwrap();
+        let mut all = Vec::new();
+        for group in &files.row_groups {
+            let pages = read_group(group, None, chunk, true)
+                .unwrap()
+                .unwrap_or_else(|why| panic!("the page reader refused it: {}", why.0));
+            let levels = read_group(group, None, chunk, false).unwrap().unwrap();
+            assert_eq!(pages, levels, "row group {}", group.index);
+            for batch in pages {
+                all.extend_from_slice(batch.tensor("v").unwrap().values);
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn fixed_size_lists_are_read_from_their_pages_in_every_encoding() {
+        use arrow_array::{Float64Array, Int32Array, UInt32Array};
+        use parquet::basic::Encoding;
+        use parquet::file::properties::WriterVersion;
+        let (rows, len) = (300, 5);
+        let file = TempFile::new("pages");
+        let small = |b: parquet::file::properties::WriterPropertiesBuilder| {
+            b.set_data_page_row_count_limit(7)
+                .set_write_batch_size(7)
+                .set_max_row_group_row_count(Some(110))
+                .build()
+        };
+        let bytes = pixels(rows, len);
+        let want_bytes: Vec<f32> = bytes.iter().map(|&b| f32::from(b)).collect();
+        let u8s: ArrayRef = Arc::new(UInt8Array::from(bytes));
+        // 8-bit dictionary indices, in many pages, V1 and V2 pages.
+        for version in [WriterVersion::PARQUET_1_0, WriterVersion::PARQUET_2_0] {
+            let props = small(WriterProperties::builder().set_writer_version(version));
+            write_list(&file, u8s.clone(), len, props);
+            for chunk in [1, 4, 110] {
+                assert_eq!(pages_and_levels_agree(&file, chunk), want_bytes);
+            }
+        }
+        // Plain pages, no dictionary.
+        let plain = WriterProperties::builder()
+            .set_dictionary_enabled(false)
+            .set_encoding(Encoding::PLAIN);
+        write_list(&file, u8s, len, small(plain));
+        assert_eq!(pages_and_levels_agree(&file, 3), want_bytes);
+        // Indices of 11 bits (1,500 distinct values), and a dictionary that
+        // overflows into plain pages within one column chunk.
+        let wide: Vec<i32> = (0..(rows * len) as i32)
+            .map(|i| i * 37 % 1500 - 700)
+            .collect();
+        let want: Vec<f32> = wide.iter().map(|&v| v as f32).collect();
+        let ints: ArrayRef = Arc::new(Int32Array::from(wide));
+        write_list(&file, ints.clone(), len, small(WriterProperties::builder()));
+        assert_eq!(pages_and_levels_agree(&file, 9), want);
+        let overflow = WriterProperties::builder().set_dictionary_page_size_limit(256);
+        write_list(&file, ints, len, small(overflow));
+        assert_eq!(pages_and_levels_agree(&file, 9), want);
+        // Unsigned 32-bit values past i32::MAX, and doubles.
+        let big: Vec<u32> = (0..(rows * len) as u32).map(|i| u32::MAX - i).collect();
+        let want: Vec<f32> = big.iter().map(|&v| v as f32).collect();
+        let props = small(WriterProperties::builder());
+        write_list(&file, Arc::new(UInt32Array::from(big)), len, props);
+        assert_eq!(pages_and_levels_agree(&file, 50), want);
+        let doubles: Vec<f64> = (0..rows * len).map(|i| i as f64 / 3.0).collect();
+        let want: Vec<f32> = doubles.iter().map(|&v| v as f32).collect();
+        let props = small(WriterProperties::builder());
+        write_list(&file, Arc::new(Float64Array::from(doubles)), len, props);
+        assert_eq!(pages_and_levels_agree(&file, 50), want);
+    }
+
+    #[test]
+    fn a_null_in_a_fixed_size_list_is_left_to_the_column_reader_which_names_it() {
+        let file = TempFile::new("pages-null");
+        let item = Arc::new(ArrowField::new("item", DataType::Int64, true));
+        let values = Arc::new(Int64Array::from(vec![Some(1), Some(2), None, Some(4)]));
+        let list = FixedSizeListArray::try_new(item, 2, values, None).unwrap();
+        write_arrow(&file, vec![("v", Arc::new(list))], 10);
+        let files = scan(std::slice::from_ref(&file.0), None).unwrap();
+        let why = read_group(&files.row_groups[0], None, 10, true)
+            .unwrap()
+            .expect_err("a null is not for the page reader");
+        assert!(why.0.contains("null"), "{}", why.0);
+        let e = read_all(&file, None, 10).unwrap_err().to_string();
+        assert!(e.contains("nulls") && e.contains("\"v\""), "{e}");
     }
 
     fn read_all(file: &TempFile, columns: Option<&[String]>, chunk: usize) -> Result<Batch> {
