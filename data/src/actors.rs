@@ -172,9 +172,10 @@ impl ActorPool {
             .map(|(i, c)| (i, c.len()))
             .min_by_key(|&(_, n)| n)
             .unwrap_or((0, usize::MAX));
-        // An actor of 0 CPUs needs none free to start.
-        let room = self.step.num_cpus == 0.0 || self.cpu_free();
-        if load > 0 && self.actors.len() < self.step.pool.max && room {
+        // Grow only when every actor is busy and the pool may; only then ask
+        // the raylet for free CPUs (an actor of 0 CPUs needs none free).
+        let may_grow = load > 0 && self.actors.len() < self.step.pool.max;
+        if may_grow && (self.step.num_cpus == 0.0 || self.cpu_free()) {
             self.actors.push(self.step.start_one()?);
             self.busy.push(Vec::new());
             self.last_active.push(now);
