@@ -114,6 +114,14 @@ prism_config::table! {
     /// defaults. Read by each worker from its environment
     /// (`PRISM_WORKER_HEAP_KEEP_BYTES`).
     worker_heap_keep_bytes: u64 = 256 << 20;
+    /// How long a thread waiting for an answer that is about to come (a
+    /// `get` of a call's result, a worker's executor waiting for its next
+    /// task or actor call) polls before it sleeps. A sleeping thread costs
+    /// a wake-up of tens of microseconds on a virtual machine, as much as a
+    /// round trip; polling costs that much CPU at most per wait. 0 sleeps
+    /// at once. Read by each worker from its environment
+    /// (`PRISM_SPIN_WAIT_US`).
+    spin_wait_us: u64 = 100;
     /// How often each node of a multi-node cluster reports its free
     /// resources to the head (set on the head, which tells each node as it
     /// joins). 500 ms: a few hundred bytes

@@ -30,6 +30,7 @@ pub(crate) mod owned_actors;
 pub(crate) mod peers;
 pub(crate) mod refs;
 pub(crate) mod registry;
+pub(crate) mod spin;
 pub(crate) mod startup;
 pub(crate) mod store;
 pub(crate) mod submitter;
@@ -133,7 +134,8 @@ pub(crate) fn block_on<T: Send + 'static>(
     fut: impl Future<Output = Result<T>> + Send + 'static,
 ) -> Result<T> {
     if tokio::runtime::Handle::try_current().is_err() {
-        return rt.block_on(fut);
+        let _entered = rt.enter();
+        return spin::block_on(fut);
     }
     // Inside a runtime thread (a blocking task, or misuse from async code):
     // run it on the runtime and wait for the answer on this thread.

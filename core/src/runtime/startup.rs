@@ -161,7 +161,7 @@ fn run() -> Result<()> {
     // This thread is now the executor thread; the runtime's threads serve
     // connections. The process ends when the raylet goes away (the
     // handler exits it).
-    while let Ok(job) = jobs.recv() {
+    while let Some(job) = super::spin::recv(&jobs) {
         job();
     }
     drop(rt);
@@ -390,6 +390,7 @@ struct Startup {
 /// Puts the components together and starts listening on this process's
 /// socket.
 fn build(s: Startup) -> Result<Arc<CoreWorker>> {
+    super::spin::set(std::time::Duration::from_micros(s.config.spin_wait_us));
     let address = s.address.clone();
     let unix = socket_path(&s.session_dir, s.worker_id);
     let store = StoreClient::open(
