@@ -1849,7 +1849,46 @@ fn over_tls() {
         ),
         Err(e) => println!("TLS failed: {e}"),
     }
+    // Two Trainer workers on the two nodes all-reduce over a TLS link.
+    let base = std::env::temp_dir().join(format!("prism-cli-tls-train-{}", std::process::id()));
+    let result = prism_train::Trainer::new(tls_loop, ())
+        .scaling_config(
+            prism_train::ScalingConfig::new(2)
+                .placement_strategy(prism::PlacementStrategy::StrictSpread),
+        )
+        .run_config(prism_train::RunConfig::new("tls").storage_path(base.join("runs")))
+        .fit()
+        .into_result();
+    match result {
+        Ok(r) => {
+            let linked = r.metrics.as_ref().map(|m| {
+                let (sum, links) = (&m["sum"], &m["encrypted_links"]);
+                format!("sum {sum} encrypted_links {links}")
+            });
+            println!("TLS TRAINED {linked:?}");
+        }
+        Err(e) => println!("TLS TRAIN failed: {e}"),
+    }
+    let _ = std::fs::remove_dir_all(&base);
     prism::shutdown();
+}
+
+/// All-reduces the ranks once and reports the sum with the number of this
+/// rank's links in TLS.
+fn tls_loop(_: ()) -> Result<(), prism_train::TrainError> {
+    let (ctx, group, _) = worker_start()?;
+    let mut x = [ctx.world_rank() as f64 + 1.0];
+    group.all_reduce(&mut x, prism_train::collective::ReduceOp::Sum)?;
+    #[derive(serde::Serialize)]
+    struct Linked {
+        sum: f64,
+        encrypted_links: usize,
+    }
+    let linked = Linked {
+        sum: x[0],
+        encrypted_links: group.encrypted_links(),
+    };
+    prism_train::report(linked, None)
 }
 
 #[test]
@@ -1896,6 +1935,10 @@ fn a_cluster_with_tls_runs_work_across_nodes_and_refuses_nodes_without_its_ca() 
     assert!(
         said.contains("TLS on_b=true sum_ok=true back=true"),
         "{said}"
+    );
+    assert!(
+        said.contains("TLS TRAINED Some(\"sum 3.0 encrypted_links 1\")"),
+        "the workers' link between the nodes runs TLS: {said}"
     );
     // A node without TLS, and one whose certificate another CA signed,
     // are refused, and say why.

@@ -206,6 +206,15 @@ pub enum CollectiveError {
         /// What was wrong.
         detail: &'static str,
     },
+    /// A TLS link to a rank on another host could not be made: its
+    /// handshake failed, or the peer spoke plain TCP to a group in TLS.
+    #[error("TLS with {} failed: {detail}", match peer { Some(p) => format!("rank {p}"), None => "a connecting rank".to_string() })]
+    Tls {
+        /// The peer rank, when known.
+        peer: Option<usize>,
+        /// What failed, and what to check.
+        detail: String,
+    },
     /// A socket operation failed.
     #[error("{context} (peer {peer:?}): {source}")]
     Io {

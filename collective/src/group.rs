@@ -8,6 +8,7 @@ use super::rendezvous::{local_host_id, PeerRecord, Rendezvous, TcpRendezvous};
 use super::transport::hybrid::HybridMesh;
 use super::transport::shm::ShmMesh;
 use super::transport::tcp::{self, TcpMesh};
+use super::transport::tls::GroupTls;
 use super::transport::Mesh;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -39,6 +40,7 @@ pub struct GroupOptions {
     master: String,
     group_name: String,
     config: CollectiveConfig,
+    tls: Option<GroupTls>,
 }
 
 impl GroupOptions {
@@ -51,6 +53,7 @@ impl GroupOptions {
             master: master.into(),
             group_name: "default".to_string(),
             config: CollectiveConfig::default(),
+            tls: None,
         }
     }
 
@@ -86,6 +89,15 @@ impl GroupOptions {
     /// Replaces the configuration.
     pub fn config(mut self, config: CollectiveConfig) -> Self {
         self.config = config;
+        self
+    }
+
+    /// Runs mutual TLS on the TCP links between ranks of different hosts
+    /// (links within one host are not encrypted). Every rank of the group
+    /// must be given TLS, or none: a rank that meets a peer speaking the
+    /// other way fails with [`CollectiveError::Tls`].
+    pub fn tls(mut self, tls: GroupTls) -> Self {
+        self.tls = Some(tls);
         self
     }
 
@@ -150,6 +162,8 @@ struct Shared {
     /// The bound on each call; starts as `config.timeout_ms`.
     timeout_ms: AtomicU64,
     transport: &'static str,
+    /// Links to other ranks that run TLS.
+    encrypted_links: usize,
     state: Mutex<State>,
     /// Non-blocking calls queued or running.
     pending: Mutex<usize>,
@@ -389,9 +403,10 @@ fn connect(
     world_size: usize,
     group_name: &str,
     config: &CollectiveConfig,
+    tls: Option<&GroupTls>,
     rendezvous: &dyn Rendezvous,
     deadline: Instant,
-) -> Result<(Box<dyn Mesh>, Vec<usize>)> {
+) -> Result<(Box<dyn Mesh>, Vec<usize>, usize)> {
     let listener = tcp::bind_data_listener()?;
     let port = listener
         .local_addr()
@@ -423,7 +438,8 @@ fn connect(
         });
     }
     let nonce = table[0].nonce;
-    let mut streams = tcp::connect_mesh(rank, &table, listener, deadline)?;
+    let mut streams = tcp::connect_mesh(rank, &table, listener, tls, deadline)?;
+    let encrypted = streams.iter().flatten().filter(|s| s.tls.is_some()).count();
     let members: Vec<usize> = (0..world_size)
         .filter(|p| table[*p].host_id == table[rank].host_id)
         .collect();
@@ -440,9 +456,14 @@ fn connect(
                 reason: "the ranks are not all on one host",
             })
         }
-        _ if members.len() == world_size => Box::new(ShmMesh::new(
-            rank, nonce, &members, &ring_next, streams, config, deadline,
-        )?),
+        _ if members.len() == world_size => {
+            // One host: no link is encrypted, and shared memory takes the
+            // sockets as control streams.
+            let control = streams.into_iter().map(|s| s.map(|s| s.tcp)).collect();
+            Box::new(ShmMesh::new(
+                rank, nonce, &members, &ring_next, control, config, deadline,
+            )?)
+        }
         _ if members.len() == 1 => Box::new(TcpMesh::new(streams, config)?),
         _ => {
             // Some peers share this host: shared memory with them, TCP with
@@ -450,7 +471,13 @@ fn connect(
             // shared-memory mesh.
             let local: Vec<bool> = (0..world_size).map(|p| members.contains(&p)).collect();
             let local_streams = (0..world_size)
-                .map(|p| if local[p] { streams[p].take() } else { None })
+                .map(|p| {
+                    if local[p] {
+                        streams[p].take().map(|s| s.tcp)
+                    } else {
+                        None
+                    }
+                })
                 .collect();
             let shm = ShmMesh::new(
                 rank,
@@ -466,7 +493,7 @@ fn connect(
             Box::new(HybridMesh::new(shm, tcp, local, spin))
         }
     };
-    Ok((mesh, order))
+    Ok((mesh, order, encrypted))
 }
 
 /// The ranks ordered by host (hosts in order of their lowest rank), then by
@@ -513,15 +540,23 @@ impl ProcessGroup {
             world_size,
             group_name,
             config,
+            tls,
             ..
         } = options;
         let deadline = Instant::now() + config.timeout();
-        let (mesh, ring_order) = if world_size == 1 {
-            (None, vec![0])
+        let (mesh, ring_order, encrypted_links) = if world_size == 1 {
+            (None, vec![0], 0)
         } else {
-            let (mesh, order) =
-                connect(rank, world_size, &group_name, &config, rendezvous, deadline)?;
-            (Some(mesh), order)
+            let (mesh, order, encrypted) = connect(
+                rank,
+                world_size,
+                &group_name,
+                &config,
+                tls.as_ref(),
+                rendezvous,
+                deadline,
+            )?;
+            (Some(mesh), order, encrypted)
         };
         let transport = mesh.as_ref().map_or("local", |m| m.name());
         #[cfg(feature = "cuda")]
@@ -535,6 +570,7 @@ impl ProcessGroup {
             timeout_ms: AtomicU64::new(config.timeout_ms),
             config,
             transport,
+            encrypted_links,
             state: Mutex::new(State {
                 mesh,
                 seq: 0,
@@ -581,6 +617,13 @@ impl ProcessGroup {
     /// one.
     pub fn transport(&self) -> &'static str {
         self.shared.transport
+    }
+
+    /// How many of this rank's links to other ranks run TLS: those to
+    /// ranks on other hosts, when the group was given
+    /// [`GroupOptions::tls`]; 0 otherwise.
+    pub fn encrypted_links(&self) -> usize {
+        self.shared.encrypted_links
     }
 
     /// Replaces every element of `buf` with its reduction over all ranks.

@@ -75,3 +75,4 @@ pub use error::{CollectiveError, OpKind, OpSignature, Result};
 pub use group::{GroupOptions, ProcessGroup, Work, MAX_WORLD_SIZE};
 pub use plan::segment_range;
 pub use rendezvous::{KvRendezvous, KvStore, PeerRecord, Rendezvous, TcpRendezvous};
+pub use transport::tls::GroupTls;

@@ -12,6 +12,7 @@ use prism_protocol::messages::{
     Call, GetClusterResources, GetNodes, GetStoreStats, NodeInfo, ObjectRefInfo, StoreStats,
 };
 use prism_protocol::resources::ResourceSet;
+use prism_protocol::tls::Tls as NodeTls;
 use prism_raylet::Raylet;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -449,6 +450,21 @@ pub fn object_store_stats() -> Result<StoreStats> {
     let core = current()?;
     let c = core.clone();
     core.block_on(async move { c.raylet.request(GetStoreStats {}).await })
+}
+
+/// The TLS this process speaks with other nodes: `Some` in a cluster whose
+/// nodes were started with `--tls-cert`, `--tls-key` and `--tls-ca` (or
+/// their `PRISM_TLS_*` settings), `None` otherwise. Links that a program
+/// opens between nodes itself can take its rustls configurations, as the
+/// Trainer's collective groups do.
+///
+/// ```
+/// if let Some(tls) = prism::node_tls() {
+///     let (_client, _server) = (tls.client_config(), tls.server_config());
+/// }
+/// ```
+pub fn node_tls() -> Option<NodeTls> {
+    prism_protocol::tls::current()
 }
 
 /// The cluster's total resources and what is free now.

@@ -133,7 +133,7 @@ pub use actor::{
 };
 pub use api::{
     cluster_resources, get, get_async, get_many, get_many_async, get_many_timeout, get_timeout,
-    get_view, init, is_initialized, nodes, object_store_stats, put, put_async, put_ref,
+    get_view, init, is_initialized, node_tls, nodes, object_store_stats, put, put_async, put_ref,
     retry_stats, runtime_context, shutdown, wait, wait_async, RetryStats, RuntimeContext,
     WaitResult,
 };
@@ -156,4 +156,5 @@ pub use prism_protocol::messages::PlacementGroupState;
 pub use prism_protocol::messages::SchedulingStrategy;
 pub use prism_protocol::messages::StoreStats;
 pub use prism_protocol::resources::{Quantity, ResourceSet};
+pub use prism_protocol::tls::Tls as NodeTls;
 pub use view::View;

@@ -104,6 +104,8 @@ impl TlsFiles {
 #[derive(Clone)]
 pub struct Tls {
     files: TlsFiles,
+    client_config: Arc<rustls::ClientConfig>,
+    server_config: Arc<rustls::ServerConfig>,
     client: tokio_rustls::TlsConnector,
     server: tokio_rustls::TlsAcceptor,
 }
@@ -156,16 +158,30 @@ impl Tls {
                     .with_client_auth_cert(certs, key)
             })
             .map_err(|e| bad("the certificate and key", &files.cert, e.to_string()))?;
+        let (client, server) = (Arc::new(client), Arc::new(server));
         Ok(Tls {
             files: files.clone(),
-            client: tokio_rustls::TlsConnector::from(Arc::new(client)),
-            server: tokio_rustls::TlsAcceptor::from(Arc::new(server)),
+            client_config: client.clone(),
+            server_config: server.clone(),
+            client: tokio_rustls::TlsConnector::from(client),
+            server: tokio_rustls::TlsAcceptor::from(server),
         })
     }
 
     /// The files it was loaded from.
     pub fn files(&self) -> &TlsFiles {
         &self.files
+    }
+
+    /// The client side: this node's certificate, trusting the CA.
+    pub fn client_config(&self) -> Arc<rustls::ClientConfig> {
+        self.client_config.clone()
+    }
+
+    /// The server side: this node's certificate, asking every client for
+    /// one the CA signed.
+    pub fn server_config(&self) -> Arc<rustls::ServerConfig> {
+        self.server_config.clone()
     }
 }
 

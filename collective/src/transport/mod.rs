@@ -19,6 +19,7 @@ use std::time::Instant;
 pub(crate) mod hybrid;
 pub(crate) mod shm;
 pub(crate) mod tcp;
+pub(crate) mod tls;
 
 /// One rank's end of the streams to and from one peer.
 pub(crate) trait Link {

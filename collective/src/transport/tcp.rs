@@ -6,7 +6,9 @@
 //! every rank below it and accepts from every rank above it, and each side
 //! sends a 16-byte hello (magic, rank, group nonce). A connection whose hello
 //! names another group or an impossible rank is dropped and the accept goes
-//! on, so two groups sharing hosts never cross.
+//! on, so two groups sharing hosts never cross. A group given
+//! [`GroupTls`] runs TLS on its links between hosts, from before the hello
+//! on (see [`super::tls`]).
 //!
 //! # Reading
 //!
@@ -14,6 +16,7 @@
 //! area of one chunk and combine whole elements from it; a partial element
 //! waits at the front of the staging area for the rest of its bytes.
 
+use super::tls::{self, GroupTls};
 use super::{Interest, Link, Mesh};
 use crate::config::CollectiveConfig;
 use crate::error::{CollectiveError, Result};
@@ -61,15 +64,49 @@ fn read_exact_by(stream: &TcpStream, buf: &mut [u8], deadline: Instant) -> std::
 
 /// Opens one connection to every other rank; the result is indexed by rank
 /// (`None` at this rank's own index).
+/// One rank's socket to a peer, with its TLS when the link is encrypted.
+pub(crate) struct PeerStream {
+    pub(crate) tcp: TcpStream,
+    pub(crate) tls: Option<rustls::Connection>,
+}
+
+impl PeerStream {
+    fn send_hello(&mut self, peer: usize, rank: usize, nonce: u64) -> Result<()> {
+        let h = hello(rank, nonce);
+        match &mut self.tls {
+            Some(conn) => tls::write_all(conn, &self.tcp, &h),
+            None => (&self.tcp).write_all(&h),
+        }
+        .map_err(|e| CollectiveError::io(Some(peer), "greeting a peer", e))
+    }
+
+    fn read_hello(&mut self, deadline: Instant) -> std::io::Result<[u8; 16]> {
+        let mut h = [0u8; 16];
+        match &mut self.tls {
+            Some(conn) => tls::read_exact(conn, &self.tcp, &mut h, deadline)?,
+            None => read_exact_by(&self.tcp, &mut h, deadline)?,
+        }
+        Ok(h)
+    }
+}
+
+/// The first byte of a TLS record that opens a handshake.
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
+
+/// Opens one connection to every other rank; the result is indexed by rank
+/// (`None` at this rank's own index). With `tls`, links to ranks on other
+/// hosts are encrypted (the connecting rank starts TLS before its hello).
 pub(crate) fn connect_mesh(
     rank: usize,
     table: &[PeerRecord],
     listener: TcpListener,
+    tls: Option<&GroupTls>,
     deadline: Instant,
-) -> Result<Vec<Option<TcpStream>>> {
+) -> Result<Vec<Option<PeerStream>>> {
     let n = table.len();
     let nonce = table[0].nonce;
-    let mut streams: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
+    let encrypted = |peer: usize| tls.is_some() && table[peer].host_id != table[rank].host_id;
+    let mut streams: Vec<Option<PeerStream>> = (0..n).map(|_| None).collect();
     let timed_out = |peer| {
         CollectiveError::io(
             Some(peer),
@@ -94,9 +131,17 @@ pub(crate) fn connect_mesh(
                 }
             }
         };
-        (&stream)
-            .write_all(&hello(rank, nonce))
-            .map_err(|e| CollectiveError::io(Some(peer), "greeting a peer", e))?;
+        let conn = match tls {
+            Some(tls) if encrypted(peer) => {
+                Some(tls.connect(&stream, record.data_addr.ip(), peer, deadline)?)
+            }
+            _ => None,
+        };
+        let mut stream = PeerStream {
+            tcp: stream,
+            tls: conn,
+        };
+        stream.send_hello(peer, rank, nonce)?;
         streams[peer] = Some(stream);
     }
     // Accept upwards, skipping strangers.
@@ -120,16 +165,60 @@ pub(crate) fn connect_mesh(
         if stream.set_nonblocking(false).is_err() {
             continue;
         }
-        let mut h = [0u8; 16];
         let hello_deadline = deadline.min(Instant::now() + Duration::from_secs(5));
-        if read_exact_by(&stream, &mut h, hello_deadline).is_err() {
+        // A peer in TLS opens with a handshake record, a plain one with
+        // its hello.
+        let mut first = [0u8; 1];
+        let peeked = stream
+            .set_read_timeout(Some(
+                remaining(hello_deadline).max(Duration::from_millis(1)),
+            ))
+            .and_then(|_| stream.peek(&mut first));
+        if !matches!(peeked, Ok(1)) {
             continue;
         }
+        let conn = match tls {
+            Some(tls) if first[0] == TLS_HANDSHAKE_RECORD => {
+                match tls.accept(&stream, hello_deadline) {
+                    Ok(conn) => Some(conn),
+                    Err(e) => {
+                        // The connecting rank learns why from its own side.
+                        tracing::warn!(error = %e, "refused a collective link");
+                        continue;
+                    }
+                }
+            }
+            _ => None,
+        };
+        let mut stream = PeerStream {
+            tcp: stream,
+            tls: conn,
+        };
+        let Ok(h) = stream.read_hello(hello_deadline) else {
+            continue;
+        };
         match parse_hello(&h, nonce, n) {
             Some(peer) if peer > rank && streams[peer].is_none() => {
-                (&stream)
-                    .write_all(&hello(rank, nonce))
-                    .map_err(|e| CollectiveError::io(Some(peer), "greeting a peer", e))?;
+                if stream.tls.is_some() != encrypted(peer) {
+                    return Err(CollectiveError::Tls {
+                        peer: Some(peer),
+                        detail: format!(
+                            "rank {peer} connected {} TLS, and this rank {} it for that \
+                             link; every rank of a group must be given the same GroupTls",
+                            if stream.tls.is_some() {
+                                "with"
+                            } else {
+                                "without"
+                            },
+                            if encrypted(peer) {
+                                "requires"
+                            } else {
+                                "does not expect"
+                            },
+                        ),
+                    });
+                }
+                stream.send_hello(peer, rank, nonce)?;
                 streams[peer] = Some(stream);
                 accepted += 1;
             }
@@ -137,10 +226,10 @@ pub(crate) fn connect_mesh(
         }
     }
     // Collect the answers to our own hellos.
-    for (peer, slot) in streams.iter().enumerate().take(rank) {
+    for (peer, slot) in streams.iter_mut().enumerate().take(rank) {
         let Some(stream) = slot else { continue };
-        let mut h = [0u8; 16];
-        read_exact_by(stream, &mut h, deadline)
+        let h = stream
+            .read_hello(deadline)
             .map_err(|e| CollectiveError::io(Some(peer), "waiting for a peer's greeting", e))?;
         if parse_hello(&h, nonce, n) != Some(peer) {
             return Err(CollectiveError::Protocol {
@@ -170,35 +259,67 @@ fn set_buffer(fd: RawFd, option: libc::c_int, bytes: usize) {
 pub(crate) struct TcpLink {
     peer: usize,
     stream: TcpStream,
+    /// The link's TLS, when it is encrypted.
+    tls: Option<rustls::Connection>,
     /// Staging for reductions, as u64 so element reads are aligned.
     staging: Vec<u64>,
     filled: usize,
 }
 
-impl TcpLink {
-    fn staging_bytes(&mut self) -> &mut [u8] {
-        let len = self.staging.len() * 8;
-        // SAFETY: reinterpreting owned u64 storage as bytes.
-        unsafe { std::slice::from_raw_parts_mut(self.staging.as_mut_ptr() as *mut u8, len) }
-    }
+fn as_bytes(words: &mut [u64]) -> &mut [u8] {
+    let len = words.len() * 8;
+    // SAFETY: reinterpreting owned u64 storage as bytes.
+    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, len) }
+}
 
-    fn recv(&mut self, ptr: *mut u8, len: usize) -> Result<usize> {
-        // SAFETY: `ptr..ptr+len` is writable memory owned by the caller.
-        let r = unsafe {
-            libc::recv(
-                self.stream.as_raw_fd(),
-                ptr as *mut libc::c_void,
-                len,
-                libc::MSG_DONTWAIT,
-            )
-        };
-        if r > 0 {
-            return Ok(r as usize);
-        }
-        if r == 0 {
-            return Err(CollectiveError::PeerDisconnected { peer: self.peer });
-        }
-        nothing_moved(self.peer, "reading from a peer")
+/// Reads into `dst` without blocking: 0 when nothing is there yet.
+fn recv(
+    peer: usize,
+    stream: &TcpStream,
+    tls: &mut Option<rustls::Connection>,
+    dst: &mut [u8],
+) -> Result<usize> {
+    if let Some(conn) = tls {
+        return moved(
+            peer,
+            "reading from a peer over TLS",
+            tls::try_read(conn, stream, dst),
+        );
+    }
+    // SAFETY: `dst` is writable memory of `dst.len()` bytes.
+    let r = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            dst.as_mut_ptr() as *mut libc::c_void,
+            dst.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if r > 0 {
+        return Ok(r as usize);
+    }
+    if r == 0 {
+        return Err(CollectiveError::PeerDisconnected { peer });
+    }
+    nothing_moved(peer, "reading from a peer")
+}
+
+/// What a TLS read or write that moved `outcome` means for the engine.
+fn moved(
+    peer: usize,
+    context: &'static str,
+    outcome: std::io::Result<tls::Moved>,
+) -> Result<usize> {
+    match outcome {
+        Ok(tls::Moved::Bytes(n)) => Ok(n),
+        Ok(tls::Moved::Nothing) => Ok(0),
+        Ok(tls::Moved::Closed) => Err(CollectiveError::PeerDisconnected { peer }),
+        Err(e) => match e.kind() {
+            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe => {
+                Err(CollectiveError::PeerDisconnected { peer })
+            }
+            _ => Err(CollectiveError::io(Some(peer), context, e)),
+        },
     }
 }
 
@@ -206,6 +327,10 @@ impl Link for TcpLink {
     fn try_write(&mut self, data: &[u8]) -> Result<usize> {
         if data.is_empty() {
             return Ok(0);
+        }
+        if let Some(conn) = &mut self.tls {
+            let outcome = tls::try_write(conn, &self.stream, data);
+            return moved(self.peer, "writing to a peer over TLS", outcome);
         }
         // MSG_NOSIGNAL: a dead peer must give an error, not SIGPIPE.
         // SAFETY: `data` is a valid slice.
@@ -228,7 +353,7 @@ impl Link for TcpLink {
         if dst.is_empty() {
             return Ok(0);
         }
-        self.recv(dst.as_mut_ptr(), dst.len())
+        recv(self.peer, &self.stream, &mut self.tls, dst)
     }
 
     fn try_read_with(
@@ -241,8 +366,8 @@ impl Link for TcpLink {
         let want = max.min(cap);
         if self.filled < want {
             let filled = self.filled;
-            let ptr = self.staging_bytes()[filled..].as_mut_ptr();
-            let got = self.recv(ptr, want - filled)?;
+            let dst = &mut as_bytes(&mut self.staging)[filled..want];
+            let got = recv(self.peer, &self.stream, &mut self.tls, dst)?;
             self.filled += got;
         }
         let usable = self.filled - self.filled % align;
@@ -250,7 +375,7 @@ impl Link for TcpLink {
             return Ok(0);
         }
         let filled = self.filled;
-        let staging = self.staging_bytes();
+        let staging = as_bytes(&mut self.staging);
         consume(&staging[..usable]);
         staging.copy_within(usable..filled, 0);
         self.filled = filled - usable;
@@ -266,13 +391,13 @@ pub(crate) struct TcpMesh {
 
 impl TcpMesh {
     pub(crate) fn new(
-        streams: Vec<Option<TcpStream>>,
+        streams: Vec<Option<PeerStream>>,
         config: &CollectiveConfig,
     ) -> Result<TcpMesh> {
         let staging_words = config.chunk_bytes.div_ceil(8);
         let mut links = Vec::with_capacity(streams.len());
         for (peer, stream) in streams.into_iter().enumerate() {
-            let Some(stream) = stream else {
+            let Some(PeerStream { tcp: stream, tls }) = stream else {
                 links.push(None);
                 continue;
             };
@@ -288,6 +413,7 @@ impl TcpMesh {
             links.push(Some(TcpLink {
                 peer,
                 stream,
+                tls,
                 staging: vec![0u64; staging_words],
                 filled: 0,
             }));
@@ -305,6 +431,42 @@ impl TcpMesh {
     /// up as failed reads or writes afterwards.
     pub(crate) fn wait_up_to(&mut self, interest: &[Interest], timeout: Duration) -> Result<bool> {
         self.pollfds.clear();
+        // Records that TLS still holds go out whether or not the engine
+        // has more to write; decrypted bytes already here need no poll.
+        let mut unsent = vec![false; self.links.len()];
+        for (peer, link) in self.links.iter_mut().enumerate() {
+            let Some(TcpLink {
+                tls: Some(conn),
+                stream,
+                ..
+            }) = link
+            else {
+                continue;
+            };
+            let all_sent = match tls::flush(conn, stream) {
+                Ok(all) => all,
+                Err(e) => {
+                    moved(peer, "writing to a peer over TLS", Err(e))?;
+                    true
+                }
+            };
+            unsent[peer] = !all_sent;
+            let wants_read = interest.iter().any(|i| i.peer == peer && i.read);
+            if wants_read && tls::readable(conn) {
+                return Ok(true);
+            }
+        }
+        for (peer, pending) in unsent.iter().enumerate() {
+            if *pending && !interest.iter().any(|i| i.peer == peer) {
+                if let Some(link) = self.links[peer].as_ref() {
+                    self.pollfds.push(libc::pollfd {
+                        fd: link.stream.as_raw_fd(),
+                        events: libc::POLLOUT,
+                        revents: 0,
+                    });
+                }
+            }
+        }
         for i in interest {
             let Some(link) = self.links[i.peer].as_ref() else {
                 continue;
@@ -313,7 +475,7 @@ impl TcpMesh {
             if i.read {
                 events |= libc::POLLIN;
             }
-            if i.write {
+            if i.write || unsent[i.peer] {
                 events |= libc::POLLOUT;
             }
             self.pollfds.push(libc::pollfd {

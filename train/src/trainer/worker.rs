@@ -2,7 +2,7 @@
 
 use super::checkpoint::Checkpoint;
 use super::context::{install, ClusterKv, Device, TrainContext, WorkerEvent, WorkerState};
-use crate::collective::{GroupOptions, KvRendezvous, ProcessGroup};
+use crate::collective::{GroupOptions, GroupTls, KvRendezvous, ProcessGroup};
 use crate::data::DataIterator;
 use crate::portable::PortableFn;
 use parking_lot::Mutex;
@@ -65,8 +65,12 @@ impl PrismTrainWorker {
     /// Joins the run's collective group and installs the context.
     fn setup(&mut self, setup: WorkerSetup) -> Result<(), String> {
         let ctx = &setup.context;
-        let options = GroupOptions::new(ctx.world_rank, ctx.world_size, "cluster-kv")
+        let mut options = GroupOptions::new(ctx.world_rank, ctx.world_size, "cluster-kv")
             .group_name(setup.group_name.clone());
+        // In a cluster with TLS, links between nodes are encrypted too.
+        if let Some(tls) = prism::node_tls() {
+            options = options.tls(GroupTls::new(tls.client_config(), tls.server_config()));
+        }
         // Peers on other nodes reach this worker at its node's address.
         let ip = prism::runtime_context()
             .ok()
