@@ -387,6 +387,8 @@ impl Link for TcpLink {
 pub(crate) struct TcpMesh {
     links: Vec<Option<TcpLink>>,
     pollfds: Vec<libc::pollfd>,
+    /// Per link: TLS holds records not yet sent (TLS links only).
+    unsent: Vec<bool>,
 }
 
 impl TcpMesh {
@@ -419,6 +421,7 @@ impl TcpMesh {
             }));
         }
         Ok(TcpMesh {
+            unsent: vec![false; links.len()],
             links,
             pollfds: Vec::new(),
         })
@@ -433,7 +436,7 @@ impl TcpMesh {
         self.pollfds.clear();
         // Records that TLS still holds go out whether or not the engine
         // has more to write; decrypted bytes already here need no poll.
-        let mut unsent = vec![false; self.links.len()];
+        let unsent = &mut self.unsent;
         for (peer, link) in self.links.iter_mut().enumerate() {
             let Some(TcpLink {
                 tls: Some(conn),
@@ -456,7 +459,7 @@ impl TcpMesh {
                 return Ok(true);
             }
         }
-        for (peer, pending) in unsent.iter().enumerate() {
+        for (peer, pending) in self.unsent.iter().enumerate() {
             if *pending && !interest.iter().any(|i| i.peer == peer) {
                 if let Some(link) = self.links[peer].as_ref() {
                     self.pollfds.push(libc::pollfd {
@@ -475,7 +478,7 @@ impl TcpMesh {
             if i.read {
                 events |= libc::POLLIN;
             }
-            if i.write || unsent[i.peer] {
+            if i.write || self.unsent[i.peer] {
                 events |= libc::POLLOUT;
             }
             self.pollfds.push(libc::pollfd {
