@@ -759,6 +759,9 @@ impl Node {
             debug_assert_eq!(job, spec.job);
             let lease = actor_lease(&spec);
             let actor = spec.actor_id;
+            if !spec.options.detached {
+                c.scheduler.owns_actors(&spec.owner);
+            }
             c.actors.add(spec)?;
             if let Some(conn) = lessee {
                 c.remote_owners.insert(actor, conn);

@@ -77,6 +77,11 @@ pub(crate) struct Worker {
     pub(crate) blocked: bool,
     /// When it last became idle.
     pub(crate) idle_since: Instant,
+    /// It created actors that end with it (as a task's or an actor's
+    /// caller). It is never made an actor's host: an actor's process is
+    /// stopped when the actor is killed or ends, which would end those
+    /// actors too.
+    pub(crate) owns_actors: bool,
 }
 
 impl Worker {
@@ -407,11 +412,15 @@ impl<R> Scheduler<R> {
                 }
             };
             let gpu_ids = allocation.gpu_ids();
+            let for_actor = matches!(request.grantee, Grantee::Actor(_));
             let idle = self
                 .workers
                 .iter()
                 .find(|(_, w)| {
-                    w.usage == WorkerUse::Idle && w.job == request.job && w.gpu_ids == gpu_ids
+                    w.usage == WorkerUse::Idle
+                        && w.job == request.job
+                        && w.gpu_ids == gpu_ids
+                        && !(for_actor && w.owns_actors)
                 })
                 .map(|(id, _)| *id);
             match idle {
@@ -476,6 +485,7 @@ impl<R> Scheduler<R> {
                 usage: WorkerUse::Starting,
                 blocked: false,
                 idle_since: Instant::now(),
+                owns_actors: false,
             },
         );
         self.out.push(Decision::StartWorker {
@@ -759,6 +769,18 @@ impl<R> Scheduler<R> {
     /// Idle workers beyond each job's prestarted pool that have been idle
     /// for `idle_worker_timeout` at `now`: their pids, to be stopped. The
     /// most recently used are kept.
+    /// The worker at `address` (if it is one of this node's) created an
+    /// actor that ends with it: it will not host an actor from now on.
+    pub(crate) fn owns_actors(&mut self, address: &str) {
+        if let Some(w) = self
+            .workers
+            .values_mut()
+            .find(|w| w.address.as_deref() == Some(address))
+        {
+            w.owns_actors = true;
+        }
+    }
+
     pub(crate) fn idle_workers_to_stop(&self, now: Instant) -> Vec<(WorkerId, u32)> {
         let mut kept: HashMap<JobId, usize> = HashMap::new();
         let mut idle: Vec<(&WorkerId, &Worker)> = self

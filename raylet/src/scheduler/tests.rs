@@ -687,3 +687,29 @@ fn bundles_moved_off_a_dead_node_are_reserved_once_or_not_at_all() {
         .move_bundles(job, spec, nodes(["a", "a", "a"]), "a")
         .is_err());
 }
+
+#[test]
+fn a_worker_that_owns_actors_runs_tasks_but_never_hosts_an_actor() {
+    let mut s = scheduler(4.0, 0.0, 1, 4);
+    let job = job_with_workers(&mut s);
+    // The prestarted worker (address w100) runs a task that creates an
+    // actor, and comes back idle.
+    s.request_lease(lease(job, 1, shape(1.0, 0.0)));
+    let (_, owner, lease_id) = round(&mut s).granted[0];
+    s.owns_actors("w100");
+    s.return_lease(lease_id, false);
+    // An actor's lease starts a worker of its own rather than take it:
+    // killing that actor would stop the process, and the actors it owns.
+    let actor = ActorId::new();
+    s.request_lease(actor_lease(job, actor));
+    let r = round(&mut s);
+    assert!(r.actor_grants.is_empty(), "{:?}", r.actor_grants);
+    assert_eq!(r.started.len(), 1);
+    boot_unique(&mut s, &r.started);
+    let r = round(&mut s);
+    assert_eq!(r.actor_grants.len(), 1);
+    assert_ne!(r.actor_grants[0].1, owner);
+    // Tasks still run on it.
+    s.request_lease(lease(job, 2, shape(1.0, 0.0)));
+    assert_eq!(round(&mut s).granted[0].1, owner);
+}
