@@ -7,7 +7,7 @@ use crate::runtime::{self, current, CoreWorker, Role};
 use crate::view::View;
 use crate::{Error, Result};
 use parking_lot::Mutex;
-use prism_protocol::ids::{JobId, NodeId, WorkerId};
+use prism_protocol::ids::{JobId, NodeId, ObjectId, WorkerId};
 use prism_protocol::messages::{
     Call, GetClusterResources, GetNodes, GetStoreStats, NodeInfo, ObjectRefInfo, StoreStats,
 };
@@ -312,11 +312,15 @@ fn check_wait_args<T>(refs: &[ObjectRef<T>], num_returns: usize) -> Result<()> {
             format!("{num_returns} is more than the {} refs given", refs.len()),
         ));
     }
-    let mut seen = std::collections::HashSet::with_capacity(refs.len());
-    if let Some(dup) = refs.iter().find(|r| !seen.insert(r.id())) {
+    // Sorted rather than hashed: ids minted by one process ascend, and
+    // refs mostly come in the order they were made, which sorting finds
+    // in one pass (a wait loop calls this once per ready ref).
+    let mut ids: Vec<ObjectId> = refs.iter().map(|r| r.id()).collect();
+    ids.sort_unstable();
+    if let Some(dup) = ids.windows(2).find(|w| w[0] == w[1]) {
         return Err(Error::invalid(
             "refs",
-            format!("{} appears more than once", dup.id()),
+            format!("{} appears more than once", dup[0]),
         ));
     }
     Ok(())
@@ -364,33 +368,29 @@ async fn wait_ready(
     timeout: Option<Duration>,
 ) -> Vec<bool> {
     let mut ready = vec![false; infos.len()];
-    let mut count = 0;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut waiting = tokio::task::JoinSet::new();
-    let mut not_ready = Vec::new();
-    for (i, info) in infos.into_iter().enumerate() {
-        if core.objects.refs.is_mine(&info.owner) && core.objects.refs.is_ready(info.id) {
-            ready[i] = true;
-            count += 1;
-        } else {
-            not_ready.push((i, info));
-        }
-    }
+    // Objects owned here: checked under one lock, and those still pending
+    // tell this wait their index when they are done.
+    let (owned, borrowed): (Vec<_>, Vec<_>) = infos
+        .into_iter()
+        .enumerate()
+        .partition(|(_, info)| core.objects.refs.is_mine(&info.owner));
+    let owned: Vec<(usize, ObjectId)> = owned.into_iter().map(|(i, info)| (i, info.id)).collect();
+    let mut count = core.objects.refs.ready_or_tell(&owned, &mut ready, &tx);
     if count >= num_returns {
         return ready;
     }
-    for (i, info) in not_ready {
+    // Objects owned elsewhere: one fetch each.
+    let mut waiting = tokio::task::JoinSet::new();
+    for (i, info) in borrowed {
         let core = core.clone();
         let tx = tx.clone();
         waiting.spawn(async move {
-            let _ = if core.objects.refs.is_mine(&info.owner) {
-                core.objects.wait_owned(info.id).await.map(|_| ())
-            } else {
-                core.objects.fetch(&info).await.map(|_| ())
-            };
+            let _ = core.objects.fetch(&info).await;
             let _ = tx.send(i);
         });
     }
+    drop(tx);
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
     while count < num_returns {
         let next = match deadline {
@@ -401,10 +401,11 @@ async fn wait_ready(
             None => rx.recv().await,
         };
         match next {
-            Some(i) => {
+            Some(i) if !ready[i] => {
                 ready[i] = true;
                 count += 1;
             }
+            Some(_) => {}
             None => break,
         }
     }

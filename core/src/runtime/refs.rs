@@ -48,7 +48,7 @@ use parking_lot::Mutex;
 use prism_protocol::ids::{ActorId, ObjectId};
 use prism_protocol::messages::{Address, ObjectRefInfo, ObjectValue};
 use std::collections::HashMap;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 /// What an owner knows of an object's value.
 #[derive(Debug, Clone)]
@@ -75,9 +75,49 @@ struct Entry {
     lent: u64,
     contains: Vec<ObjectRefInfo>,
     value: ValueState,
-    waiters: Vec<oneshot::Sender<()>>,
+    waiters: Vec<Waiter>,
     /// Owned handle objects only: the actor whose handles it counts.
     actor: Option<ActorId>,
+}
+
+/// Who waits for an owned object's value (or its failure, or its end).
+#[derive(Debug)]
+enum Waiter {
+    /// A `get` of this object.
+    One(oneshot::Sender<()>),
+    /// A `wait` over many objects, told this one's index in its list.
+    Among(mpsc::UnboundedSender<usize>, usize),
+}
+
+impl Waiter {
+    fn wake(self) {
+        match self {
+            Waiter::One(tx) => {
+                let _ = tx.send(());
+            }
+            Waiter::Among(tx, i) => {
+                let _ = tx.send(i);
+            }
+        }
+    }
+
+    /// Whoever waited has stopped waiting.
+    fn gone(&self) -> bool {
+        match self {
+            Waiter::One(tx) => tx.is_closed(),
+            Waiter::Among(tx, _) => tx.is_closed(),
+        }
+    }
+}
+
+/// Adds a waiter, first dropping those that stopped waiting once there are
+/// many (a `wait` with a timeout, called again and again on objects that
+/// stay pending, would otherwise pile them up).
+fn add_waiter(waiters: &mut Vec<Waiter>, w: Waiter) {
+    if waiters.len() >= 16 {
+        waiters.retain(|w| !w.gone());
+    }
+    waiters.push(w);
 }
 
 impl Entry {
@@ -350,7 +390,7 @@ impl RefTable {
         };
         e.value = value;
         for w in e.waiters.drain(..) {
-            let _ = w.send(());
+            w.wake();
         }
         e.contains = contains.clone();
         for c in &contains {
@@ -369,7 +409,7 @@ impl RefTable {
                 ValueState::Failed(err) => Readiness::Failed(err.clone()),
                 ValueState::Pending => {
                     let (tx, rx) = oneshot::channel();
-                    e.waiters.push(tx);
+                    add_waiter(&mut e.waiters, Waiter::One(tx));
                     Readiness::Wait(rx)
                 }
             },
@@ -431,6 +471,32 @@ impl RefTable {
             })
             .collect();
         (count >= need).then_some(flags)
+    }
+
+    /// Under one lock, for each `(index, id)` of `owned` (objects owned
+    /// here): marks `ready[index]` when its value is there, it failed or it
+    /// is gone, and otherwise has `tx` told `index` when that happens.
+    /// Returns how many it marked.
+    pub(crate) fn ready_or_tell(
+        &self,
+        owned: &[(usize, ObjectId)],
+        ready: &mut [bool],
+        tx: &mpsc::UnboundedSender<usize>,
+    ) -> usize {
+        let mut entries = self.entries.lock();
+        let mut count = 0;
+        for &(i, id) in owned {
+            match entries.get_mut(&id) {
+                Some(e) if matches!(e.value, ValueState::Pending) => {
+                    add_waiter(&mut e.waiters, Waiter::Among(tx.clone(), i));
+                }
+                _ => {
+                    ready[i] = true;
+                    count += 1;
+                }
+            }
+        }
+        count
     }
 
     /// Whether an owned object's value is ready (or failed), without waiting.
@@ -510,7 +576,7 @@ impl RefTable {
                 _ => {}
             }
             for w in e.waiters {
-                let _ = w.send(());
+                w.wake();
             }
             for c in e.contains {
                 if let Some(inner) = entries.get_mut(&c.id) {
