@@ -23,6 +23,7 @@ use prism_protocol::messages::{ActorPlacement, ActorSpec, CreateActor, KillActor
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
 
 /// Creates an actor where its strategy puts it: here, or (answered
 /// `Elsewhere` by the local raylet) on another node, as a lessee of this
@@ -48,6 +49,12 @@ pub(crate) async fn place(
         }
     }
 }
+
+/// How long an actor whose node died keeps being placed again while the
+/// nodes chosen for it cannot be reached (they may be dying too): a few
+/// times the head's default `node_death_timeout_ms`, so the view of the
+/// cluster has dropped them by then.
+const PLACE_AGAIN_FOR: Duration = Duration::from_secs(15);
 
 /// One actor this process created on another node.
 #[derive(Debug)]
@@ -173,9 +180,26 @@ impl OwnedActors {
         let class = spec.class.clone();
         let restart = spec.restarts;
         tracing::warn!(actor = %id, %class, node = %dead, restart, "an actor's node died; creating it again");
-        let placed = match tasks {
-            Some(tasks) => place(&self.raylet, &tasks, spec).await,
-            None => Err(Error::NotInitialized),
+        // The node chosen may be dying too, not yet out of the view of the
+        // cluster that this node holds: an unreachable raylet is tried
+        // again, briefly, until the view has moved on.
+        let deadline = std::time::Instant::now() + PLACE_AGAIN_FOR;
+        let mut pause = Duration::from_millis(100);
+        let placed = loop {
+            let outcome = match &tasks {
+                Some(tasks) => place(&self.raylet, tasks, spec.clone()).await,
+                None => Err(Error::NotInitialized),
+            };
+            match outcome {
+                Err(e @ (Error::Io { .. } | Error::Disconnected { .. }))
+                    if std::time::Instant::now() + pause < deadline =>
+                {
+                    tracing::debug!(actor = %id, error = %e, "the node chosen for an actor is unreachable; placing it again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                other => break other,
+            }
         };
         let orphan = {
             let mut away = self.away.lock();
