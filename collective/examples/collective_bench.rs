@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release -p prism-collective --example collective_bench -- \
 //!     [--worlds 2,4] [--min-bytes 4096] [--max-bytes 268435456] \
-//!     [--transport auto|tcp|shm] [--pretend-hosts N]
+//!     [--transport auto|tcp|shm] [--pretend-hosts N] [--tls 1]
 //! ```
 //!
 //! Starts itself once per rank on this host for each world size, all-reduces
@@ -17,10 +17,40 @@
 //! ranks together) through `PRISM_COLLECTIVE_HOST_ID`, so a group on one
 //! machine mixes shared memory and TCP as it would across N hosts.
 //!
+//! `--tls 1` runs mutual TLS on the links between pretend hosts (a CA and
+//! a certificate for 127.0.0.1 are made for the run), to compare with the
+//! same run in plain TCP.
+//!
 //! Output rows are whitespace separated and start with `prism`, so a script
 //! can join them with other implementations (see bench/collective/).
 
-use prism_collective::{ProcessGroup, ReduceOp};
+use prism_collective::{GroupOptions, GroupTls, ProcessGroup, ReduceOp};
+
+/// Where the parent leaves the run's certificates for the ranks.
+const TLS_DIR: &str = "PRISM_BENCH_TLS_DIR";
+
+/// A CA and a certificate for 127.0.0.1 that it signed, in `dir`.
+fn make_certificates(dir: &std::path::Path) -> Result<(), String> {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let fail = |e: &dyn std::fmt::Display| e.to_string();
+    std::fs::create_dir_all(dir).map_err(|e| fail(&e))?;
+    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(|e| fail(&e))?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().map_err(|e| fail(&e))?;
+    let ca = CertifiedIssuer::self_signed(params, ca_key).map_err(|e| fail(&e))?;
+    let key = KeyPair::generate().map_err(|e| fail(&e))?;
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .and_then(|p| p.signed_by(&key, &ca))
+        .map_err(|e| fail(&e))?;
+    for (name, pem) in [
+        ("ca.pem", ca.pem()),
+        ("cert.pem", cert.pem()),
+        ("key.pem", key.serialize_pem()),
+    ] {
+        std::fs::write(dir.join(name), pem).map_err(|e| fail(&e))?;
+    }
+    Ok(())
+}
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -30,6 +60,7 @@ struct Args {
     max_bytes: usize,
     transport: String,
     pretend_hosts: usize,
+    tls: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -39,6 +70,7 @@ fn parse_args() -> Result<Args, String> {
         max_bytes: 256 << 20,
         transport: "auto".to_string(),
         pretend_hosts: 1,
+        tls: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -55,6 +87,7 @@ fn parse_args() -> Result<Args, String> {
             "--max-bytes" => args.max_bytes = number(&value)?,
             "--transport" => args.transport = value,
             "--pretend-hosts" => args.pretend_hosts = number(&value)?.max(1),
+            "--tls" => args.tls = number(&value)? != 0,
             _ => {
                 return Err(format!(
                     "unknown flag {flag}; see the example's doc comment"
@@ -91,7 +124,14 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// One rank: all sizes, rank 0 prints `RESULT bytes seconds`.
 fn run_rank(args: &Args) -> Result<(), String> {
-    let group = ProcessGroup::from_env().map_err(|e| e.to_string())?;
+    let mut options = GroupOptions::from_env().map_err(|e| e.to_string())?;
+    if let Ok(dir) = std::env::var(TLS_DIR) {
+        let read = |name: &str| std::fs::read(format!("{dir}/{name}")).map_err(|e| e.to_string());
+        let tls = GroupTls::from_pem(&read("cert.pem")?, &read("key.pem")?, &read("ca.pem")?)
+            .map_err(|e| e.to_string())?;
+        options = options.tls(tls);
+    }
+    let group = ProcessGroup::join(options).map_err(|e| e.to_string())?;
     let n = group.world_size();
     for bytes in sizes(args.min_bytes, args.max_bytes) {
         let mut buf = vec![1.0f32; bytes / 4];
@@ -210,6 +250,15 @@ fn main() {
         "# memcpy {} bytes single-threaded: {ceiling:.2} GB/s",
         args.max_bytes
     );
+    let certs = std::env::temp_dir().join(format!("prism-bench-tls-{}", std::process::id()));
+    if args.tls {
+        if let Err(e) = make_certificates(&certs) {
+            eprintln!("collective_bench: making the run's certificates: {e}");
+            std::process::exit(1);
+        }
+        std::env::set_var(TLS_DIR, &certs);
+        println!("# TLS on the links between pretend hosts");
+    }
     println!("# impl  transport  world  bytes  time_us  algbw_GBps  busbw_GBps");
     let started = Instant::now();
     for &world in &args.worlds {
@@ -231,4 +280,5 @@ fn main() {
         }
     }
     println!("# done in {:.1} s", started.elapsed().as_secs_f64());
+    let _ = std::fs::remove_dir_all(&certs);
 }

@@ -8,12 +8,10 @@ use prism_collective::{
     TcpRendezvous, TransportChoice,
 };
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// A CA of its own and a certificate for 127.0.0.1 that it signed, as
-/// rustls configurations for both sides of mutual TLS.
+/// TLS for a group.
 fn tls_signed_by_a_new_ca() -> GroupTls {
     let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -24,31 +22,14 @@ fn tls_signed_by_a_new_ca() -> GroupTls {
         .expect("leaf params")
         .signed_by(&key, &ca)
         .expect("a signed certificate");
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.der().clone()).expect("the CA is a root");
-    let roots = Arc::new(roots);
-    let chain: Vec<CertificateDer<'static>> = vec![cert.der().clone()];
-    let private = || PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-        roots.clone(),
-        provider.clone(),
-    )
-    .build()
-    .expect("a client verifier");
-    let server = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .expect("TLS versions")
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(chain.clone(), private())
-        .expect("a server config");
-    let client = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("TLS versions")
-        .with_root_certificates(roots)
-        .with_client_auth_cert(chain, private())
-        .expect("a client config");
-    GroupTls::new(Arc::new(client), Arc::new(server))
+    let (cert, key, ca) = (cert.pem(), key.serialize_pem(), ca.pem());
+    GroupTls::from_pem(cert.as_bytes(), key.as_bytes(), ca.as_bytes()).expect("TLS from PEM")
+}
+
+#[test]
+fn pem_that_holds_no_certificate_or_key_is_named() {
+    let e = GroupTls::from_pem(b"", b"", b"").expect_err("nothing to read");
+    assert!(e.to_string().contains("the certificate"), "{e}");
 }
 
 /// Runs `world` ranks on threads, rank `r` on host `hosts[r]` with TLS

@@ -30,11 +30,13 @@ use std::time::{Duration, Instant};
 /// `--tls-ca`, the Trainer's groups take the node's own (see `prism-train`).
 ///
 /// ```no_run
-/// # fn configs() -> (std::sync::Arc<rustls::ClientConfig>, std::sync::Arc<rustls::ServerConfig>) { unimplemented!() }
 /// use prism_collective::{GroupOptions, GroupTls};
-/// let (client, server) = configs(); // from the node's certificate, key and CA
-/// let options = GroupOptions::new(1, 4, "10.0.0.1:29500").tls(GroupTls::new(client, server));
+/// // This host's certificate and key, and the CA that signed every host's.
+/// let read = |path: &str| std::fs::read(path);
+/// let tls = GroupTls::from_pem(&read("node.pem")?, &read("node.key")?, &read("ca.pem")?)?;
+/// let options = GroupOptions::new(1, 4, "10.0.0.1:29500").tls(tls);
 /// assert_eq!(options.rank(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone)]
 pub struct GroupTls {
@@ -55,6 +57,61 @@ impl GroupTls {
     /// to be mutually authenticated.
     pub fn new(client: Arc<rustls::ClientConfig>, server: Arc<rustls::ServerConfig>) -> GroupTls {
         GroupTls { client, server }
+    }
+
+    /// TLS from PEM text: this host's certificate chain and private key,
+    /// and the CA that signed every host's certificate (each host's must
+    /// name the address its rank is reached at). Both sides present the
+    /// certificate, and the accepting side asks the connecting one for a
+    /// certificate the CA signed.
+    ///
+    /// # Errors
+    ///
+    /// [`CollectiveError::Tls`] naming what could not be read: no
+    /// certificate, no key, a key that does not match, or no CA.
+    pub fn from_pem(cert: &[u8], key: &[u8], ca: &[u8]) -> Result<GroupTls> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let bad = |what: &str, e: String| refused(usize::MAX, format!("{what}: {e}"));
+        let certs = |pem: &[u8], what: &str| -> Result<Vec<CertificateDer<'static>>> {
+            let all = CertificateDer::pem_slice_iter(pem)
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|e| bad(what, e.to_string()))?;
+            if all.is_empty() {
+                return Err(bad(what, "no PEM certificate".into()));
+            }
+            Ok(all)
+        };
+        let chain = certs(cert, "the certificate")?;
+        let key = PrivateKeyDer::from_pem_slice(key)
+            .map_err(|e| bad("the private key", e.to_string()))?;
+        let mut roots = rustls::RootCertStore::empty();
+        for c in certs(ca, "the CA")? {
+            roots.add(c).map_err(|e| bad("the CA", e.to_string()))?;
+        }
+        let roots = Arc::new(roots);
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            roots.clone(),
+            provider.clone(),
+        )
+        .build()
+        .map_err(|e| bad("the CA", e.to_string()))?;
+        let server = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .and_then(|b| {
+                b.with_client_cert_verifier(verifier)
+                    .with_single_cert(chain.clone(), key.clone_key())
+            })
+            .map_err(|e| bad("the certificate and key", e.to_string()))?;
+        let client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .and_then(|b| {
+                b.with_root_certificates(roots)
+                    .with_client_auth_cert(chain, key)
+            })
+            .map_err(|e| bad("the certificate and key", e.to_string()))?;
+        Ok(GroupTls::new(Arc::new(client), Arc::new(server)))
     }
 
     /// Connects TLS over `stream` as a client, checking that the peer's
