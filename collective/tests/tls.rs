@@ -111,7 +111,9 @@ fn ranks_on_different_hosts_reduce_over_tls() {
 #[test]
 fn a_rank_without_tls_is_refused_by_a_group_in_tls() {
     let tls = tls_signed_by_a_new_ca();
-    let refused = Duration::from_secs(3);
+    // Long enough for the rendezvous and a handshake on a loaded machine;
+    // the rank that is not refused waits this long for the other.
+    let refused = Duration::from_secs(10);
     let outcomes = run_group(&["a", "b"], vec![Some(tls), None], refused, |g| g.barrier());
     let e = outcomes[0].as_ref().expect_err("rank 0 refuses rank 1");
     assert!(
@@ -130,7 +132,7 @@ fn a_certificate_from_another_ca_fails_the_handshake() {
             Some(tls_signed_by_a_new_ca()),
             Some(tls_signed_by_a_new_ca()),
         ],
-        Duration::from_secs(3),
+        Duration::from_secs(10),
         |g| g.barrier(),
     );
     // Rank 1 connects to rank 0 and checks its certificate.
