@@ -301,8 +301,11 @@ pub fn wait<T: 'static>(
     if let Some(ready) = core.objects.refs.ready_now(infos, num_returns) {
         return Ok(split_ready(refs, &ready));
     }
-    let refs = refs.to_vec();
-    core.block_on(async move { wait_async(&refs, num_returns, timeout).await })
+    let infos: Vec<ObjectRefInfo> = refs.iter().map(|r| r.info().clone()).collect();
+    let c = core.clone();
+    let ready =
+        core.block_on(async move { Ok(wait_infos(c, infos, num_returns, timeout).await) })?;
+    Ok(split_ready(refs, &ready))
 }
 
 fn check_wait_args<T>(refs: &[ObjectRef<T>], num_returns: usize) -> Result<()> {
@@ -349,6 +352,18 @@ pub async fn wait_async<T>(
     check_wait_args(refs, num_returns)?;
     let core = current()?;
     let infos: Vec<ObjectRefInfo> = refs.iter().map(|r| r.info().clone()).collect();
+    let ready = wait_infos(core, infos, num_returns, timeout).await;
+    Ok(split_ready(refs, &ready))
+}
+
+/// Waits on refs already checked: which are ready, `num_returns` of them
+/// at most (the first in order).
+async fn wait_infos(
+    core: Arc<CoreWorker>,
+    infos: Vec<ObjectRefInfo>,
+    num_returns: usize,
+    timeout: Option<Duration>,
+) -> Vec<bool> {
     let _waiting = core.objects.waiting();
     let mut ready = wait_ready(core.clone(), infos, num_returns, timeout).await;
     let mut count = 0;
@@ -358,7 +373,7 @@ pub async fn wait_async<T>(
             *flag = count <= num_returns;
         }
     }
-    Ok(split_ready(refs, &ready))
+    ready
 }
 
 async fn wait_ready(
