@@ -215,6 +215,15 @@ pub enum CollectiveError {
         /// What failed, and what to check.
         detail: String,
     },
+    /// TLS configuration given to [`GroupTls::from_pem`](crate::GroupTls::from_pem)
+    /// could not be used.
+    #[error("GroupTls: {what} cannot be used: {detail}")]
+    TlsConfig {
+        /// Which input: the certificate, the private key or the CA.
+        what: &'static str,
+        /// Why.
+        detail: String,
+    },
     /// A socket operation failed.
     #[error("{context} (peer {peer:?}): {source}")]
     Io {

@@ -67,13 +67,13 @@ impl GroupTls {
     ///
     /// # Errors
     ///
-    /// [`CollectiveError::Tls`] naming what could not be read: no
+    /// [`CollectiveError::TlsConfig`] naming what could not be used: no
     /// certificate, no key, a key that does not match, or no CA.
     pub fn from_pem(cert: &[u8], key: &[u8], ca: &[u8]) -> Result<GroupTls> {
         use rustls::pki_types::pem::PemObject;
         use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-        let bad = |what: &str, e: String| refused(usize::MAX, format!("{what}: {e}"));
-        let certs = |pem: &[u8], what: &str| -> Result<Vec<CertificateDer<'static>>> {
+        let bad = |what: &'static str, detail: String| CollectiveError::TlsConfig { what, detail };
+        let certs = |pem: &[u8], what: &'static str| -> Result<Vec<CertificateDer<'static>>> {
             let all = CertificateDer::pem_slice_iter(pem)
                 .collect::<std::result::Result<Vec<_>, _>>()
                 .map_err(|e| bad(what, e.to_string()))?;
