@@ -59,6 +59,15 @@ prism_config::table! {
     /// enough to fill a node's workers quickly, few enough that a burst of
     /// tasks does not flood the raylet.
     max_lease_requests_per_shape: usize = 16;
+    /// The most tasks a submitter sends a leased worker at once. Tasks of a
+    /// kind that takes under a millisecond are sent ahead, about a
+    /// millisecond of them: the worker finds its next task queued as it
+    /// finishes one instead of waiting a round trip for it, and tasks
+    /// travel several to a read. Tasks queued behind one that runs 10 ms
+    /// are handed back and go to other workers. 16: a single client's
+    /// short tasks ran 2.4 times as fast as one at a time on 2 cores. 1
+    /// sends one at a time, as Ray does.
+    max_tasks_in_flight_per_worker: usize = 16;
     /// The most task workers one job may have on a node at once (actors
     /// not counted); `None` is 4 per CPU, at least 8, so that blocked tasks
     /// (a nested `get`) leave room for the tasks they wait on.

@@ -140,6 +140,19 @@ pub enum Error {
         /// What was observed.
         reason: String,
     },
+    /// A worker handed back a task it had queued but not started, because
+    /// the task ahead of it ran long. The submitter sends it to a worker
+    /// again (no retry is counted), so a caller sees this only from a
+    /// worker of another Prism version.
+    #[error("worker {worker} handed {function} back unstarted: {reason}")]
+    TaskHandedBack {
+        /// The function.
+        function: String,
+        /// The worker.
+        worker: WorkerId,
+        /// Why.
+        reason: String,
+    },
     /// Worker processes for the request could not be started, several
     /// times in a row.
     #[error("could not start a worker process ({executable}) after {attempts} attempts: {reason}; the request that needed it failed")]

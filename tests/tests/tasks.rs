@@ -519,3 +519,99 @@ fn application_errors_can_be_retried_only_when_they_match() {
         "{err}"
     );
 }
+
+/// Writes file `i` in `dir`.
+#[prism::remote]
+fn mark(dir: String, i: u32) -> u32 {
+    match std::fs::write(std::path::Path::new(&dir).join(i.to_string()), b"") {
+        Ok(()) => i,
+        Err(_) => u32::MAX,
+    }
+}
+
+/// Waits (at most 30 s) until `n` files are in `dir`; returns how many
+/// it saw.
+#[prism::remote]
+fn wait_for_marks(dir: String, n: usize) -> usize {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let seen = std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
+        if seen >= n || std::time::Instant::now() > deadline {
+            return seen;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Short tasks first: the submitter then sends tasks of this shape to
+/// its workers several at a time.
+fn warm_up_pipelining() {
+    let refs: Vec<_> = (0..500).map(|i| add::remote(i, 1).unwrap()).collect();
+    assert_eq!(prism::get_many(&refs).unwrap().len(), 500);
+}
+
+#[test]
+fn a_task_waiting_for_tasks_sent_after_it_does_not_hold_them_up() {
+    cluster();
+    let dir = std::env::temp_dir().join(format!("prism-marks-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.display().to_string();
+    warm_up_pipelining();
+    // The tasks after the waiter are sent in the same burst: some go to
+    // its worker behind it, and come back to go elsewhere once it has run
+    // long, or it would wait for them for ever.
+    let before: Vec<_> = (0..200).map(|i| add::remote(i, 1).unwrap()).collect();
+    let waiter = wait_for_marks::remote(d.clone(), 200).unwrap();
+    let marks: Vec<_> = (0..200)
+        .map(|i| mark::remote(d.clone(), i).unwrap())
+        .collect();
+    assert_eq!(
+        prism::get_timeout(&waiter, Duration::from_secs(60)).unwrap(),
+        200,
+        "the waiter saw every task sent after it run"
+    );
+    let marked = prism::get_many_timeout(&marks, Duration::from_secs(60)).unwrap();
+    assert_eq!(marked, (0..200).collect::<Vec<u32>>());
+    assert_eq!(prism::get_many(&before).unwrap().len(), 200);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn tasks_queued_on_a_worker_that_dies_are_sent_again() {
+    cluster();
+    warm_up_pipelining();
+    let m = marker("dies-in-a-burst");
+    let mut refs: Vec<_> = (0..300).map(|i| add::remote(i, 1).unwrap()).collect();
+    let dies = dies_once::remote(m.clone()).unwrap();
+    refs.extend((300..600).map(|i| add::remote(i, 1).unwrap()));
+    assert_eq!(
+        prism::get_timeout(&dies, Duration::from_secs(60)).unwrap(),
+        7
+    );
+    let values = prism::get_many_timeout(&refs, Duration::from_secs(60)).unwrap();
+    assert!(values.iter().enumerate().all(|(i, v)| *v == i as i64 + 1));
+    let _ = std::fs::remove_file(&m);
+}
+
+#[test]
+fn a_task_that_may_not_be_retried_is_never_lost_with_another_tasks_worker() {
+    cluster();
+    warm_up_pipelining();
+    // Tasks without retries are never queued behind another task, nor
+    // another behind them: a worker that exits takes only its own task.
+    let once = TaskOptions::new().max_retries(0);
+    let mut refs: Vec<_> = (0..200)
+        .map(|i| add::remote_with(once.clone(), i, 1).unwrap())
+        .collect();
+    let exits: Vec<_> = (0..3)
+        .map(|_| exits_midway::remote_with(once.clone()).unwrap())
+        .collect();
+    refs.extend((200..400).map(|i| add::remote_with(once.clone(), i, 1).unwrap()));
+    let values = prism::get_many_timeout(&refs, Duration::from_secs(60)).unwrap();
+    assert!(values.iter().enumerate().all(|(i, v)| *v == i as i64 + 1));
+    for e in &exits {
+        let err = prism::get_timeout(e, Duration::from_secs(30)).unwrap_err();
+        assert!(matches!(err, Error::WorkerDied { .. }), "{err}");
+    }
+}

@@ -31,6 +31,7 @@
 //! reaches the driver's terminal.
 
 use super::objects::Objects;
+use super::pending::{Pending, PendingTasks};
 use super::registry::{self, ActorCell, ActorClass, Args, CallError, CallResult, Invocation};
 use super::store::Loaded;
 use crate::config::Config;
@@ -171,6 +172,8 @@ pub(crate) struct Executor {
     exit: AtomicU8,
     /// The running method asked for a checkpoint.
     checkpoint_asked: std::sync::atomic::AtomicBool,
+    /// Pushed tasks not started yet.
+    pending: Arc<PendingTasks>,
 }
 
 impl std::fmt::Debug for Executor {
@@ -190,6 +193,7 @@ impl Executor {
         raylet: Connection,
     ) -> Self {
         Executor {
+            pending: PendingTasks::new(worker_id, rt.clone()),
             rt,
             config,
             worker_id,
@@ -401,14 +405,16 @@ impl Executor {
         let exec = self;
         match request {
             ExecutorRequest::PushTask(PushTask { spec }) => {
+                // Queued first, then a job posted to start it: the job
+                // runs the oldest queued task, none if it was handed back.
+                exec.pending.push(Pending {
+                    conn: conn.clone(),
+                    request: id,
+                    spec,
+                });
                 let c = exec.clone();
-                let reply = conn.clone();
-                let posted = exec.post(Box::new(move || {
-                    let response = c.run_task_here(&spec);
-                    reply.respond(id, response);
-                }));
-                if let Err(e) = posted {
-                    conn.respond(id, Response::Error(e));
+                if let Err(e) = exec.post(Box::new(move || c.run_next_task())) {
+                    exec.pending.fail_all(&e);
                 }
             }
             ExecutorRequest::BecomeActor(BecomeActor { spec }) => {
@@ -491,6 +497,17 @@ impl Executor {
             }
         };
         outcome.unwrap_or_else(|payload| Err(registry::panic_payload_error(payload)))
+    }
+
+    /// Runs the oldest pushed task not yet started, if any, on the
+    /// executor thread, and answers it.
+    fn run_next_task(self: &Arc<Self>) {
+        let Some(task) = self.pending.start_next() else {
+            return;
+        };
+        let response = self.run_task_here(&task.spec);
+        self.pending.finished();
+        task.conn.respond(task.request, response);
     }
 
     /// Runs a task on the executor thread and builds its reply.

@@ -28,6 +28,7 @@ pub(crate) mod lineage;
 pub(crate) mod objects;
 pub(crate) mod owned_actors;
 pub(crate) mod peers;
+mod pending;
 pub(crate) mod refs;
 pub(crate) mod registry;
 pub(crate) mod spin;

@@ -15,6 +15,19 @@
 //!    the same connection. The raylet is not involved.
 //! 4. A worker whose queue ran dry is kept for `lease_idle_ms`, then given
 //!    back, so that back-to-back calls skip the lease round trip.
+//!
+//! # Pipelining
+//!
+//! While a shape's tasks take a worker under [`PIPELINE_BELOW`] each (an
+//! average of the recent ones), a worker is sent as many of them at once as
+//! fit in that time, up to `max_tasks_in_flight_per_worker`: it starts the
+//! next as it answers one, instead of idling for the round trip to this
+//! process and back, and sends and reads several at a time. A worker hands back the tasks queued behind one that runs
+//! long (`pending::HAND_BACK_AFTER`); they go to the front of the queue,
+//! and that worker is sent nothing more until its running task answers.
+//! If a worker dies, each task sent to it counts an attempt, as any may
+//! have been running; so a task with no attempts left is sent only to a
+//! worker with nothing in flight, and nothing is sent behind it.
 
 use super::lineage::Lineage;
 use super::objects::{Objects, Submission};
@@ -57,16 +70,85 @@ struct LeasedWorker {
     contended: bool,
 }
 
+/// The work a worker is sent ahead, measured in its recent tasks' time:
+/// shapes whose tasks take a worker less than this, on average, are sent
+/// to workers several at a time (see "Pipelining" above), as many as fit
+/// in it.
+const PIPELINE_BELOW: Duration = Duration::from_millis(1);
+
+/// A leased worker's tasks in flight.
+#[derive(Debug, Default)]
+struct Busy {
+    /// Tasks sent and not answered.
+    in_flight: usize,
+    /// It handed tasks back: it is sent no more until `in_flight` is 0.
+    handed_back: bool,
+    /// Its one task in flight may not be attempted again: nothing is sent
+    /// behind it (if the worker died, a task behind it would count an
+    /// attempt too, and its answer could be lost with the process).
+    sole: bool,
+    /// When it last answered a task.
+    last_answer: Option<Instant>,
+}
+
 #[derive(Debug, Default)]
 struct ShapeQueue {
     tasks: VecDeque<Submission>,
     idle: Vec<LeasedWorker>,
+    /// Workers with tasks in flight, by lease.
+    busy: HashMap<LeaseId, Busy>,
+    /// The time a worker spent on each of this shape's recent tasks,
+    /// averaged; `None` before the first answer.
+    service: Option<Duration>,
     requesting: usize,
     /// The local raylet was asked to withdraw this shape's queued requests
     /// since the last new one was sent.
     withdrawing: bool,
     /// Granted workers in a row that could not be reached.
     unreachable: u32,
+}
+
+impl ShapeQueue {
+    /// Tasks a worker may have in flight now: about [`PIPELINE_BELOW`]
+    /// of work, at most `max`.
+    fn depth(&self, max: usize) -> usize {
+        match self.service {
+            Some(service) if service < PIPELINE_BELOW => {
+                let fit = PIPELINE_BELOW.as_nanos() / service.as_nanos().max(1);
+                usize::try_from(fit)
+                    .unwrap_or(usize::MAX)
+                    .clamp(1, max.max(1))
+            }
+            _ => 1,
+        }
+    }
+
+    /// The next task for the worker of `lease`, counted in flight, if it
+    /// may take one now: it has fewer than `depth` in flight, did not hand
+    /// tasks back, and has nothing in flight when either the task it runs
+    /// or the next one may not be attempted again. (If a worker dies, every
+    /// task sent to it counts an attempt, as any may have been running.)
+    fn take_one(&mut self, lease: LeaseId, depth: usize) -> Option<Submission> {
+        let last_chance = self.tasks.front()?.retries_left == 0;
+        if let Some(busy) = self.busy.get(&lease) {
+            let behind = busy.in_flight > 0;
+            if busy.handed_back || busy.sole || busy.in_flight >= depth || (last_chance && behind) {
+                return None;
+            }
+        }
+        let busy = self.busy.entry(lease).or_default();
+        busy.in_flight += 1;
+        busy.sole = last_chance;
+        self.tasks.pop_front()
+    }
+
+    /// Folds the time a worker spent on one task into the average.
+    fn served(&mut self, took: Duration) {
+        self.service = Some(match self.service {
+            Some(mean) => (mean * 7 + took) / 8,
+            None => took,
+        });
+    }
 }
 
 impl LeasedWorker {
@@ -309,15 +391,36 @@ impl TaskSubmitter {
         shape: &SchedulingKey,
         queue: &mut ShapeQueue,
     ) -> Vec<(LeasedWorker, Submission)> {
+        // One task to each idle worker, then more to each in turn up to
+        // the depth the shape's tasks allow.
+        let depth = queue.depth(self.config.max_tasks_in_flight_per_worker);
         let mut ready = Vec::new();
+        let mut takers = Vec::new();
         while !queue.tasks.is_empty() {
             let Some(worker) = queue.idle.pop() else {
                 break;
             };
-            let Some(task) = queue.tasks.pop_front() else {
+            match queue.take_one(worker.lease_id, depth) {
+                Some(task) => {
+                    takers.push(worker.clone());
+                    ready.push((worker, task));
+                }
+                None => {
+                    queue.idle.push(worker);
+                    break;
+                }
+            }
+        }
+        for _ in 1..depth {
+            let before = ready.len();
+            for worker in &takers {
+                if let Some(task) = queue.take_one(worker.lease_id, depth) {
+                    ready.push((worker.clone(), task));
+                }
+            }
+            if ready.len() == before {
                 break;
-            };
-            ready.push((worker, task));
+            }
         }
         while queue.requesting
             < queue
@@ -424,8 +527,9 @@ impl TaskSubmitter {
         let request = PushTask {
             spec: task.spec.clone(),
         };
+        let sent = Instant::now();
         conn.request_with(request, move |outcome| {
-            this.on_task_reply(shape, worker, task, outcome)
+            this.on_task_reply(shape, worker, task, sent, outcome)
         });
     }
 
@@ -434,10 +538,11 @@ impl TaskSubmitter {
         shape: SchedulingKey,
         worker: LeasedWorker,
         task: Submission,
+        sent: Instant,
         outcome: Result<ReturnObject, Error>,
     ) {
         if !matches!(outcome, Err(Error::Disconnected { .. })) {
-            return self.settle_task(shape, worker, task, outcome, false);
+            return self.settle_task(shape, worker, task, Some(sent), outcome, false);
         }
         // The worker died: ask the raylet why (it knows when it stopped
         // the worker itself, as the memory monitor does), off the reader
@@ -462,21 +567,27 @@ impl TaskSubmitter {
                 pid: worker.pid,
                 reason,
             };
-            this.settle_task(shape, worker, task, Err(died), true);
+            this.settle_task(shape, worker, task, None, Err(died), true);
         });
     }
 
     /// Finishes or retries a task once its outcome is known, and gives its
-    /// worker the shape's next task (unless the worker died).
+    /// worker the shape's next tasks (unless the worker died, or is still
+    /// busy with a task that runs long). `sent`: when it was sent, for an
+    /// answer from the worker.
     fn settle_task(
         self: &Arc<Self>,
         shape: SchedulingKey,
         worker: LeasedWorker,
         mut task: Submission,
+        sent: Option<Instant>,
         result: Result<ReturnObject, Error>,
         worker_died: bool,
     ) {
+        let handed_back = matches!(result, Err(Error::TaskHandedBack { .. }));
         let retry = match &result {
+            // Never started: sent again, no attempt counted.
+            Err(_) if handed_back => true,
             Err(e) => task.retry_after(e),
             Ok(_) => false,
         };
@@ -484,42 +595,73 @@ impl TaskSubmitter {
             let result = result.map_err(|e| task.final_error(e));
             self.objects.finish_task(&task, result);
         }
+        let now = Instant::now();
+        let max_depth = self.config.max_tasks_in_flight_per_worker;
         let mut shapes = self.shapes.lock();
         let queue = shapes.entry(shape.clone()).or_default();
         if retry {
-            // Next in line: on this worker if it lives, else on a new lease.
+            // Next in line: on this worker if it lives and is free, else on
+            // another or a new lease.
             queue.tasks.push_front(task);
         }
+        let busy = queue.busy.entry(worker.lease_id).or_default();
+        busy.in_flight = busy.in_flight.saturating_sub(1);
+        busy.handed_back |= handed_back;
+        let mut took = None;
+        if let (Some(sent), false) = (sent, handed_back) {
+            // It started this task when it answered the one before, or
+            // when the task arrived.
+            let started = busy.last_answer.map_or(sent, |last| last.max(sent));
+            took = Some(now.saturating_duration_since(started));
+            busy.last_answer = Some(now);
+        }
+        let in_flight = busy.in_flight;
+        if in_flight == 0 {
+            queue.busy.remove(&worker.lease_id);
+        }
+        if let Some(took) = took {
+            queue.served(took);
+        }
         if worker_died {
-            // The raylet frees the lease when it sees the exit.
+            // The raylet frees a dead worker's lease when it sees the exit.
             let ready = self.pump(&shape, queue);
             drop(shapes);
             self.dispatch_all(&shape, ready);
             return;
         }
-        match queue.tasks.pop_front() {
-            Some(next) => {
-                drop(shapes);
-                self.dispatch(shape, worker, next);
+        let depth = queue.depth(max_depth);
+        let next: Vec<Submission> =
+            std::iter::from_fn(|| queue.take_one(worker.lease_id, depth)).collect();
+        // A task handed back, or sent again, may need another worker.
+        let elsewhere = if retry {
+            self.pump(&shape, queue)
+        } else {
+            Vec::new()
+        };
+        if in_flight + next.len() > 0 {
+            drop(shapes);
+            for task in next {
+                self.dispatch(shape.clone(), worker.clone(), task);
             }
-            None => {
-                let withdraw = queue.requesting > 0 && !queue.withdrawing;
-                queue.withdrawing |= withdraw;
-                let hold = !worker.contended;
-                if hold {
-                    let mut idle = worker;
-                    idle.idle_since = Instant::now();
-                    queue.idle.push(idle);
-                    drop(shapes);
-                    self.schedule_idle_return(&shape);
-                } else {
-                    drop(shapes);
-                    worker.give_back();
-                }
-                if withdraw {
-                    self.withdraw_requests(&shape);
-                }
-            }
+            self.dispatch_all(&shape, elsewhere);
+            return;
+        }
+        let withdraw = queue.requesting > 0 && !queue.withdrawing;
+        queue.withdrawing |= withdraw;
+        let hold = !worker.contended;
+        if hold {
+            let mut idle = worker;
+            idle.idle_since = now;
+            queue.idle.push(idle);
+            drop(shapes);
+            self.schedule_idle_return(&shape);
+        } else {
+            drop(shapes);
+            worker.give_back();
+        }
+        self.dispatch_all(&shape, elsewhere);
+        if withdraw {
+            self.withdraw_requests(&shape);
         }
     }
 
