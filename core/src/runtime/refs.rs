@@ -45,7 +45,7 @@
 
 use crate::Error;
 use parking_lot::Mutex;
-use prism_protocol::ids::{ActorId, ObjectId};
+use prism_protocol::ids::{ActorId, IdMap, ObjectId};
 use prism_protocol::messages::{Address, ObjectRefInfo, ObjectValue};
 use std::collections::HashMap;
 use tokio::sync::{mpsc, oneshot};
@@ -189,7 +189,7 @@ pub(crate) enum Readiness {
 #[derive(Debug)]
 pub(crate) struct RefTable {
     me: Address,
-    entries: Mutex<HashMap<ObjectId, Entry>>,
+    entries: Mutex<IdMap<ObjectId, Entry>>,
     unregistered: Mutex<Vec<ObjectRefInfo>>,
 }
 
@@ -197,7 +197,7 @@ impl RefTable {
     pub(crate) fn new(me: Address) -> Self {
         RefTable {
             me,
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(IdMap::default()),
             unregistered: Mutex::new(Vec::new()),
         }
     }
@@ -241,12 +241,7 @@ impl RefTable {
     /// reply, whose executor registered this process with `c`'s owner
     /// before answering (invariant 3), which this entry must undo when it
     /// ends (invariant 4).
-    fn bump_contained(
-        &self,
-        entries: &mut HashMap<ObjectId, Entry>,
-        c: &ObjectRefInfo,
-        lent: bool,
-    ) {
+    fn bump_contained(&self, entries: &mut IdMap<ObjectId, Entry>, c: &ObjectRefInfo, lent: bool) {
         let owner = (!self.is_mine(&c.owner)).then(|| c.owner.clone());
         let borrowed = owner.is_some();
         let entry = entries
