@@ -22,9 +22,10 @@
 //! average of the recent ones), a worker is sent as many of them at once as
 //! fit in that time, up to `max_tasks_in_flight_per_worker`: it starts the
 //! next as it answers one, instead of idling for the round trip to this
-//! process and back, and sends and reads several at a time. A worker hands back the tasks queued behind one that runs
-//! long (`pending::HAND_BACK_AFTER`); they go to the front of the queue,
-//! and that worker is sent nothing more until its running task answers.
+//! process and back, and sends and reads several at a time. A worker hands
+//! back the tasks queued behind one that runs long
+//! (`pending::HAND_BACK_AFTER`); they go to the front of the queue, and
+//! that worker is sent nothing more until its running task answers.
 //! If a worker dies, each task sent to it counts an attempt, as any may
 //! have been running; so a task with no attempts left is sent only to a
 //! worker with nothing in flight, and nothing is sent behind it.
