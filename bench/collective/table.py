@@ -15,7 +15,7 @@ def best_rows(pattern):
                 comments.append(line.strip())
                 continue
             f = line.split()
-            if len(f) != 7:
+            if len(f) < 7:
                 continue
             key = (int(f[2]), int(f[3]))
             row = (f[1], float(f[4]), float(f[6]))

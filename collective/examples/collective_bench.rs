@@ -9,9 +9,15 @@
 //! Starts itself once per rank on this host for each world size, all-reduces
 //! (sum) f32 buffers from `--min-bytes` to `--max-bytes` (×4 per step), and
 //! prints per size the median time of one call, algbw = bytes / time and
-//! busbw = algbw × 2(n-1)/n (as nccl-tests define it). It also measures a
-//! single-threaded memcpy of the largest size into touched memory: the
-//! ceiling for shared memory on this machine.
+//! busbw = algbw × 2(n-1)/n (as nccl-tests define it).
+//!
+//! The ceiling for shared memory is a single-threaded memcpy between two
+//! touched buffers. Rank 0 times one of the same size after every timed
+//! call, while the other ranks wait at a barrier, so both figures come from
+//! the same minutes of the same machine; each row ends with that memcpy's
+//! median rate and busbw's share of it. (The source is hidden from the
+//! optimiser: a copy from a buffer it knows to be one repeated byte becomes
+//! a memset, which only writes and runs twice as fast.)
 //!
 //! `--pretend-hosts N` splits the ranks into N pretend hosts (consecutive
 //! ranks together) through `PRISM_COLLECTIVE_HOST_ID`, so a group on one
@@ -122,7 +128,8 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// One rank: all sizes, rank 0 prints `RESULT bytes seconds`.
+/// One rank: all sizes; rank 0 prints `RESULT bytes seconds transport
+/// memcpy_seconds`.
 fn run_rank(args: &Args) -> Result<(), String> {
     let mut options = GroupOptions::from_env().map_err(|e| e.to_string())?;
     if let Ok(dir) = std::env::var(TLS_DIR) {
@@ -147,36 +154,67 @@ fn run_rank(args: &Args) -> Result<(), String> {
         group
             .all_reduce(&mut buf, ReduceOp::Sum)
             .map_err(|e| e.to_string())?;
+        // Rank 0's memcpy ceiling, timed between the calls.
+        let mut copy = if group.rank() == 0 {
+            std::hint::black_box(vec![2u8; bytes])
+        } else {
+            Vec::new()
+        };
         group.barrier().map_err(|e| e.to_string())?;
         let mut times = Vec::new();
+        let mut copies = Vec::new();
         for _ in 0..iterations(bytes) {
             let t = Instant::now();
             group
                 .all_reduce(&mut buf, ReduceOp::Sum)
                 .map_err(|e| e.to_string())?;
             times.push(t.elapsed().as_secs_f64());
+            if group.rank() == 0 {
+                // SAFETY: viewing initialised f32s as bytes.
+                let src =
+                    unsafe { std::slice::from_raw_parts(buf.as_ptr() as *const u8, buf.len() * 4) };
+                copies.push(time_memcpy(src, &mut copy));
+            }
+            group.barrier().map_err(|e| e.to_string())?;
         }
         if group.rank() == 0 {
-            println!("RESULT {bytes} {:.9} {}", median(times), group.transport());
+            println!(
+                "RESULT {bytes} {:.9} {} {:.9}",
+                median(times),
+                group.transport(),
+                median(copies)
+            );
         }
     }
     group.barrier().map_err(|e| e.to_string())
 }
 
+/// Seconds for one single-threaded copy of `src` into `dst`.
+fn time_memcpy(src: &[u8], dst: &mut [u8]) -> f64 {
+    let t = Instant::now();
+    dst.copy_from_slice(std::hint::black_box(src));
+    std::hint::black_box(&mut *dst);
+    t.elapsed().as_secs_f64()
+}
+
+/// A single-threaded memcpy of `bytes` in GB/s, median of 5, for the
+/// header line.
 fn memcpy_gbps(bytes: usize) -> f64 {
-    let src = vec![1u8; bytes];
-    let mut dst = vec![2u8; bytes];
-    let mut times = Vec::new();
-    for _ in 0..5 {
-        let t = Instant::now();
-        dst.copy_from_slice(&src);
-        std::hint::black_box(&mut dst);
-        times.push(t.elapsed().as_secs_f64());
-    }
+    let src = std::hint::black_box(vec![1u8; bytes]);
+    let mut dst = std::hint::black_box(vec![2u8; bytes]);
+    let times = (0..5).map(|_| time_memcpy(&src, &mut dst)).collect();
     bytes as f64 / median(times) / 1e9
 }
 
-fn run_world(args: &Args, world: usize) -> Result<Vec<(usize, f64, String)>, String> {
+/// One row of a world's results.
+struct Row {
+    bytes: usize,
+    secs: f64,
+    transport: String,
+    memcpy_secs: f64,
+}
+
+fn run_world(args: &Args, world: usize) -> Result<Vec<Row>, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -217,10 +255,14 @@ fn run_world(args: &Args, world: usize) -> Result<Vec<(usize, f64, String)>, Str
         }
         for line in String::from_utf8_lossy(&out.stdout).lines() {
             let f: Vec<&str> = line.split_whitespace().collect();
-            if let ["RESULT", bytes, secs, transport] = f.as_slice() {
-                let bytes = bytes.parse().map_err(|_| "bad RESULT line".to_string())?;
-                let secs = secs.parse().map_err(|_| "bad RESULT line".to_string())?;
-                rows.push((bytes, secs, transport.to_string()));
+            if let ["RESULT", bytes, secs, transport, memcpy] = f.as_slice() {
+                let bad = || format!("bad RESULT line: {line}");
+                rows.push(Row {
+                    bytes: bytes.parse().map_err(|_| bad())?,
+                    secs: secs.parse().map_err(|_| bad())?,
+                    transport: transport.to_string(),
+                    memcpy_secs: memcpy.parse().map_err(|_| bad())?,
+                });
             }
         }
     }
@@ -259,17 +301,27 @@ fn main() {
         std::env::set_var(TLS_DIR, &certs);
         println!("# TLS on the links between pretend hosts");
     }
-    println!("# impl  transport  world  bytes  time_us  algbw_GBps  busbw_GBps");
+    println!(
+        "# impl  transport  world  bytes  time_us  algbw_GBps  busbw_GBps  memcpy_GBps  busbw/memcpy"
+    );
     let started = Instant::now();
     for &world in &args.worlds {
         match run_world(&args, world) {
             Ok(rows) => {
-                for (bytes, secs, transport) in rows {
+                for Row {
+                    bytes,
+                    secs,
+                    transport,
+                    memcpy_secs,
+                } in rows
+                {
                     let algbw = bytes as f64 / secs / 1e9;
                     let busbw = algbw * 2.0 * (world as f64 - 1.0) / world as f64;
+                    let memcpy = bytes as f64 / memcpy_secs / 1e9;
                     println!(
-                        "prism  {transport:<4}  {world}  {bytes:>10}  {:>10.1}  {algbw:>8.3}  {busbw:>8.3}",
-                        secs * 1e6
+                        "prism  {transport:<4}  {world}  {bytes:>10}  {:>10.1}  {algbw:>8.3}  {busbw:>8.3}  {memcpy:>8.3}  {:>5.1}%",
+                        secs * 1e6,
+                        100.0 * busbw / memcpy
                     );
                 }
             }
