@@ -21,6 +21,12 @@ use super::plan::{decode_header, Plan, RecvAction};
 use super::transport::{Interest, Mesh};
 use std::time::{Duration, Instant};
 
+/// Receives copied into place from this many bytes up go around the cache
+/// (see [`super::transport::Link::try_read_into_streaming`]): larger than
+/// the caches of most machines, so those lines would be evicted unread
+/// anyway. Below it, the caller likely reads its result from cache.
+const STREAM_FROM: usize = 8 << 20;
+
 /// What one link direction did in a round.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Step {
@@ -152,6 +158,10 @@ unsafe fn pump_recv<T: Element>(
         let link = mesh.link(peer);
         let want = (item.len - item.done).min(chunk);
         let got = match item.action {
+            RecvAction::Copy if item.len >= STREAM_FROM => {
+                let dst = std::slice::from_raw_parts_mut(item.ptr.add(item.done), want);
+                link.try_read_into_streaming(dst)?
+            }
             RecvAction::Copy | RecvAction::Header => {
                 let dst = std::slice::from_raw_parts_mut(item.ptr.add(item.done), want);
                 link.try_read_into(dst)?

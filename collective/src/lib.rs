@@ -57,6 +57,7 @@
 #![doc(test(attr(deny(warnings))))]
 
 mod config;
+mod copy;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 mod element;

@@ -57,6 +57,18 @@ fn every_operation_and_type_matches_an_f64_reference_over_shared_memory() {
     run_matrix("shm", 2..=8);
 }
 
+#[test]
+fn buffers_larger_than_the_caches_come_through_shared_memory_whole() {
+    // Large receives are copied out of the rings around the cache; this
+    // checks every element of such calls, at odd lengths and offsets.
+    for world in 2..=3 {
+        let ranks: Vec<usize> = (0..world).collect();
+        let env = [("PRISM_COLLECTIVE_TRANSPORT", "shm".to_string())];
+        let results = run_ranks("large", world, &ranks, &env, Duration::from_secs(300));
+        must_all_succeed(&results, &format!("large buffers, world {world}"));
+    }
+}
+
 fn failure_case(
     role: &str,
     transport: &str,
@@ -126,6 +138,7 @@ fn rank_process() {
     };
     match role.as_str() {
         "matrix" => role_matrix(),
+        "large" => role_large(),
         "dies" => role_dies(),
         "stalls" => role_stalls(),
         "never_joins" => role_never_joins(),
@@ -459,6 +472,39 @@ fn role_matrix() {
     a.barrier().expect("final barrier");
     b.barrier().expect("final barrier");
     println!("RESULT ok rank {}", a.rank());
+}
+
+/// All-reduce and all-gather of buffers of tens of MB (segments of more than
+/// 8 MiB, so each rank copies its received segments out of the ring with
+/// non-temporal stores), with values whose sums are exact in f32.
+fn role_large() {
+    let config = CollectiveConfig::from_env().expect("the parent sets valid overrides");
+    let group = must_join(config, "MASTER_PORT", "large");
+    assert_eq!(group.transport(), "shm");
+    let (rank, world) = (group.rank(), group.world_size());
+    let value = |r: usize, i: usize| ((i * 7 + r * 13) % 1021) as f32;
+    // 7M + 7 elements: every segment is over 8 MiB at world 2 and 3, and
+    // segment boundaries fall off 16-byte alignment.
+    let len = 7_000_007;
+    for round in 0..2 {
+        let mut buf: Vec<f32> = (0..len).map(|i| value(rank + round, i)).collect();
+        group
+            .all_reduce(&mut buf, ReduceOp::Sum)
+            .expect("large all_reduce");
+        for (i, got) in buf.iter().enumerate() {
+            let expected: f32 = (0..world).map(|r| value(r + round, i)).sum();
+            assert_eq!(*got, expected, "all_reduce round {round}, element {i}");
+        }
+    }
+    let part = 2_500_003;
+    let mine: Vec<f32> = (0..part).map(|i| value(rank, i)).collect();
+    let mut all = vec![0f32; part * world];
+    group.all_gather(&mine, &mut all).expect("large all_gather");
+    for (i, got) in all.iter().enumerate() {
+        assert_eq!(*got, value(i / part, i % part), "all_gather element {i}");
+    }
+    group.barrier().expect("final barrier");
+    println!("RESULT ok rank {rank}");
 }
 
 fn timeout_config() -> CollectiveConfig {

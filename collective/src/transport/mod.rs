@@ -28,6 +28,12 @@ pub(crate) trait Link {
     fn try_write(&mut self, data: &[u8]) -> Result<usize>;
     /// Reads into a prefix of `dst` without blocking; returns its length.
     fn try_read_into(&mut self, dst: &mut [u8]) -> Result<usize>;
+    /// As [`Link::try_read_into`], for a destination too large to stay in
+    /// cache: a transport that copies may write around the cache (no read
+    /// of the destination's lines first, no eviction of what is cached).
+    fn try_read_into_streaming(&mut self, dst: &mut [u8]) -> Result<usize> {
+        self.try_read_into(dst)
+    }
     /// Hands `consume` up to `max` readable bytes, a multiple of `align`
     /// (which divides `max`), and drops them from the stream; returns how
     /// many. Lets a reduction read straight from the transport's memory.

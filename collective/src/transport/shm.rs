@@ -39,6 +39,7 @@
 
 use super::{Interest, Link, Mesh};
 use crate::config::CollectiveConfig;
+use crate::copy::{copy, copy_streaming};
 use crate::error::{CollectiveError, Result};
 use crate::rendezvous::remaining;
 use std::io::{Read, Write};
@@ -240,16 +241,29 @@ pub(crate) struct ShmLink {
 }
 
 impl ShmLink {
-    fn copy_out(&self, dst: *mut u8, len: usize, tail: u64) {
+    fn copy_out(&self, dst: *mut u8, len: usize, tail: u64, streaming: bool) {
         let cap = self.inbound.cap;
         let pos = (tail % cap as u64) as usize;
         let first = len.min(cap - pos);
         // SAFETY: the bytes [tail, tail+len) are readable (invariant 2) and
         // lie in the ring's data area split at the wrap point.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.inbound.data().add(pos), dst, first);
-            std::ptr::copy_nonoverlapping(self.inbound.data(), dst.add(first), len - first);
+            let src = self.inbound.data();
+            let copy = if streaming { copy_streaming } else { copy };
+            copy(dst, src.add(pos), first);
+            copy(dst.add(first), src, len - first);
         }
+    }
+
+    fn read_into(&mut self, dst: &mut [u8], streaming: bool) -> usize {
+        let n = self.inbound.readable().min(dst.len());
+        if n == 0 {
+            return 0;
+        }
+        let tail = self.inbound.tail().load(Ordering::Relaxed);
+        self.copy_out(dst.as_mut_ptr(), n, tail, streaming);
+        self.release(tail, n);
+        n
     }
 
     fn release(&self, tail: u64, n: usize) {
@@ -273,8 +287,8 @@ impl Link for ShmLink {
         // SAFETY: [head, head+n) is free space (invariant 1) owned by the
         // sender until `head` is published.
         unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), ring.data().add(pos), first);
-            std::ptr::copy_nonoverlapping(data.as_ptr().add(first), ring.data(), n - first);
+            copy(ring.data().add(pos), data.as_ptr(), first);
+            copy(ring.data(), data.as_ptr().add(first), n - first);
         }
         ring.head().store(head + n as u64, Ordering::Release);
         self.peer_bell.ring();
@@ -282,14 +296,11 @@ impl Link for ShmLink {
     }
 
     fn try_read_into(&mut self, dst: &mut [u8]) -> Result<usize> {
-        let n = self.inbound.readable().min(dst.len());
-        if n == 0 {
-            return Ok(0);
-        }
-        let tail = self.inbound.tail().load(Ordering::Relaxed);
-        self.copy_out(dst.as_mut_ptr(), n, tail);
-        self.release(tail, n);
-        Ok(n)
+        Ok(self.read_into(dst, false))
+    }
+
+    fn try_read_into_streaming(&mut self, dst: &mut [u8]) -> Result<usize> {
+        Ok(self.read_into(dst, true))
     }
 
     fn try_read_with(
@@ -316,7 +327,7 @@ impl Link for ShmLink {
         }
         // One element straddles the wrap point.
         let mut bounce = [0u8; 8];
-        self.copy_out(bounce.as_mut_ptr(), align, tail);
+        self.copy_out(bounce.as_mut_ptr(), align, tail, false);
         consume(&bounce[..align]);
         self.release(tail, align);
         Ok(align)
