@@ -27,6 +27,11 @@ use std::time::{Duration, Instant};
 /// anyway. Below it, the caller likely reads its result from cache.
 const STREAM_FROM: usize = 8 << 20;
 
+/// A call with a send or receive of this many bytes or more is "bulk" for
+/// the transport ([`Mesh::set_bulk`]): its buffers stream from memory
+/// rather than sit in cache.
+const BULK_FROM: usize = 4 << 20;
+
 /// What one link direction did in a round.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Step {
@@ -62,6 +67,11 @@ pub(crate) unsafe fn run<T: Element>(
     let mut next_send = vec![0usize; n];
     let mut next_recv = vec![0usize; n];
     let mut interest: Vec<Interest> = Vec::with_capacity(n);
+    let largest = (plan.sends.iter().flatten().map(|i| i.len))
+        .chain(plan.recvs.iter().flatten().map(|i| i.len))
+        .max()
+        .unwrap_or(0);
+    mesh.set_bulk(largest >= BULK_FROM);
     loop {
         let mut progressed = false;
         let mut finished = true;

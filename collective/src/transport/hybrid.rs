@@ -86,6 +86,10 @@ impl Mesh for HybridMesh {
         Ok(())
     }
 
+    fn set_bulk(&mut self, bulk: bool) {
+        self.shm.set_bulk(bulk);
+    }
+
     fn abort(&mut self) {
         self.shm.abort();
         self.tcp.abort();

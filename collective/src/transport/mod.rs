@@ -64,6 +64,10 @@ pub(crate) trait Mesh: Send {
     /// Tells every peer that this rank gave up, so that they fail promptly
     /// rather than at their timeouts.
     fn abort(&mut self);
+    /// Whether the coming call moves buffers larger than the caches: a
+    /// transport that copies may then pick copies suited to memory rather
+    /// than to cache.
+    fn set_bulk(&mut self, _bulk: bool) {}
     /// "tcp" or "shm", for logs and benchmarks.
     fn name(&self) -> &'static str;
 }

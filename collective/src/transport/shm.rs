@@ -39,7 +39,7 @@
 
 use super::{Interest, Link, Mesh};
 use crate::config::CollectiveConfig;
-use crate::copy::{copy, copy_streaming};
+use crate::copy::{copy, copy_streaming, libc_copy};
 use crate::error::{CollectiveError, Result};
 use crate::rendezvous::remaining;
 use std::io::{Read, Write};
@@ -238,9 +238,23 @@ pub(crate) struct ShmLink {
     out: Ring,
     inbound: Ring,
     peer_bell: Doorbell,
+    /// Copy with [`copy`] (buffers larger than the caches) rather than the
+    /// C library's `memcpy` (faster within cache); see [`crate::copy`].
+    bulk: bool,
 }
 
 impl ShmLink {
+    /// The copy for this call: within cache the C library's; for buffers
+    /// larger than the caches [`copy`], whose speed does not depend on the
+    /// offsets, or [`copy_streaming`] for large receives.
+    fn copier(&self, streaming: bool) -> unsafe fn(*mut u8, *const u8, usize) {
+        match (self.bulk, streaming) {
+            (true, true) => copy_streaming,
+            (true, false) => copy,
+            (false, _) => libc_copy,
+        }
+    }
+
     fn copy_out(&self, dst: *mut u8, len: usize, tail: u64, streaming: bool) {
         let cap = self.inbound.cap;
         let pos = (tail % cap as u64) as usize;
@@ -249,7 +263,7 @@ impl ShmLink {
         // lie in the ring's data area split at the wrap point.
         unsafe {
             let src = self.inbound.data();
-            let copy = if streaming { copy_streaming } else { copy };
+            let copy = self.copier(streaming);
             copy(dst, src.add(pos), first);
             copy(dst.add(first), src, len - first);
         }
@@ -287,6 +301,7 @@ impl Link for ShmLink {
         // SAFETY: [head, head+n) is free space (invariant 1) owned by the
         // sender until `head` is published.
         unsafe {
+            let copy = self.copier(false);
             copy(ring.data().add(pos), data.as_ptr(), first);
             copy(ring.data(), data.as_ptr().add(first), n - first);
         }
@@ -492,6 +507,7 @@ impl ShmMesh {
                     out: ring(rank, peer),
                     inbound: ring(peer, rank),
                     peer_bell: bell(peer),
+                    bulk: false,
                 })
             })
             .collect();
@@ -613,6 +629,12 @@ impl Mesh for ShmMesh {
             return Ok(());
         }
         self.check_group(interest)
+    }
+
+    fn set_bulk(&mut self, bulk: bool) {
+        for link in self.links.iter_mut().flatten() {
+            link.bulk = bulk;
+        }
     }
 
     fn abort(&mut self) {
