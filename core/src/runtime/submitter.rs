@@ -131,13 +131,14 @@ impl ShapeQueue {
     /// task sent to it counts an attempt, as any may have been running.)
     fn take_one(&mut self, lease: LeaseId, depth: usize) -> Option<Submission> {
         let last_chance = self.tasks.front()?.retries_left == 0;
-        if let Some(busy) = self.busy.get(&lease) {
-            let behind = busy.in_flight > 0;
-            if busy.handed_back || busy.sole || busy.in_flight >= depth || (last_chance && behind) {
-                return None;
-            }
-        }
+        // A new entry (nothing in flight) always takes one, as `depth` is
+        // at least 1, so no empty entry is left behind.
+        debug_assert!(depth >= 1);
         let busy = self.busy.entry(lease).or_default();
+        let behind = busy.in_flight > 0;
+        if busy.handed_back || busy.sole || busy.in_flight >= depth || (last_chance && behind) {
+            return None;
+        }
         busy.in_flight += 1;
         busy.sole = last_chance;
         self.tasks.pop_front()
