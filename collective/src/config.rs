@@ -52,6 +52,15 @@ prism_config::table! {
         /// amortise a system call, small enough to stay in L2 and to let the next
         /// rank start early.
         chunk_bytes: usize = 256 * 1024;
+        /// Rings cut each segment into blocks of this many bytes and interleave
+        /// the steps block by block, so a block reduced from the left neighbour
+        /// is forwarded to the right while it is still in cache, instead of
+        /// after the whole segment (when, for large buffers, it has gone back to
+        /// memory). 256 KiB, one chunk: at world 2, 16-256 MiB all-reduces ran
+        /// 1.2-1.3x faster than with whole segments, and 256 KiB did better
+        /// there than 512 KiB, 1 MiB or 2 MiB. 0 moves whole segments, step after
+        /// step.
+        ring_block_bytes: usize = 256 * 1024;
         /// Capacity of each shared-memory ring between ring neighbours. 4 MiB:
         /// sixteen chunks in flight, so a sender rarely waits for its reader.
         shm_ring_bytes: usize = 4 * 1024 * 1024;

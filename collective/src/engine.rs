@@ -21,13 +21,7 @@ use super::plan::{decode_header, Plan, RecvAction};
 use super::transport::{Interest, Mesh};
 use std::time::{Duration, Instant};
 
-/// Receives copied into place from this many bytes up go around the cache
-/// (see [`super::transport::Link::try_read_into_streaming`]): larger than
-/// the caches of most machines, so those lines would be evicted unread
-/// anyway. Below it, the caller likely reads its result from cache.
-const STREAM_FROM: usize = 8 << 20;
-
-/// A call with a send or receive of this many bytes or more is "bulk" for
+/// A call that moves a contiguous range of this many bytes or more is "bulk" for
 /// the transport ([`Mesh::set_bulk`]): its buffers stream from memory
 /// rather than sit in cache.
 const BULK_FROM: usize = 4 << 20;
@@ -67,11 +61,7 @@ pub(crate) unsafe fn run<T: Element>(
     let mut next_send = vec![0usize; n];
     let mut next_recv = vec![0usize; n];
     let mut interest: Vec<Interest> = Vec::with_capacity(n);
-    let largest = (plan.sends.iter().flatten().map(|i| i.len))
-        .chain(plan.recvs.iter().flatten().map(|i| i.len))
-        .max()
-        .unwrap_or(0);
-    mesh.set_bulk(largest >= BULK_FROM);
+    mesh.set_bulk(plan.largest >= BULK_FROM);
     loop {
         let mut progressed = false;
         let mut finished = true;
@@ -168,7 +158,7 @@ unsafe fn pump_recv<T: Element>(
         let link = mesh.link(peer);
         let want = (item.len - item.done).min(chunk);
         let got = match item.action {
-            RecvAction::Copy if item.len >= STREAM_FROM => {
+            RecvAction::Stream => {
                 let dst = std::slice::from_raw_parts_mut(item.ptr.add(item.done), want);
                 link.try_read_into_streaming(dst)?
             }

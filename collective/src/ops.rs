@@ -122,6 +122,7 @@ fn run_ring<T: Element>(
             std::mem::size_of::<T>(),
             segments,
             phases,
+            call.config.ring_block_bytes,
         )
     };
     call.run::<T>(plan, op)

@@ -18,9 +18,10 @@
 //!   combines segment `r-s-2` from the left into place; after n-1 steps rank
 //!   `r` holds the full reduction of segment `r`. The all-gather phase
 //!   circulates the finished segments the same way. Each rank sends and
-//!   receives 2(n-1)/n of the buffer, the minimum. Every send of step `s`
-//!   waits only on the matching bytes of step `s-1`, so the phases pipeline
-//!   chunk by chunk.
+//!   receives 2(n-1)/n of the buffer, the minimum. Segments are cut into
+//!   blocks and the steps interleaved block by block (see [`ring`]); every
+//!   send of step `s` waits only on the matching block of step `s-1`, so a
+//!   reduced block is forwarded while it is still in cache.
 //! - **Direct** (all-reduce, reduce-scatter, all-gather and broadcast up to
 //!   `small_message_bytes`): one round; every rank sends each peer the part
 //!   of its buffer that peer needs, and each combines the n inputs in rank
@@ -41,12 +42,36 @@ use super::error::{OpKind, OpSignature};
 use std::ops::Range;
 
 pub(crate) const HEADER_BYTES: usize = 24;
+
+/// Copy receives of this many bytes up go around the cache
+/// ([`RecvAction::Stream`]) unless something forwards them during the call:
+/// larger than the caches of most machines, so those lines would be evicted
+/// unread anyway. Below it, the caller likely reads its result from cache.
+const STREAM_FROM: usize = 8 << 20;
+
+/// How many waves a ring step trails the one before it (see [`ring`]): one,
+/// so a block is forwarded right after the next block of the step before it
+/// has gone out.
+const RING_LAG: usize = 1;
+
+/// How a copy receive of `len` bytes lands: large ones around the cache.
+fn copy_action(len: usize) -> RecvAction {
+    if len >= STREAM_FROM {
+        RecvAction::Stream
+    } else {
+        RecvAction::Copy
+    }
+}
 const HEADER_MAGIC: u32 = 0x4c43_5250; // "PRCL"
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RecvAction {
     /// Copy the bytes into place.
     Copy,
+    /// Copy the bytes into place around the cache (see
+    /// [`super::transport::Link::try_read_into_streaming`]): for large
+    /// receives that nothing reads again during the call.
+    Stream,
     /// Combine the bytes into the values in place.
     Reduce,
     /// A header, checked against this rank's call once complete.
@@ -73,6 +98,9 @@ pub(crate) struct Plan {
     pub(crate) sends: Vec<Vec<SendItem>>,
     pub(crate) recvs: Vec<Vec<RecvItem>>,
     pub(crate) signature: OpSignature,
+    /// The largest contiguous range the call moves, in bytes (a ring's
+    /// segment, however it is cut into blocks).
+    pub(crate) largest: usize,
     /// Backing for the header items; boxed so the pointers stay put.
     header_out: Box<[u8; HEADER_BYTES]>,
     headers_in: Box<[[u8; HEADER_BYTES]]>,
@@ -129,7 +157,13 @@ impl Plan {
             header_out: Box::new(encode_header(&signature)),
             headers_in: vec![[0u8; HEADER_BYTES]; world_size].into_boxed_slice(),
             signature,
+            largest: 0,
         }
+    }
+
+    /// Records that the call moves a contiguous range of `len` bytes.
+    pub(crate) fn note_extent(&mut self, len: usize) {
+        self.largest = self.largest.max(len);
     }
 
     pub(crate) fn send(
@@ -139,6 +173,7 @@ impl Plan {
         len: usize,
         after: Option<(usize, usize)>,
     ) {
+        self.note_extent(len);
         self.sends[peer].push(SendItem {
             ptr,
             len,
@@ -155,6 +190,7 @@ impl Plan {
         len: usize,
         action: RecvAction,
     ) -> usize {
+        self.note_extent(len);
         self.recvs[peer].push(RecvItem {
             ptr,
             len,
@@ -188,9 +224,18 @@ pub(crate) enum RingPhases {
 /// visits ranks in `order` (a permutation of the ranks, so that ranks on one
 /// host are neighbours).
 ///
+/// Each segment is cut into blocks of about `block_bytes` (0: one block per
+/// segment), and the steps are interleaved block by block: block `j` of step
+/// `i` goes out in wave `i * RING_LAG + j`, every stream in wave order. So
+/// a block reduced from the left is forwarded to the right a few blocks
+/// later, while it is still in cache, rather than after the whole segment.
+/// Every rank numbers the waves the same way, so each receive list is in its
+/// left neighbour's send order.
+///
 /// # Safety
 ///
 /// `base` must point to a buffer covering every segment.
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn ring(
     plan: &mut Plan,
     rank: usize,
@@ -199,6 +244,7 @@ pub(crate) unsafe fn ring(
     elem: usize,
     segments: &[Range<usize>],
     phases: RingPhases,
+    block_bytes: usize,
 ) {
     let n = order.len();
     let pos = position(order, rank);
@@ -207,26 +253,65 @@ pub(crate) unsafe fn ring(
     plan.header_to(right);
     plan.header_from(left);
     // Positions, not ranks, move around the ring; the segment a position
-    // carries is the one its rank owns.
-    let seg = |k: usize| {
-        let r = &segments[order[k % n]];
-        (base.add(r.start * elem), r.len() * elem)
-    };
-    let mut last: Option<usize> = None;
+    // carries is the one its rank owns. Step i sends segment `send` (the
+    // one received at step i-1) and receives segment `recv`.
+    let seg = |k: usize| segments[order[k % n]].clone();
+    let mut steps: Vec<(Range<usize>, Range<usize>, RecvAction)> = Vec::new();
     if phases != RingPhases::AllGather {
         for s in 0..n - 1 {
-            let (p, len) = seg(pos + 2 * n - s - 1);
-            plan.send(right, p, len, last.map(|i| (left, i)));
-            let (p, len) = seg(pos + 2 * n - s - 2);
-            last = Some(plan.recv(left, p, len, RecvAction::Reduce));
+            let send = seg(pos + 2 * n - s - 1);
+            steps.push((send, seg(pos + 2 * n - s - 2), RecvAction::Reduce));
         }
     }
     if phases != RingPhases::ReduceScatter {
         for s in 0..n - 1 {
-            let (p, len) = seg(pos + 2 * n - s);
-            plan.send(right, p, len, last.map(|i| (left, i)));
-            let (p, len) = seg(pos + 2 * n - s - 1);
-            last = Some(plan.recv(left, p, len, RecvAction::Copy));
+            steps.push((
+                seg(pos + 2 * n - s),
+                seg(pos + 2 * n - s - 1),
+                RecvAction::Copy,
+            ));
+        }
+    }
+    // The last all-gather step's copies are not forwarded: a large one goes
+    // around the cache (the caller is unlikely to read it all back soon).
+    if let Some(last) = steps.last_mut() {
+        if last.2 == RecvAction::Copy && last.1.len() * elem >= STREAM_FROM {
+            last.2 = RecvAction::Stream;
+        }
+    }
+    plan.note_extent(segments.iter().map(|r| r.len() * elem).max().unwrap_or(0));
+    let per_block = match block_bytes / elem {
+        0 => usize::MAX,
+        b => b,
+    };
+    let blocks = |r: &Range<usize>| r.len().div_ceil(per_block).max(1);
+    let block = |r: &Range<usize>, j: usize| {
+        let start = r.start + j * per_block;
+        let end = start.saturating_add(per_block).min(r.end);
+        (base.add(start * elem), (end - start) * elem)
+    };
+    let waves = steps
+        .iter()
+        .enumerate()
+        .map(|(i, (send, recv, _))| i * RING_LAG + blocks(send).max(blocks(recv)))
+        .max()
+        .unwrap_or(0);
+    // recv_index[i][j]: where block j of step i's receive sits in the list.
+    let mut recv_index: Vec<Vec<usize>> = steps.iter().map(|_| Vec::new()).collect();
+    for wave in 0..waves {
+        for (i, (send, recv, action)) in steps.iter().enumerate() {
+            let Some(j) = wave.checked_sub(i * RING_LAG) else {
+                break;
+            };
+            if j < blocks(send) {
+                let after = i.checked_sub(1).map(|p| (left, recv_index[p][j]));
+                let (p, len) = block(send, j);
+                plan.send(right, p, len, after);
+            }
+            if j < blocks(recv) {
+                let (p, len) = block(recv, j);
+                recv_index[i].push(plan.recv(left, p, len, *action));
+            }
         }
     }
 }
@@ -257,7 +342,7 @@ pub(crate) unsafe fn direct_exchange(
         plan.header_to(peer);
         plan.send(peer, mine, bytes, None);
         plan.header_from(peer);
-        plan.recv(peer, slots.add(peer * bytes), bytes, RecvAction::Copy);
+        plan.recv(peer, slots.add(peer * bytes), bytes, copy_action(bytes));
     }
 }
 
@@ -285,7 +370,7 @@ pub(crate) unsafe fn broadcast(
             }
         } else {
             plan.header_from(root);
-            plan.recv(root, buf, bytes, RecvAction::Copy);
+            plan.recv(root, buf, bytes, copy_action(bytes));
         }
         return;
     }
@@ -296,7 +381,7 @@ pub(crate) unsafe fn broadcast(
     let mut landed = None;
     if distance > 0 {
         plan.header_from(left);
-        landed = Some(plan.recv(left, buf, bytes, RecvAction::Copy));
+        landed = Some(plan.recv(left, buf, bytes, copy_action(bytes)));
     }
     if distance < n - 1 {
         plan.header_to(right);
@@ -323,7 +408,7 @@ pub(crate) unsafe fn all_to_all(
         plan.header_to(peer);
         plan.send(peer, input.add(peer * bytes), bytes, None);
         plan.header_from(peer);
-        plan.recv(peer, output.add(peer * bytes), bytes, RecvAction::Copy);
+        plan.recv(peer, output.add(peer * bytes), bytes, copy_action(bytes));
     }
 }
 
@@ -396,6 +481,7 @@ mod tests {
                 4,
                 &segments,
                 RingPhases::Both,
+                0,
             )
         };
         assert!(plan.sends[0].is_empty() && plan.sends[2].is_empty());
@@ -415,5 +501,145 @@ mod tests {
             last_reduce.ptr as usize - buf.as_ptr() as usize,
             own.start * 4
         );
+    }
+
+    /// Builds every rank's plan for one ring call, with offsets relative to
+    /// each rank's own buffer.
+    fn ring_plans(
+        n: usize,
+        len: usize,
+        block_bytes: usize,
+        phases: RingPhases,
+        bufs: &mut [Vec<i32>],
+    ) -> Vec<Plan> {
+        let segments: Vec<_> = (0..n).map(|k| segment_range(len, n, k)).collect();
+        let sig = OpSignature {
+            seq: 1,
+            kind: OpKind::AllReduce,
+            data_type: DataType::I32,
+            reduce_op: Some(ReduceOp::Sum),
+            root: 0,
+            len: len as u64,
+        };
+        // A ring order that is not the identity (k * 3 + 1 is a permutation
+        // when 3 does not divide n).
+        let order: Vec<usize> = match n % 3 {
+            0 => (0..n).rev().collect(),
+            _ => (0..n).map(|k| (k * 3 + 1) % n).collect(),
+        };
+        (0..n)
+            .map(|rank| {
+                let mut plan = Plan::new(n, sig);
+                // SAFETY: each buffer covers every segment.
+                unsafe {
+                    ring(
+                        &mut plan,
+                        rank,
+                        &order,
+                        bufs[rank].as_mut_ptr() as *mut u8,
+                        4,
+                        &segments,
+                        phases,
+                        block_bytes,
+                    )
+                };
+                plan
+            })
+            .collect()
+    }
+
+    #[test]
+    fn blocked_rings_send_in_the_order_their_neighbours_receive_and_wait_on_the_same_bytes() {
+        for n in [2usize, 3, 4, 5] {
+            for len in [0usize, 1, n - 1, 1000, 1001, 4099] {
+                for block_bytes in [0usize, 4, 7, 64, 100, 1 << 20] {
+                    for phases in [
+                        RingPhases::Both,
+                        RingPhases::ReduceScatter,
+                        RingPhases::AllGather,
+                    ] {
+                        let mut bufs: Vec<Vec<i32>> =
+                            (0..n).map(|_| vec![0i32; len.max(1)]).collect();
+                        let plans = ring_plans(n, len, block_bytes, phases, &mut bufs);
+                        let what = format!("n {n} len {len} block {block_bytes} {phases:?}");
+                        let offset =
+                            |rank: usize, p: *const u8| p as usize - bufs[rank].as_ptr() as usize;
+                        for (rank, plan) in plans.iter().enumerate() {
+                            for (right, sends) in plan.sends.iter().enumerate() {
+                                if sends.is_empty() {
+                                    continue;
+                                }
+                                // The stream to the right, item by item, is
+                                // what the right neighbour expects from us:
+                                // same bytes of the same segments.
+                                let theirs = &plans[right].recvs[rank];
+                                assert_eq!(
+                                    sends.len(),
+                                    theirs.len(),
+                                    "{what}: rank {rank} to {right}"
+                                );
+                                for (k, (s, r)) in sends.iter().zip(theirs).enumerate().skip(1) {
+                                    assert_eq!(s.len, r.len, "{what}: item {k}");
+                                    assert_eq!(
+                                        offset(rank, s.ptr),
+                                        offset(right, r.ptr),
+                                        "{what}: item {k}"
+                                    );
+                                    assert!(
+                                        block_bytes < 4 || s.len <= block_bytes.max(4),
+                                        "{what}: item {k} too long"
+                                    );
+                                    // A send waits on a receive of exactly its bytes,
+                                    // listed before it in wave order.
+                                    if let Some((left, i)) = s.after {
+                                        let dep = &plan.recvs[left][i];
+                                        assert_eq!(
+                                            (dep.ptr as *const u8, dep.len),
+                                            (s.ptr, s.len),
+                                            "{what}: item {k}"
+                                        );
+                                    }
+                                }
+                            }
+                            // Each step's receives tile one whole segment:
+                            // every byte of a segment is received equally
+                            // often, and n-1 segments per phase.
+                            let mut seen = vec![0usize; len * 4];
+                            for r in plan
+                                .recvs
+                                .iter()
+                                .flatten()
+                                .filter(|r| r.action != RecvAction::Header)
+                            {
+                                let o = offset(rank, r.ptr);
+                                for b in &mut seen[o..o + r.len] {
+                                    *b += 1;
+                                }
+                            }
+                            let steps = match phases {
+                                RingPhases::Both => 2,
+                                _ => 1,
+                            };
+                            let mut received = 0;
+                            for k in 0..n {
+                                let bytes = segment_range(len, n, k);
+                                let counts = &seen[bytes.start * 4..bytes.end * 4];
+                                if let Some(c) = counts.first() {
+                                    assert!(
+                                        counts.iter().all(|x| x == c),
+                                        "{what}: segment {k} in part"
+                                    );
+                                    assert!(*c <= steps, "{what}: segment {k} {c} times");
+                                    received += c;
+                                }
+                            }
+                            if len >= n {
+                                assert_eq!(received, steps * (n - 1), "{what}: rank {rank}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 }

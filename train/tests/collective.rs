@@ -426,11 +426,13 @@ fn role_matrix() {
     };
     let a = must_join(a_config, "MASTER_PORT", "matrix-a");
     // The second group forces the ring and the chain for every size and uses
-    // tiny chunks, rings and socket buffers, so that flow control, wrap-around
-    // and partial reads are exercised on small buffers.
+    // tiny chunks, ring blocks, rings and socket buffers, so that flow
+    // control, wrap-around, partial reads and the interleaving of ring steps
+    // are exercised on small buffers.
     let b_config = CollectiveConfig {
         small_message_bytes: 0,
         chunk_bytes: 4096,
+        ring_block_bytes: 1000,
         shm_ring_bytes: 4160,
         shm_side_ring_bytes: 640,
         tcp_socket_buffer_bytes: 16 * 1024,
@@ -653,6 +655,7 @@ fn random_lengths_through_tiny_rings_stay_correct_over_both_transports() {
                     let config = CollectiveConfig {
                         small_message_bytes: 256,
                         chunk_bytes: 4096,
+                        ring_block_bytes: 100,
                         shm_ring_bytes: 704,
                         shm_side_ring_bytes: 64,
                         tcp_socket_buffer_bytes: 64 * 1024,
