@@ -280,9 +280,10 @@ pub(crate) unsafe fn ring(
         }
     }
     plan.note_extent(segments.iter().map(|r| r.len() * elem).max().unwrap_or(0));
-    let per_block = match block_bytes / elem {
+    // Elements per block: at least one, however small the setting.
+    let per_block = match block_bytes {
         0 => usize::MAX,
-        b => b,
+        b => (b / elem).max(1),
     };
     let blocks = |r: &Range<usize>| r.len().div_ceil(per_block).max(1);
     let block = |r: &Range<usize>, j: usize| {
@@ -552,7 +553,7 @@ mod tests {
     fn blocked_rings_send_in_the_order_their_neighbours_receive_and_wait_on_the_same_bytes() {
         for n in [2usize, 3, 4, 5] {
             for len in [0usize, 1, n - 1, 1000, 1001, 4099] {
-                for block_bytes in [0usize, 4, 7, 64, 100, 1 << 20] {
+                for block_bytes in [0usize, 1, 4, 7, 64, 100, 1 << 20] {
                     for phases in [
                         RingPhases::Both,
                         RingPhases::ReduceScatter,
@@ -586,7 +587,7 @@ mod tests {
                                         "{what}: item {k}"
                                     );
                                     assert!(
-                                        block_bytes < 4 || s.len <= block_bytes.max(4),
+                                        block_bytes == 0 || s.len <= block_bytes.max(4),
                                         "{what}: item {k} too long"
                                     );
                                     // A send waits on a receive of exactly its bytes,
