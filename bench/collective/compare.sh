@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Prism's all-reduce next to torch.distributed gloo on this machine, same
-# sizes, same world sizes, same timing, plus the memcpy ceiling; prints one
-# markdown table. Usage (from the repository root):
+# Prism's collectives (all-reduce unless --op says otherwise) next to
+# torch.distributed gloo on this machine, same sizes, same world sizes, same
+# timing, plus the memcpy ceiling; prints one markdown table. Usage (from the
+# repository root):
 #
-#   bash bench/collective/compare.sh [--worlds 2,4] [--min-bytes 4096] [--max-bytes 268435456]
+#   bash bench/collective/compare.sh [--op all_reduce|all_gather|reduce_scatter|broadcast] \
+#       [--worlds 2,4] [--min-bytes 4096] [--max-bytes 268435456]
 #
 # Both run REPEATS times (default 3), alternating, and the table keeps each
 # implementation's best run per size: on a shared machine that is the figure

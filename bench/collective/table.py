@@ -34,7 +34,7 @@ def human(n):
 out = sys.argv[1]
 prism, pc = best_rows(os.path.join(out, "prism.*.txt"))
 gloo, gc = best_rows(os.path.join(out, "gloo.*.txt"))
-for c in sorted(set(c for c in pc + gc if "memcpy" in c or "torch" in c)):
+for c in sorted(set(c for c in pc + gc if "memcpy" in c or "torch" in c or c.startswith("# op "))):
     print(c)
 if os.path.exists(os.path.join(out, "load.txt")):
     print(open(os.path.join(out, "load.txt")).read().rstrip())

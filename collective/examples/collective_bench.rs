@@ -1,15 +1,22 @@
-//! All-reduce benchmark: time, algorithm bandwidth and bus bandwidth.
+//! Collective benchmark: time, algorithm bandwidth and bus bandwidth.
 //!
 //! ```text
 //! cargo run --release -p prism-collective --example collective_bench -- \
+//!     [--op all_reduce|all_gather|reduce_scatter|broadcast] \
 //!     [--worlds 2,4] [--min-bytes 4096] [--max-bytes 268435456] \
 //!     [--transport auto|tcp|shm] [--pretend-hosts N] [--tls 1]
 //! ```
 //!
-//! Starts itself once per rank on this host for each world size, all-reduces
-//! (sum) f32 buffers from `--min-bytes` to `--max-bytes` (×4 per step), and
-//! prints per size the median time of one call, algbw = bytes / time and
-//! busbw = algbw × 2(n-1)/n (as nccl-tests define it).
+//! Starts itself once per rank on this host for each world size, runs the
+//! collective (all-reduce by default; sums of f32) on buffers from
+//! `--min-bytes` to `--max-bytes` (×4 per step), and prints per size the
+//! median time of one call, algbw = bytes / time and busbw, as nccl-tests
+//! define them: the size is the whole buffer (all-gather's output,
+//! reduce-scatter's input, rounded down to a multiple of the world size),
+//! and busbw = algbw × 2(n-1)/n for all-reduce, × (n-1)/n for all-gather
+//! and reduce-scatter, × 1 for broadcast. Rank 0 times its calls, so a
+//! broadcast comes from rank 1 (rank 0 with one rank): rank 0 is then the
+//! last to receive, and its time covers the whole broadcast.
 //!
 //! The ceiling for shared memory is a single-threaded memcpy between two
 //! touched buffers. Rank 0 times one of the same size after every timed
@@ -31,6 +38,144 @@
 //! can join them with other implementations (see bench/collective/).
 
 use prism_collective::{GroupOptions, GroupTls, ProcessGroup, ReduceOp};
+
+/// The collective a run times.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Op {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+    Broadcast,
+}
+
+impl Op {
+    fn parse(s: &str) -> Option<Op> {
+        Some(match s {
+            "all_reduce" => Op::AllReduce,
+            "all_gather" => Op::AllGather,
+            "reduce_scatter" => Op::ReduceScatter,
+            "broadcast" => Op::Broadcast,
+            _ => return None,
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Op::AllReduce => "all_reduce",
+            Op::AllGather => "all_gather",
+            Op::ReduceScatter => "reduce_scatter",
+            Op::Broadcast => "broadcast",
+        }
+    }
+
+    /// busbw / algbw at world `n`, as nccl-tests define it.
+    fn bus_factor(self, n: usize) -> f64 {
+        let n = n as f64;
+        match self {
+            Op::AllReduce => 2.0 * (n - 1.0) / n,
+            Op::AllGather | Op::ReduceScatter => (n - 1.0) / n,
+            Op::Broadcast => 1.0,
+        }
+    }
+}
+
+/// One rank's buffers for one size, and the call on them.
+struct Bench {
+    op: Op,
+    rank: usize,
+    n: usize,
+    /// all-reduce, reduce-scatter and broadcast: the buffer;
+    /// all-gather: this rank's part.
+    buf: Vec<f32>,
+    /// all-gather's output.
+    out: Vec<f32>,
+}
+
+impl Bench {
+    /// Buffers for a call over `bytes` (rounded down to whole elements,
+    /// and for all-gather and reduce-scatter to a multiple of the world).
+    fn new(op: Op, group: &ProcessGroup, bytes: usize) -> Bench {
+        let (rank, n) = (group.rank(), group.world_size());
+        let elems = (bytes / 4).max(1);
+        let part = (elems / n).max(1);
+        let mine = (rank + 1) as f32;
+        let (buf, out) = match op {
+            Op::AllReduce => (vec![1.0; elems], Vec::new()),
+            Op::AllGather => (vec![mine; part], vec![0.0; part * n]),
+            Op::ReduceScatter => (vec![1.0; part * n], Vec::new()),
+            Op::Broadcast => (vec![mine; elems], Vec::new()),
+        };
+        Bench {
+            op,
+            rank,
+            n,
+            buf,
+            out,
+        }
+    }
+
+    /// A broadcast's root: rank 1, so that rank 0, which times the calls,
+    /// is the last rank of the chain to receive.
+    fn root(&self) -> usize {
+        1 % self.n
+    }
+
+    /// The bytes the size counts (nccl-tests' convention).
+    fn bytes(&self) -> usize {
+        4 * match self.op {
+            Op::AllGather => self.out.len(),
+            _ => self.buf.len(),
+        }
+    }
+
+    fn call(&mut self, group: &ProcessGroup) -> Result<(), String> {
+        let root = self.root();
+        let done = match self.op {
+            Op::AllReduce => group.all_reduce(&mut self.buf, ReduceOp::Sum),
+            Op::AllGather => group.all_gather(&self.buf, &mut self.out),
+            Op::ReduceScatter => group
+                .reduce_scatter(&mut self.buf, ReduceOp::Sum)
+                .map(|_| ()),
+            Op::Broadcast => group.broadcast(&mut self.buf, root),
+        };
+        done.map_err(|e| e.to_string())
+    }
+
+    /// Checks the first call's result at both ends of what this rank got.
+    fn check(&self) -> Result<(), String> {
+        let n = self.n;
+        let part = self.buf.len() / n.max(1);
+        let (got, expected): (Vec<f32>, Vec<f32>) = match self.op {
+            Op::AllReduce => (
+                vec![self.buf[0], self.buf[self.buf.len() - 1]],
+                vec![n as f32; 2],
+            ),
+            Op::AllGather => (
+                vec![self.out[0], self.out[self.out.len() - 1]],
+                vec![1.0, n as f32],
+            ),
+            Op::ReduceScatter => (
+                vec![
+                    self.buf[self.rank * part],
+                    self.buf[(self.rank + 1) * part - 1],
+                ],
+                vec![n as f32; 2],
+            ),
+            Op::Broadcast => (
+                vec![self.buf[0], self.buf[self.buf.len() - 1]],
+                vec![(self.root() + 1) as f32; 2],
+            ),
+        };
+        if got != expected {
+            return Err(format!(
+                "wrong {} result at {} bytes: {got:?} instead of {expected:?}",
+                self.op.name(),
+                self.bytes()
+            ));
+        }
+        Ok(())
+    }
+}
 
 /// Where the parent leaves the run's certificates for the ranks.
 const TLS_DIR: &str = "PRISM_BENCH_TLS_DIR";
@@ -61,6 +206,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 struct Args {
+    op: Op,
     worlds: Vec<usize>,
     min_bytes: usize,
     max_bytes: usize,
@@ -71,6 +217,7 @@ struct Args {
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
+        op: Op::AllReduce,
         worlds: vec![2, 4],
         min_bytes: 4096,
         max_bytes: 256 << 20,
@@ -86,6 +233,11 @@ fn parse_args() -> Result<Args, String> {
                 .map_err(|_| format!("{flag} {v}: not a number"))
         };
         match flag.as_str() {
+            "--op" => {
+                args.op = Op::parse(&value).ok_or_else(|| {
+                    format!("--op {value}: expected all_reduce, all_gather, reduce_scatter or broadcast")
+                })?;
+            }
             "--worlds" => {
                 args.worlds = value.split(',').map(number).collect::<Result<_, _>>()?;
             }
@@ -139,21 +291,12 @@ fn run_rank(args: &Args) -> Result<(), String> {
         options = options.tls(tls);
     }
     let group = ProcessGroup::join(options).map_err(|e| e.to_string())?;
-    let n = group.world_size();
-    for bytes in sizes(args.min_bytes, args.max_bytes) {
-        let mut buf = vec![1.0f32; bytes / 4];
-        group
-            .all_reduce(&mut buf, ReduceOp::Sum)
-            .map_err(|e| e.to_string())?;
-        if buf[0] != n as f32 || buf[buf.len() - 1] != n as f32 {
-            return Err(format!(
-                "wrong result at {bytes} bytes: {} instead of {n}",
-                buf[0]
-            ));
-        }
-        group
-            .all_reduce(&mut buf, ReduceOp::Sum)
-            .map_err(|e| e.to_string())?;
+    for size in sizes(args.min_bytes, args.max_bytes) {
+        let mut bench = Bench::new(args.op, &group, size);
+        let bytes = bench.bytes();
+        bench.call(&group)?;
+        bench.check()?;
+        bench.call(&group)?;
         // Rank 0's memcpy ceiling, timed between the calls.
         let mut copy = if group.rank() == 0 {
             std::hint::black_box(vec![2u8; bytes])
@@ -165,14 +308,15 @@ fn run_rank(args: &Args) -> Result<(), String> {
         let mut copies = Vec::new();
         for _ in 0..iterations(bytes) {
             let t = Instant::now();
-            group
-                .all_reduce(&mut buf, ReduceOp::Sum)
-                .map_err(|e| e.to_string())?;
+            bench.call(&group)?;
             times.push(t.elapsed().as_secs_f64());
             if group.rank() == 0 {
+                let src = match args.op {
+                    Op::AllGather => &bench.out,
+                    _ => &bench.buf,
+                };
                 // SAFETY: viewing initialised f32s as bytes.
-                let src =
-                    unsafe { std::slice::from_raw_parts(buf.as_ptr() as *const u8, buf.len() * 4) };
+                let src = unsafe { std::slice::from_raw_parts(src.as_ptr() as *const u8, bytes) };
                 copies.push(time_memcpy(src, &mut copy));
             }
             group.barrier().map_err(|e| e.to_string())?;
@@ -301,6 +445,7 @@ fn main() {
         std::env::set_var(TLS_DIR, &certs);
         println!("# TLS on the links between pretend hosts");
     }
+    println!("# op {}", args.op.name());
     println!(
         "# impl  transport  world  bytes  time_us  algbw_GBps  busbw_GBps  memcpy_GBps  busbw/memcpy"
     );
@@ -316,7 +461,7 @@ fn main() {
                 } in rows
                 {
                     let algbw = bytes as f64 / secs / 1e9;
-                    let busbw = algbw * 2.0 * (world as f64 - 1.0) / world as f64;
+                    let busbw = algbw * args.op.bus_factor(world);
                     let memcpy = bytes as f64 / memcpy_secs / 1e9;
                     println!(
                         "prism  {transport:<4}  {world}  {bytes:>10}  {:>10.1}  {algbw:>8.3}  {busbw:>8.3}  {memcpy:>8.3}  {:>5.1}%",
