@@ -6,6 +6,7 @@
 //! expected type; it is never silently ignored.
 
 use super::error::{CollectiveError, Result};
+use super::plan::MIN_RING_BLOCK_BYTES;
 use std::time::Duration;
 
 /// Which transport carries a group's bytes.
@@ -59,7 +60,8 @@ prism_config::table! {
         /// memory). 256 KiB, one chunk: at world 2, 16-256 MiB all-reduces ran
         /// 1.2-1.3x faster than with whole segments, and 256 KiB did better
         /// there than 512 KiB, 1 MiB or 2 MiB. 0 moves whole segments, step after
-        /// step.
+        /// step. Smaller settings than 64 bytes count as 64 (a block list
+        /// per call grows with the buffer divided by this).
         ring_block_bytes: usize = 256 * 1024;
         /// Capacity of each shared-memory ring between ring neighbours. 4 MiB:
         /// sixteen chunks in flight, so a sender rarely waits for its reader.
@@ -130,6 +132,15 @@ impl CollectiveConfig {
                 });
             }
         }
+        if c.ring_block_bytes != 0 && c.ring_block_bytes < MIN_RING_BLOCK_BYTES {
+            return Err(CollectiveError::InvalidConfig {
+                key: "PRISM_COLLECTIVE_RING_BLOCK_BYTES".into(),
+                value: c.ring_block_bytes.to_string(),
+                expected: format!(
+                    "0 (whole segments) or a byte count of at least {MIN_RING_BLOCK_BYTES}"
+                ),
+            });
+        }
         if c.chunk_bytes < 4096 {
             return Err(CollectiveError::InvalidConfig {
                 key: "PRISM_COLLECTIVE_CHUNK_BYTES".into(),
@@ -160,6 +171,24 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "config PRISM_COLLECTIVE_CHUNK_BYTES: cannot parse \"lots\" as an unsigned integer"
+        );
+    }
+
+    #[test]
+    fn ring_blocks_are_whole_segments_or_at_least_64_bytes() {
+        let with = |v: &str| {
+            CollectiveConfig::from_lookup(|k| {
+                (k == "PRISM_COLLECTIVE_RING_BLOCK_BYTES").then(|| v.to_string())
+            })
+        };
+        assert_eq!(with("0").expect("0: whole segments").ring_block_bytes, 0);
+        assert_eq!(with("64").expect("the smallest block").ring_block_bytes, 64);
+        let err = with("8").expect_err("too small a block");
+        assert!(
+            err.to_string()
+                .contains("PRISM_COLLECTIVE_RING_BLOCK_BYTES")
+                && err.to_string().contains("at least 64"),
+            "{err}"
         );
     }
 

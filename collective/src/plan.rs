@@ -49,6 +49,10 @@ pub(crate) const HEADER_BYTES: usize = 24;
 /// unread anyway. Below it, the caller likely reads its result from cache.
 const STREAM_FROM: usize = 8 << 20;
 
+/// Ring blocks smaller than this are made this size: a call's block list
+/// grows with its buffer divided by the block.
+pub(crate) const MIN_RING_BLOCK_BYTES: usize = 64;
+
 /// How many waves a ring step trails the one before it (see [`ring`]): one,
 /// so a block is forwarded right after the next block of the step before it
 /// has gone out.
@@ -224,8 +228,8 @@ pub(crate) enum RingPhases {
 /// visits ranks in `order` (a permutation of the ranks, so that ranks on one
 /// host are neighbours).
 ///
-/// Each segment is cut into blocks of about `block_bytes` (0: one block per
-/// segment), and the steps are interleaved block by block: block `j` of step
+/// Each segment is cut into blocks of about `block_bytes`, at least
+/// [`MIN_RING_BLOCK_BYTES`] (0: one block per segment), and the steps are interleaved block by block: block `j` of step
 /// `i` goes out in wave `i * RING_LAG + j`, every stream in wave order. So
 /// a block reduced from the left is forwarded to the right a few blocks
 /// later, while it is still in cache, rather than after the whole segment.
@@ -280,10 +284,10 @@ pub(crate) unsafe fn ring(
         }
     }
     plan.note_extent(segments.iter().map(|r| r.len() * elem).max().unwrap_or(0));
-    // Elements per block: at least one, however small the setting.
+    // Elements per block: at least one, however large the element.
     let per_block = match block_bytes {
         0 => usize::MAX,
-        b => (b / elem).max(1),
+        b => (b.max(MIN_RING_BLOCK_BYTES) / elem).max(1),
     };
     let blocks = |r: &Range<usize>| r.len().div_ceil(per_block).max(1);
     let block = |r: &Range<usize>, j: usize| {
@@ -587,7 +591,8 @@ mod tests {
                                         "{what}: item {k}"
                                     );
                                     assert!(
-                                        block_bytes == 0 || s.len <= block_bytes.max(4),
+                                        block_bytes == 0
+                                            || s.len <= block_bytes.max(MIN_RING_BLOCK_BYTES),
                                         "{what}: item {k} too long"
                                     );
                                     // A send waits on a receive of exactly its bytes,
