@@ -57,6 +57,46 @@ fn every_operation_and_type_matches_an_f64_reference_over_shared_memory() {
     run_matrix("shm", 2..=8);
 }
 
+/// A `/dev/shm` too small for the rings (Docker's default is 64 MiB) fails
+/// the join with an error that names the cause, instead of a SIGBUS on the
+/// ring's first lap. The child runs in a private mount namespace with a
+/// 1 MiB tmpfs on `/dev/shm`, which takes root.
+#[test]
+fn a_dev_shm_too_small_for_the_rings_fails_the_join_with_an_error_saying_so() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: mounting a small /dev/shm in a mount namespace needs root");
+        return;
+    }
+    let exe = std::env::current_exe().expect("the test binary knows its own path");
+    let mut child = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg("mount -t tmpfs -o size=1m prism-small-shm /dev/shm && exec \"$0\" --exact rank_process --nocapture --test-threads=1")
+        .arg(&exe)
+        .env("PRISM_TEST_ROLE", "small_shm")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("unshare runs");
+    let until = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().expect("waitable").is_none() {
+        if Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the small-/dev/shm child did not finish within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("its output");
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "the child failed:\n{log}");
+    assert!(log.contains("RESULT ok"), "{log}");
+}
+
 #[test]
 fn buffers_larger_than_the_caches_come_through_shared_memory_whole() {
     // Large receives are copied out of the rings around the cache; this
@@ -143,6 +183,7 @@ fn rank_process() {
         "stalls" => role_stalls(),
         "never_joins" => role_never_joins(),
         "mismatch" => role_mismatch(),
+        "small_shm" => role_small_shm(),
         other => panic!("unknown role {other}"),
     }
 }
@@ -507,6 +548,46 @@ fn role_large() {
     }
     group.barrier().expect("final barrier");
     println!("RESULT ok rank {rank}");
+}
+
+/// Two threads form a shared-memory group with 4 MiB rings in a 1 MiB
+/// `/dev/shm`: both joins must fail, saying the rings do not fit.
+fn role_small_shm() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let rdv = TcpRendezvous::on_listener(listener).expect("a bound listener");
+    let handles: Vec<_> = (0..2)
+        .map(|rank| {
+            let rdv = rdv.clone();
+            std::thread::spawn(move || {
+                let config = CollectiveConfig {
+                    transport: TransportChoice::SharedMemory,
+                    timeout_ms: 20_000,
+                    ..CollectiveConfig::default()
+                };
+                ProcessGroup::join_with(
+                    GroupOptions::new(rank, 2, rdv.master()).config(config),
+                    &rdv,
+                )
+                .map(|_| ())
+            })
+        })
+        .collect();
+    for (rank, h) in handles.into_iter().enumerate() {
+        match h.join().expect("a joining thread") {
+            Ok(()) => panic!("rank {rank} joined with rings larger than /dev/shm"),
+            Err(e) => {
+                let text = e.to_string();
+                assert!(
+                    matches!(e, CollectiveError::SharedMemory { .. })
+                        && text.contains("do not fit in shared memory")
+                        && text.contains("/dev/shm"),
+                    "rank {rank}: {text}"
+                );
+                println!("rank {rank}: {text}");
+            }
+        }
+    }
+    println!("RESULT ok");
 }
 
 fn timeout_config() -> CollectiveConfig {

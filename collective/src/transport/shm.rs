@@ -141,30 +141,35 @@ impl Mapping {
     /// by each process is a page fault, and a ring's first lap would pay one
     /// per 4 KiB. (A 64 KiB all-gather at world 2 took 32-65 us while its
     /// 4 MiB rings were still on their first lap, 4-10 us after.) Kernels
-    /// before 5.14 refuse the advice; the pages then fault in on first use,
-    /// as before.
-    fn populate(&self, offset: usize, len: usize) {
+    /// before 5.14 do not know the advice; the pages then fault in on first
+    /// use, as before. Any other refusal is returned: the pages cannot all
+    /// be had (a full `/dev/shm`), and touching them later would kill the
+    /// process with SIGBUS.
+    fn populate(&self, offset: usize, len: usize) -> std::io::Result<()> {
         const PAGE: usize = 4096;
         let start = offset / PAGE * PAGE;
         let end = round_up(offset + len, PAGE).min(round_up(self.len, PAGE));
         if start >= end {
-            return;
+            return Ok(());
         }
         // SAFETY: a page-aligned range inside the mapping; the advice
         // changes page tables only, never the memory's contents.
-        let refused = unsafe {
+        let rc = unsafe {
             libc::madvise(
                 self.ptr.add(start) as *mut libc::c_void,
                 end - start,
                 libc::MADV_POPULATE_WRITE,
             )
-        } != 0;
-        if refused {
-            tracing::debug!(
-                error = %std::io::Error::last_os_error(),
-                "shared-memory rings not populated ahead; they fault in on first use"
-            );
+        };
+        if rc == 0 {
+            return Ok(());
         }
+        let error = std::io::Error::last_os_error();
+        if error.raw_os_error() == Some(libc::EINVAL) {
+            tracing::debug!(%error, "shared-memory rings not populated ahead; they fault in on first use");
+            return Ok(());
+        }
+        Err(error)
     }
 
     fn atomic_u64(&self, offset: usize) -> &AtomicU64 {
@@ -444,7 +449,7 @@ impl ShmMesh {
             local[*m] = Some(i);
         }
         let leader = members[0];
-        let (map, _unlink) = if rank == leader {
+        let (map, _unlink, path) = if rank == leader {
             let path = PathBuf::from(format!(
                 "/dev/shm/prism-collective-{nonce:016x}-{leader}-{}",
                 std::process::id()
@@ -474,7 +479,7 @@ impl ShmMesh {
                     recv_blocking(s, peer, &mut ack, deadline)?;
                 }
             }
-            (map, Some(unlink))
+            (map, Some(unlink), path)
         } else {
             let Some(master) = control[leader].as_ref() else {
                 unreachable!("every member has a link to the leader")
@@ -514,7 +519,7 @@ impl ShmMesh {
                 });
             }
             send_blocking(master, leader, &[1], deadline)?;
-            (map, None)
+            (map, None, path)
         };
         let map = Arc::new(map);
         let index = |r: usize| match local[r] {
@@ -543,9 +548,21 @@ impl ShmMesh {
                 })
             })
             .collect();
+        let mine: usize = links
+            .iter()
+            .flatten()
+            .map(|l| 2 * RING_CTL + l.out.cap + l.inbound.cap)
+            .sum();
         for link in links.iter().flatten() {
             for ring in [&link.out, &link.inbound] {
-                map.populate(ring.ctl, RING_CTL + ring.cap);
+                map.populate(ring.ctl, RING_CTL + ring.cap).map_err(|e| {
+                    let detail = format!(
+                        "this rank's rings ({} KiB) do not fit in shared memory ({e}); \
+                         enlarge /dev/shm (Docker: --shm-size) or lower PRISM_COLLECTIVE_SHM_RING_BYTES",
+                        mine.div_ceil(1024)
+                    );
+                    CollectiveError::shm(&path, std::io::Error::new(e.kind(), detail))
+                })?;
             }
         }
         for s in control.iter().flatten() {
@@ -733,13 +750,20 @@ mod tests {
             "a fresh file is sparse"
         );
         // From inside page 2 to inside page 9: pages 2 to 9.
-        map.populate(2 * 4096 + 100, 7 * 4096);
+        map.populate(2 * 4096 + 100, 7 * 4096).expect("populate");
         let now = resident(&map);
         for (page, r) in now.iter().enumerate() {
             assert_eq!(*r, (2..=9).contains(&page), "page {page}");
         }
         // SAFETY: as above.
         assert_eq!(unsafe { map.ptr.add(3 * 4096 + 5).read() }, 42);
+        // Pages past the end of the file cannot be had: touching them would
+        // raise SIGBUS, and populating them is an error instead.
+        file.set_len(16 * 4096).expect("shrink");
+        let err = map
+            .populate(20 * 4096, 4096)
+            .expect_err("past the end of the file");
+        assert_eq!(err.raw_os_error(), Some(libc::EFAULT), "{err}");
     }
 
     #[test]
