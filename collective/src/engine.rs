@@ -21,9 +21,9 @@ use super::plan::{decode_header, Plan, RecvAction};
 use super::transport::{Interest, Mesh};
 use std::time::{Duration, Instant};
 
-/// A call that moves a contiguous range of this many bytes or more is "bulk" for
-/// the transport ([`Mesh::set_bulk`]): its buffers stream from memory
-/// rather than sit in cache.
+/// A call that moves a contiguous range of this many bytes or more (see
+/// [`Plan::largest`]) is "bulk" for the transport ([`Mesh::set_bulk`]): its
+/// buffers stream from memory rather than sit in cache.
 const BULK_FROM: usize = 4 << 20;
 
 /// What one link direction did in a round.
