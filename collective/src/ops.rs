@@ -71,11 +71,8 @@ pub(crate) fn all_reduce<T: Element>(
     if bytes <= call.config.small_message_bytes {
         // Direct: gather every input, combine in rank order.
         let mut slots: Vec<T> = Vec::with_capacity(buf.len() * n);
-        for _ in 0..n {
-            slots.extend_from_slice(buf);
-        }
         let mine = buf.as_ptr() as *const u8;
-        // SAFETY: `buf` holds `bytes` bytes, `slots` n times that.
+        // SAFETY: `buf` holds `bytes` bytes, `slots` room for n times that.
         unsafe {
             plan::direct_exchange(
                 &mut plan,
@@ -87,17 +84,51 @@ pub(crate) fn all_reduce<T: Element>(
             )
         };
         call.run::<T>(&mut plan, op)?;
-        let len = buf.len();
-        buf.copy_from_slice(&slots[..len]);
-        for k in 1..n {
-            combine_into(buf, &slots[k * len..(k + 1) * len], op);
-        }
+        // SAFETY: the exchange filled every peer's slot.
+        unsafe { combine_in_rank_order(buf, slots.as_mut_ptr(), rank, n, op) };
     } else {
         let segments: Vec<Range<usize>> = (0..n).map(|k| segment_range(buf.len(), n, k)).collect();
         run_ring(call, &mut plan, buf, &segments, RingPhases::Both, op)?;
     }
     finish_mean(buf, op, n);
     Ok(())
+}
+
+/// Replaces `own` (rank `rank`'s values) by the combination of all n ranks'
+/// values in rank order, the peers' read from `slots` (slot k at
+/// `k * own.len()`). Every rank combines in the same order, so all end with
+/// the same bits; this rank's values are read in place, not copied into a
+/// slot first.
+///
+/// # Safety
+///
+/// `slots` must have room for n slots, and every slot but `rank`'s must hold
+/// `own.len()` initialised values; slot 0 may be overwritten.
+unsafe fn combine_in_rank_order<T: Element>(
+    own: &mut [T],
+    slots: *mut T,
+    rank: usize,
+    n: usize,
+    op: ReduceOp,
+) {
+    let len = own.len();
+    let slot = |k: usize| std::slice::from_raw_parts(slots.add(k * len), len);
+    if rank == 0 {
+        for k in 1..n {
+            combine_into(own, slot(k), op);
+        }
+        return;
+    }
+    // Rank 0's values come first: accumulate in its slot, then copy back.
+    let acc = std::slice::from_raw_parts_mut(slots, len);
+    for k in 1..n {
+        if k == rank {
+            combine_into(acc, own, op);
+        } else {
+            combine_into(acc, slot(k), op);
+        }
+    }
+    own.copy_from_slice(acc);
 }
 
 /// Runs `plan` as a ring over `buf` cut into `segments` (which must
@@ -144,9 +175,6 @@ pub(crate) fn reduce_scatter<T: Element>(
         // n copies of its own segment in rank order.
         let m = mine.len();
         let mut slots: Vec<T> = Vec::with_capacity(n * m);
-        for _ in 0..n {
-            slots.extend_from_slice(&buf[mine.clone()]);
-        }
         let base = buf.as_ptr() as *const u8;
         let slots_ptr = slots.as_mut_ptr() as *mut u8;
         for peer in (0..n).filter(|p| *p != rank) {
@@ -170,11 +198,8 @@ pub(crate) fn reduce_scatter<T: Element>(
             }
         }
         call.run::<T>(&mut plan, op)?;
-        let out = &mut buf[mine.clone()];
-        out.copy_from_slice(&slots[..m]);
-        for k in 1..n {
-            combine_into(out, &slots[k * m..(k + 1) * m], op);
-        }
+        // SAFETY: the exchange filled every peer's slot.
+        unsafe { combine_in_rank_order(&mut buf[mine.clone()], slots.as_mut_ptr(), rank, n, op) };
     } else {
         run_ring(
             call,
@@ -278,4 +303,46 @@ pub(crate) fn barrier(call: &mut Call<'_>) -> Result<()> {
     let mut plan = Plan::new(call.world_size, sig);
     plan::barrier(&mut plan, call.rank, call.world_size);
     call.run::<u8>(&mut plan, ReduceOp::Sum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rank_combines_in_rank_order_to_the_same_bits() {
+        // Values whose f32 sum depends on the order of the additions.
+        let input = |rank: usize, i: usize| -> f32 {
+            [1.0e8, 1.0, -1.0e8, 0.5, 3.0e7][(rank + i) % 5] * (1.0 + i as f32 * 1e-3)
+        };
+        for n in 1..=5 {
+            for op in [ReduceOp::Sum, ReduceOp::Product, ReduceOp::Max] {
+                let len = 7;
+                let expected: Vec<f32> = (0..len)
+                    .map(|i| {
+                        let mut acc = vec![input(0, i)];
+                        for r in 1..n {
+                            combine_into(&mut acc, &[input(r, i)], op);
+                        }
+                        acc[0]
+                    })
+                    .collect();
+                for rank in 0..n {
+                    let mut own: Vec<f32> = (0..len).map(|i| input(rank, i)).collect();
+                    // The other ranks' values in their slots; this rank's
+                    // slot holds garbage the combine must not read.
+                    let mut slots: Vec<f32> = (0..n * len)
+                        .map(|j| match j / len {
+                            k if k == rank => f32::NAN,
+                            k => input(k, j % len),
+                        })
+                        .collect();
+                    // SAFETY: n slots of `len` values, every peer's filled.
+                    unsafe { combine_in_rank_order(&mut own, slots.as_mut_ptr(), rank, n, op) };
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&own), bits(&expected), "n {n} rank {rank} {op:?}");
+                }
+            }
+        }
+    }
 }
