@@ -10,10 +10,11 @@
 //! at the same speed whatever the offsets. [`copy_streaming`] is the same
 //! with non-temporal stores, for destinations larger than the caches.
 //!
-//! The slow offsets cost little while the data is in cache, where the C
-//! library's wider copies are faster than this loop, so the rings use these
-//! two only for calls that move buffers larger than the caches
-//! ([`Mesh::set_bulk`](crate::transport::Mesh::set_bulk)).
+//! While the data is in cache the C library's wider copies are faster than
+//! this loop, so the rings use these two only for calls that move buffers
+//! larger than the caches ([`Mesh::set_bulk`](crate::transport::Mesh::set_bulk)),
+//! and [`libc_copy`] otherwise, which takes the loop only at the one
+//! distance where `rep movsb` crawls even in cache.
 
 /// The C library's copy, the fastest for data in cache, except where the
 /// destination sits just past the source (see [`rep_movsb_hazard`]): there
@@ -52,10 +53,6 @@ const LOOP_FROM: usize = 1024;
 ///
 /// As for [`std::ptr::copy_nonoverlapping`].
 pub(crate) unsafe fn copy(dst: *mut u8, src: *const u8, len: usize) {
-    if len < LOOP_FROM {
-        std::ptr::copy_nonoverlapping(src, dst, len);
-        return;
-    }
     vector_copy::<false>(dst, src, len);
 }
 
@@ -67,20 +64,21 @@ pub(crate) unsafe fn copy(dst: *mut u8, src: *const u8, len: usize) {
 ///
 /// As for [`std::ptr::copy_nonoverlapping`].
 pub(crate) unsafe fn copy_streaming(dst: *mut u8, src: *const u8, len: usize) {
-    if len < LOOP_FROM {
-        std::ptr::copy_nonoverlapping(src, dst, len);
-        return;
-    }
     vector_copy::<true>(dst, src, len);
 }
 
 /// SSE2, which every x86-64 CPU has: 64 bytes a step, stores aligned to
-/// 16 bytes, the ragged head and tail copied plainly.
+/// 16 bytes, the ragged head and tail copied plainly; copies shorter than
+/// [`LOOP_FROM`] go to the C library.
 #[cfg(target_arch = "x86_64")]
 unsafe fn vector_copy<const STREAM: bool>(dst: *mut u8, src: *const u8, len: usize) {
     use std::arch::x86_64::{
         __m128i, _mm_loadu_si128, _mm_sfence, _mm_store_si128, _mm_stream_si128,
     };
+    if len < LOOP_FROM {
+        std::ptr::copy_nonoverlapping(src, dst, len);
+        return;
+    }
     let head = dst.align_offset(16).min(len);
     std::ptr::copy_nonoverlapping(src, dst, head);
     let body = (len - head) / 64 * 64;

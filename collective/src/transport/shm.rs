@@ -548,14 +548,12 @@ impl ShmMesh {
                 })
             })
             .collect();
-        let mine: usize = links
-            .iter()
-            .flatten()
-            .map(|l| 2 * RING_CTL + l.out.cap + l.inbound.cap)
-            .sum();
         for link in links.iter().flatten() {
             for ring in [&link.out, &link.inbound] {
                 map.populate(ring.ctl, RING_CTL + ring.cap).map_err(|e| {
+                    let mine: usize = (links.iter().flatten())
+                        .map(|l| 2 * RING_CTL + l.out.cap + l.inbound.cap)
+                        .sum();
                     let detail = format!(
                         "this rank's rings ({} KiB) do not fit in shared memory ({e}); \
                          enlarge /dev/shm (Docker: --shm-size) or lower PRISM_COLLECTIVE_SHM_RING_BYTES",
