@@ -40,6 +40,7 @@ pub struct ClusterSpec {
     gpus: u32,
     resources: Vec<(String, f64)>,
     store_bytes: u64,
+    lease_idle: Option<Duration>,
 }
 
 impl Default for ClusterSpec {
@@ -51,6 +52,7 @@ impl Default for ClusterSpec {
             gpus: 2,
             resources: vec![("special".into(), 1.0)],
             store_bytes: 1 << 30,
+            lease_idle: None,
         }
     }
 }
@@ -90,6 +92,12 @@ impl ClusterSpec {
         self
     }
 
+    /// How long the driver keeps an idle leased worker (`lease_idle_ms`).
+    pub fn lease_idle(mut self, hold: Duration) -> Self {
+        self.lease_idle = Some(hold);
+        self
+    }
+
     /// Starts this process's cluster (or joins the one already started).
     ///
     /// # Panics
@@ -103,6 +111,9 @@ impl ClusterSpec {
             .ignore_reinit_error(true);
         for (name, amount) in &self.resources {
             config = config.resource(name.clone(), *amount);
+        }
+        if let Some(hold) = self.lease_idle {
+            config.lease_idle_ms = u64::try_from(hold.as_millis()).unwrap_or(u64::MAX);
         }
         must(prism::init(config), "the embedded test cluster must start");
         Cluster { _private: () }

@@ -801,6 +801,14 @@ services! {
             /// Its restarts so far.
             num_restarts: u32,
         } => ();
+        /// Requests of other clients (or of this one, for leases of another
+        /// shape) wait for what these leases hold: give each back as soon
+        /// as its worker is idle, at once if it is idle now, instead of
+        /// keeping it for back-to-back calls. Sent once per lease.
+        LeasesWanted {
+            /// Leases this process holds from the sending raylet.
+            leases: Vec<LeaseId>,
+        } => ();
         /// A chunk of this process's own executable, read by another node's
         /// raylet that runs the job's workers and lacks the program.
         ReadProgram {

@@ -21,10 +21,11 @@ use parking_lot::Mutex;
 use prism_gcs::KvTable;
 use prism_object_store::{Creator, ObjectTable, Pin, Placement, Segment, SpillFile, SpillOutcome};
 use prism_protocol::error::Error;
-use prism_protocol::ids::{ActorId, JobId, NodeId, ObjectId, PlacementGroupId, WorkerId};
+use prism_protocol::ids::{ActorId, JobId, LeaseId, NodeId, ObjectId, PlacementGroupId, WorkerId};
 use prism_protocol::messages::{
     ActorEnded, ActorPlacement, ActorRestarted, ActorSpec, ActorState, BecomeActor, LeaseGrant,
-    LeaseReply, NodeDied, Ownership, Registration, Reply, Response, SchedulingStrategy,
+    LeaseReply, LeasesWanted, NodeDied, Ownership, Registration, Reply, Response,
+    SchedulingStrategy,
 };
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::{Connection, Endpoint};
@@ -88,6 +89,9 @@ pub(crate) struct Control {
     /// when the actor dies for good (it creates the actor again elsewhere
     /// if this node dies, and must not after that).
     remote_owners: HashMap<ActorId, Connection>,
+    /// The connection of each client holding a lease (by connection id),
+    /// to tell it when others wait for its leases.
+    pub(crate) lease_holders: HashMap<u64, Connection>,
 }
 
 /// Why recent workers exited, for callers that saw one vanish (the last
@@ -125,6 +129,8 @@ struct AfterLock {
     ended: Vec<(Connection, ActorId)>,
     /// Creators on other nodes to tell that their actor restarted here.
     restarted: Vec<(Connection, ActorId, u32)>,
+    /// Clients to tell that others wait for these leases of theirs.
+    wanted: Vec<(Connection, Vec<LeaseId>)>,
 }
 
 /// One node: its store, its scheduler, its workers and (on the head) the
@@ -186,6 +192,7 @@ impl Node {
                 links: HashMap::new(),
                 exits: ExitLog::default(),
                 remote_owners: HashMap::new(),
+                lease_holders: HashMap::new(),
             }),
             segment,
             launcher,
@@ -269,6 +276,9 @@ impl Node {
         for (conn, actor_id) in after.ended {
             let _ = conn.notify(ActorEnded { actor_id });
         }
+        for (conn, leases) in after.wanted {
+            let _ = conn.notify(LeasesWanted { leases });
+        }
         for (conn, actor_id, num_restarts) in after.restarted {
             let _ = conn.notify(ActorRestarted {
                 actor_id,
@@ -323,19 +333,29 @@ impl Node {
     ) {
         match decision {
             Decision::Granted {
-                grantee: Grantee::Client { reply, .. },
+                grantee: Grantee::Client { reply, holder },
                 lease,
                 worker,
                 address,
                 pid,
                 contended,
-            } => reply.send(Response::Lease(LeaseReply::Granted(LeaseGrant {
-                lease_id: lease,
-                worker_id: worker,
-                address,
-                pid,
-                contended,
-            }))),
+            } => {
+                c.lease_holders
+                    .entry(holder)
+                    .or_insert_with(|| reply.conn.clone());
+                reply.send(Response::Lease(LeaseReply::Granted(LeaseGrant {
+                    lease_id: lease,
+                    worker_id: worker,
+                    address,
+                    pid,
+                    contended,
+                })))
+            }
+            Decision::LeasesWanted { holder, leases } => {
+                if let Some(conn) = c.lease_holders.get(&holder) {
+                    after.wanted.push((conn.clone(), leases));
+                }
+            }
             Decision::Granted {
                 grantee: Grantee::Actor(actor),
                 worker,

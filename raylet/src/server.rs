@@ -218,7 +218,10 @@ impl Handler for ClientHandler {
         // Creates waiting for this process's copies can go on.
         self.node.store_changed.notify_waiters();
         let holder = self.conn_id;
-        self.node.control(|c| c.scheduler.client_gone(holder));
+        self.node.control(|c| {
+            c.lease_holders.remove(&holder);
+            c.scheduler.client_gone(holder)
+        });
         let role = std::mem::replace(&mut *self.role.lock(), Role::Closed);
         match role {
             Role::Driver(job) => self.node.end_job(job),

@@ -74,6 +74,12 @@ impl Handler for CoreHandler {
             }
             return;
         }
+        if let Request::Driver(DriverRequest::LeasesWanted(w)) = &request {
+            if let Some(objects) = &objects {
+                objects.leases_wanted(&w.leases);
+            }
+            return;
+        }
         if let Request::Driver(DriverRequest::ActorRestarted(r)) = &request {
             if let Some(objects) = &objects {
                 objects

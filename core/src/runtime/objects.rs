@@ -18,7 +18,7 @@ use crate::codec::{self, Arg};
 use crate::config::Config;
 use crate::{Error, Result};
 use bytes::Bytes;
-use prism_protocol::ids::ObjectId;
+use prism_protocol::ids::{LeaseId, ObjectId};
 use prism_protocol::messages::{
     AddBorrower, Address, ArgSpec, DeleteObjects, GetObjectStatus, KillActor, LocateActor,
     ObjectRefInfo, ObjectValue, OwnerRequest, Ownership, RemoveBorrower, Response, ReturnObject,
@@ -206,8 +206,9 @@ pub(crate) struct Objects {
     waiting: AtomicUsize,
     /// The lineage of owned objects in a store, by object.
     lineage: parking_lot::Mutex<LineageTable>,
-    /// The task submitter, which runs lineage again.
-    rebuilder: OnceLock<Weak<TaskSubmitter>>,
+    /// The task submitter: it runs lineage again, and gives back the
+    /// leases others wait for.
+    submitter: OnceLock<Weak<TaskSubmitter>>,
     /// The actors this process created on other nodes.
     pub(crate) owned_actors: Arc<OwnedActors>,
 }
@@ -281,7 +282,7 @@ impl Objects {
             refs: RefTable::new(address),
             waiting: AtomicUsize::new(0),
             lineage: parking_lot::Mutex::new(LineageTable::default()),
-            rebuilder: OnceLock::new(),
+            submitter: OnceLock::new(),
         }
     }
 
@@ -511,16 +512,24 @@ impl Objects {
     }
 
     /// Sets the submitter that runs lineage again.
-    pub(crate) fn set_rebuilder(&self, submitter: &Arc<TaskSubmitter>) {
-        let _ = self.rebuilder.set(Arc::downgrade(submitter));
+    pub(crate) fn set_submitter(&self, submitter: &Arc<TaskSubmitter>) {
+        let _ = self.submitter.set(Arc::downgrade(submitter));
         self.owned_actors.set_submitter(submitter);
+    }
+
+    /// A raylet says that others wait for these leases of this process
+    /// (see [`TaskSubmitter::leases_wanted`]).
+    pub(crate) fn leases_wanted(&self, leases: &[LeaseId]) {
+        if let Some(submitter) = self.submitter.get().and_then(Weak::upgrade) {
+            submitter.leases_wanted(leases);
+        }
     }
 
     /// Makes an owned object whose copy on node `lost_node` is gone again,
     /// by running its task again; false when it cannot be.
     pub(crate) fn rebuild(self: &Arc<Self>, id: ObjectId, lost_node: &str) -> bool {
         let lineage = self.lineage.lock().get(id);
-        let submitter = self.rebuilder.get().and_then(Weak::upgrade);
+        let submitter = self.submitter.get().and_then(Weak::upgrade);
         let (Some(lineage), Some(submitter)) = (lineage, submitter) else {
             return false;
         };

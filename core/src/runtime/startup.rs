@@ -422,7 +422,7 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
         objects.clone(),
         s.job_id,
     ));
-    objects.set_rebuilder(&tasks);
+    objects.set_submitter(&tasks);
     let actors = Arc::new(ActorSubmitter::new(
         s.rt.clone(),
         s.worker_id,

@@ -14,7 +14,9 @@
 //!    the task is sent to the worker's own socket, the reply comes back on
 //!    the same connection. The raylet is not involved.
 //! 4. A worker whose queue ran dry is kept for `lease_idle_ms`, then given
-//!    back, so that back-to-back calls skip the lease round trip.
+//!    back, so that back-to-back calls skip the lease round trip. It goes
+//!    back at once instead when others wait for it: its grant said so
+//!    (`contended`), or its raylet named it since (`LeasesWanted`).
 //!
 //! # Pipelining
 //!
@@ -43,7 +45,7 @@ use prism_protocol::messages::{
 use prism_protocol::program::Program;
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::Connection;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -193,7 +195,14 @@ pub(crate) struct TaskSubmitter {
     job_id: JobId,
     /// Other nodes' raylets this process leased from, registered.
     remote_raylets: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Connection>>>>,
+    /// Busy leases others wait for (`LeasesWanted`): each goes back as
+    /// soon as it is idle. Locked after `shapes`.
+    wanted: Mutex<HashSet<LeaseId>>,
 }
+
+/// Wanted leases kept before those this process no longer holds are
+/// dropped (a raylet may name a lease its return has not reached yet).
+const WANTED_KEPT: usize = 64;
 
 impl TaskSubmitter {
     pub(crate) fn new(
@@ -211,6 +220,40 @@ impl TaskSubmitter {
             shapes: Mutex::new(HashMap::new()),
             job_id,
             remote_raylets: Mutex::new(HashMap::new()),
+            wanted: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Others wait for these leases (a raylet said so): the idle ones go
+    /// back now, the busy ones as soon as their tasks run out, rather
+    /// than after `lease_idle_ms`.
+    pub(crate) fn leases_wanted(&self, leases: &[LeaseId]) {
+        let mut back = Vec::new();
+        {
+            let mut shapes = self.shapes.lock();
+            let mut wanted = self.wanted.lock();
+            wanted.extend(leases.iter().copied());
+            for queue in shapes.values_mut() {
+                let (give, keep): (Vec<_>, Vec<_>) = queue
+                    .idle
+                    .drain(..)
+                    .partition(|w| wanted.contains(&w.lease_id));
+                queue.idle = keep;
+                back.extend(give);
+            }
+            for w in &back {
+                wanted.remove(&w.lease_id);
+            }
+            if wanted.len() > WANTED_KEPT {
+                let held: HashSet<LeaseId> = shapes
+                    .values()
+                    .flat_map(|q| q.busy.keys().copied())
+                    .collect();
+                wanted.retain(|id| held.contains(id));
+            }
+        }
+        for w in back {
+            w.give_back();
         }
     }
 
@@ -650,7 +693,7 @@ impl TaskSubmitter {
         }
         let withdraw = queue.requesting > 0 && !queue.withdrawing;
         queue.withdrawing |= withdraw;
-        let hold = !worker.contended;
+        let hold = !worker.contended && !self.wanted.lock().remove(&worker.lease_id);
         if hold {
             let mut idle = worker;
             idle.idle_since = now;

@@ -126,6 +126,9 @@ struct Lease {
     bundle: Option<(PlacementGroupId, usize)>,
     /// When it was granted.
     granted_at: Instant,
+    /// Its holder was told that others wait for it (`contended` in its
+    /// grant, or a later [`Decision::LeasesWanted`]).
+    wanted: bool,
 }
 
 #[derive(Debug)]
@@ -164,6 +167,9 @@ pub(crate) enum Decision<R> {
     StopWorker { pid: u32 },
     /// An actor's worker is gone (or will be): the actor is dead.
     ActorLost { actor: ActorId, reason: String },
+    /// Tell client connection `holder` that requests wait for what these
+    /// leases hold: it gives each back once its worker is idle.
+    LeasesWanted { holder: u64, leases: Vec<LeaseId> },
     /// Answer a caller asking about a placement group.
     GroupAnswer {
         reply: R,
@@ -442,24 +448,75 @@ impl<R> Scheduler<R> {
             }
         }
         self.pending = still_pending;
-        // A grant is contended when someone else still waits for a worker.
-        let holders: Vec<Option<u64>> = self
-            .pending
-            .iter()
-            .map(|p| match &p.grantee {
-                Grantee::Client { holder, .. } => Some(*holder),
-                Grantee::Actor(_) => None,
+        self.want_leases_back(first_decision);
+    }
+
+    /// Requests still waiting after a round may want resources that
+    /// leases hold idle, kept by their holders for back-to-back calls. A
+    /// lease is wanted while a client request waits that asks for a
+    /// resource it holds, from the same pool (the node's, or the same
+    /// placement group's), unless that request is its own holder's for
+    /// the same shape (which its holder's idle workers serve). A grant of
+    /// this round says so itself (`contended`); the holder of a lease
+    /// granted before is told once, with [`Decision::LeasesWanted`].
+    fn want_leases_back(&mut self, first_decision: usize) {
+        let unwanted = |l: &Lease| l.holder.is_some() && !l.wanted;
+        if self.pending.is_empty() || !self.leases.values().any(unwanted) {
+            return;
+        }
+        // The waiting client requests, one per holder, shape and group.
+        let mut waiting: Vec<(u64, &ResourceSet, Option<PlacementGroupId>)> = Vec::new();
+        for p in &self.pending {
+            if let Grantee::Client { holder, .. } = &p.grantee {
+                let key = (*holder, &p.shape, p.bundle.map(|b| b.group));
+                if !waiting.contains(&key) {
+                    waiting.push(key);
+                }
+            }
+        }
+        let wanted = |holder: u64, lease: &Lease| {
+            let held = &lease.allocation.shape;
+            let pool = lease.bundle.map(|(group, _)| group);
+            waiting.iter().any(|(h, shape, group)| {
+                *group == pool
+                    && (*h != holder || *shape != held)
+                    && shape
+                        .iter()
+                        .any(|(name, q)| !q.is_zero() && !held.get(name).is_zero())
             })
-            .collect();
+        };
+        let mut this_round: Vec<LeaseId> = Vec::new();
         for decision in &mut self.out[first_decision..] {
             if let Decision::Granted {
                 grantee: Grantee::Client { holder, .. },
+                lease,
                 contended,
                 ..
             } = decision
             {
-                *contended = holders.iter().any(|h| *h != Some(*holder));
+                if let Some(l) = self.leases.get_mut(lease) {
+                    *contended = wanted(*holder, l);
+                    l.wanted = *contended;
+                }
+                this_round.push(*lease);
             }
+        }
+        let mut tell: Vec<(u64, Vec<LeaseId>)> = Vec::new();
+        for (id, lease) in &mut self.leases {
+            let Some(holder) = lease.holder else {
+                continue;
+            };
+            if lease.wanted || this_round.contains(id) || !wanted(holder, lease) {
+                continue;
+            }
+            lease.wanted = true;
+            match tell.iter_mut().find(|(h, _)| *h == holder) {
+                Some((_, ids)) => ids.push(*id),
+                None => tell.push((holder, vec![*id])),
+            }
+        }
+        for (holder, leases) in tell {
+            self.out.push(Decision::LeasesWanted { holder, leases });
         }
     }
 
@@ -527,6 +584,7 @@ impl<R> Scheduler<R> {
                 lent: None,
                 bundle,
                 granted_at: Instant::now(),
+                wanted: false,
             },
         );
         self.out.push(Decision::Granted {

@@ -54,6 +54,7 @@ struct Round {
     lost: Vec<ActorId>,
     actor_grants: Vec<(ActorId, WorkerId)>,
     group_answers: Vec<(u32, Result<PlacementGroupInfo, Error>)>,
+    wanted: Vec<(u64, Vec<LeaseId>)>,
 }
 
 fn round(s: &mut Sched) -> Round {
@@ -85,6 +86,7 @@ fn round(s: &mut Sched) -> Round {
             | Decision::ActorLost { actor: a, .. } => r.lost.push(a),
             Decision::StopWorker { pid } => r.stopped.push(pid),
             Decision::GroupAnswer { reply, answer } => r.group_answers.push((reply, answer)),
+            Decision::LeasesWanted { holder, leases } => r.wanted.push((holder, leases)),
         }
     }
     r
@@ -348,6 +350,66 @@ fn a_grant_is_contended_only_while_another_holder_waits() {
     let lease_id = s.leases.keys().copied().next().expect("one lease");
     s.return_lease(lease_id, false);
     assert_eq!(contended(&mut s), vec![(2, false)]);
+}
+
+#[test]
+fn a_lease_granted_before_others_wait_is_named_to_its_holder_once() {
+    let mut s = scheduler(2.0, 1.0, 3, 8);
+    let job = job_with_workers(&mut s);
+    let cpu = shape(1.0, 0.0);
+    let gpu = shape(0.0, 1.0);
+    s.request_lease(lease(job, 1, cpu.clone()));
+    s.request_lease(lease(job, 2, gpu.clone()));
+    let first = round(&mut s);
+    // The GPU lease needs a worker that sees the device: it starts one.
+    boot(&mut s, &first.started);
+    let second = round(&mut s);
+    assert!(
+        first.wanted.is_empty() && second.wanted.is_empty(),
+        "nobody waits yet"
+    );
+    let lease_of = |holder: u32| {
+        let granted = first.granted.iter().chain(&second.granted);
+        granted.filter(|g| g.0 == holder).map(|g| g.2).next()
+    };
+    let (cpu_lease, gpu_lease) = (
+        lease_of(1).expect("a CPU lease"),
+        lease_of(2).expect("a GPU lease"),
+    );
+    // Holder 1's own request for the same shape waits behind nothing it
+    // could take from itself: its lease is not wanted.
+    s.request_lease(lease(job, 1, cpu.clone()));
+    s.request_lease(lease(job, 1, cpu.clone()));
+    let r = round(&mut s);
+    assert_eq!(r.granted.len(), 1, "the second CPU is granted");
+    assert!(
+        r.wanted.is_empty(),
+        "{:?}: holder 1 waits only on itself",
+        r.wanted
+    );
+    // Holder 3 waits for a GPU: only the GPU lease is wanted, not holder
+    // 1's CPU leases, and it is named once.
+    s.request_lease(lease(job, 3, gpu.clone()));
+    let r = round(&mut s);
+    assert_eq!(r.wanted, vec![(2, vec![gpu_lease])]);
+    s.request_lease(lease(job, 4, gpu.clone()));
+    assert!(round(&mut s).wanted.is_empty(), "each lease is named once");
+    // Holder 1 asks for another shape that needs a CPU: its own CPU
+    // leases are wanted now, for that request.
+    s.request_lease(lease(job, 1, shape(0.5, 0.0)));
+    let r = round(&mut s);
+    assert_eq!(r.wanted.len(), 1, "{:?}", r.wanted);
+    let (holder, mut named) = r.wanted[0].clone();
+    named.sort();
+    let mut cpu_leases: Vec<LeaseId> = s
+        .leases
+        .iter()
+        .filter(|(_, l)| l.holder == Some(1))
+        .map(|(id, _)| *id)
+        .collect();
+    cpu_leases.sort();
+    assert_eq!((holder, named), (1, cpu_leases));
+    assert!(s.leases.contains_key(&cpu_lease));
 }
 
 #[test]
