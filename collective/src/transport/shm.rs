@@ -4,9 +4,13 @@
 //!
 //! The members of a mesh are the group's ranks on this host (all of them,
 //! or one host's share in a [`hybrid`](super::hybrid) mesh). The lowest
-//! member creates one file in `/dev/shm`, every member maps it, and the
-//! creator unlinks it once all have (so a crash leaves nothing behind). The
-//! mapping holds, each on its own cache lines:
+//! member creates one anonymous shared-memory file (a `memfd`), every
+//! member opens it through `/proc/<pid>/fd/<n>` and maps it, and the
+//! creator closes it once all have: the memory goes back when the last
+//! mapping goes, so a crash leaves nothing behind, and the rings do not
+//! count against the size of `/dev/shm` (64 MiB in a Docker container
+//! by default, less than a group of eight needs). The mapping holds, each
+//! on its own cache lines:
 //!
 //! 1. a header with the abort flag;
 //! 2. one doorbell per member (a futex word and a "sleeping" flag);
@@ -143,8 +147,8 @@ impl Mapping {
     /// 4 MiB rings were still on their first lap, 4-10 us after.) Kernels
     /// before 5.14 do not know the advice; the pages then fault in on first
     /// use, as before. Any other refusal is returned: the pages cannot all
-    /// be had (a full `/dev/shm`), and touching them later would kill the
-    /// process with SIGBUS.
+    /// be had (past the end of the file, or beyond the memory the host or
+    /// container allows), and touching them later would kill the process.
     fn populate(&self, offset: usize, len: usize) -> std::io::Result<()> {
         const PAGE: usize = 4096;
         let start = offset / PAGE * PAGE;
@@ -386,13 +390,21 @@ impl Link for ShmLink {
     }
 }
 
-/// Removes the backing file when dropped (rank 0 only).
-struct Unlink(PathBuf);
-
-impl Drop for Unlink {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+/// A new anonymous shared-memory file, and the path through which other
+/// processes of this host (and pid namespace) open it while it is open
+/// here.
+fn memfd(name: &str) -> Result<(std::fs::File, PathBuf)> {
+    let c_name = std::ffi::CString::new(name).unwrap_or_default();
+    // SAFETY: a valid C string; the flags ask for nothing but close-on-exec.
+    let fd = unsafe { libc::memfd_create(c_name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        let path = PathBuf::from(format!("memfd:{name}"));
+        return Err(CollectiveError::shm(&path, std::io::Error::last_os_error()));
     }
+    // SAFETY: memfd_create just returned this descriptor; nothing else owns it.
+    let file = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let path = PathBuf::from(format!("/proc/{}/fd/{fd}", std::process::id()));
+    Ok((file, path))
 }
 
 /// Every link of one rank over one shared mapping.
@@ -449,18 +461,9 @@ impl ShmMesh {
             local[*m] = Some(i);
         }
         let leader = members[0];
-        let (map, _unlink, path) = if rank == leader {
-            let path = PathBuf::from(format!(
-                "/dev/shm/prism-collective-{nonce:016x}-{leader}-{}",
-                std::process::id()
-            ));
-            let file = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(&path)
-                .map_err(|e| CollectiveError::shm(&path, e))?;
-            let unlink = Unlink(path.clone());
+        let (map, path) = if rank == leader {
+            // The group's nonce names it in `/proc/<pid>/maps`.
+            let (file, path) = memfd(&format!("prism-collective-{nonce:016x}"))?;
             file.set_len(layout.total as u64)
                 .map_err(|e| CollectiveError::shm(&path, e))?;
             let map = Mapping::map(&file, layout.total, &path)?;
@@ -479,7 +482,9 @@ impl ShmMesh {
                     recv_blocking(s, peer, &mut ack, deadline)?;
                 }
             }
-            (map, Some(unlink), path)
+            // Every member has mapped it: the file may close.
+            drop(file);
+            (map, path)
         } else {
             let Some(master) = control[leader].as_ref() else {
                 unreachable!("every member has a link to the leader")
@@ -519,7 +524,7 @@ impl ShmMesh {
                 });
             }
             send_blocking(master, leader, &[1], deadline)?;
-            (map, None, path)
+            (map, path)
         };
         let map = Arc::new(map);
         let index = |r: usize| match local[r] {
@@ -555,8 +560,8 @@ impl ShmMesh {
                         .map(|l| 2 * RING_CTL + l.out.cap + l.inbound.cap)
                         .sum();
                     let detail = format!(
-                        "this rank's rings ({} KiB) do not fit in shared memory ({e}); \
-                         enlarge /dev/shm (Docker: --shm-size) or lower PRISM_COLLECTIVE_SHM_RING_BYTES",
+                        "this rank's rings ({} KiB) do not fit in the memory this host or \
+                         container allows ({e}); lower PRISM_COLLECTIVE_SHM_RING_BYTES",
                         mine.div_ceil(1024)
                     );
                     CollectiveError::shm(&path, std::io::Error::new(e.kind(), detail))
@@ -725,18 +730,7 @@ mod tests {
 
     #[test]
     fn populating_a_range_brings_in_its_pages_and_keeps_their_bytes() {
-        let path = PathBuf::from(format!(
-            "/dev/shm/prism-collective-test-populate-{}",
-            std::process::id()
-        ));
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .expect("a file in /dev/shm");
-        let _unlink = Unlink(path.clone());
+        let (file, path) = memfd("prism-collective-test").expect("a memfd");
         let len = 64 * 4096;
         file.set_len(len as u64).expect("set_len");
         let map = Mapping::map(&file, len, &path).expect("mmap");
