@@ -57,7 +57,8 @@
 //! `remote_with(TaskOptions, args...)`. Each argument may be the value
 //! itself or an [`ObjectRef`] to it; a reference arrives as its value.
 //! Options on the attribute (`num_cpus`, `num_gpus`, `resources`) set the
-//! default resource shape. A function may return `T` or `Result<T, E>` with
+//! default resource shape; the options given to `remote_with` override
+//! them field by field ([`TaskOptions::or`]), as Ray's `.options()` does. A function may return `T` or `Result<T, E>` with
 //! `E: Display`; an `Err` or a panic reaches the caller as
 //! [`Error::TaskFailed`].
 //!

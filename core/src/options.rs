@@ -114,6 +114,29 @@ impl TaskOptions {
         self
     }
 
+    /// Fills in what is not set here from `defaults` (the function's
+    /// attribute), as `remote_with` does: a call's options override the
+    /// attribute field by field, as Ray's `.options()` does.
+    ///
+    /// ```
+    /// let defaults = prism::TaskOptions::new().num_gpus(1.0).max_retries(5);
+    /// let call = prism::TaskOptions::new().max_retries(0).or(defaults);
+    /// assert_eq!(call, prism::TaskOptions::new().max_retries(0).num_gpus(1.0));
+    /// ```
+    pub fn or(mut self, defaults: TaskOptions) -> Self {
+        self.resources = self.resources.or(defaults.resources);
+        self.placement = self.placement.or(defaults.placement);
+        if self.strategy == SchedulingStrategy::Default {
+            self.strategy = defaults.strategy;
+        }
+        self.max_retries = self.max_retries.or(defaults.max_retries);
+        if !self.retry_exceptions && self.retry_matching.is_empty() {
+            self.retry_exceptions = defaults.retry_exceptions;
+            self.retry_matching = defaults.retry_matching;
+        }
+        self
+    }
+
     /// The retry settings, checked.
     pub(crate) fn retry_policy(&self) -> Result<(i64, bool, Vec<String>)> {
         let n = check_count(
@@ -343,12 +366,7 @@ impl ActorOptions {
         if self.max_concurrency == 1 {
             self.max_concurrency = defaults.max_concurrency;
         }
-        self.resources.num_cpus = self.resources.num_cpus.or(defaults.resources.num_cpus);
-        self.resources.num_gpus = self.resources.num_gpus.or(defaults.resources.num_gpus);
-        self.resources.memory = self.resources.memory.or(defaults.resources.memory);
-        for (k, v) in defaults.resources.custom {
-            self.resources.custom.entry(k).or_insert(v);
-        }
+        self.resources = self.resources.or(defaults.resources);
         self
     }
 

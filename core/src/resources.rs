@@ -47,6 +47,17 @@ macro_rules! resource_builders {
 pub(crate) use resource_builders;
 
 impl Resources {
+    /// These requests, with those not made here taken from `defaults`.
+    pub(crate) fn or(mut self, defaults: Resources) -> Resources {
+        self.num_cpus = self.num_cpus.or(defaults.num_cpus);
+        self.num_gpus = self.num_gpus.or(defaults.num_gpus);
+        self.memory = self.memory.or(defaults.memory);
+        for (k, v) in defaults.custom {
+            self.custom.entry(k).or_insert(v);
+        }
+        self
+    }
+
     pub(crate) fn to_set(&self, default_cpus: f64) -> Result<ResourceSet> {
         let mut set = ResourceSet::new();
         let mut put = |name: &str, value: f64, allow_zero: bool| -> Result<()> {

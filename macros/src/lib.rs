@@ -249,9 +249,10 @@ fn expand_remote(options: Options, func: ItemFn) -> syn::Result<Tokens> {
                 remote_with(options(), #(#idents),*)
             }
 
-            /// Submits a call with the given options.
+            /// Submits a call with the given options; what they leave
+            /// unset comes from the attribute ([`options`]).
             pub fn remote_with(options: ::prism::TaskOptions, #inputs) -> ::prism::Result<::prism::ObjectRef<#ret_ty>> {
-                ::prism::__private::submit_task(NAME, options, #args)
+                ::prism::__private::submit_task(NAME, options.or(self::options()), #args)
             }
 
             fn invoke(mut __prism_args: ::prism::__private::Args) -> ::prism::__private::Invocation {

@@ -263,6 +263,32 @@ fn a_worker_that_dies_mid_task_gives_an_error_not_a_hang() {
     assert_eq!(prism::get(&add::remote(3, 3).unwrap()).unwrap(), 6);
 }
 
+/// Needs a resource no node has.
+#[prism::remote(resource("nowhere", 1.0))]
+fn needs_nowhere() -> i64 {
+    1
+}
+
+/// Asks for more CPUs than the test cluster has.
+#[prism::remote(num_cpus = 64)]
+fn needs_many_cpus() -> i64 {
+    2
+}
+
+#[test]
+fn call_options_override_the_attributes_field_by_field() {
+    cluster();
+    // Options that say nothing of resources keep the attribute's.
+    let err = needs_nowhere::remote_with(TaskOptions::new().max_retries(0)).unwrap_err();
+    assert!(
+        matches!(err, Error::Infeasible { .. }) && err.to_string().contains("nowhere"),
+        "the attribute's resource is kept: {err}"
+    );
+    // Options that set one replace the attribute's.
+    let two = needs_many_cpus::remote_with(TaskOptions::new().num_cpus(1.0)).unwrap();
+    assert_eq!(prism::get(&two).unwrap(), 2);
+}
+
 #[test]
 fn an_infeasible_request_fails_at_once_naming_shape_and_total() {
     cluster();
