@@ -654,6 +654,86 @@ fn task_survives_its_node(test: &'static str, cut: bool) {
     let _ = std::fs::remove_dir_all(&marks);
 }
 
+/// Runs `n` one-CPU tasks pinned to its own node; returns how many ran.
+#[prism::remote(num_cpus = 0)]
+fn client_on_its_node(n: u32) -> u32 {
+    let here = prism::runtime_context()
+        .map(|c| c.node_id.to_string())
+        .unwrap_or_default();
+    let node_id = prism::NodeId::parse(&here).expect("its node's id");
+    let pinned =
+        prism::TaskOptions::new().scheduling_strategy(prism::SchedulingStrategy::NodeAffinity {
+            node_id,
+            soft: false,
+        });
+    let refs: Vec<_> = (0..n)
+        .map(|_| node_of::remote_with(pinned.clone()).expect("submitted"))
+        .collect();
+    prism::get_many_timeout(&refs, Duration::from_secs(60))
+        .expect("its tasks get the node's CPU")
+        .len() as u32
+}
+
+/// The driver's part of the test below: it keeps idle workers for ten
+/// minutes.
+fn keep_a_remote_worker_idle() {
+    let config = prism::Config {
+        lease_idle_ms: 600_000,
+        ..prism::Config::default()
+    };
+    must(prism::init(config), "the driver joins its node");
+    let listed = must(prism::nodes(), "the nodes are listed");
+    let other = must(
+        listed.iter().find(|n| !n.is_head).cloned().ok_or("absent"),
+        "the second host is a node",
+    );
+    // The driver leases the other node's one CPU, then keeps it idle.
+    let ran = must(
+        prism::get(&must(node_of::remote_with(on(&other)), "submitted")),
+        "a task runs on the other node",
+    );
+    assert_eq!(ran, other.node_id);
+    let client = must(
+        client_on_its_node::remote_with(on(&other), 3),
+        "the client is submitted",
+    );
+    let n = must(
+        prism::get_timeout(&client, Duration::from_secs(60)),
+        "a client on that node gets its CPU while the driver keeps its idle worker",
+    );
+    println!("CLIENT ran {n}");
+    prism::shutdown();
+}
+
+/// A worker a driver leased on another node and keeps idle goes back when
+/// a client of that node waits for its CPU: the node's raylet says so
+/// over the driver's lessee connection (`LeasesWanted`).
+#[test]
+fn a_worker_kept_idle_on_another_node_goes_back_when_a_client_there_waits() {
+    if std::env::var_os(DRIVER).is_some() {
+        return keep_a_remote_worker_idle();
+    }
+    let Some(m) = Machines::new("idle", 2) else {
+        return;
+    };
+    let head = m.start_head(&[]);
+    assert!(m.join(1, &head).status.success());
+    must_eventually(
+        "both nodes are in the head's view",
+        Duration::from_secs(10),
+        || m.status(0).contains("Nodes: 2 alive"),
+    );
+    std::thread::sleep(Duration::from_millis(1200));
+    let said = m.run_driver(
+        0,
+        "a_worker_kept_idle_on_another_node_goes_back_when_a_client_there_waits",
+        &head,
+        &[(DRIVER, "1")],
+        Duration::from_secs(120),
+    );
+    assert!(said.contains("CLIENT ran 3"), "{said}");
+}
+
 /// Node affinity to `node` (with `soft`, falling back elsewhere when it is
 /// gone).
 fn affinity(node: &prism::NodeInfo, soft: bool) -> prism::SchedulingStrategy {

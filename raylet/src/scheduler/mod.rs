@@ -453,25 +453,30 @@ impl<R> Scheduler<R> {
 
     /// Requests still waiting after a round may want resources that
     /// leases hold idle, kept by their holders for back-to-back calls. A
-    /// lease is wanted while a client request waits that asks for a
-    /// resource it holds, from the same pool (the node's, or the same
-    /// placement group's), unless that request is its own holder's for
-    /// the same shape (which its holder's idle workers serve). A grant of
-    /// this round says so itself (`contended`); the holder of a lease
-    /// granted before is told once, with [`Decision::LeasesWanted`].
+    /// lease is wanted while a request (a client's, or an actor's) waits
+    /// that asks for a resource it holds, from the same pool (the node's,
+    /// or the same placement group's), unless that request is its own
+    /// holder's for the same shape (which its holder's idle workers
+    /// serve). A grant of this round says so itself (`contended`); the
+    /// holder of a lease granted before is told once, with
+    /// [`Decision::LeasesWanted`].
     fn want_leases_back(&mut self, first_decision: usize) {
         let unwanted = |l: &Lease| l.holder.is_some() && !l.wanted;
         if self.pending.is_empty() || !self.leases.values().any(unwanted) {
             return;
         }
-        // The waiting client requests, one per holder, shape and group.
+        // The waiting requests, one per holder, shape and group. An
+        // actor's request is no client's own: it has no holder.
+        const NO_HOLDER: u64 = u64::MAX;
         let mut waiting: Vec<(u64, &ResourceSet, Option<PlacementGroupId>)> = Vec::new();
         for p in &self.pending {
-            if let Grantee::Client { holder, .. } = &p.grantee {
-                let key = (*holder, &p.shape, p.bundle.map(|b| b.group));
-                if !waiting.contains(&key) {
-                    waiting.push(key);
-                }
+            let holder = match &p.grantee {
+                Grantee::Client { holder, .. } => *holder,
+                Grantee::Actor(_) => NO_HOLDER,
+            };
+            let key = (holder, &p.shape, p.bundle.map(|b| b.group));
+            if !waiting.contains(&key) {
+                waiting.push(key);
             }
         }
         let wanted = |holder: u64, lease: &Lease| {

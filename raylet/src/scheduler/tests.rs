@@ -413,6 +413,20 @@ fn a_lease_granted_before_others_wait_is_named_to_its_holder_once() {
 }
 
 #[test]
+fn an_actor_waiting_for_a_cpu_wants_the_lease_that_holds_it() {
+    let mut s = scheduler(1.0, 0.0, 1, 8);
+    let job = job_with_workers(&mut s);
+    s.request_lease(lease(job, 1, shape(1.0, 0.0)));
+    let held = round(&mut s).granted[0].2;
+    let actor = ActorId::new();
+    s.request_lease(LeaseRequest {
+        shape: shape(1.0, 0.0),
+        ..actor_lease(job, actor)
+    });
+    assert_eq!(round(&mut s).wanted, vec![(1, vec![held])]);
+}
+
+#[test]
 fn a_worker_its_holder_could_not_reach_is_stopped_and_never_granted_again() {
     let mut s = scheduler(1.0, 0.0, 1, 8);
     let job = job_with_workers(&mut s);
