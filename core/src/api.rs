@@ -278,6 +278,54 @@ pub fn get_view<E: Element>(r: &ObjectRef<Vec<E>>) -> Result<View<E>> {
     crate::runtime::registry::make_view::<E>(loaded)
 }
 
+/// Cancels the task that makes `r`, as Ray's `ray.cancel` does.
+///
+/// - A task still waiting for its arguments or for a worker never runs.
+/// - A task sent to a worker that has not started it never runs.
+/// - A running task cannot be interrupted: it runs to its end and its
+///   result is dropped. With `force`, its worker process is stopped
+///   instead; other tasks sent to that worker are retried, as after any
+///   worker death.
+///
+/// Then `get` on `r` fails with [`Error::TaskCancelled`], and the task is
+/// not retried. A task that already finished keeps its result, and an
+/// object made by [`put`] is left as it is. Only the process that
+/// submitted the task may cancel it ([`Error::InvalidArgument`]
+/// otherwise). Actor calls are not cancelled: [`kill`](crate::kill) the
+/// actor.
+///
+/// ```no_run
+/// #[prism::remote]
+/// fn slow() -> u32 {
+///     std::thread::sleep(std::time::Duration::from_secs(60));
+///     1
+/// }
+///
+/// fn main() -> prism::Result<()> {
+///     prism::init(prism::Config::default())?;
+///     let r = slow::remote()?;
+///     prism::cancel(&r, true)?;
+///     assert!(matches!(prism::get(&r), Err(prism::Error::TaskCancelled { .. })));
+///     Ok(())
+/// }
+/// ```
+pub fn cancel<T>(r: &ObjectRef<T>, force: bool) -> Result<()> {
+    let core = current()?;
+    if !core.objects.refs.is_mine(r.owner()) {
+        return Err(Error::invalid(
+            "cancel",
+            format!(
+                "object {} was made by the process at {}: only the process that submitted a \
+                 task can cancel it",
+                r.id(),
+                r.owner()
+            ),
+        ));
+    }
+    core.tasks.cancel(r.id(), force);
+    Ok(())
+}
+
 /// What [`wait`] returns: `(ready, not_ready)`.
 pub type WaitResult<T> = (Vec<ObjectRef<T>>, Vec<ObjectRef<T>>);
 

@@ -133,10 +133,10 @@ pub use actor::{
     ActorHandle, ActorRef,
 };
 pub use api::{
-    cluster_resources, get, get_async, get_many, get_many_async, get_many_timeout, get_timeout,
-    get_view, init, is_initialized, node_tls, nodes, object_store_stats, put, put_async, put_ref,
-    retry_stats, runtime_context, shutdown, wait, wait_async, RetryStats, RuntimeContext,
-    WaitResult,
+    cancel, cluster_resources, get, get_async, get_many, get_many_async, get_many_timeout,
+    get_timeout, get_view, init, is_initialized, node_tls, nodes, object_store_stats, put,
+    put_async, put_ref, retry_stats, runtime_context, shutdown, wait, wait_async, RetryStats,
+    RuntimeContext, WaitResult,
 };
 pub use codec::Arg;
 pub use codec::Element;

@@ -140,6 +140,16 @@ pub enum Error {
         /// What was observed.
         reason: String,
     },
+    /// The task was cancelled (`prism::cancel`) before it finished, or it
+    /// ran to its end after a cancel without `force` and its result was
+    /// dropped.
+    #[error("task {function} was cancelled (prism::cancel{how})")]
+    TaskCancelled {
+        /// The function.
+        function: String,
+        /// `", force"` when its worker was stopped, else empty.
+        how: String,
+    },
     /// A worker handed back a task it had queued but not started, because
     /// the task ahead of it ran long. The submitter sends it to a worker
     /// again (no retry is counted), so a caller sees this only from a

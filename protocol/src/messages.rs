@@ -719,6 +719,17 @@ services! {
             /// The task.
             spec: TaskSpec,
         } => ReturnObject;
+        /// The task whose result is `return_id` was cancelled by its
+        /// caller: if it waits here unstarted it is answered
+        /// [`Error::TaskCancelled`](crate::error::Error::TaskCancelled)
+        /// and never runs; if it runs and `force` is set, this worker
+        /// process exits (its other tasks are retried elsewhere).
+        CancelTask {
+            /// The task's result object.
+            return_id: ObjectId,
+            /// Stop this worker if the task is running.
+            force: bool,
+        } => ();
         /// Call a method of the actor this worker hosts.
         ActorCall {
             /// The actor.

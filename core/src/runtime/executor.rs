@@ -40,8 +40,9 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use prism_protocol::ids::{ActorId, WorkerId};
 use prism_protocol::messages::{
-    actor_checkpoint_key, ActorCall, ActorSpec, ArgSpec, BecomeActor, Call, ExecutorRequest,
-    ExitActor, KvGet, KvPut, ObjectValue, PushTask, Response, ReturnObject, TaskSpec,
+    actor_checkpoint_key, ActorCall, ActorSpec, ArgSpec, BecomeActor, Call, CancelTask,
+    ExecutorRequest, ExitActor, KvGet, KvPut, ObjectValue, PushTask, Response, ReturnObject,
+    TaskSpec,
 };
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
@@ -415,6 +416,15 @@ impl Executor {
                 let c = exec.clone();
                 if let Err(e) = exec.post(Box::new(move || c.run_next_task())) {
                     exec.pending.fail_all(&e);
+                }
+            }
+            ExecutorRequest::CancelTask(CancelTask { return_id, force }) => {
+                if exec.pending.cancel(return_id) && force {
+                    // The caller stops the task by stopping this process:
+                    // a running function cannot be interrupted. Its other
+                    // tasks fail with the connection and are retried.
+                    tracing::warn!(object = %return_id, "a running task was cancelled with force; this worker exits");
+                    std::process::exit(1);
                 }
             }
             ExecutorRequest::BecomeActor(BecomeActor { spec }) => {

@@ -11,7 +11,7 @@
 
 use crate::Error;
 use parking_lot::Mutex;
-use prism_protocol::ids::WorkerId;
+use prism_protocol::ids::{ObjectId, WorkerId};
 use prism_protocol::messages::{Response, TaskSpec};
 use prism_protocol::rpc::Connection;
 use std::collections::VecDeque;
@@ -37,6 +37,8 @@ struct State {
     queue: VecDeque<Pending>,
     /// The executor thread is running a task.
     running: bool,
+    /// The result object of the task it runs.
+    running_task: Option<ObjectId>,
     /// A watch (see [`PendingTasks::watch`]) is on.
     watching: bool,
 }
@@ -74,6 +76,7 @@ impl PendingTasks {
         let mut state = self.state.lock();
         let next = state.queue.pop_front()?;
         state.running = true;
+        state.running_task = Some(next.spec.return_id);
         self.started.fetch_add(1, Ordering::Relaxed);
         self.watch_if_waiting(&mut state);
         Some(next)
@@ -89,7 +92,32 @@ impl PendingTasks {
 
     /// On the executor thread: the running task finished.
     pub(crate) fn finished(&self) {
-        self.state.lock().running = false;
+        let mut state = self.state.lock();
+        state.running = false;
+        state.running_task = None;
+    }
+
+    /// Its caller cancelled the task whose result is `return_id`: if it
+    /// waits here it is answered [`Error::TaskCancelled`] and never runs.
+    /// Returns whether it is the task running now.
+    pub(crate) fn cancel(&self, return_id: ObjectId) -> bool {
+        let (dropped, running) = {
+            let mut state = self.state.lock();
+            let at = state
+                .queue
+                .iter()
+                .position(|p| p.spec.return_id == return_id);
+            let dropped = at.and_then(|i| state.queue.remove(i));
+            (dropped, state.running_task == Some(return_id))
+        };
+        if let Some(task) = dropped {
+            let error = Error::TaskCancelled {
+                function: task.spec.function.clone(),
+                how: String::new(),
+            };
+            task.conn.respond(task.request, Response::Error(error));
+        }
+        running
     }
 
     /// Answers every queued task with `error` (the executor thread is
@@ -144,7 +172,7 @@ impl PendingTasks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use prism_protocol::ids::{ObjectId, TaskId};
+    use prism_protocol::ids::TaskId;
     use prism_protocol::messages::{ExecutorRequest, PushTask, Request, ReturnObject};
     use prism_protocol::rpc::Handler;
     use tokio::sync::mpsc;
@@ -241,6 +269,29 @@ mod tests {
         assert!(queue.start_next().is_none());
         queue.finished();
         assert!(!queue.state.lock().watching, "the watch ended");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cancelled_task_is_answered_unstarted_and_the_others_stay() {
+        let (queue, mut rx) = three_sent().await;
+        let first = queue.start_next().expect("a task to start");
+        let second = queue.state.lock().queue[0].spec.return_id;
+        assert!(queue.cancel(first.spec.return_id), "the first one runs");
+        assert!(!queue.cancel(second), "the second one waits");
+        let left: Vec<String> = (queue.state.lock().queue.iter())
+            .map(|p| p.spec.function.clone())
+            .collect();
+        assert_eq!(left, ["third"], "only the cancelled one left the queue");
+        let (function, outcome) = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("answered within 10 s")
+            .expect("an answer");
+        assert_eq!(function, "second");
+        assert!(
+            matches!(outcome, Err(Error::TaskCancelled { .. })),
+            "{outcome:?}"
+        );
+        queue.finished();
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -39,13 +39,14 @@ use crate::{Error, Result};
 use parking_lot::Mutex;
 use prism_protocol::ids::{JobId, LeaseId, ObjectId, TaskId, WorkerId};
 use prism_protocol::messages::{
-    ArgSpec, BundleRef, CancelLeaseRequests, LeaseGrant, LeaseReply, PushTask, RegisterDriver,
-    RequestLease, ReturnLease, ReturnObject, SchedulingStrategy, WorkerExitReason,
+    ArgSpec, BundleRef, CancelLeaseRequests, CancelTask, LeaseGrant, LeaseReply, PushTask,
+    RegisterDriver, RequestLease, ReturnLease, ReturnObject, SchedulingStrategy, WorkerExitReason,
 };
 use prism_protocol::program::Program;
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::Connection;
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -92,6 +93,8 @@ struct Busy {
     sole: bool,
     /// When it last answered a task.
     last_answer: Option<Instant>,
+    /// Its connection, to cancel a task sent to it.
+    conn: Option<Connection>,
 }
 
 #[derive(Debug, Default)]
@@ -131,12 +134,15 @@ impl ShapeQueue {
     /// tasks back, and has nothing in flight when either the task it runs
     /// or the next one may not be attempted again. (If a worker dies, every
     /// task sent to it counts an attempt, as any may have been running.)
-    fn take_one(&mut self, lease: LeaseId, depth: usize) -> Option<Submission> {
+    fn take_one(&mut self, worker: &LeasedWorker, depth: usize) -> Option<Submission> {
         let last_chance = self.tasks.front()?.retries_left == 0;
         // A new entry (nothing in flight) always takes one, as `depth` is
         // at least 1, so no empty entry is left behind.
         debug_assert!(depth >= 1);
-        let busy = self.busy.entry(lease).or_default();
+        let busy = self.busy.entry(worker.lease_id).or_default();
+        if busy.conn.is_none() {
+            busy.conn = Some(worker.conn.clone());
+        }
         let behind = busy.in_flight > 0;
         if busy.handed_back || busy.sole || busy.in_flight >= depth || (last_chance && behind) {
             return None;
@@ -198,6 +204,12 @@ pub(crate) struct TaskSubmitter {
     /// Busy leases others wait for (`LeasesWanted`): each goes back as
     /// soon as it is idle. Locked after `shapes`.
     wanted: Mutex<HashSet<LeaseId>>,
+    /// Tasks cancelled after they left the queue (sent to a worker, or
+    /// still resolving their arguments), by result object: each ends with
+    /// `TaskCancelled` whatever it answers. Locked after `shapes`.
+    cancelled: Mutex<HashSet<ObjectId>>,
+    /// `cancelled` is not empty (read without the lock on every answer).
+    any_cancelled: AtomicBool,
 }
 
 /// Wanted leases kept before those this process no longer holds are
@@ -221,7 +233,73 @@ impl TaskSubmitter {
             job_id,
             remote_raylets: Mutex::new(HashMap::new()),
             wanted: Mutex::new(HashSet::new()),
+            cancelled: Mutex::new(HashSet::new()),
+            any_cancelled: AtomicBool::new(false),
         }
+    }
+
+    /// Cancels the task whose result is `return_id` (see `prism::cancel`).
+    /// A task queued here ends at once; one sent to a worker ends when
+    /// the worker answers: at once if it waits there unstarted, when its
+    /// worker exits for `force`, or when it finishes (its result dropped).
+    /// A task that already finished is left as it is.
+    pub(crate) fn cancel(self: &Arc<Self>, return_id: ObjectId, force: bool) {
+        let mut queued = None;
+        let mut workers = Vec::new();
+        {
+            let mut shapes = self.shapes.lock();
+            for queue in shapes.values_mut() {
+                if let Some(at) = queue
+                    .tasks
+                    .iter()
+                    .position(|t| t.spec.return_id == return_id)
+                {
+                    queued = queue.tasks.remove(at);
+                    break;
+                }
+            }
+            if queued.is_none() {
+                if self.objects.refs.is_ready(return_id) {
+                    return;
+                }
+                self.cancelled.lock().insert(return_id);
+                self.any_cancelled.store(true, Ordering::Release);
+                workers = (shapes.values())
+                    .flat_map(|q| q.busy.values().filter_map(|b| b.conn.clone()))
+                    .collect();
+            }
+        }
+        if let Some(task) = queued {
+            let error = Error::TaskCancelled {
+                function: task.spec.function.clone(),
+                how: String::new(),
+            };
+            self.objects.finish_task(&task, Err(error));
+            return;
+        }
+        // Only the worker that has it acts on it.
+        for conn in workers {
+            let _ = conn.notify(CancelTask { return_id, force });
+        }
+    }
+
+    /// Whether the task making `return_id` was cancelled (and is no
+    /// longer): then it ends with `TaskCancelled`.
+    fn take_cancelled(&self, return_id: ObjectId) -> bool {
+        if !self.any_cancelled.load(Ordering::Acquire) {
+            return false;
+        }
+        let mut cancelled = self.cancelled.lock();
+        let was = cancelled.remove(&return_id);
+        if !was {
+            // Entries whose object is set were never this submitter's
+            // (an actor call's) or finished as they were cancelled.
+            cancelled.retain(|id| !self.objects.refs.is_ready(*id));
+        }
+        if cancelled.is_empty() {
+            self.any_cancelled.store(false, Ordering::Release);
+        }
+        was
     }
 
     /// Others wait for these leases (a raylet said so): the idle ones go
@@ -384,6 +462,13 @@ impl TaskSubmitter {
     }
 
     fn enqueue(self: &Arc<Self>, shape: SchedulingKey, submission: Submission) {
+        if self.take_cancelled(submission.spec.return_id) {
+            let error = Error::TaskCancelled {
+                function: submission.spec.function.clone(),
+                how: String::new(),
+            };
+            return self.objects.finish_task(&submission, Err(error));
+        }
         // A task whose arguments are values, or objects this process owns,
         // can be run again to make its result if the node storing it dies.
         if let Some(deps) = self.owned_deps(&submission) {
@@ -445,7 +530,7 @@ impl TaskSubmitter {
             let Some(worker) = queue.idle.pop() else {
                 break;
             };
-            match queue.take_one(worker.lease_id, depth) {
+            match queue.take_one(&worker, depth) {
                 Some(task) => {
                     takers.push(worker.clone());
                     ready.push((worker, task));
@@ -459,7 +544,7 @@ impl TaskSubmitter {
         for _ in 1..depth {
             let before = ready.len();
             for worker in &takers {
-                if let Some(task) = queue.take_one(worker.lease_id, depth) {
+                if let Some(task) = queue.take_one(worker, depth) {
                     ready.push((worker.clone(), task));
                 }
             }
@@ -629,8 +714,16 @@ impl TaskSubmitter {
         result: Result<ReturnObject, Error>,
         worker_died: bool,
     ) {
+        let mut result = result;
+        if self.take_cancelled(task.spec.return_id) {
+            result = Err(Error::TaskCancelled {
+                function: task.spec.function.clone(),
+                how: if worker_died { ", force" } else { "" }.to_string(),
+            });
+        }
         let handed_back = matches!(result, Err(Error::TaskHandedBack { .. }));
         let retry = match &result {
+            Err(Error::TaskCancelled { .. }) => false,
             // Never started: sent again, no attempt counted.
             Err(_) if handed_back => true,
             Err(e) => task.retry_after(e),
@@ -675,8 +768,7 @@ impl TaskSubmitter {
             return;
         }
         let depth = queue.depth(max_depth);
-        let next: Vec<Submission> =
-            std::iter::from_fn(|| queue.take_one(worker.lease_id, depth)).collect();
+        let next: Vec<Submission> = std::iter::from_fn(|| queue.take_one(&worker, depth)).collect();
         // A task handed back, or sent again, may need another worker.
         let elsewhere = if retry {
             self.pump(&shape, queue)

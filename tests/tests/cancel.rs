@@ -1,0 +1,189 @@
+//! `prism::cancel` through a real cluster: a task queued for a resource
+//! never runs, a running one is stopped with its worker (`force`) or runs
+//! to its end with its result dropped, one waiting for its arguments ends
+//! when they arrive, and finished tasks and puts keep their values.
+
+mod common;
+
+use common::{is_gone, must_become, must_eventually, ClusterSpec};
+use prism::{Error, ObjectRef};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Bounds every wait here; the tasks that must not finish sleep longer.
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn cluster() {
+    ClusterSpec::new().cpus(2).resource("gate", 1.0).start();
+}
+
+/// A fresh folder for one test's marker files.
+fn marks(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("prism-cancel-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a marker folder");
+    dir
+}
+
+/// Writes its pid to `dir/started`, sleeps `ms`, then writes `dir/done`.
+#[prism::remote]
+fn marked(dir: String, ms: u64) -> u32 {
+    let dir = Path::new(&dir);
+    let pid = std::process::id();
+    let _ = std::fs::write(dir.join("started"), pid.to_string());
+    std::thread::sleep(Duration::from_millis(ms));
+    let _ = std::fs::write(dir.join("done"), "");
+    pid
+}
+
+/// Holds the cluster's one `gate` for `ms`.
+#[prism::remote(resource("gate", 1.0))]
+fn hold_gate(ms: u64) -> u64 {
+    std::thread::sleep(Duration::from_millis(ms));
+    ms
+}
+
+/// Needs the `gate` too; leaves a mark if it ever runs.
+#[prism::remote(resource("gate", 1.0))]
+fn gated(dir: String) -> u32 {
+    let _ = std::fs::write(Path::new(&dir).join("gated ran"), "");
+    1
+}
+
+#[prism::remote]
+fn add(a: i64, b: i64) -> i64 {
+    a + b
+}
+
+#[prism::remote]
+fn later(ms: u64, value: i64) -> i64 {
+    std::thread::sleep(Duration::from_millis(ms));
+    value
+}
+
+/// Tries to cancel a task another process submitted.
+#[prism::remote]
+fn cancel_theirs(refs: Vec<ObjectRef<i64>>) -> String {
+    match prism::cancel(&refs[0], true) {
+        Ok(()) => "cancelled".into(),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn cancelled<T: std::fmt::Debug>(outcome: prism::Result<T>) -> String {
+    match outcome {
+        Err(e @ Error::TaskCancelled { .. }) => e.to_string(),
+        other => panic!("expected TaskCancelled, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_task_queued_for_a_resource_never_runs() {
+    cluster();
+    let dir = marks("queued");
+    let holder = hold_gate::remote(2_000).unwrap();
+    // Wait until the gate is taken, so `gated` waits for it.
+    must_eventually("the gate is taken", LIMIT, || {
+        prism::cluster_resources()
+            .map(|(_, free)| free.get("gate").is_zero())
+            .unwrap_or(false)
+    });
+    let waiting = gated::remote(dir.display().to_string()).unwrap();
+    prism::cancel(&waiting, false).unwrap();
+    let said = cancelled(prism::get_timeout(&waiting, LIMIT));
+    assert!(
+        said.contains("gated") && said.contains("cancelled"),
+        "{said}"
+    );
+    assert_eq!(prism::get_timeout(&holder, LIMIT).unwrap(), 2_000);
+    // The gate is free now: a cancelled task would have run by now.
+    assert_eq!(
+        prism::get_timeout(&gated::remote(dir.display().to_string()).unwrap(), LIMIT).unwrap(),
+        1
+    );
+    std::fs::remove_file(dir.join("gated ran")).expect("the second one ran");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        !dir.join("gated ran").exists(),
+        "the cancelled one never ran"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_running_task_cancelled_with_force_stops_with_its_worker_and_is_not_retried() {
+    cluster();
+    let dir = marks("force");
+    let running = marked::remote(dir.display().to_string(), 600_000).unwrap();
+    let pid: u32 = must_become("the task starts", LIMIT, || {
+        std::fs::read_to_string(dir.join("started"))
+            .ok()?
+            .parse()
+            .ok()
+    });
+    prism::cancel(&running, true).unwrap();
+    let said = cancelled(prism::get_timeout(&running, LIMIT));
+    assert!(said.contains("force"), "{said}");
+    must_eventually("its worker exits", LIMIT, || is_gone(pid));
+    // Not retried: it would start again and mark it.
+    std::fs::remove_file(dir.join("started")).expect("the mark");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!dir.join("started").exists(), "the task was not run again");
+    // The node goes on.
+    assert_eq!(
+        prism::get_timeout(&add::remote(2, 3).unwrap(), LIMIT).unwrap(),
+        5
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_running_task_cancelled_without_force_runs_to_its_end_and_its_result_is_dropped() {
+    cluster();
+    let dir = marks("gentle");
+    let running = marked::remote(dir.display().to_string(), 500).unwrap();
+    must_become("the task starts", LIMIT, || {
+        std::fs::read_to_string(dir.join("started")).ok()
+    });
+    prism::cancel(&running, false).unwrap();
+    let said = cancelled(prism::get_timeout(&running, LIMIT));
+    assert!(!said.contains("force"), "{said}");
+    assert!(dir.join("done").exists(), "it ran to its end first");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_task_waiting_for_its_arguments_ends_when_they_arrive() {
+    cluster();
+    let first = later::remote(300, 1).unwrap();
+    let second = add::remote(&first, 1).unwrap();
+    prism::cancel(&second, false).unwrap();
+    cancelled(prism::get_timeout(&second, LIMIT));
+    assert_eq!(prism::get_timeout(&first, LIMIT).unwrap(), 1);
+}
+
+#[test]
+fn finished_tasks_and_puts_keep_their_values() {
+    cluster();
+    let done = add::remote(1, 2).unwrap();
+    assert_eq!(prism::get(&done).unwrap(), 3);
+    prism::cancel(&done, true).unwrap();
+    assert_eq!(prism::get(&done).unwrap(), 3);
+    let put = prism::put(7i64).unwrap();
+    prism::cancel(&put, false).unwrap();
+    assert_eq!(prism::get(&put).unwrap(), 7);
+}
+
+#[test]
+fn only_the_submitting_process_may_cancel() {
+    cluster();
+    let mine = later::remote(100, 4).unwrap();
+    let said =
+        prism::get_timeout(&cancel_theirs::remote(vec![mine.clone()]).unwrap(), LIMIT).unwrap();
+    assert!(
+        said.contains("invalid argument: cancel")
+            && said.contains("only the process that submitted"),
+        "{said}"
+    );
+    assert_eq!(prism::get_timeout(&mine, LIMIT).unwrap(), 4);
+}
