@@ -170,7 +170,7 @@ mod tests {
         .expect_err("a word is not a byte count");
         assert_eq!(
             err.to_string(),
-            "config PRISM_COLLECTIVE_CHUNK_BYTES: cannot parse \"lots\" as an unsigned integer"
+            "config PRISM_COLLECTIVE_CHUNK_BYTES: \"lots\" is not an unsigned integer"
         );
     }
 

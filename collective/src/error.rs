@@ -123,7 +123,7 @@ pub enum CollectiveError {
         name: String,
     },
     /// A `PRISM_COLLECTIVE_*` or rendezvous variable that does not parse.
-    #[error("config {key}: cannot parse {value:?} as {expected}")]
+    #[error("config {key}: {value:?} is not {expected}")]
     InvalidConfig {
         /// The environment variable.
         key: String,

@@ -29,7 +29,7 @@
 //!     .unwrap_err();
 //! assert_eq!(
 //!     err.to_string(),
-//!     "config PRISM_DEMO_WINDOW_REQUESTS: cannot parse \"many\" as an unsigned integer"
+//!     "config PRISM_DEMO_WINDOW_REQUESTS: \"many\" is not an unsigned integer"
 //! );
 //! # Ok::<(), prism_config::ConfigError>(())
 //! ```
@@ -55,7 +55,7 @@ impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "config {}: cannot parse {:?} as {}",
+            "config {}: {:?} is not {}",
             self.key, self.value, self.expected
         )
     }
@@ -277,7 +277,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             err.to_string(),
-            "config PRISM_SAMPLE_ENABLED: cannot parse \"maybe\" as a boolean (true/false/1/0)"
+            "config PRISM_SAMPLE_ENABLED: \"maybe\" is not a boolean (true/false/1/0)"
         );
     }
 }

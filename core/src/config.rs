@@ -325,7 +325,7 @@ mod tests {
         std::env::remove_var("PRISM_LEASE_IDLE_MS");
         assert_eq!(
             err.to_string(),
-            "config PRISM_LEASE_IDLE_MS: cannot parse \"soon\" as an unsigned integer"
+            "config PRISM_LEASE_IDLE_MS: \"soon\" is not an unsigned integer"
         );
     }
 }

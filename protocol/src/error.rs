@@ -28,7 +28,7 @@ pub enum Error {
     #[error("prism is already initialized; call prism::shutdown() first, or set Config::ignore_reinit_error(true)")]
     AlreadyInitialized,
     /// A configuration value did not parse.
-    #[error("config {key}: cannot parse {value:?} as {expected}")]
+    #[error("config {key}: {value:?} is not {expected}")]
     Config {
         /// The key, as its environment variable (`PRISM_...`).
         key: String,

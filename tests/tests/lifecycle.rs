@@ -54,7 +54,7 @@ fn a_bad_environment_value_stops_init_with_key_value_and_type() {
         let err = prism::init(prism::Config::default()).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "config PRISM_NUM_CPUS: cannot parse \"lots\" as an unsigned integer"
+            "config PRISM_NUM_CPUS: \"lots\" is not an unsigned integer"
         );
         return;
     }

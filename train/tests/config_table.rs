@@ -26,9 +26,10 @@ fn render() -> String {
         "# Configuration: every tunable\n\n\
          Every tunable of every Prism crate, with its unit in its name, its type, its \
          default and why. Each is read from the environment variable named here; a value \
-         that does not parse fails with `config <VARIABLE>: cannot parse \"<value>\" as \
-         <type>`, in every crate alike. The runtime's entries can also be set in code, on \
-         `prism::Config` (its fields and builder methods); a variable set in the environment \
+         that does not parse, or breaks its entry's rule, fails with `config <VARIABLE>: \
+         \"<value>\" is not <what is expected>`, in every crate alike. The runtime's \
+         entries can also be set in code, on `prism::Config` (its fields and builder \
+         methods); a variable set in the environment \
          overrides them when `prism::init` runs. A `CollectiveConfig` given to a group in \
          code is used as given; `CollectiveConfig::from_env` reads the variables.\n\n\
          This file is generated from the crates' declarations (`prism_config::table!` in \
