@@ -734,6 +734,90 @@ fn a_worker_kept_idle_on_another_node_goes_back_when_a_client_there_waits() {
     assert!(said.contains("CLIENT ran 3"), "{said}");
 }
 
+/// Reports its pid to the driver's folder `dir` (on a shared file
+/// system: the hosts share this machine's), then sleeps `ms`.
+#[prism::remote]
+fn report_then_sleep(dir: String, ms: u64) -> u32 {
+    let pid = std::process::id();
+    let _ = std::fs::write(std::path::Path::new(&dir).join("pid"), pid.to_string());
+    std::thread::sleep(Duration::from_millis(ms));
+    pid
+}
+
+/// The driver's part of the test below.
+fn cancel_on_another_node(dir: String) {
+    must(
+        prism::init(prism::Config::default()),
+        "the driver joins its node",
+    );
+    let listed = must(prism::nodes(), "the nodes are listed");
+    let other = must(
+        listed.iter().find(|n| !n.is_head).cloned().ok_or("absent"),
+        "the second host is a node",
+    );
+    let running = must(
+        report_then_sleep::remote_with(on(&other), dir.clone(), 600_000),
+        "submitted",
+    );
+    let pid: u32 = must_become("the task starts there", Duration::from_secs(30), || {
+        std::fs::read_to_string(std::path::Path::new(&dir).join("pid"))
+            .ok()?
+            .parse()
+            .ok()
+    });
+    must(prism::cancel(&running, true), "the cancel is sent");
+    match prism::get_timeout(&running, Duration::from_secs(30)) {
+        Err(e @ prism::Error::TaskCancelled { .. }) => println!("CANCELLED {e}"),
+        other => println!("NOT CANCELLED {other:?}"),
+    }
+    let gone = prism_tests::wait_until(Duration::from_secs(30), || prism_tests::is_gone(pid));
+    println!("WORKER GONE {gone}");
+    let next = must(
+        prism::get(&must(node_of::remote_with(on(&other)), "submitted")),
+        "the node runs the next task",
+    );
+    println!("NEXT ran there: {}", next == other.node_id);
+    prism::shutdown();
+}
+
+/// A running task on another node, cancelled with `force`: the owner
+/// sends `CancelTask` over its connection to that worker, which exits.
+#[test]
+fn a_task_running_on_another_node_is_cancelled_with_its_worker() {
+    if let Some(dir) = std::env::var_os(MARKS) {
+        return cancel_on_another_node(dir.to_string_lossy().into_owned());
+    }
+    let Some(m) = Machines::new("cancel", 2) else {
+        return;
+    };
+    let head = m.start_head(&[]);
+    assert!(m.join(1, &head).status.success());
+    must_eventually(
+        "both nodes are in the head's view",
+        Duration::from_secs(10),
+        || m.status(0).contains("Nodes: 2 alive"),
+    );
+    std::thread::sleep(Duration::from_millis(1200));
+    let dir = std::env::temp_dir().join(format!("prism-cli-cancel-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    must(std::fs::create_dir_all(&dir), "the marks folder");
+    let dir_text = dir.display().to_string();
+    let said = m.run_driver(
+        0,
+        "a_task_running_on_another_node_is_cancelled_with_its_worker",
+        &head,
+        &[(MARKS, dir_text.as_str())],
+        Duration::from_secs(120),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        said.contains("CANCELLED task") && said.contains("force"),
+        "{said}"
+    );
+    assert!(said.contains("WORKER GONE true"), "{said}");
+    assert!(said.contains("NEXT ran there: true"), "{said}");
+}
+
 /// Node affinity to `node` (with `soft`, falling back elsewhere when it is
 /// gone).
 fn affinity(node: &prism::NodeInfo, soft: bool) -> prism::SchedulingStrategy {
