@@ -116,7 +116,9 @@ impl TaskOptions {
 
     /// Fills in what is not set here from `defaults` (the function's
     /// attribute), as `remote_with` does: a call's options override the
-    /// attribute field by field, as Ray's `.options()` does.
+    /// attribute field by field, as Ray's `.options()` does. A value equal
+    /// to the default (`retry_exceptions(false)`, the default strategy)
+    /// counts as unset.
     ///
     /// ```
     /// let defaults = prism::TaskOptions::new().num_gpus(1.0).max_retries(5);

@@ -340,9 +340,13 @@ impl Node {
                 pid,
                 contended,
             } => {
-                c.lease_holders
-                    .entry(holder)
-                    .or_insert_with(|| reply.conn.clone());
+                // (A grant routed through a bundle's node may come after
+                // its client left: a closed connection is not kept.)
+                if !reply.conn.is_closed() {
+                    c.lease_holders
+                        .entry(holder)
+                        .or_insert_with(|| reply.conn.clone());
+                }
                 reply.send(Response::Lease(LeaseReply::Granted(LeaseGrant {
                     lease_id: lease,
                     worker_id: worker,

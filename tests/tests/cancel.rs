@@ -61,6 +61,21 @@ fn later(ms: u64, value: i64) -> i64 {
     value
 }
 
+/// Marks `dir/started`, then returns `mib` MiB after `ms`: a result
+/// kept in the object store.
+#[prism::remote]
+fn big_after(dir: String, ms: u64, mib: usize) -> Vec<u8> {
+    let _ = std::fs::write(Path::new(&dir).join("started"), "");
+    std::thread::sleep(Duration::from_millis(ms));
+    vec![7u8; mib << 20]
+}
+
+#[prism::remote]
+fn fails_after(ms: u64) -> Result<i64, String> {
+    std::thread::sleep(Duration::from_millis(ms));
+    Err("on purpose".into())
+}
+
 /// Tries to cancel a task another process submitted.
 #[prism::remote]
 fn cancel_theirs(refs: Vec<ObjectRef<i64>>) -> String {
@@ -186,4 +201,31 @@ fn only_the_submitting_process_may_cancel() {
         "{said}"
     );
     assert_eq!(prism::get_timeout(&mine, LIMIT).unwrap(), 4);
+}
+
+#[test]
+fn a_cancelled_tasks_stored_result_is_freed() {
+    cluster();
+    let dir = marks("stored");
+    let running = big_after::remote(dir.display().to_string(), 300, 4).unwrap();
+    must_become("the task starts", LIMIT, || {
+        std::fs::read_to_string(dir.join("started")).ok()
+    });
+    prism::cancel(&running, false).unwrap();
+    cancelled(prism::get_timeout(&running, LIMIT));
+    must_eventually("its 4 MiB result leaves the store", LIMIT, || {
+        prism::object_store_stats()
+            .map(|s| s.used_bytes < 1 << 20)
+            .unwrap_or(false)
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_task_cancelled_while_its_argument_fails_ends_cancelled() {
+    cluster();
+    let bad = fails_after::remote(300).unwrap();
+    let next = add::remote(&bad, 1).unwrap();
+    prism::cancel(&next, false).unwrap();
+    cancelled(prism::get_timeout(&next, LIMIT));
 }

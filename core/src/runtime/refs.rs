@@ -367,21 +367,8 @@ impl RefTable {
     ) -> Vec<Release> {
         let mut entries = self.entries.lock();
         let Some(e) = entries.get_mut(&id) else {
-            // Freed while the task ran: drop what it produced, and end the
-            // borrows its executor registered for this process.
-            let mut out: Vec<Release> = contains
-                .iter()
-                .filter(|c| !self.is_mine(&c.owner))
-                .map(|c| Release::EndBorrow {
-                    owner: c.owner.clone(),
-                    id: c.id,
-                    count: 1,
-                })
-                .collect();
-            if let ValueState::Ready(ObjectValue::InStore { node, .. }) = value {
-                out.push(Release::DeleteFromStore(id, node));
-            }
-            return out;
+            // Freed while the task ran.
+            return self.discard(id, value, &contains);
         };
         e.value = value;
         for w in e.waiters.drain(..) {
@@ -492,6 +479,39 @@ impl RefTable {
             }
         }
         count
+    }
+
+    /// What to release for a task's answer that is not kept (its object
+    /// was freed while it ran, or the task was cancelled): its stored
+    /// value, and the borrows its executor registered for this process.
+    pub(crate) fn discard(
+        &self,
+        id: ObjectId,
+        value: ValueState,
+        contains: &[ObjectRefInfo],
+    ) -> Vec<Release> {
+        let mut out: Vec<Release> = contains
+            .iter()
+            .filter(|c| !self.is_mine(&c.owner))
+            .map(|c| Release::EndBorrow {
+                owner: c.owner.clone(),
+                id: c.id,
+                count: 1,
+            })
+            .collect();
+        if let ValueState::Ready(ObjectValue::InStore { node, .. }) = value {
+            out.push(Release::DeleteFromStore(id, node));
+        }
+        out
+    }
+
+    /// Whether an owned object is still waiting for its value (false for
+    /// one ready, failed or no longer referenced).
+    pub(crate) fn is_pending(&self, id: ObjectId) -> bool {
+        matches!(
+            self.entries.lock().get(&id).map(|e| &e.value),
+            Some(ValueState::Pending)
+        )
     }
 
     /// Whether an owned object's value is ready (or failed), without waiting.

@@ -34,6 +34,7 @@
 
 use super::lineage::Lineage;
 use super::objects::{Objects, Submission};
+use super::refs::ValueState;
 use crate::config::Config;
 use crate::{Error, Result};
 use parking_lot::Mutex;
@@ -180,6 +181,14 @@ enum Leased {
     Unreachable(Error),
 }
 
+/// The error a cancelled task ends with; `force`: its worker was stopped.
+fn cancelled(task: &Submission, force: bool) -> Error {
+    Error::TaskCancelled {
+        function: task.spec.function.clone(),
+        how: if force { ", force" } else { "" }.to_string(),
+    }
+}
+
 /// Granted workers in a row that may be unreachable before a shape's
 /// waiting tasks fail with the connection error.
 const MAX_UNREACHABLE_WORKERS: u32 = 10;
@@ -259,7 +268,7 @@ impl TaskSubmitter {
                 }
             }
             if queued.is_none() {
-                if self.objects.refs.is_ready(return_id) {
+                if !self.objects.refs.is_pending(return_id) {
                     return;
                 }
                 self.cancelled.lock().insert(return_id);
@@ -270,16 +279,26 @@ impl TaskSubmitter {
             }
         }
         if let Some(task) = queued {
-            let error = Error::TaskCancelled {
-                function: task.spec.function.clone(),
-                how: String::new(),
-            };
-            self.objects.finish_task(&task, Err(error));
+            self.objects
+                .finish_task(&task, Err(cancelled(&task, false)));
             return;
         }
         // Only the worker that has it acts on it.
         for conn in workers {
             let _ = conn.notify(CancelTask { return_id, force });
+        }
+    }
+
+    /// Releases what a cancelled task's answer holds (a stored value, and
+    /// borrows of the references inside it): its ref fails instead.
+    fn discard_answer(self: &Arc<Self>, task: &Submission, answer: Result<ReturnObject>) {
+        if let Ok(ret) = answer {
+            let releases = self.objects.refs.discard(
+                task.spec.return_id,
+                ValueState::Ready(ret.value),
+                &ret.contained,
+            );
+            self.objects.apply_releases(releases);
         }
     }
 
@@ -292,9 +311,10 @@ impl TaskSubmitter {
         let mut cancelled = self.cancelled.lock();
         let was = cancelled.remove(&return_id);
         if !was {
-            // Entries whose object is set were never this submitter's
-            // (an actor call's) or finished as they were cancelled.
-            cancelled.retain(|id| !self.objects.refs.is_ready(*id));
+            // Entries whose object is set, or gone, were never this
+            // submitter's (an actor call's) or finished as they were
+            // cancelled.
+            cancelled.retain(|id| self.objects.refs.is_pending(*id));
         }
         if cancelled.is_empty() {
             self.any_cancelled.store(false, Ordering::Release);
@@ -454,6 +474,11 @@ impl TaskSubmitter {
                             submission.spec.args = args;
                             submitter.enqueue(shape, submission);
                         }
+                        // Cancelled while it waited: that, not the argument's
+                        // failure, is its end.
+                        Err(_) if submitter.take_cancelled(submission.spec.return_id) => {
+                            objects.finish_task(&submission, Err(cancelled(&submission, false)))
+                        }
                         Err(e) => objects.finish_task(&submission, Err(e)),
                     }
                 });
@@ -463,11 +488,9 @@ impl TaskSubmitter {
 
     fn enqueue(self: &Arc<Self>, shape: SchedulingKey, submission: Submission) {
         if self.take_cancelled(submission.spec.return_id) {
-            let error = Error::TaskCancelled {
-                function: submission.spec.function.clone(),
-                how: String::new(),
-            };
-            return self.objects.finish_task(&submission, Err(error));
+            return self
+                .objects
+                .finish_task(&submission, Err(cancelled(&submission, false)));
         }
         // A task whose arguments are values, or objects this process owns,
         // can be run again to make its result if the node storing it dies.
@@ -714,14 +737,16 @@ impl TaskSubmitter {
         result: Result<ReturnObject, Error>,
         worker_died: bool,
     ) {
-        let mut result = result;
-        if self.take_cancelled(task.spec.return_id) {
-            result = Err(Error::TaskCancelled {
-                function: task.spec.function.clone(),
-                how: if worker_died { ", force" } else { "" }.to_string(),
-            });
-        }
         let handed_back = matches!(result, Err(Error::TaskHandedBack { .. }));
+        // Answered without running (handed back, or cancelled unstarted):
+        // no service time to count.
+        let unstarted = handed_back || matches!(result, Err(Error::TaskCancelled { .. }));
+        let result = if self.take_cancelled(task.spec.return_id) {
+            self.discard_answer(&task, result);
+            Err(cancelled(&task, worker_died))
+        } else {
+            result
+        };
         let retry = match &result {
             Err(Error::TaskCancelled { .. }) => false,
             // Never started: sent again, no attempt counted.
@@ -737,16 +762,27 @@ impl TaskSubmitter {
         let max_depth = self.config.max_tasks_in_flight_per_worker;
         let mut shapes = self.shapes.lock();
         let queue = shapes.entry(shape.clone()).or_default();
-        if retry {
+        // Cancelled since the check above: a cancel that finds the task
+        // neither here nor queued marks it under this lock.
+        let mut ended = None;
+        if retry && self.take_cancelled(task.spec.return_id) {
+            ended = Some(task);
+        } else if retry {
             // Next in line: on this worker if it lives and is free, else on
             // another or a new lease.
             queue.tasks.push_front(task);
         }
+        let end = |ended: Option<Submission>| {
+            if let Some(task) = ended {
+                let error = cancelled(&task, worker_died);
+                self.objects.finish_task(&task, Err(error));
+            }
+        };
         let busy = queue.busy.entry(worker.lease_id).or_default();
         busy.in_flight = busy.in_flight.saturating_sub(1);
         busy.handed_back |= handed_back;
         let mut took = None;
-        if let (Some(sent), false) = (sent, handed_back) {
+        if let (Some(sent), false) = (sent, unstarted) {
             // It started this task when it answered the one before, or
             // when the task arrived.
             let started = busy.last_answer.map_or(sent, |last| last.max(sent));
@@ -764,6 +800,7 @@ impl TaskSubmitter {
             // The raylet frees a dead worker's lease when it sees the exit.
             let ready = self.pump(&shape, queue);
             drop(shapes);
+            end(ended);
             self.dispatch_all(&shape, ready);
             return;
         }
@@ -777,6 +814,7 @@ impl TaskSubmitter {
         };
         if in_flight + next.len() > 0 {
             drop(shapes);
+            end(ended);
             for task in next {
                 self.dispatch(shape.clone(), worker.clone(), task);
             }
@@ -796,6 +834,7 @@ impl TaskSubmitter {
             drop(shapes);
             worker.give_back();
         }
+        end(ended);
         self.dispatch_all(&shape, elsewhere);
         if withdraw {
             self.withdraw_requests(&shape);
