@@ -713,17 +713,9 @@ fn a_worker_kept_idle_on_another_node_goes_back_when_a_client_there_waits() {
     if std::env::var_os(DRIVER).is_some() {
         return keep_a_remote_worker_idle();
     }
-    let Some(m) = Machines::new("idle", 2) else {
+    let Some((m, head)) = nodes_up("idle", 2, &[]) else {
         return;
     };
-    let head = m.start_head(&[]);
-    assert!(m.join(1, &head).status.success());
-    must_eventually(
-        "both nodes are in the head's view",
-        Duration::from_secs(10),
-        || m.status(0).contains("Nodes: 2 alive"),
-    );
-    std::thread::sleep(Duration::from_millis(1200));
     let said = m.run_driver(
         0,
         "a_worker_kept_idle_on_another_node_goes_back_when_a_client_there_waits",
@@ -787,17 +779,9 @@ fn a_task_running_on_another_node_is_cancelled_with_its_worker() {
     if let Some(dir) = std::env::var_os(MARKS) {
         return cancel_on_another_node(dir.to_string_lossy().into_owned());
     }
-    let Some(m) = Machines::new("cancel", 2) else {
+    let Some((m, head)) = nodes_up("cancel", 2, &[]) else {
         return;
     };
-    let head = m.start_head(&[]);
-    assert!(m.join(1, &head).status.success());
-    must_eventually(
-        "both nodes are in the head's view",
-        Duration::from_secs(10),
-        || m.status(0).contains("Nodes: 2 alive"),
-    );
-    std::thread::sleep(Duration::from_millis(1200));
     let dir = std::env::temp_dir().join(format!("prism-cli-cancel-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     must(std::fs::create_dir_all(&dir), "the marks folder");
@@ -867,16 +851,24 @@ fn join_and_find_b_c() -> (prism::NodeInfo, prism::NodeInfo) {
 /// Three hosts: the head (started with `head_env`) and two nodes joined,
 /// each in every raylet's view. `None` where namespaces cannot be made.
 fn three_nodes(tag: &str, head_env: &[(&str, &str)]) -> Option<(Machines, String)> {
-    let m = Machines::new(tag, 3)?;
+    nodes_up(tag, 3, head_env)
+}
+
+/// `hosts` hosts: the head (started with `head_env`) and the others
+/// joined, each in every raylet's view. `None` where namespaces cannot be
+/// made.
+fn nodes_up(tag: &str, hosts: usize, head_env: &[(&str, &str)]) -> Option<(Machines, String)> {
+    let m = Machines::new(tag, hosts)?;
     let head = m.start_head(head_env);
-    for host in [1, 2] {
+    for host in 1..hosts {
         let out = m.join(host, &head);
         assert!(out.status.success(), "the node joins: {}", text(&out));
     }
+    let alive = format!("Nodes: {hosts} alive");
     must_eventually(
         "every node is in the head's view",
         Duration::from_secs(10),
-        || m.status(0).contains("Nodes: 3 alive"),
+        || m.status(0).contains(&alive),
     );
     // One heartbeat later every raylet has the others in its view.
     std::thread::sleep(Duration::from_millis(1200));
