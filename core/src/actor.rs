@@ -90,7 +90,8 @@ impl ActorRef {
         let args = args.into_iter().collect::<Result<Vec<_>>>()?;
         let (spec_args, held) = core.objects.prepare_args(args)?;
         let return_id = ObjectId::new();
-        let r = ObjectRef::from_counted(core.objects.new_pending(return_id), &core.objects);
+        let info = core.objects.new_pending_call(return_id, self.actor_id);
+        let r = ObjectRef::from_counted(info, &core.objects);
         let spec = TaskSpec {
             task_id: TaskId::new(),
             function: format!("{}::{}", self.class, method),

@@ -278,21 +278,29 @@ pub fn get_view<E: Element>(r: &ObjectRef<Vec<E>>) -> Result<View<E>> {
     crate::runtime::registry::make_view::<E>(loaded)
 }
 
-/// Cancels the task that makes `r`, as Ray's `ray.cancel` does.
+/// Cancels the task or actor call that makes `r`, as Ray's `ray.cancel`
+/// does.
 ///
-/// - A task still waiting for its arguments or for a worker never runs.
-/// - A task sent to a worker that has not started it never runs.
-/// - A running task cannot be interrupted: it runs to its end and its
-///   result is dropped. With `force`, its worker process is stopped
-///   instead; other tasks sent to that worker are retried, as after any
-///   worker death.
+/// A task:
+/// - still waiting for its arguments or for a worker never runs;
+/// - sent to a worker that has not started it never runs;
+/// - running cannot be interrupted: it runs to its end and its result is
+///   dropped. With `force`, its worker process is stopped instead; other
+///   tasks sent to that worker are retried, as after any worker death.
 ///
 /// Then `get` on `r` fails with [`Error::TaskCancelled`], and the task is
-/// not retried. A task that already finished keeps its result, and an
-/// object made by [`put`] is left as it is. Only the process that
-/// submitted the task may cancel it ([`Error::InvalidArgument`]
-/// otherwise). Actor calls are not cancelled: [`kill`](crate::kill) the
-/// actor.
+/// not retried.
+///
+/// An actor call that has not started (queued in this process, or at the
+/// actor behind other calls) never runs, and `get` fails with
+/// [`Error::TaskCancelled`]; the actor's later calls run as before. One
+/// that started runs to its end and keeps its result: stopping it would
+/// stop the actor's process, which [`kill`](crate::kill) does. So `force`
+/// is [`Error::InvalidArgument`] for an actor call, as in Ray.
+///
+/// A task or call that already finished keeps its result, and an object
+/// made by [`put`] is left as it is. Only the process that submitted the
+/// task may cancel it ([`Error::InvalidArgument`] otherwise).
 ///
 /// ```no_run
 /// #[prism::remote]
@@ -322,8 +330,25 @@ pub fn cancel<T>(r: &ObjectRef<T>, force: bool) -> Result<()> {
             ),
         ));
     }
-    core.tasks.cancel(r.id(), force);
-    Ok(())
+    match core.objects.refs.call_of(r.id()) {
+        Some(actor) if force => Err(Error::invalid(
+            "cancel",
+            format!(
+                "object {} is the result of a call of actor {actor}: an actor call cannot be \
+                 cancelled with force (its process runs the actor's other calls too); cancel \
+                 it without force, or stop the actor with prism::kill",
+                r.id()
+            ),
+        )),
+        Some(actor) => {
+            core.actors.cancel(actor, r.id());
+            Ok(())
+        }
+        None => {
+            core.tasks.cancel(r.id(), force);
+            Ok(())
+        }
+    }
 }
 
 /// What [`wait`] returns: `(ready, not_ready)`.

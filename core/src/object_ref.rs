@@ -133,7 +133,25 @@ impl<'de, T> Deserialize<'de> for ObjectRef<T> {
 /// Something that can be passed where a remote function expects a `P`: a
 /// `P` itself, or an [`ObjectRef<P>`] (by value or reference), whose value
 /// the executor receives. A `&ObjectRef<Vec<T>>` can also be passed for a
-/// [`View<T>`] parameter, read in place from shared memory.
+/// [`View<T>`] parameter, read in place from shared memory, and a `&str`
+/// or `&String` for a `String` parameter.
+///
+/// ```no_run
+/// #[prism::remote]
+/// fn greet(name: String) -> String {
+///     format!("hello, {name}")
+/// }
+///
+/// fn main() -> prism::Result<()> {
+///     prism::init(prism::Config::default())?;
+///     let owned = String::from("you");
+///     let a = greet::remote("world")?;
+///     let b = greet::remote(&owned)?;
+///     assert_eq!(prism::get(&a)?, "hello, world");
+///     assert_eq!(prism::get(&b)?, "hello, you");
+///     Ok(())
+/// }
+/// ```
 pub trait IntoArg<P> {
     /// Converts into a wire argument.
     fn into_arg(self) -> Result<Arg>;
@@ -142,6 +160,18 @@ pub trait IntoArg<P> {
 impl<P: Serialize + 'static> IntoArg<P> for P {
     fn into_arg(self) -> Result<Arg> {
         Ok(Arg::Value(codec::encode(&self)?))
+    }
+}
+
+impl IntoArg<String> for &str {
+    fn into_arg(self) -> Result<Arg> {
+        Ok(Arg::Value(codec::encode(&self.to_owned())?))
+    }
+}
+
+impl IntoArg<String> for &String {
+    fn into_arg(self) -> Result<Arg> {
+        Ok(Arg::Value(codec::encode(self)?))
     }
 }
 

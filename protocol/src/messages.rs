@@ -719,11 +719,12 @@ services! {
             /// The task.
             spec: TaskSpec,
         } => ReturnObject;
-        /// The task whose result is `return_id` was cancelled by its
-        /// caller: if it waits here unstarted it is answered
-        /// [`Error::TaskCancelled`](crate::error::Error::TaskCancelled)
-        /// and never runs; if it runs and `force` is set, this worker
-        /// process exits (its other tasks are retried elsewhere).
+        /// The task or actor call whose result is `return_id` was
+        /// cancelled by its caller: if it waits here unstarted it is
+        /// answered [`Error::TaskCancelled`](crate::error::Error::TaskCancelled)
+        /// and never runs; if a task runs and `force` is set, this worker
+        /// process exits (its other tasks are retried elsewhere). Sent on
+        /// the connection the task or call came on, after it.
         CancelTask {
             /// The task's result object.
             return_id: ObjectId,

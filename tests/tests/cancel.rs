@@ -1,7 +1,9 @@
 //! `prism::cancel` through a real cluster: a task queued for a resource
 //! never runs, a running one is stopped with its worker (`force`) or runs
 //! to its end with its result dropped, one waiting for its arguments ends
-//! when they arrive, and finished tasks and puts keep their values.
+//! when they arrive, and finished tasks and puts keep their values. An
+//! actor call that has not started never runs; one that started keeps its
+//! result.
 
 mod common;
 
@@ -228,4 +230,154 @@ fn a_task_cancelled_while_its_argument_fails_ends_cancelled() {
     let next = add::remote(&bad, 1).unwrap();
     prism::cancel(&next, false).unwrap();
     cancelled(prism::get_timeout(&next, LIMIT));
+}
+
+/// Waits (at most `LIMIT`) for `dir/open` after marking `dir/<name>`.
+fn wait_open(dir: &str, name: &str) {
+    let dir = Path::new(dir);
+    let _ = std::fs::write(dir.join(name), "");
+    let until = std::time::Instant::now() + LIMIT;
+    while !dir.join("open").exists() && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Records the numbers it is given, in call order.
+#[prism::actor]
+struct Recorder {
+    seen: Vec<i64>,
+}
+
+#[prism::actor]
+impl Recorder {
+    fn new() -> Self {
+        Recorder { seen: Vec::new() }
+    }
+
+    /// Holds the actor until the test opens `dir`.
+    fn hold(&mut self, dir: String, name: String) -> String {
+        wait_open(&dir, &name);
+        name
+    }
+
+    fn record(&mut self, n: i64) -> Vec<i64> {
+        self.seen.push(n);
+        self.seen.clone()
+    }
+}
+
+/// Two calls at a time; the third waits for a thread.
+#[prism::actor(max_concurrency = 2)]
+struct Pair;
+
+#[prism::actor]
+impl Pair {
+    fn new() -> Self {
+        Pair
+    }
+
+    fn hold(&self, dir: String, name: String) -> String {
+        wait_open(&dir, &name);
+        name
+    }
+}
+
+fn open(dir: &Path) {
+    std::fs::write(dir.join("open"), "").expect("the gate file");
+}
+
+#[test]
+fn an_actor_call_queued_at_the_actor_never_runs_and_the_later_ones_do() {
+    cluster();
+    let dir = marks("actor-queued");
+    let d = dir.display().to_string();
+    let recorder = Recorder::remote().unwrap();
+    let running = recorder.hold(d.clone(), "running").unwrap();
+    must_eventually("the first call starts", LIMIT, || {
+        dir.join("running").exists()
+    });
+    let queued = recorder.record(1).unwrap();
+    let after = recorder.record(2).unwrap();
+    // The calls reach the actor and wait there behind the running one.
+    std::thread::sleep(Duration::from_millis(100));
+    prism::cancel(&queued, false).unwrap();
+    // Answered while the first call still holds the actor.
+    let said = cancelled(prism::get_timeout(&queued, LIMIT));
+    assert!(said.contains("Recorder::record"), "{said}");
+    assert!(!dir.join("open").exists());
+    open(&dir);
+    assert_eq!(prism::get_timeout(&running, LIMIT).unwrap(), "running");
+    assert_eq!(prism::get_timeout(&after, LIMIT).unwrap(), vec![2]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_actor_call_waiting_here_for_its_argument_never_runs() {
+    cluster();
+    let dir = marks("actor-arg");
+    let recorder = Recorder::remote().unwrap();
+    let slow = later::remote(300, 5).unwrap();
+    let waiting = recorder.record(&slow).unwrap();
+    prism::cancel(&waiting, false).unwrap();
+    cancelled(prism::get_timeout(&waiting, LIMIT));
+    assert_eq!(prism::get_timeout(&slow, LIMIT).unwrap(), 5);
+    assert_eq!(
+        prism::get_timeout(&recorder.record(6).unwrap(), LIMIT).unwrap(),
+        vec![6],
+        "the cancelled call never ran"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_running_actor_call_runs_to_its_end_and_keeps_its_result() {
+    cluster();
+    let dir = marks("actor-running");
+    let d = dir.display().to_string();
+    let recorder = Recorder::remote().unwrap();
+    let running = recorder.hold(d, "running").unwrap();
+    must_eventually("the call starts", LIMIT, || dir.join("running").exists());
+    prism::cancel(&running, false).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    open(&dir);
+    assert_eq!(prism::get_timeout(&running, LIMIT).unwrap(), "running");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_actor_call_cannot_be_cancelled_with_force() {
+    cluster();
+    let recorder = Recorder::remote().unwrap();
+    let call = recorder.record(1).unwrap();
+    let said = match prism::cancel(&call, true) {
+        Err(e @ Error::InvalidArgument { .. }) => e.to_string(),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    };
+    assert!(
+        said.contains("actor") && said.contains("prism::kill"),
+        "{said}"
+    );
+    assert_eq!(prism::get_timeout(&call, LIMIT).unwrap(), vec![1]);
+}
+
+#[test]
+fn a_call_waiting_for_a_thread_of_a_concurrent_actor_never_runs() {
+    cluster();
+    let dir = marks("actor-pair");
+    let d = dir.display().to_string();
+    let pair = Pair::remote().unwrap();
+    let first = pair.hold(d.clone(), "first").unwrap();
+    let second = pair.hold(d.clone(), "second").unwrap();
+    must_eventually("both threads are taken", LIMIT, || {
+        dir.join("first").exists() && dir.join("second").exists()
+    });
+    let third = pair.hold(d.clone(), "third").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    prism::cancel(&third, false).unwrap();
+    cancelled(prism::get_timeout(&third, LIMIT));
+    open(&dir);
+    assert_eq!(prism::get_timeout(&first, LIMIT).unwrap(), "first");
+    assert_eq!(prism::get_timeout(&second, LIMIT).unwrap(), "second");
+    assert!(!dir.join("third").exists(), "the cancelled call never ran");
+    let _ = std::fs::remove_dir_all(&dir);
 }

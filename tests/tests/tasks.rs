@@ -217,6 +217,19 @@ fn a_panic_reaches_the_caller_with_message_function_and_worker() {
 }
 
 #[test]
+fn a_str_or_a_borrowed_string_passes_for_a_string_parameter() {
+    cluster();
+    let key = String::from("answer");
+    let by_str = lookup::remote("answer").unwrap();
+    let by_borrow = lookup::remote(&key).unwrap();
+    assert_eq!(prism::get(&by_str).unwrap(), 42);
+    assert_eq!(prism::get(&by_borrow).unwrap(), 42);
+    // The value is sent as a `String` would be: an `Err` names it back.
+    let err = prism::get(&lookup::remote("question").unwrap()).unwrap_err();
+    assert!(err.to_string().contains("no such key: question"), "{err}");
+}
+
+#[test]
 fn an_err_return_is_a_typed_failure_with_its_display() {
     cluster();
     assert_eq!(

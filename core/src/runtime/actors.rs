@@ -9,16 +9,25 @@
 //! actor resolves each queued call's arguments and writes it, in order.
 //! Calls are numbered by a per-caller sequence, and the actor runs one
 //! caller's calls in that order (with `max_concurrency` 1, one at a time).
+//!
+//! # Cancelling
+//!
+//! `prism::cancel` on a call still queued here (or set aside after its
+//! process died) ends it at once. One already written to the actor is
+//! cancelled there if it has not started (`CancelTask`, sent on the same
+//! connection after the call); one that started runs to its end and keeps
+//! its result. A call cancelled while the drain task resolves its
+//! arguments is noted in `cancelled`, and ends instead of being written.
 
 use super::objects::{Objects, Submission};
 use crate::{Error, Result};
 use parking_lot::Mutex;
 use prism_protocol::ids::{ActorId, ObjectId, WorkerId};
 use prism_protocol::messages::{
-    ActorCall, ActorInfo, ActorState, Address, GetActor, LocateActor, OwnedActor,
+    ActorCall, ActorInfo, ActorState, Address, CancelTask, GetActor, LocateActor, OwnedActor,
 };
 use prism_protocol::rpc::{Connection, Endpoint};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -85,7 +94,15 @@ struct ClientState {
     /// actor that may restart, once it is dead).
     ctor_held: Vec<ObjectId>,
     keep_ctor_args: bool,
+    /// Calls cancelled while out of the backlog (written to the actor, or
+    /// being resolved by the drain task), by result object: one not yet
+    /// written ends instead.
+    cancelled: HashSet<ObjectId>,
 }
+
+/// Cancelled calls noted per actor before those already answered are
+/// dropped.
+const CANCELLED_KEPT: usize = 64;
 
 thread_local! {
     /// True while this thread writes an actor call: an answer that comes
@@ -239,6 +256,11 @@ impl ActorSubmitter {
             }
             outcome => {
                 c.in_flight.fetch_sub(1, Ordering::SeqCst);
+                // The actor names no call in its answer to a cancel.
+                let outcome = match outcome {
+                    Err(Error::TaskCancelled { .. }) => Err(submission.cancelled(false)),
+                    outcome => outcome,
+                };
                 this.objects.finish_task(&submission, outcome);
             }
         });
@@ -286,6 +308,44 @@ impl ActorSubmitter {
         }
     }
 
+    /// Cancels the call of `actor_id` whose result is `return_id` (see
+    /// "Cancelling" above). A call that already answered is left as it is.
+    pub(crate) fn cancel(self: &Arc<Self>, actor_id: ActorId, return_id: ObjectId) {
+        let Some(client) = self.clients.lock().get(&actor_id).cloned() else {
+            return;
+        };
+        let mut state = client.state.lock();
+        let is_it = |s: &Submission| s.spec.return_id == return_id;
+        let queued = match state.backlog.iter().position(is_it) {
+            Some(at) => state.backlog.remove(at),
+            None => {
+                let lost = state.lost.iter().find(|(_, (s, _))| is_it(s));
+                let seq = lost.map(|(seq, _)| *seq);
+                seq.and_then(|seq| state.lost.remove(&seq)).map(|(s, _)| s)
+            }
+        };
+        if let Some(call) = queued {
+            drop(state);
+            self.objects.finish_task(&call, Err(call.cancelled(false)));
+            return;
+        }
+        if !self.objects.refs.is_pending(return_id) {
+            return;
+        }
+        if state.cancelled.len() >= CANCELLED_KEPT {
+            let refs = &self.objects.refs;
+            state.cancelled.retain(|id| refs.is_pending(*id));
+        }
+        state.cancelled.insert(return_id);
+        // Under the state lock, so after the call itself if it was written.
+        if let Some(conn) = &state.conn {
+            let _ = conn.notify(CancelTask {
+                return_id,
+                force: false,
+            });
+        }
+    }
+
     /// Finds the actor when there is no connection to it, then sends the
     /// backlog in order, resolving arguments as needed.
     async fn drain(self: Arc<Self>, client: Arc<ActorClient>) {
@@ -320,6 +380,13 @@ impl ActorSubmitter {
             {
                 Ok(args) => submission.spec.args = args,
                 Err(e) => {
+                    // Cancelled meanwhile: that, not the argument's
+                    // failure, is its end.
+                    let id = submission.spec.return_id;
+                    let e = match client.state.lock().cancelled.remove(&id) {
+                        true => submission.cancelled(false),
+                        false => e,
+                    };
                     self.objects.finish_task(&submission, Err(e));
                     continue;
                 }
@@ -328,6 +395,13 @@ impl ActorSubmitter {
             if let Some(e) = state.dead.clone() {
                 drop(state);
                 self.fail(&submission, e);
+                continue;
+            }
+            let id = submission.spec.return_id;
+            if !state.cancelled.is_empty() && state.cancelled.remove(&id) {
+                drop(state);
+                let error = submission.cancelled(false);
+                self.objects.finish_task(&submission, Err(error));
                 continue;
             }
             self.write_actor_call(&client, &mut state, submission);

@@ -38,7 +38,7 @@ use crate::config::Config;
 use crate::{Error, Result};
 use bytes::Bytes;
 use parking_lot::Mutex;
-use prism_protocol::ids::{ActorId, WorkerId};
+use prism_protocol::ids::{ActorId, IdMap, ObjectId, WorkerId};
 use prism_protocol::messages::{
     actor_checkpoint_key, ActorCall, ActorSpec, ArgSpec, BecomeActor, Call, CancelTask,
     ExecutorRequest, ExitActor, KvGet, KvPut, ObjectValue, PushTask, Response, ReturnObject,
@@ -160,6 +160,18 @@ impl CallThreads {
     }
 }
 
+/// The hosted actor's calls as they arrive.
+#[derive(Default)]
+struct CallBook {
+    /// The next call number expected from each caller.
+    next_seq: HashMap<WorkerId, u64>,
+    /// Calls received and not started, by result object, with the request
+    /// to answer if the caller cancels one (`CancelTask`, which comes on
+    /// the connection its call came on). Whoever takes a call out of here
+    /// runs it, or answers it cancelled: never both.
+    waiting: IdMap<ObjectId, Option<u64>>,
+}
+
 /// The executing side of a process: what it runs and the actor it hosts.
 pub(crate) struct Executor {
     rt: tokio::runtime::Handle,
@@ -168,7 +180,7 @@ pub(crate) struct Executor {
     objects: Arc<Objects>,
     jobs: Mutex<Option<std::sync::mpsc::Sender<Job>>>,
     actor: Mutex<Option<ActorInstance>>,
-    next_seq: Mutex<HashMap<WorkerId, u64>>,
+    calls: Mutex<CallBook>,
     raylet: Connection,
     exit: AtomicU8,
     /// The running method asked for a checkpoint.
@@ -201,7 +213,7 @@ impl Executor {
             objects,
             jobs: Mutex::new(None),
             actor: Mutex::new(None),
-            next_seq: Mutex::new(HashMap::new()),
+            calls: Mutex::new(CallBook::default()),
             raylet,
             exit: AtomicU8::new(RUNNING),
             checkpoint_asked: std::sync::atomic::AtomicBool::new(false),
@@ -419,6 +431,16 @@ impl Executor {
                 }
             }
             ExecutorRequest::CancelTask(CancelTask { return_id, force }) => {
+                // An actor call not started yet is answered now; its caller
+                // names the call in the error.
+                if let Some(request) = exec.calls.lock().waiting.remove(&return_id) {
+                    let error = Error::TaskCancelled {
+                        function: String::new(),
+                        how: String::new(),
+                    };
+                    conn.respond(request, Response::Error(error));
+                    return;
+                }
                 if exec.pending.cancel(return_id) && force {
                     // The caller stops the task by stopping this process:
                     // a running function cannot be interrupted. Its other
@@ -450,8 +472,9 @@ impl Executor {
                 caller, seq, spec, ..
             }) => {
                 let expected = {
-                    let mut seqs = exec.next_seq.lock();
-                    let next = seqs.entry(caller).or_default();
+                    let mut calls = exec.calls.lock();
+                    calls.waiting.insert(spec.return_id, id);
+                    let next = calls.next_seq.entry(caller).or_default();
                     let expected = *next;
                     *next = seq + 1;
                     expected
@@ -665,9 +688,19 @@ impl Executor {
         Ok(())
     }
 
+    /// Takes a received call out of the waiting ones, to run or answer
+    /// it: `false` if it was cancelled (and answered) meanwhile.
+    fn claim(&self, item: &MailItem) -> bool {
+        let claimed = self.calls.lock().waiting.remove(&item.spec.return_id);
+        claimed.is_some()
+    }
+
     fn enqueue_actor_call(self: &Arc<Self>, item: MailItem) {
         let actor = self.actor.lock();
         let Some(instance) = actor.as_ref() else {
+            if !self.claim(&item) {
+                return;
+            }
             item.conn.respond(
                 item.request,
                 Response::Error(Error::NotServed {
@@ -681,7 +714,9 @@ impl Executor {
         if let Some(concurrent) = &instance.concurrent {
             if let Some(refused) = self.exited_error(actor_id, instance.class, &item.spec) {
                 drop(actor);
-                item.conn.respond(item.request, refused);
+                if self.claim(&item) {
+                    item.conn.respond(item.request, refused);
+                }
                 return;
             }
             let (threads, permits) = (concurrent.threads.clone(), concurrent.permits.clone());
@@ -695,6 +730,9 @@ impl Executor {
         drop(actor);
         let exec = self.clone();
         let posted = self.post(Box::new(move || {
+            if !exec.claim(&item) {
+                return;
+            }
             if let Some(refused) = exec.exited_error(actor_id, class, &item.spec) {
                 item.conn.respond(item.request, refused);
                 return;
@@ -767,7 +805,10 @@ impl Executor {
                             exec.build_actor_call(class, cell, &item.spec, move |_, _| Ok(args));
                         exec.run_concurrent_call(built, threads, permits, item);
                     }
-                    Err(e) => item.conn.respond(item.request, Response::Error(e)),
+                    Err(e) if exec.claim(&item) => {
+                        item.conn.respond(item.request, Response::Error(e))
+                    }
+                    Err(_) => {}
                 }
             });
             return;
@@ -786,6 +827,9 @@ impl Executor {
         let exec = self.clone();
         match built {
             Ok(Invocation::Blocking(f)) => threads.push(Box::new(move || {
+                if !exec.claim(&item) {
+                    return;
+                }
                 let result = exec.invoke_here(Invocation::Blocking(f));
                 let response = exec.finish_here(&item.spec, result);
                 let exiting = exec.announce_exit_blocking();
@@ -799,6 +843,9 @@ impl Executor {
                     let Ok(_permit) = permits.acquire_owned().await else {
                         return;
                     };
+                    if !exec.claim(&item) {
+                        return;
+                    }
                     let result = registry::CatchUnwind(fut).await;
                     let response = exec.finish_call(&item.spec, result).await;
                     let exiting = exec.announce_exit().await;
@@ -808,7 +855,8 @@ impl Executor {
                     }
                 });
             }
-            Err(e) => item.conn.respond(item.request, Response::Error(e)),
+            Err(e) if self.claim(&item) => item.conn.respond(item.request, Response::Error(e)),
+            Err(_) => {}
         }
     }
 }

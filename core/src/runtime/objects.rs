@@ -18,7 +18,7 @@ use crate::codec::{self, Arg};
 use crate::config::Config;
 use crate::{Error, Result};
 use bytes::Bytes;
-use prism_protocol::ids::{LeaseId, ObjectId};
+use prism_protocol::ids::{ActorId, LeaseId, ObjectId};
 use prism_protocol::messages::{
     AddBorrower, Address, ArgSpec, DeleteObjects, GetObjectStatus, KillActor, LocateActor,
     ObjectRefInfo, ObjectValue, OwnerRequest, Ownership, RemoveBorrower, Response, ReturnObject,
@@ -82,6 +82,15 @@ impl Submission {
             retry_matching: Vec::new(),
             failures: Vec::new(),
             actor_handle: None,
+        }
+    }
+
+    /// The error it ends with when `prism::cancel` stops it; `force`: its
+    /// worker was stopped.
+    pub(crate) fn cancelled(&self, force: bool) -> Error {
+        Error::TaskCancelled {
+            function: self.spec.function.clone(),
+            how: if force { ", force" } else { "" }.to_string(),
         }
     }
 
@@ -752,7 +761,7 @@ impl Objects {
 
     /// A new handle object for an actor this process creates, with one
     /// local count: the actor lives while it (or a borrow of it) does.
-    pub(crate) fn new_actor_handle(&self, actor: prism_protocol::ids::ActorId) -> ObjectRefInfo {
+    pub(crate) fn new_actor_handle(&self, actor: ActorId) -> ObjectRefInfo {
         let id = ObjectId::new();
         self.refs.add_actor_handle(id, actor);
         ObjectRefInfo {
@@ -764,6 +773,16 @@ impl Objects {
     /// A pending owned object with one local count, for a call's return.
     pub(crate) fn new_pending(&self, id: ObjectId) -> ObjectRefInfo {
         self.refs.add_owned(id, ValueState::Pending, Vec::new());
+        ObjectRefInfo {
+            id,
+            owner: self.address().clone(),
+        }
+    }
+
+    /// As [`new_pending`](Self::new_pending), for the result of a call
+    /// of `actor`.
+    pub(crate) fn new_pending_call(&self, id: ObjectId, actor: ActorId) -> ObjectRefInfo {
+        self.refs.add_actor_call(id, actor);
         ObjectRefInfo {
             id,
             owner: self.address().clone(),

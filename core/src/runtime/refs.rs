@@ -78,6 +78,9 @@ struct Entry {
     waiters: Vec<Waiter>,
     /// Owned handle objects only: the actor whose handles it counts.
     actor: Option<ActorId>,
+    /// Owned results of actor calls only: the actor called (for
+    /// `prism::cancel`).
+    call_of: Option<ActorId>,
 }
 
 /// Who waits for an owned object's value (or its failure, or its end).
@@ -133,6 +136,7 @@ impl Entry {
             value,
             waiters: Vec::new(),
             actor: None,
+            call_of: None,
         }
     }
 
@@ -222,6 +226,19 @@ impl RefTable {
         e.local = 1;
         e.actor = Some(actor);
         self.entries.lock().insert(id, e);
+    }
+
+    /// A new pending result of a call of `actor`, with one local handle.
+    pub(crate) fn add_actor_call(&self, id: ObjectId, actor: ActorId) {
+        let mut e = Entry::new(None, ValueState::Pending);
+        e.local = 1;
+        e.call_of = Some(actor);
+        self.entries.lock().insert(id, e);
+    }
+
+    /// The actor whose call makes the owned object `id`, if a call does.
+    pub(crate) fn call_of(&self, id: ObjectId) -> Option<ActorId> {
+        self.entries.lock().get(&id).and_then(|e| e.call_of)
     }
 
     /// Records a new owned object with one local handle. Objects it contains

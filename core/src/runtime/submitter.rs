@@ -181,14 +181,6 @@ enum Leased {
     Unreachable(Error),
 }
 
-/// The error a cancelled task ends with; `force`: its worker was stopped.
-fn cancelled(task: &Submission, force: bool) -> Error {
-    Error::TaskCancelled {
-        function: task.spec.function.clone(),
-        how: if force { ", force" } else { "" }.to_string(),
-    }
-}
-
 /// Granted workers in a row that may be unreachable before a shape's
 /// waiting tasks fail with the connection error.
 const MAX_UNREACHABLE_WORKERS: u32 = 10;
@@ -215,8 +207,9 @@ pub(crate) struct TaskSubmitter {
     wanted: Mutex<HashSet<LeaseId>>,
     /// Tasks cancelled after they left the queue (sent to a worker, or
     /// still resolving their arguments), by result object: each ends with
-    /// `TaskCancelled` whatever it answers. Locked after `shapes`.
-    cancelled: Mutex<HashSet<ObjectId>>,
+    /// `TaskCancelled` whatever it answers; with whether it was cancelled
+    /// with `force`. Locked after `shapes`.
+    cancelled: Mutex<HashMap<ObjectId, bool>>,
     /// `cancelled` is not empty (read without the lock on every answer).
     any_cancelled: AtomicBool,
 }
@@ -242,7 +235,7 @@ impl TaskSubmitter {
             job_id,
             remote_raylets: Mutex::new(HashMap::new()),
             wanted: Mutex::new(HashSet::new()),
-            cancelled: Mutex::new(HashSet::new()),
+            cancelled: Mutex::new(HashMap::new()),
             any_cancelled: AtomicBool::new(false),
         }
     }
@@ -271,19 +264,23 @@ impl TaskSubmitter {
                 if !self.objects.refs.is_pending(return_id) {
                     return;
                 }
-                self.cancelled.lock().insert(return_id);
-                self.any_cancelled.store(true, Ordering::Release);
+                let mut cancelled = self.cancelled.lock();
+                *cancelled.entry(return_id).or_default() |= force;
+                // Read by `dispatch` after its write, without a lock.
+                self.any_cancelled.store(true, Ordering::SeqCst);
+                drop(cancelled);
                 workers = (shapes.values())
                     .flat_map(|q| q.busy.values().filter_map(|b| b.conn.clone()))
                     .collect();
             }
         }
         if let Some(task) = queued {
-            self.objects
-                .finish_task(&task, Err(cancelled(&task, false)));
+            self.objects.finish_task(&task, Err(task.cancelled(false)));
             return;
         }
-        // Only the worker that has it acts on it.
+        // Only the worker that has it acts on it. A task taken from the
+        // queue but not yet written to its worker misses this notice; its
+        // `dispatch` sends it again after the task.
         for conn in workers {
             let _ = conn.notify(CancelTask { return_id, force });
         }
@@ -309,12 +306,11 @@ impl TaskSubmitter {
             return false;
         }
         let mut cancelled = self.cancelled.lock();
-        let was = cancelled.remove(&return_id);
+        let was = cancelled.remove(&return_id).is_some();
         if !was {
-            // Entries whose object is set, or gone, were never this
-            // submitter's (an actor call's) or finished as they were
+            // Entries whose object is set, or gone, finished as they were
             // cancelled.
-            cancelled.retain(|id| self.objects.refs.is_pending(*id));
+            cancelled.retain(|id, _| self.objects.refs.is_pending(*id));
         }
         if cancelled.is_empty() {
             self.any_cancelled.store(false, Ordering::Release);
@@ -477,7 +473,7 @@ impl TaskSubmitter {
                         // Cancelled while it waited: that, not the argument's
                         // failure, is its end.
                         Err(_) if submitter.take_cancelled(submission.spec.return_id) => {
-                            objects.finish_task(&submission, Err(cancelled(&submission, false)))
+                            objects.finish_task(&submission, Err(submission.cancelled(false)))
                         }
                         Err(e) => objects.finish_task(&submission, Err(e)),
                     }
@@ -490,7 +486,7 @@ impl TaskSubmitter {
         if self.take_cancelled(submission.spec.return_id) {
             return self
                 .objects
-                .finish_task(&submission, Err(cancelled(&submission, false)));
+                .finish_task(&submission, Err(submission.cancelled(false)));
         }
         // A task whose arguments are values, or objects this process owns,
         // can be run again to make its result if the node storing it dies.
@@ -677,6 +673,7 @@ impl TaskSubmitter {
     fn dispatch(self: &Arc<Self>, shape: SchedulingKey, worker: LeasedWorker, task: Submission) {
         let this = self.clone();
         let conn = worker.conn.clone();
+        let return_id = task.spec.return_id;
         let request = PushTask {
             spec: task.spec.clone(),
         };
@@ -684,6 +681,14 @@ impl TaskSubmitter {
         conn.request_with(request, move |outcome| {
             this.on_task_reply(shape, worker, task, sent, outcome)
         });
+        // Cancelled after it left the queue and before this write: the
+        // worker got the cancel before the task, so it is told again.
+        if self.any_cancelled.load(Ordering::SeqCst) {
+            let force = self.cancelled.lock().get(&return_id).copied();
+            if let Some(force) = force {
+                let _ = conn.notify(CancelTask { return_id, force });
+            }
+        }
     }
 
     fn on_task_reply(
@@ -743,7 +748,7 @@ impl TaskSubmitter {
         let unstarted = handed_back || matches!(result, Err(Error::TaskCancelled { .. }));
         let result = if self.take_cancelled(task.spec.return_id) {
             self.discard_answer(&task, result);
-            Err(cancelled(&task, worker_died))
+            Err(task.cancelled(worker_died))
         } else {
             result
         };
@@ -774,7 +779,7 @@ impl TaskSubmitter {
         }
         let end = |ended: Option<Submission>| {
             if let Some(task) = ended {
-                let error = cancelled(&task, worker_died);
+                let error = task.cancelled(worker_died);
                 self.objects.finish_task(&task, Err(error));
             }
         };
