@@ -211,7 +211,9 @@ pub fn create_actor<A: Actor>(
 ) -> Result<ActorHandle<A>> {
     let core = current()?;
     let args = args.into_iter().collect::<Result<Vec<_>>>()?;
+    let get_if_exists = options.wants_existing();
     let options = options.into_wire(&core.config.namespace)?;
+    let named = options.name.clone().map(|n| (n, options.namespace.clone()));
     let counted = options.name.is_none() && !options.detached;
     let checkpoints = options.checkpoint_every > 0 || options.checkpoint_interval_ms > 0;
     if checkpoints && !A::CHECKPOINTABLE {
@@ -246,19 +248,26 @@ pub fn create_actor<A: Actor>(
         restarts: 0,
     };
     let c = core.clone();
-    core.block_on(async move {
-        // Resolve constructor arguments before the raylet sees the actor.
-        let mut spec = spec;
-        spec.args = c.objects.resolve_args(spec.args).await?;
-        // Sent to another node (as a lessee of this job, so that it ends
-        // with the job as here), it is kept to be created again if that
-        // node dies.
-        if let Some(node) = place(&c.raylet, &c.tasks, spec.clone()).await? {
-            c.objects.owned_actors.placed(&spec, &node);
+    let placed = core
+        .block_on(async move {
+            // Resolve constructor arguments before the raylet sees the actor.
+            let mut spec = spec;
+            spec.args = c.objects.resolve_args(spec.args).await?;
+            // Sent to another node (as a lessee of this job, so that it ends
+            // with the job as here), it is kept to be created again if that
+            // node dies.
+            if let Some(node) = place(&c.raylet, &c.tasks, spec.clone()).await? {
+                c.objects.owned_actors.placed(&spec, &node);
+            }
+            Ok(())
+        })
+        .inspect_err(|_| core.objects.release_held(&held));
+    match (placed, named) {
+        (Err(Error::ActorNameTaken { .. }), Some((name, namespace))) if get_if_exists => {
+            return get_actor_in::<A>(&name, &namespace);
         }
-        Ok(())
-    })
-    .inspect_err(|_| core.objects.release_held(&held))?;
+        (placed, _) => placed?,
+    }
     // Kept by name or detached: not counted. Otherwise the handles count.
     let handle = counted
         .then(|| ObjectRef::from_counted(core.objects.new_actor_handle(actor_id), &core.objects));

@@ -562,6 +562,19 @@ pub fn cluster_resources() -> Result<(ResourceSet, ResourceSet)> {
     Ok((resources.total, resources.available))
 }
 
+/// What is free in the cluster now (Ray's `ray.available_resources()`);
+/// [`cluster_resources`] gives the totals too.
+///
+/// ```no_run
+/// prism::init(prism::Config::default().num_cpus(2))?;
+/// let free = prism::available_resources()?.to_f64_map();
+/// println!("{} CPUs free", free.get("CPU").copied().unwrap_or(0.0));
+/// # Ok::<(), prism::Error>(())
+/// ```
+pub fn available_resources() -> Result<ResourceSet> {
+    Ok(raylet_request(GetClusterResources {})?.available)
+}
+
 /// Every node of the cluster, alive or dead, with its address and
 /// resources (Ray's `ray.nodes()`). In an embedded single-node cluster,
 /// the one node.

@@ -185,8 +185,8 @@ impl Config {
     }
 
     /// Adds a custom resource.
-    pub fn resource(mut self, name: impl Into<String>, amount: f64) -> Self {
-        self.resources.insert(name.into(), amount);
+    pub fn resource(mut self, name: impl Into<String>, amount: impl Into<f64>) -> Self {
+        self.resources.insert(name.into(), amount.into());
         self
     }
 

@@ -56,8 +56,8 @@
 //! module of the same name with `remote(args...)` and
 //! `remote_with(TaskOptions, args...)`. Each argument may be the value
 //! itself or an [`ObjectRef`] to it; a reference arrives as its value.
-//! Options on the attribute (`num_cpus`, `num_gpus`, `resources`) set the
-//! default resource shape; the options given to `remote_with` override
+//! Options on the attribute (`num_cpus`, `num_gpus`, `resource("name",
+//! amount)`, `max_retries`, `retry_exceptions`) set the defaults; the options given to `remote_with` override
 //! them field by field ([`TaskOptions::or`]), as Ray's `.options()` does. A function may return `T` or `Result<T, E>` with
 //! `E: Display`; an `Err` or a panic reaches the caller as
 //! [`Error::TaskFailed`].
@@ -69,7 +69,8 @@
 //! constructor is the associated function `new`), and returns an
 //! [`ActorHandle`] whose methods (`&self`, `&mut self`, sync or `async`)
 //! return `ObjectRef`s. Options on the struct's attribute (`name`,
-//! `namespace`, `max_concurrency`, `num_cpus`, `num_gpus`, `resources`) are
+//! `namespace`, `max_concurrency`, `max_restarts`, `max_task_retries`,
+//! `num_cpus`, `num_gpus`, `resource("name", amount)`) are
 //! defaults; `Type::remote_with(ActorOptions, ...)` overrides them. Named
 //! actors are found with [`get_actor`]; [`kill`] ends one.
 //!
@@ -133,10 +134,10 @@ pub use actor::{
     ActorHandle, ActorRef,
 };
 pub use api::{
-    cancel, cluster_resources, get, get_async, get_many, get_many_async, get_many_timeout,
-    get_timeout, get_view, init, is_initialized, node_tls, nodes, object_store_stats, put,
-    put_async, put_ref, retry_stats, runtime_context, shutdown, wait, wait_async, RetryStats,
-    RuntimeContext, WaitResult,
+    available_resources, cancel, cluster_resources, get, get_async, get_many, get_many_async,
+    get_many_timeout, get_timeout, get_view, init, is_initialized, node_tls, nodes,
+    object_store_stats, put, put_async, put_ref, retry_stats, runtime_context, shutdown, wait,
+    wait_async, RetryStats, RuntimeContext, WaitResult,
 };
 pub use codec::Arg;
 pub use codec::Element;

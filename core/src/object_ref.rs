@@ -133,13 +133,19 @@ impl<'de, T> Deserialize<'de> for ObjectRef<T> {
 /// Something that can be passed where a remote function expects a `P`: a
 /// `P` itself, or an [`ObjectRef<P>`] (by value or reference), whose value
 /// the executor receives. A `&ObjectRef<Vec<T>>` can also be passed for a
-/// [`View<T>`] parameter, read in place from shared memory, and a `&str`
-/// or `&String` for a `String` parameter.
+/// [`View<T>`] parameter, read in place from shared memory. A borrowed
+/// value passes for its type (`&P` for `P`, sent as a copy), and so do a
+/// `&str` for a `String` and a slice `&[T]` for a `Vec<T>`.
 ///
 /// ```no_run
 /// #[prism::remote]
 /// fn greet(name: String) -> String {
 ///     format!("hello, {name}")
+/// }
+///
+/// #[prism::remote]
+/// fn sum(values: Vec<f64>) -> f64 {
+///     values.iter().sum()
 /// }
 ///
 /// fn main() -> prism::Result<()> {
@@ -149,6 +155,11 @@ impl<'de, T> Deserialize<'de> for ObjectRef<T> {
 ///     let b = greet::remote(&owned)?;
 ///     assert_eq!(prism::get(&a)?, "hello, world");
 ///     assert_eq!(prism::get(&b)?, "hello, you");
+///     let values = vec![1.0, 2.0, 3.0];
+///     let total = sum::remote(&values)?;
+///     let head = sum::remote(&values[..2])?;
+///     assert_eq!(prism::get(&total)?, 6.0);
+///     assert_eq!(prism::get(&head)?, 3.0);
 ///     Ok(())
 /// }
 /// ```
@@ -169,9 +180,15 @@ impl IntoArg<String> for &str {
     }
 }
 
-impl IntoArg<String> for &String {
+impl<P: Serialize + 'static> IntoArg<P> for &P {
     fn into_arg(self) -> Result<Arg> {
         Ok(Arg::Value(codec::encode(self)?))
+    }
+}
+
+impl<T: Serialize + Clone + 'static> IntoArg<Vec<T>> for &[T] {
+    fn into_arg(self) -> Result<Arg> {
+        Ok(Arg::Value(codec::encode(&self.to_vec())?))
     }
 }
 

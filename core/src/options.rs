@@ -214,6 +214,7 @@ pub struct ActorOptions {
     /// `None`: 0, as Ray.
     max_task_retries: Option<i64>,
     detached: bool,
+    get_if_exists: bool,
     checkpoint_every: Option<u32>,
     checkpoint_interval: Option<std::time::Duration>,
 }
@@ -230,6 +231,7 @@ impl Default for ActorOptions {
             max_restarts: None,
             max_task_retries: None,
             detached: false,
+            get_if_exists: false,
             checkpoint_every: None,
             checkpoint_interval: None,
         }
@@ -338,6 +340,44 @@ impl ActorOptions {
         self
     }
 
+    /// With a [`name`](Self::name): if an actor of that name already
+    /// exists in the namespace, `remote_with` returns a handle to it
+    /// instead of failing with [`Error::ActorNameTaken`] (Ray's
+    /// `get_if_exists=True`). The existing actor keeps its own options and
+    /// constructor arguments; one of another class is
+    /// [`Error::ActorClassMismatch`].
+    ///
+    /// ```no_run
+    /// #[prism::actor]
+    /// struct Registry;
+    ///
+    /// #[prism::actor]
+    /// impl Registry {
+    ///     fn new() -> Self {
+    ///         Registry
+    ///     }
+    /// }
+    ///
+    /// fn main() -> prism::Result<()> {
+    ///     prism::init(prism::Config::default())?;
+    ///     let opts = prism::ActorOptions::new().name("registry").get_if_exists(true);
+    ///     let first = Registry::remote_with(opts.clone())?;
+    ///     let again = Registry::remote_with(opts)?;
+    ///     assert_eq!(first.id(), again.id());
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn get_if_exists(mut self, yes: bool) -> Self {
+        self.get_if_exists = yes;
+        self
+    }
+
+    /// Whether an existing actor of the name is wanted rather than an
+    /// error (see [`get_if_exists`](Self::get_if_exists)).
+    pub(crate) fn wants_existing(&self) -> bool {
+        self.get_if_exists
+    }
+
     /// Saves the actor's state after every `n` calls, so that a restart
     /// resumes from it instead of running the constructor (the struct must
     /// be `#[prism::actor(checkpoint)]`). See
@@ -363,6 +403,7 @@ impl ActorOptions {
         self.max_restarts = self.max_restarts.or(defaults.max_restarts);
         self.max_task_retries = self.max_task_retries.or(defaults.max_task_retries);
         self.detached |= defaults.detached;
+        self.get_if_exists |= defaults.get_if_exists;
         self.checkpoint_every = self.checkpoint_every.or(defaults.checkpoint_every);
         self.checkpoint_interval = self.checkpoint_interval.or(defaults.checkpoint_interval);
         if self.max_concurrency == 1 {
@@ -380,6 +421,12 @@ impl ActorOptions {
             if name.is_empty() {
                 return Err(Error::invalid("actor name", "must not be empty"));
             }
+        }
+        if self.get_if_exists && self.name.is_none() {
+            return Err(Error::invalid(
+                "get_if_exists",
+                "only a named actor can be found again: give ActorOptions::name too",
+            ));
         }
         if self.placement.is_some() && self.strategy != SchedulingStrategy::Default {
             return Err(Error::invalid(

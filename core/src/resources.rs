@@ -19,27 +19,27 @@ pub(crate) struct Resources {
 /// [`Resources`], `$who` how its docs name what holds them.
 macro_rules! resource_builders {
     ($field:ident, $who:literal) => {
-        #[doc = concat!("CPUs ", $who, ".")]
-        pub fn num_cpus(mut self, n: f64) -> Self {
-            self.$field.num_cpus = Some(n);
+        #[doc = concat!("CPUs ", $who, " (a whole number such as `2`, or a fraction such as `0.5`).")]
+        pub fn num_cpus(mut self, n: impl Into<f64>) -> Self {
+            self.$field.num_cpus = Some(n.into());
             self
         }
 
         #[doc = concat!("GPUs ", $who, "; below 1 it shares one device.")]
-        pub fn num_gpus(mut self, n: f64) -> Self {
-            self.$field.num_gpus = Some(n);
+        pub fn num_gpus(mut self, n: impl Into<f64>) -> Self {
+            self.$field.num_gpus = Some(n.into());
             self
         }
 
         #[doc = concat!("Memory in bytes ", $who, ".")]
-        pub fn memory(mut self, bytes: f64) -> Self {
-            self.$field.memory = Some(bytes);
+        pub fn memory(mut self, bytes: impl Into<f64>) -> Self {
+            self.$field.memory = Some(bytes.into());
             self
         }
 
         #[doc = concat!("A custom resource amount ", $who, ".")]
-        pub fn resource(mut self, name: impl Into<String>, amount: f64) -> Self {
-            self.$field.custom.insert(name.into(), amount);
+        pub fn resource(mut self, name: impl Into<String>, amount: impl Into<f64>) -> Self {
+            self.$field.custom.insert(name.into(), amount.into());
             self
         }
     };

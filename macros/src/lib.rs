@@ -21,6 +21,9 @@ struct Options {
     max_concurrency: Option<syn::Expr>,
     max_restarts: Option<syn::Expr>,
     max_task_retries: Option<syn::Expr>,
+    /// Tasks only.
+    max_retries: Option<syn::Expr>,
+    retry_exceptions: Option<syn::Expr>,
     checkpoint: bool,
     num_cpus: Option<syn::Expr>,
     num_gpus: Option<syn::Expr>,
@@ -44,6 +47,8 @@ fn parse_options(attr: TokenStream, allow_actor: bool) -> syn::Result<Options> {
             "checkpoint" if allow_actor => o.checkpoint = true,
             "max_restarts" if allow_actor => o.max_restarts = Some(meta.value()?.parse()?),
             "max_task_retries" if allow_actor => o.max_task_retries = Some(meta.value()?.parse()?),
+            "max_retries" if !allow_actor => o.max_retries = Some(meta.value()?.parse()?),
+            "retry_exceptions" if !allow_actor => o.retry_exceptions = Some(meta.value()?.parse()?),
             "resource" => {
                 let content;
                 syn::parenthesized!(content in meta.input);
@@ -56,7 +61,7 @@ fn parse_options(attr: TokenStream, allow_actor: bool) -> syn::Result<Options> {
                 let known = if allow_actor {
                     "name, namespace, max_concurrency, max_restarts, max_task_retries, checkpoint, num_cpus, num_gpus, resource(\"name\", amount)"
                 } else {
-                    "name, num_cpus, num_gpus, resource(\"name\", amount)"
+                    "name, num_cpus, num_gpus, resource(\"name\", amount), max_retries, retry_exceptions"
                 };
                 return Err(meta.error(format!("unknown option; expected one of: {known}")));
             }
@@ -175,7 +180,9 @@ fn resource_calls(o: &Options) -> Tokens {
 /// Makes a function callable as a task: `name::remote(args...)`.
 ///
 /// Options: `name = "stable.name"`, `num_cpus = 2`, `num_gpus = 0.5`,
-/// `resource("custom", 1.0)` (repeatable).
+/// `resource("custom", 1.0)` (repeatable), `max_retries = 5` (-1: no
+/// limit), `retry_exceptions = true` (as `TaskOptions`' methods of the
+/// same names).
 #[proc_macro_attribute]
 pub fn remote(attr: TokenStream, item: TokenStream) -> TokenStream {
     let options = match parse_options(attr, false) {
@@ -205,7 +212,13 @@ fn expand_remote(options: Options, func: ItemFn) -> syn::Result<Tokens> {
     let idents: Vec<_> = params.iter().map(|p| &p.ident).collect();
     let inputs = typed_inputs(&params);
     let args = arg_list(&params);
-    let resources = resource_calls(&options);
+    let mut resources = resource_calls(&options);
+    if let Some(n) = &options.max_retries {
+        resources.extend(quote! { .max_retries((#n) as i64) });
+    }
+    if let Some(yes) = &options.retry_exceptions {
+        resources.extend(quote! { .retry_exceptions(#yes) });
+    }
     let name = match &options.name {
         Some(n) => quote! { #n },
         None => quote! { ::core::module_path!() },

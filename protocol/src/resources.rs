@@ -172,6 +172,23 @@ impl ResourceSet {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// Every entry as a plain number, as Ray's resource dictionaries read.
+    ///
+    /// ```
+    /// use prism_protocol::resources::{Quantity, ResourceSet};
+    /// let mut set = ResourceSet::new();
+    /// set.set("CPU", Quantity::from_f64("CPU", 2.0).unwrap());
+    /// set.set("gate", Quantity::from_f64("gate", 0.5).unwrap());
+    /// let map = set.to_f64_map();
+    /// assert_eq!(map["CPU"], 2.0);
+    /// assert_eq!(map["gate"], 0.5);
+    /// ```
+    pub fn to_f64_map(&self) -> BTreeMap<String, f64> {
+        self.iter()
+            .map(|(k, v)| (k.to_string(), v.as_f64()))
+            .collect()
+    }
 }
 
 impl fmt::Debug for ResourceSet {

@@ -239,6 +239,35 @@ fn named_actors_are_found_by_name_and_names_are_unique_per_namespace() {
 }
 
 #[test]
+fn get_if_exists_returns_the_actor_already_named() {
+    cluster();
+    let opts = ActorOptions::new()
+        .name("found-or-made")
+        .namespace("ns-g")
+        .get_if_exists(true);
+    let made = Log::remote_with(opts.clone()).unwrap();
+    prism::get(&made.append(3, 0).unwrap()).unwrap();
+    let found = Log::remote_with(opts).unwrap();
+    assert_eq!(found.id(), made.id());
+    assert_eq!(prism::get(&found.entries().unwrap()).unwrap(), vec![(3, 0)]);
+    // Another class under that name is not it.
+    let wrong = Gate::remote_with(
+        ActorOptions::new()
+            .name("found-or-made")
+            .namespace("ns-g")
+            .get_if_exists(true),
+    )
+    .unwrap_err();
+    assert!(matches!(wrong, Error::ActorClassMismatch { .. }), "{wrong}");
+    // Without a name there is nothing to find.
+    let unnamed = Log::remote_with(ActorOptions::new().get_if_exists(true)).unwrap_err();
+    assert!(
+        unnamed.to_string().contains("get_if_exists") && unnamed.to_string().contains("name"),
+        "{unnamed}"
+    );
+}
+
+#[test]
 fn a_killed_actor_fails_its_calls_and_frees_its_name() {
     cluster();
     let log = Log::remote_with(ActorOptions::new().name("doomed")).unwrap();

@@ -217,6 +217,37 @@ fn a_panic_reaches_the_caller_with_message_function_and_worker() {
 }
 
 #[test]
+fn available_resources_are_at_most_the_totals() {
+    cluster();
+    let (total, _) = prism::cluster_resources().unwrap();
+    let total = total.to_f64_map();
+    let free = prism::available_resources().unwrap().to_f64_map();
+    assert!(total["CPU"] >= 1.0, "{total:?}");
+    for (name, amount) in &free {
+        assert!(
+            *amount <= total.get(name).copied().unwrap_or(0.0),
+            "{name}: {free:?} against {total:?}"
+        );
+    }
+}
+
+#[test]
+fn a_borrowed_value_or_a_slice_passes_for_an_owned_parameter() {
+    cluster();
+    let values = vec![1i64, 2, 3];
+    let reversed = vec![1.5f64, 2.5];
+    assert_eq!(prism::get(&sum_all::remote(&values).unwrap()).unwrap(), 6);
+    assert_eq!(
+        prism::get(&sum_all::remote(&values[1..]).unwrap()).unwrap(),
+        5
+    );
+    // A flat buffer sent from a borrow arrives as the owned one would.
+    let back = prism::get(&reverse::remote(&reversed).unwrap()).unwrap();
+    assert_eq!(back, vec![2.5, 1.5]);
+    assert_eq!(values, vec![1, 2, 3], "still the caller's");
+}
+
+#[test]
 fn a_str_or_a_borrowed_string_passes_for_a_string_parameter() {
     cluster();
     let key = String::from("answer");
@@ -471,6 +502,18 @@ fn fails_once(marker: String) -> Result<i64, String> {
     Ok(8)
 }
 
+/// `fails_once` with its retries on the attribute.
+#[prism::remote(max_retries = 1, retry_exceptions = true)]
+fn fails_once_retried(marker: String) -> Result<i64, String> {
+    fails_once(marker)
+}
+
+/// `dies_once` that may not be retried, from its attribute.
+#[prism::remote(max_retries = 0)]
+fn dies_once_unretried(marker: String) -> i64 {
+    dies_once(marker)
+}
+
 fn marker(name: &str) -> String {
     let path = std::env::temp_dir().join(format!("prism-retry-{name}-{}", std::process::id()));
     let _ = std::fs::remove_file(&path);
@@ -513,6 +556,39 @@ fn a_final_error_says_how_many_attempts_were_made_and_why() {
     assert!(
         text.contains("attempt 2 of 2") && text.contains("attempt 1:"),
         "{text}"
+    );
+}
+
+#[test]
+fn retries_set_on_the_attribute_apply_and_call_options_override_them() {
+    cluster();
+    let m = marker("attr-fails");
+    assert_eq!(
+        prism::get(&fails_once_retried::remote(m.clone()).unwrap()).unwrap(),
+        8,
+        "retry_exceptions = true on the attribute"
+    );
+    let _ = std::fs::remove_file(&m);
+    let off = TaskOptions::new().max_retries(0);
+    let err = prism::get(&fails_once_retried::remote_with(off, m.clone()).unwrap()).unwrap_err();
+    assert!(matches!(err, Error::TaskFailed { .. }), "{err}");
+    let _ = std::fs::remove_file(&m);
+    let m = marker("attr-dies");
+    let err = prism::get_timeout(
+        &dies_once_unretried::remote(m.clone()).unwrap(),
+        Duration::from_secs(30),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, Error::WorkerDied { .. }),
+        "max_retries = 0: {err}"
+    );
+    let _ = std::fs::remove_file(&m);
+    // Whole numbers pass where amounts are asked for, as in Ray.
+    let whole = TaskOptions::new().num_cpus(1).num_gpus(0).max_retries(0);
+    assert_eq!(
+        prism::get(&add::remote_with(whole, 1, 2).unwrap()).unwrap(),
+        3
     );
 }
 

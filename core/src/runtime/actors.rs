@@ -256,9 +256,12 @@ impl ActorSubmitter {
             }
             outcome => {
                 c.in_flight.fetch_sub(1, Ordering::SeqCst);
-                // The actor names no call in its answer to a cancel.
+                // The actor names no call in its answer to a cancel (a
+                // named one is an argument's task, cancelled).
                 let outcome = match outcome {
-                    Err(Error::TaskCancelled { .. }) => Err(submission.cancelled(false)),
+                    Err(Error::TaskCancelled { function, .. }) if function.is_empty() => {
+                        Err(submission.cancelled(false))
+                    }
                     outcome => outcome,
                 };
                 this.objects.finish_task(&submission, outcome);
@@ -505,7 +508,14 @@ impl ActorSubmitter {
             }
         };
         for (submission, error) in failed {
-            self.fail(&submission, error);
+            // Cancelled while it was out: that is its end.
+            let id = submission.spec.return_id;
+            if client.state.lock().cancelled.remove(&id) {
+                let error = submission.cancelled(false);
+                self.objects.finish_task(&submission, Err(error));
+            } else {
+                self.fail(&submission, error);
+            }
         }
         self.objects.release_held(&held);
     }

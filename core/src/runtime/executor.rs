@@ -433,7 +433,8 @@ impl Executor {
             ExecutorRequest::CancelTask(CancelTask { return_id, force }) => {
                 // An actor call not started yet is answered now; its caller
                 // names the call in the error.
-                if let Some(request) = exec.calls.lock().waiting.remove(&return_id) {
+                let waiting = exec.calls.lock().waiting.remove(&return_id);
+                if let Some(request) = waiting {
                     let error = Error::TaskCancelled {
                         function: String::new(),
                         how: String::new(),
@@ -473,7 +474,11 @@ impl Executor {
             }) => {
                 let expected = {
                     let mut calls = exec.calls.lock();
-                    calls.waiting.insert(spec.return_id, id);
+                    if let Some(earlier) = calls.waiting.insert(spec.return_id, id) {
+                        // Never sent twice to one process; if it were, the
+                        // earlier request would go unanswered.
+                        tracing::error!(object = %spec.return_id, ?earlier, "an actor call arrived twice");
+                    }
                     let next = calls.next_seq.entry(caller).or_default();
                     let expected = *next;
                     *next = seq + 1;
