@@ -40,6 +40,8 @@ static DRIVER: Mutex<Option<DriverState>> = Mutex::new(None);
 ///
 /// Calling it again before [`shutdown`] fails with
 /// [`Error::AlreadyInitialized`] unless [`Config::ignore_reinit_error`] is set.
+/// A binary in which two remote functions share one `name = "..."` is
+/// refused with [`Error::InvalidArgument`] naming it.
 ///
 /// ```no_run
 /// prism::init(prism::Config::default())?;
@@ -57,6 +59,7 @@ pub fn init(config: Config) -> Result<()> {
         };
     }
     let config = Arc::new(config.apply_env()?);
+    runtime::registry::check_unique_names()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.runtime_threads.max(1))
         .thread_name("prism-driver")

@@ -289,7 +289,20 @@ fn expand_remote(options: Options, func: ItemFn) -> syn::Result<Tokens> {
 /// struct must derive `Serialize` and `Deserialize`), `num_cpus = 1`,
 /// `num_gpus = 1`, `resource("custom", 1.0)`. On the `impl` block, the
 /// associated function `new` is the constructor, and every method taking
-/// `&self` or `&mut self` can be called remotely through the handle.
+/// `&self` or `&mut self` can be called remotely through the handle. A
+/// method marked `#[local]` stays a plain method (for helpers that take
+/// borrowed arguments, say), and other associated functions are left as
+/// they are.
+///
+/// ```ignore
+/// #[prism::actor]
+/// impl Stats {
+///     fn new() -> Self { Stats { seen: Vec::new() } }
+///     fn add(&mut self, x: f64) -> f64 { self.seen.push(x); self.mean(&self.seen) }
+///     #[local]
+///     fn mean(&self, xs: &[f64]) -> f64 { xs.iter().sum::<f64>() / xs.len() as f64 }
+/// }
+/// ```
 #[proc_macro_attribute]
 pub fn actor(attr: TokenStream, item: TokenStream) -> TokenStream {
     let options = match parse_options(attr, true) {
@@ -385,7 +398,28 @@ enum Receiver {
     Mut,
 }
 
-fn expand_actor_impl(imp: ItemImpl) -> syn::Result<Tokens> {
+/// Names of `ActorHandle`'s own methods: a remote method of the same name
+/// would never be reached through the handle.
+const HANDLE_OWN_METHODS: [&str; 3] = ["id", "actor_ref", "from_ref"];
+
+/// Takes a `#[local]` marker off a method: whether it had one.
+fn take_local_marker(f: &mut syn::ImplItemFn) -> bool {
+    let before = f.attrs.len();
+    f.attrs.retain(|a| !a.path().is_ident("local"));
+    f.attrs.len() != before
+}
+
+fn expand_actor_impl(mut imp: ItemImpl) -> syn::Result<Tokens> {
+    // Methods marked `#[local]` stay plain methods of the struct.
+    let mut local = std::collections::HashSet::new();
+    for item in &mut imp.items {
+        if let ImplItem::Fn(f) = item {
+            if take_local_marker(f) {
+                local.insert(f.sig.ident.to_string());
+            }
+        }
+    }
+    let imp = imp;
     let self_ty = &imp.self_ty;
     let Type::Path(tp) = &**self_ty else {
         return Err(syn::Error::new(
@@ -409,6 +443,9 @@ fn expand_actor_impl(imp: ItemImpl) -> syn::Result<Tokens> {
     for item in &imp.items {
         let ImplItem::Fn(f) = item else { continue };
         let sig = &f.sig;
+        if local.contains(&sig.ident.to_string()) {
+            continue;
+        }
         let receiver = sig.inputs.first().and_then(|a| match a {
             FnArg::Receiver(r) if r.reference.is_some() => Some(if r.mutability.is_some() {
                 Receiver::Mut
@@ -417,15 +454,25 @@ fn expand_actor_impl(imp: ItemImpl) -> syn::Result<Tokens> {
             }),
             _ => None,
         });
-        let params = params(sig)?;
         let Some(receiver) = receiver else {
+            // Other associated functions stay plain helpers.
             if sig.ident == "new" {
-                constructor = Some((params, return_info(&sig.output).1));
+                constructor = Some((params(sig)?, return_info(&sig.output).1));
             }
             continue;
         };
+        let params = params(sig)?;
         let method = &sig.ident;
         let method_name = method.to_string();
+        if HANDLE_OWN_METHODS.contains(&method_name.as_str()) {
+            return Err(syn::Error::new(
+                method.span(),
+                format!(
+                    "`{method_name}` is a method of every actor handle, so this one could not be \
+                     called through it: rename it, or mark it #[local] to keep it a plain method"
+                ),
+            ));
+        }
         let (ret_ty, is_result) = return_info(&sig.output);
         let convert = convert_return(is_result);
         let takes = take_args(&params);

@@ -238,6 +238,47 @@ fn named_actors_are_found_by_name_and_names_are_unique_per_namespace() {
     assert!(matches!(wrong, Error::ActorClassMismatch { .. }), "{wrong}");
 }
 
+/// Remote methods next to plain helpers.
+#[prism::actor]
+struct Stats {
+    seen: Vec<f64>,
+}
+
+#[prism::actor]
+impl Stats {
+    fn new() -> Self {
+        Stats { seen: Vec::new() }
+    }
+
+    /// An associated helper with borrowed arguments stays a plain function.
+    fn label(prefix: &str, n: usize) -> String {
+        format!("{prefix}{n}")
+    }
+
+    fn add(&mut self, x: f64) -> (String, f64) {
+        self.seen.push(x);
+        (Self::label("n=", self.seen.len()), self.mean(&self.seen))
+    }
+
+    /// A method that is not remote: it takes a borrow.
+    #[local]
+    fn mean(&self, xs: &[f64]) -> f64 {
+        xs.iter().sum::<f64>() / xs.len() as f64
+    }
+}
+
+#[test]
+fn local_methods_and_associated_helpers_stay_plain() {
+    cluster();
+    let stats = Stats::remote().unwrap();
+    prism::get(&stats.add(1.0).unwrap()).unwrap();
+    let (label, mean) = prism::get(&stats.add(2.0).unwrap()).unwrap();
+    assert_eq!((label.as_str(), mean), ("n=2", 1.5));
+    assert_eq!(Stats::label("x", 1), "x1");
+    let here = Stats { seen: vec![] };
+    assert_eq!(here.mean(&[4.0]), 4.0);
+}
+
 #[test]
 fn get_if_exists_returns_the_actor_already_named() {
     cluster();

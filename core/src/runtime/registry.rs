@@ -82,6 +82,41 @@ pub static REMOTE_FUNCTIONS: [RemoteFunction];
 #[linkme::distributed_slice]
 pub static ACTOR_CLASSES: [ActorClass];
 
+/// Refuses a binary in which two remote functions, or two actor classes,
+/// share a name (`#[prism::remote(name = "...")]` given twice): a call
+/// would run whichever one the index kept.
+pub(crate) fn check_unique_names() -> Result<()> {
+    fn repeated<'a>(names: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+        let mut seen = std::collections::HashSet::new();
+        let mut twice: Vec<&str> = names.filter(|n| !seen.insert(*n)).collect();
+        twice.sort_unstable();
+        twice.dedup();
+        twice
+    }
+    let functions = repeated(REMOTE_FUNCTIONS.iter().map(|f| f.name));
+    if !functions.is_empty() {
+        return Err(Error::invalid(
+            "#[prism::remote(name = ...)]",
+            format!(
+                "more than one remote function in this binary is named {}: give each its own \
+                 name (or drop `name = ...` to use its module path)",
+                functions.join(", ")
+            ),
+        ));
+    }
+    let classes = repeated(ACTOR_CLASSES.iter().map(|c| c.name));
+    if !classes.is_empty() {
+        return Err(Error::invalid(
+            "#[prism::actor]",
+            format!(
+                "more than one actor class in this binary is named {}",
+                classes.join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn find_function(name: &str) -> Option<&'static RemoteFunction> {
     static INDEX: OnceLock<HashMap<&'static str, &'static RemoteFunction>> = OnceLock::new();
     INDEX
