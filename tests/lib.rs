@@ -41,6 +41,7 @@ pub struct ClusterSpec {
     resources: Vec<(String, f64)>,
     store_bytes: u64,
     lease_idle: Option<Duration>,
+    namespace: Option<String>,
 }
 
 impl Default for ClusterSpec {
@@ -53,6 +54,7 @@ impl Default for ClusterSpec {
             resources: vec![("special".into(), 1.0)],
             store_bytes: 1 << 30,
             lease_idle: None,
+            namespace: None,
         }
     }
 }
@@ -98,6 +100,12 @@ impl ClusterSpec {
         self
     }
 
+    /// The driver's namespace for named actors (`Config::namespace`).
+    pub fn namespace(mut self, namespace: &str) -> Self {
+        self.namespace = Some(namespace.to_string());
+        self
+    }
+
     /// Starts this process's cluster (or joins the one already started).
     ///
     /// # Panics
@@ -111,6 +119,9 @@ impl ClusterSpec {
             .ignore_reinit_error(true);
         for (name, amount) in &self.resources {
             config = config.resource(name.clone(), *amount);
+        }
+        if let Some(namespace) = self.namespace {
+            config = config.namespace(namespace);
         }
         if let Some(hold) = self.lease_idle {
             config.lease_idle_ms = u64::try_from(hold.as_millis()).unwrap_or(u64::MAX);

@@ -830,8 +830,10 @@ fn actor_on(node: &prism::NodeInfo) -> prism::ActorOptions {
 /// A driver's start: it joins its node and finds the nodes of the second
 /// and third hosts.
 fn join_and_find_b_c() -> (prism::NodeInfo, prism::NodeInfo) {
+    // Not the default namespace: the job's workers on B and C must be told
+    // it, or they name and look up actors elsewhere.
     must(
-        prism::init(prism::Config::default()),
+        prism::init(prism::Config::default().namespace("cluster-tests")),
         "the driver joins its node",
     );
     let listed = must(prism::nodes(), "the nodes are listed");

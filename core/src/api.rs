@@ -7,7 +7,7 @@ use crate::runtime::{self, current, CoreWorker, Role};
 use crate::view::View;
 use crate::{Error, Result};
 use parking_lot::Mutex;
-use prism_protocol::ids::{JobId, NodeId, ObjectId, WorkerId};
+use prism_protocol::ids::{ActorId, JobId, NodeId, ObjectId, TaskId, WorkerId};
 use prism_protocol::messages::{
     Call, GetClusterResources, GetNodes, GetStoreStats, NodeInfo, ObjectRefInfo, StoreStats,
 };
@@ -611,6 +611,18 @@ pub struct RuntimeContext {
     pub worker_id: WorkerId,
     /// Its job.
     pub job_id: JobId,
+    /// The task or actor call running on this thread (Ray's
+    /// `get_task_id`); `None` in the driver and outside a call. Seen from
+    /// the call's own thread: a thread or tokio task the call spawns is
+    /// not inside it.
+    pub task_id: Option<TaskId>,
+    /// The actor this process hosts (Ray's `get_actor_id`); `None` in the
+    /// driver and in task workers.
+    pub actor_id: Option<ActorId>,
+    /// The namespace named actors are created and found in: the driver's
+    /// `Config::namespace`, which its tasks and actors share (Ray's
+    /// `namespace`).
+    pub namespace: String,
     /// The node it runs on.
     pub node_id: NodeId,
     /// The session directory (logs are under `logs/`).
@@ -627,7 +639,26 @@ pub struct RuntimeContext {
     pub node_ip: Option<String>,
 }
 
-/// Where this code runs: worker id, job, session, GPUs.
+/// Where this code runs: worker id, job, the task or actor call running on
+/// this thread, the hosted actor, the namespace, session and GPUs (Ray's
+/// `get_runtime_context()`).
+///
+/// ```no_run
+/// #[prism::remote]
+/// fn whoami() -> (bool, String) {
+///     let here = prism::runtime_context().expect("inside a worker");
+///     (here.task_id.is_some(), here.namespace)
+/// }
+///
+/// # fn main() -> prism::Result<()> {
+/// prism::init(prism::Config::default().namespace("team-a"))?;
+/// let driver = prism::runtime_context()?;
+/// assert!(driver.task_id.is_none() && !driver.is_worker);
+/// // Tasks run in the driver's namespace: names it gives, they find.
+/// assert_eq!(prism::get(&whoami::remote()?)?, (true, "team-a".to_string()));
+/// # Ok(())
+/// # }
+/// ```
 pub fn runtime_context() -> Result<RuntimeContext> {
     let core = current()?;
     let gpu_ids = std::env::var("CUDA_VISIBLE_DEVICES")
@@ -637,6 +668,9 @@ pub fn runtime_context() -> Result<RuntimeContext> {
     Ok(RuntimeContext {
         worker_id: core.worker_id,
         job_id: core.job_id,
+        task_id: runtime::registry::current_task(),
+        actor_id: core.executor.actor_id(),
+        namespace: core.config.namespace.clone(),
         node_id: core.node_id,
         session_dir: core.session_dir.clone(),
         num_owned_objects: core.objects.refs.num_owned(),

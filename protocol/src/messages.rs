@@ -484,6 +484,9 @@ services! {
             cwd: PathBuf,
             /// Whether to forward worker output to this driver.
             log_to_driver: bool,
+            /// The job's namespace for named actors; its workers use it
+            /// too, so a name given by the driver is found from a task.
+            namespace: String,
             /// Set when a process of a job started on another node leases
             /// workers here: the job to run them for.
             job_id: Option<JobId>,

@@ -26,6 +26,8 @@ pub(crate) struct WorkerLaunch {
     pub(crate) job: JobId,
     pub(crate) executable: PathBuf,
     pub(crate) cwd: PathBuf,
+    /// The job's namespace (`PRISM_NAMESPACE` in its environment).
+    pub(crate) namespace: String,
     /// Its `CUDA_VISIBLE_DEVICES`, when not empty.
     pub(crate) gpu_ids: Vec<u32>,
     /// Where its output goes besides the log files.
@@ -75,6 +77,7 @@ impl Launcher for ProcessLauncher {
             job,
             executable,
             cwd,
+            namespace,
             gpu_ids,
             driver,
             label,
@@ -88,6 +91,7 @@ impl Launcher for ProcessLauncher {
             .env("PRISM_STORE_PATH", &self.store_path)
             .env("PRISM_NODE_ID", self.node_id.0.to_string())
             .env("PRISM_JOB_ID", job.0.to_string())
+            .env("PRISM_NAMESPACE", namespace)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -66,6 +66,8 @@ pub(crate) struct Job {
     pub(crate) cwd: PathBuf,
     pub(crate) driver: Connection,
     pub(crate) log_to_driver: bool,
+    /// The namespace the job's workers look up and name actors in.
+    pub(crate) namespace: String,
 }
 
 /// How the node reaches a worker it started.
@@ -405,6 +407,7 @@ impl Node {
                     job,
                     executable: job_info.executable.clone(),
                     cwd: job_info.cwd.clone(),
+                    namespace: job_info.namespace.clone(),
                     gpu_ids,
                     driver: job_info.log_to_driver.then(|| job_info.driver.clone()),
                     label: label.clone(),

@@ -329,6 +329,7 @@ impl ClientHandler {
                     executable,
                     cwd,
                     log_to_driver,
+                    namespace,
                     job_id,
                     program,
                     ..
@@ -354,6 +355,7 @@ impl ClientHandler {
                         cwd,
                         driver: conn.clone(),
                         log_to_driver,
+                        namespace,
                     },
                 );
                 *role = Role::Lessee(job_id);
@@ -371,6 +373,7 @@ impl ClientHandler {
             executable,
             cwd,
             log_to_driver,
+            namespace,
             ..
         } = r;
         let job_id = JobId::new();
@@ -384,6 +387,7 @@ impl ClientHandler {
                 cwd,
                 driver: conn.clone(),
                 log_to_driver,
+                namespace,
             },
         );
         Ok(self.node.registration(job_id))

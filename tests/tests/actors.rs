@@ -708,3 +708,84 @@ fn named_and_detached_actors_outlive_their_handles() {
     prism::kill(&found).unwrap();
     must_eventually("the killed actor's process ends", LIMIT, || is_gone(pid));
 }
+
+/// Finds the actor the driver named, from inside a task, and says where
+/// the task ran.
+#[prism::remote]
+fn find_named_log(name: String) -> (usize, String, bool, Option<prism::ActorId>) {
+    let log = prism::get_actor::<Log>(&name).expect("a task finds the driver's named actor");
+    let len = prism::get(&log.append(9, 9).unwrap()).unwrap();
+    let here = prism::runtime_context().unwrap();
+    (len, here.namespace, here.task_id.is_some(), here.actor_id)
+}
+
+/// Names an actor from inside a task, in the task's namespace.
+#[prism::remote]
+fn name_a_log(name: String) -> prism::ActorId {
+    let log = Log::remote_with(ActorOptions::new().name(name)).unwrap();
+    log.id()
+}
+
+/// Reports the call's own identity as an actor sees it.
+#[prism::actor]
+struct Introspect;
+
+#[prism::actor]
+impl Introspect {
+    fn new() -> Self {
+        Introspect
+    }
+    fn ids(&self) -> (Option<prism::TaskId>, Option<prism::ActorId>, String) {
+        let here = prism::runtime_context().unwrap();
+        (here.task_id, here.actor_id, here.namespace)
+    }
+    async fn ids_async(&self) -> (Option<prism::TaskId>, Option<prism::ActorId>) {
+        tokio::task::yield_now().await;
+        let here = prism::runtime_context().unwrap();
+        (here.task_id, here.actor_id)
+    }
+}
+
+#[test]
+fn tasks_and_actors_share_the_drivers_namespace_and_know_their_ids() {
+    let name = "tasks_and_actors_share_the_drivers_namespace_and_know_their_ids";
+    if !common::in_own_process(name, &[], Duration::from_secs(120)) {
+        return;
+    }
+    common::ClusterSpec::new().namespace("team-a").start();
+    let driver = prism::runtime_context().unwrap();
+    assert_eq!(driver.namespace, "team-a");
+    assert_eq!((driver.task_id, driver.actor_id), (None, None));
+
+    // A name the driver gives is found from a task, in the same namespace.
+    let log = Log::remote_with(ActorOptions::new().name("shared-log")).unwrap();
+    prism::get(&log.append(1, 1).unwrap()).unwrap();
+    let (len, namespace, has_task, actor) =
+        prism::get(&find_named_log::remote("shared-log").unwrap()).unwrap();
+    assert_eq!(len, 2, "the task called the driver's actor");
+    assert_eq!(namespace, "team-a");
+    assert!(has_task, "a task knows its task id");
+    assert_eq!(actor, None, "a task worker hosts no actor");
+
+    // A name a task gives is found by the driver.
+    let made = prism::get(&name_a_log::remote("made-in-task").unwrap()).unwrap();
+    let found = prism::get_actor::<Log>("made-in-task").unwrap();
+    assert_eq!(found.id(), made);
+    let elsewhere = prism::get_actor_in::<Log>("made-in-task", "default").unwrap_err();
+    assert!(
+        matches!(elsewhere, Error::ActorNotFound { .. }),
+        "{elsewhere}"
+    );
+
+    // An actor knows itself, and each call is a task of its own.
+    let probe = Introspect::remote().unwrap();
+    let (first, me, namespace) = prism::get(&probe.ids().unwrap()).unwrap();
+    let (second, _, _) = prism::get(&probe.ids().unwrap()).unwrap();
+    let (from_async, me_async) = prism::get(&probe.ids_async().unwrap()).unwrap();
+    assert_eq!(me, Some(probe.id()));
+    assert_eq!(me_async, Some(probe.id()));
+    assert_eq!(namespace, "team-a");
+    assert!(first.is_some() && second.is_some() && from_async.is_some());
+    assert_ne!(first, second);
+    assert_ne!(first, from_async);
+}

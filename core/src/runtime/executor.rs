@@ -38,7 +38,7 @@ use crate::config::Config;
 use crate::{Error, Result};
 use bytes::Bytes;
 use parking_lot::Mutex;
-use prism_protocol::ids::{ActorId, IdMap, ObjectId, WorkerId};
+use prism_protocol::ids::{ActorId, IdMap, ObjectId, TaskId, WorkerId};
 use prism_protocol::messages::{
     actor_checkpoint_key, ActorCall, ActorSpec, ArgSpec, BecomeActor, Call, CancelTask,
     ExecutorRequest, ExitActor, KvGet, KvPut, ObjectValue, PushTask, Response, ReturnObject,
@@ -361,6 +361,11 @@ impl Executor {
         true
     }
 
+    /// The actor this process hosts, once constructed.
+    pub(crate) fn actor_id(&self) -> Option<ActorId> {
+        self.actor.lock().as_ref().map(|a| a.actor_id)
+    }
+
     /// The hosted actor, if it asked to exit and nobody started exiting.
     fn begin_exit(&self) -> Option<ActorId> {
         if self.exit.load(Ordering::SeqCst) != EXIT_ASKED {
@@ -369,7 +374,7 @@ impl Executor {
         self.exit
             .compare_exchange(EXIT_ASKED, EXITING, Ordering::SeqCst, Ordering::SeqCst)
             .ok()?;
-        self.actor.lock().as_ref().map(|a| a.actor_id)
+        self.actor_id()
     }
 
     /// After the exiting call's answer was queued on `conn`: gives it a
@@ -526,8 +531,10 @@ impl Executor {
         self.rt.block_on(async move { exec.fetch_args(args).await })
     }
 
-    /// Runs an invocation on this (non-runtime) thread, catching panics.
-    fn invoke_here(&self, invocation: Invocation) -> CallResult {
+    /// Runs an invocation of `task` on this (non-runtime) thread, catching
+    /// panics.
+    fn invoke_here(&self, invocation: Invocation, task: TaskId) -> CallResult {
+        let _running = registry::RunningTask::enter(task);
         let outcome = match invocation {
             Invocation::Blocking(f) => std::panic::catch_unwind(AssertUnwindSafe(f)),
             Invocation::Async(fut) => {
@@ -554,7 +561,7 @@ impl Executor {
             return Response::Error(self.unknown(&spec.function));
         };
         let result = match self.fetch_args_here(&spec.args) {
-            Ok(args) => self.invoke_here((function.invoke)(args)),
+            Ok(args) => self.invoke_here((function.invoke)(args), spec.task_id),
             Err(e) => Err(CallError::Runtime(e)),
         };
         self.finish_here(spec, result)
@@ -748,7 +755,7 @@ impl Executor {
                 exec.fetch_args_here(args)
             });
             let result = match result {
-                Ok(invocation) => exec.invoke_here(invocation),
+                Ok(invocation) => exec.invoke_here(invocation, item.spec.task_id),
                 Err(e) => Err(CallError::Runtime(e)),
             };
             let response = exec.finish_here(&item.spec, result);
@@ -835,7 +842,7 @@ impl Executor {
                 if !exec.claim(&item) {
                     return;
                 }
-                let result = exec.invoke_here(Invocation::Blocking(f));
+                let result = exec.invoke_here(Invocation::Blocking(f), item.spec.task_id);
                 let response = exec.finish_here(&item.spec, result);
                 let exiting = exec.announce_exit_blocking();
                 item.conn.respond(item.request, response);
@@ -851,7 +858,7 @@ impl Executor {
                     if !exec.claim(&item) {
                         return;
                     }
-                    let result = registry::CatchUnwind(fut).await;
+                    let result = registry::CatchUnwind(fut, item.spec.task_id).await;
                     let response = exec.finish_call(&item.spec, result).await;
                     let exiting = exec.announce_exit().await;
                     item.conn.respond(item.request, response);

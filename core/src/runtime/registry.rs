@@ -11,6 +11,7 @@ use crate::codec::{self, Element, Encoded};
 use crate::view::View;
 use crate::{Error, Result};
 use prism_protocol::error::FailureKind;
+use prism_protocol::ids::TaskId;
 use serde::de::DeserializeOwned;
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -255,9 +256,38 @@ pub(crate) fn panic_payload_error(payload: Box<dyn Any + Send>) -> CallError {
     }
 }
 
-/// Runs a future, turning a panic while polling it into a `CallError`
-/// (so an async call needs no extra task just to catch panics).
-pub(crate) struct CatchUnwind(pub(crate) BoxFuture<CallResult>);
+thread_local! {
+    /// The task or actor call this thread runs now
+    /// ([`crate::RuntimeContext::task_id`]).
+    static CURRENT_TASK: std::cell::Cell<Option<TaskId>> = const { std::cell::Cell::new(None) };
+}
+
+/// The task or actor call running on this thread, if any.
+pub(crate) fn current_task() -> Option<TaskId> {
+    CURRENT_TASK.with(|c| c.get())
+}
+
+/// Marks this thread as running `task` until dropped, then restores what
+/// was there (a nested blocking `get` may run nothing else here, but the
+/// restore keeps that true if it ever does).
+pub(crate) struct RunningTask(Option<TaskId>);
+
+impl RunningTask {
+    pub(crate) fn enter(task: TaskId) -> Self {
+        RunningTask(CURRENT_TASK.with(|c| c.replace(Some(task))))
+    }
+}
+
+impl Drop for RunningTask {
+    fn drop(&mut self) {
+        CURRENT_TASK.with(|c| c.set(self.0));
+    }
+}
+
+/// Runs a call's future as task `.1`, turning a panic while polling it
+/// into a `CallError` (so an async call needs no extra task just to catch
+/// panics). The task is marked on each poll, whichever thread polls.
+pub(crate) struct CatchUnwind(pub(crate) BoxFuture<CallResult>, pub(crate) TaskId);
 
 impl Future for CatchUnwind {
     type Output = CallResult;
@@ -266,6 +296,7 @@ impl Future for CatchUnwind {
         mut self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<CallResult> {
+        let _running = RunningTask::enter(self.1);
         let inner = self.0.as_mut();
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.poll(cx))) {
             Ok(poll) => poll,

@@ -221,6 +221,7 @@ pub(crate) async fn start_driver(
             executable,
             cwd,
             log_to_driver: config.log_to_driver,
+            namespace: config.namespace.clone(),
             job_id: None,
             program: None,
         })

@@ -434,6 +434,7 @@ impl TaskSubmitter {
                 .map_err(|e| Error::io("find this program's executable", e))?,
             cwd: std::env::current_dir().map_err(|e| Error::io("read the working directory", e))?,
             log_to_driver: self.config.log_to_driver,
+            namespace: self.config.namespace.clone(),
             job_id: Some(self.job_id),
             program,
         })
