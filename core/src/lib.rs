@@ -72,7 +72,8 @@
 //! `namespace`, `max_concurrency`, `max_restarts`, `max_task_retries`,
 //! `num_cpus`, `num_gpus`, `resource("name", amount)`) are
 //! defaults; `Type::remote_with(ActorOptions, ...)` overrides them. Named
-//! actors are found with [`get_actor`]; [`kill`] ends one.
+//! actors are found with [`get_actor`]; [`kill`] ends one. An
+//! [`ActorPool`] spreads calls over several actors of one class.
 //!
 //! # Objects
 //!
@@ -113,6 +114,7 @@ pub mod kv;
 mod object_ref;
 mod options;
 mod placement;
+mod pool;
 mod resources;
 mod view;
 // The per-process runtime and its components.
@@ -148,6 +150,7 @@ pub use placement::{
     get_placement_group, list_placement_groups, named_placement_group, placement_group,
     remove_placement_group, Bundle, PlacementGroup, PlacementStrategy,
 };
+pub use pool::ActorPool;
 pub use prism_macros::{actor, main, remote};
 pub use prism_protocol::error::{Error, FailureKind, Result};
 pub use prism_protocol::ids::{

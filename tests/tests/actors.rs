@@ -789,3 +789,104 @@ fn tasks_and_actors_share_the_drivers_namespace_and_know_their_ids() {
     assert_ne!(first, second);
     assert_ne!(first, from_async);
 }
+
+/// A pool member: doubles, says which process did, or waits for a file.
+#[prism::actor]
+struct Doubler;
+
+#[prism::actor]
+impl Doubler {
+    fn new() -> Self {
+        Doubler
+    }
+    fn double(&self, x: i64) -> (i64, u32) {
+        (2 * x, std::process::id())
+    }
+    /// Doubles once `gate` exists (30 s at most).
+    fn double_after(&self, x: i64, gate: String) -> (i64, u32) {
+        wait_until(LIMIT, || std::path::Path::new(&gate).exists());
+        (2 * x, std::process::id())
+    }
+}
+
+#[test]
+fn an_actor_pool_spreads_calls_keeps_order_and_lends_freed_actors_to_waiting_calls() {
+    cluster();
+    let actors: Vec<_> = (0..2).map(|_| Doubler::remote().unwrap()).collect();
+    let mut pool = prism::ActorPool::new(actors.clone());
+    assert!(pool.has_free() && !pool.has_next());
+
+    // In order, over both actors.
+    let out: Vec<(i64, u32)> = pool
+        .map(|a, x| a.double(x), 0..8)
+        .collect::<prism::Result<_>>()
+        .unwrap();
+    assert_eq!(
+        out.iter().map(|(v, _)| *v).collect::<Vec<_>>(),
+        vec![0, 2, 4, 6, 8, 10, 12, 14]
+    );
+    let pids: std::collections::BTreeSet<u32> = out.iter().map(|(_, p)| *p).collect();
+    assert_eq!(pids.len(), 2, "both actors ran calls");
+    let mut any: Vec<i64> = pool
+        .map_unordered(|a, x| a.double(x), 10..14)
+        .map(|r| r.unwrap().0)
+        .collect();
+    any.sort_unstable();
+    assert_eq!(any, vec![20, 22, 24, 26]);
+    assert!(!pool.has_next());
+
+    // One actor held by a call that waits; three more calls share the
+    // other, the two queued ones taking it as it frees.
+    let gate = std::env::temp_dir().join(format!("prism-pool-gate-{}", std::process::id()));
+    let _ = std::fs::remove_file(&gate);
+    let gate_path = gate.display().to_string();
+    pool.submit(move |a| a.double_after(1, gate_path));
+    for x in 2..5 {
+        pool.submit(move |a| a.double(x));
+    }
+    assert!(!pool.has_free());
+    let early: Vec<i64> = (0..3)
+        .map(|_| pool.get_next_unordered().unwrap().0)
+        .collect();
+    assert_eq!(
+        early,
+        vec![4, 6, 8],
+        "the free actor ran the queued calls in order"
+    );
+    let err = pool
+        .get_next_timeout(Duration::from_millis(50))
+        .unwrap_err();
+    assert!(matches!(err, Error::GetTimeout { .. }), "{err}");
+    assert!(
+        pool.has_next(),
+        "a timed-out read leaves the result to read later"
+    );
+    std::fs::write(&gate, b"open").unwrap();
+    assert_eq!(pool.get_next().unwrap().0, 2);
+    let _ = std::fs::remove_file(&gate);
+
+    // A call that could not be submitted gives its error in its turn.
+    pool.submit(|_| Err(Error::invalid("x", "refused by the caller")));
+    pool.submit(|a| a.double(7));
+    let refused = pool.get_next().unwrap_err();
+    assert!(
+        refused.to_string().contains("refused by the caller"),
+        "{refused}"
+    );
+    assert_eq!(pool.get_next().unwrap().0, 14);
+    let nothing = pool.get_next().unwrap_err();
+    assert!(
+        nothing.to_string().contains("submit one first"),
+        "{nothing}"
+    );
+
+    // Without actors, waiting calls are an error until one is pushed.
+    let (first, second) = (pool.pop_idle().unwrap(), pool.pop_idle().unwrap());
+    assert!(pool.pop_idle().is_none());
+    pool.submit(|a| a.double(21));
+    let none = pool.get_next().unwrap_err();
+    assert!(none.to_string().contains("push one"), "{none}");
+    pool.push(first);
+    assert_eq!(pool.get_next().unwrap().0, 42);
+    drop(second);
+}
