@@ -207,12 +207,13 @@ impl<'de, A: Actor> Deserialize<'de> for ActorHandle<A> {
 #[doc(hidden)]
 pub fn create_actor<A: Actor>(
     options: ActorOptions,
+    async_methods: bool,
     args: Vec<Result<Arg>>,
 ) -> Result<ActorHandle<A>> {
     let core = current()?;
     let args = args.into_iter().collect::<Result<Vec<_>>>()?;
     let get_if_exists = options.wants_existing();
-    let options = options.into_wire(&core.config.namespace)?;
+    let options = options.into_wire(&core.config.namespace, async_methods)?;
     let named = options.name.clone().map(|n| (n, options.namespace.clone()));
     let counted = options.name.is_none() && !options.detached;
     let checkpoints = options.checkpoint_every > 0 || options.checkpoint_interval_ms > 0;

@@ -71,7 +71,12 @@
 //! return `ObjectRef`s. Options on the struct's attribute (`name`,
 //! `namespace`, `max_concurrency`, `max_restarts`, `max_task_retries`,
 //! `num_cpus`, `num_gpus`, `resource("name", amount)`) are
-//! defaults; `Type::remote_with(ActorOptions, ...)` overrides them. Named
+//! defaults; `Type::remote_with(ActorOptions, ...)` overrides them. An
+//! actor with `async` methods is an async actor, as in Ray: while one of
+//! its async calls awaits, its later calls start (see
+//! [`ActorOptions::max_concurrency`]); a method that must run meanwhile
+//! takes `&self`, since `&mut self` waits for every call holding the
+//! actor. Named
 //! actors are found with [`get_actor`]; [`kill`] ends one. An
 //! [`ActorPool`] spreads calls over several actors of one class.
 //!
@@ -145,7 +150,7 @@ pub use codec::Arg;
 pub use codec::Element;
 pub use config::Config;
 pub use object_ref::{IntoArg, ObjectRef};
-pub use options::{ActorOptions, TaskOptions};
+pub use options::{ActorOptions, TaskOptions, ASYNC_ACTOR_CONCURRENCY};
 pub use placement::{
     get_placement_group, list_placement_groups, named_placement_group, placement_group,
     remove_placement_group, Bundle, PlacementGroup, PlacementStrategy,

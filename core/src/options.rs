@@ -172,6 +172,10 @@ impl TaskOptions {
     }
 }
 
+/// How many calls an async actor left at its default `max_concurrency`
+/// runs at once: 1000, Ray's default for async actors.
+pub const ASYNC_ACTOR_CONCURRENCY: u32 = 1000;
+
 /// Options for creating an actor; start from [`ActorOptions::new`].
 ///
 /// ```no_run
@@ -205,7 +209,9 @@ impl TaskOptions {
 pub struct ActorOptions {
     name: Option<String>,
     namespace: Option<String>,
-    max_concurrency: u32,
+    /// `None`: 1, or [`ASYNC_ACTOR_CONCURRENCY`] for an actor with async
+    /// methods and no checkpoints.
+    max_concurrency: Option<u32>,
     resources: Resources,
     placement: Option<Result<BundleRef>>,
     strategy: SchedulingStrategy,
@@ -224,7 +230,7 @@ impl Default for ActorOptions {
         ActorOptions {
             name: None,
             namespace: None,
-            max_concurrency: 1,
+            max_concurrency: None,
             resources: Resources::default(),
             placement: None,
             strategy: SchedulingStrategy::Default,
@@ -290,9 +296,16 @@ impl ActorOptions {
         self
     }
 
-    /// How many calls may run at once (default 1: strictly in order).
+    /// How many calls may run at once. By default an actor runs one call
+    /// at a time, in order; an actor with `async` methods (and no
+    /// checkpoints) is an async actor, as in Ray: its calls start one at a
+    /// time in arrival order, a synchronous one runs to its end before the
+    /// next starts, and async ones run on together, up to
+    /// [`ASYNC_ACTOR_CONCURRENCY`] at once. Given here, `n` calls run at
+    /// once, synchronous ones on up to `n` threads; 1 makes an async actor
+    /// run one call at a time too.
     pub fn max_concurrency(mut self, n: u32) -> Self {
-        self.max_concurrency = n;
+        self.max_concurrency = Some(n);
         self
     }
 
@@ -406,17 +419,26 @@ impl ActorOptions {
         self.get_if_exists |= defaults.get_if_exists;
         self.checkpoint_every = self.checkpoint_every.or(defaults.checkpoint_every);
         self.checkpoint_interval = self.checkpoint_interval.or(defaults.checkpoint_interval);
-        if self.max_concurrency == 1 {
-            self.max_concurrency = defaults.max_concurrency;
-        }
+        self.max_concurrency = self.max_concurrency.or(defaults.max_concurrency);
         self.resources = self.resources.or(defaults.resources);
         self
     }
 
-    pub(crate) fn into_wire(self, default_namespace: &str) -> Result<messages::ActorOptions> {
-        if self.max_concurrency == 0 {
-            return Err(Error::invalid("max_concurrency", "must be at least 1"));
-        }
+    /// The options as the raylet and the actor's process take them, for a
+    /// class with `async_methods` or without.
+    pub(crate) fn into_wire(
+        self,
+        default_namespace: &str,
+        async_methods: bool,
+    ) -> Result<messages::ActorOptions> {
+        let checkpointed =
+            self.checkpoint_every.is_some_and(|n| n > 0) || self.checkpoint_interval.is_some();
+        let (max_concurrency, async_actor) = match self.max_concurrency {
+            Some(0) => return Err(Error::invalid("max_concurrency", "must be at least 1")),
+            Some(n) => (n, false),
+            None if async_methods && !checkpointed => (ASYNC_ACTOR_CONCURRENCY, true),
+            None => (1, false),
+        };
         if let Some(name) = &self.name {
             if name.is_empty() {
                 return Err(Error::invalid("actor name", "must not be empty"));
@@ -450,7 +472,8 @@ impl ActorOptions {
             namespace: self
                 .namespace
                 .unwrap_or_else(|| default_namespace.to_string()),
-            max_concurrency: self.max_concurrency,
+            max_concurrency,
+            async_actor,
             resources: self.resources.to_set(0.0)?,
             placement: self.placement.transpose()?,
             strategy: self.strategy,
@@ -487,26 +510,59 @@ mod tests {
             .max_concurrency(4)
             .num_cpus(1.0));
         assert_eq!(o.name.as_deref(), Some("a"));
-        assert_eq!(o.max_concurrency, 4);
+        assert_eq!(o.max_concurrency, Some(4));
+        // An explicit 1 is not taken for unset.
+        let one = ActorOptions::new()
+            .max_concurrency(1)
+            .or(ActorOptions::new().max_concurrency(4));
+        assert_eq!(one.max_concurrency, Some(1));
         assert_eq!(o.resources.num_cpus, Some(1.0));
+    }
+
+    #[test]
+    fn an_async_class_left_at_the_default_concurrency_is_an_async_actor() {
+        let wire = |o: ActorOptions, async_methods: bool| {
+            let w = o.into_wire("ns", async_methods).unwrap();
+            (w.max_concurrency, w.async_actor)
+        };
+        assert_eq!(wire(ActorOptions::new(), false), (1, false));
+        assert_eq!(
+            wire(ActorOptions::new(), true),
+            (ASYNC_ACTOR_CONCURRENCY, true)
+        );
+        assert_eq!(
+            wire(ActorOptions::new().max_concurrency(1), true),
+            (1, false)
+        );
+        assert_eq!(
+            wire(ActorOptions::new().max_concurrency(8), true),
+            (8, false)
+        );
+        // A checkpointed state is saved between two calls: one at a time.
+        assert_eq!(
+            wire(ActorOptions::new().checkpoint_every(5), true),
+            (1, false)
+        );
+        let zero = ActorOptions::new().max_concurrency(0).into_wire("ns", true);
+        assert!(zero.unwrap_err().to_string().contains("at least 1"));
     }
 
     #[test]
     fn restart_counts_below_minus_one_are_rejected_by_name() {
         let err = ActorOptions::new()
             .max_restarts(-2)
-            .into_wire("ns")
+            .into_wire("ns", false)
             .unwrap_err();
         assert!(err.to_string().contains("max_restarts"), "{err}");
         let err = ActorOptions::new()
             .max_task_retries(-5)
-            .into_wire("ns")
+            .into_wire("ns", false)
             .unwrap_err();
         assert!(err.to_string().contains("max_task_retries"), "{err}");
         let wire = ActorOptions::new()
             .max_restarts(-1)
             .or(ActorOptions::new().max_restarts(2).max_task_retries(3))
-            .into_wire("ns")
+            .into_wire("ns", false)
             .unwrap();
         assert_eq!((wire.max_restarts, wire.max_task_retries), (-1, 3));
     }

@@ -438,6 +438,8 @@ fn expand_actor_impl(mut imp: ItemImpl) -> syn::Result<Tokens> {
     }
     let handle = format_ident!("{}Handle", last.ident);
     let mut constructor = None;
+    // Any async method makes it an async actor (see `ActorOptions::max_concurrency`).
+    let mut async_methods = false;
     let mut handle_methods = Vec::new();
     let mut dispatch_arms = Vec::new();
     for item in &imp.items {
@@ -487,6 +489,7 @@ fn expand_actor_impl(mut imp: ItemImpl) -> syn::Result<Tokens> {
                 self.actor.call(#method_name, #args)
             }
         });
+        async_methods |= sig.asyncness.is_some();
         let arm = match (sig.asyncness.is_some(), receiver) {
             (false, Receiver::Ref) => quote! {
                 ::prism::__private::call_ref::<#self_ty, _>(__prism_cell, move |this| {
@@ -568,7 +571,7 @@ fn expand_actor_impl(mut imp: ItemImpl) -> syn::Result<Tokens> {
             /// attribute's defaults).
             pub fn remote_with(options: ::prism::ActorOptions, #ctor_inputs) -> ::prism::Result<::prism::ActorHandle<#self_ty>> {
                 let options = options.or(<#self_ty as ::prism::Actor>::default_options());
-                ::prism::__private::create_actor::<#self_ty>(options, #ctor_args)
+                ::prism::__private::create_actor::<#self_ty>(options, #async_methods, #ctor_args)
             }
         }
 

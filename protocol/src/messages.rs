@@ -112,6 +112,13 @@ pub struct ActorOptions {
     pub namespace: String,
     /// How many calls may run at once.
     pub max_concurrency: u32,
+    /// An actor with async methods left at its default concurrency (Ray's
+    /// async actor): its calls start one at a time in arrival order; a
+    /// synchronous one runs to its end before the next starts, an async
+    /// one runs on (past its first suspension) while later calls start, up
+    /// to `max_concurrency` at once. `false`: `max_concurrency` 1 runs one
+    /// call at a time, more runs synchronous calls on that many threads.
+    pub async_actor: bool,
     /// Resources held for the actor's lifetime.
     pub resources: ResourceSet,
     /// The placement-group bundle its resources come from, if any.

@@ -359,6 +359,7 @@ mod tests {
                 name: name.map(String::from),
                 namespace: "ns".into(),
                 max_concurrency: 1,
+                async_actor: false,
                 resources: ResourceSet::new(),
                 placement: None,
                 strategy: Default::default(),

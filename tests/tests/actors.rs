@@ -890,3 +890,60 @@ fn an_actor_pool_spreads_calls_keeps_order_and_lends_freed_actors_to_waiting_cal
     assert_eq!(pool.get_next().unwrap().0, 42);
     drop(second);
 }
+
+/// Ray's test helper: `wait` returns once `send` was called.
+#[prism::actor]
+struct Signal {
+    ready: tokio::sync::watch::Sender<bool>,
+    bumps: AtomicUsize,
+}
+
+#[prism::actor]
+impl Signal {
+    fn new() -> Self {
+        Signal {
+            ready: tokio::sync::watch::Sender::new(false),
+            bumps: AtomicUsize::new(0),
+        }
+    }
+    async fn wait(&self) -> bool {
+        let mut ready = self.ready.subscribe();
+        let sent = ready.wait_for(|sent| *sent).await.is_ok();
+        sent
+    }
+    fn send(&self) {
+        self.ready.send_replace(true);
+    }
+    fn bump(&self) -> usize {
+        self.bumps.fetch_add(1, Ordering::SeqCst) + 1
+    }
+    async fn bumps(&self) -> usize {
+        self.bumps.load(Ordering::SeqCst)
+    }
+}
+
+#[test]
+fn an_async_actor_runs_later_calls_while_an_async_call_waits_and_starts_calls_in_order() {
+    cluster();
+    let signal = Signal::remote().unwrap();
+    let waits: Vec<_> = (0..3).map(|_| signal.wait().unwrap()).collect();
+    // Each caller's calls start in the order sent: the async read sees
+    // every bump before it.
+    for _ in 0..3 {
+        signal.bump().unwrap();
+    }
+    assert_eq!(prism::get(&signal.bumps().unwrap()).unwrap(), 3);
+    prism::get_timeout(&signal.send().unwrap(), LIMIT).expect("send runs while the waits wait");
+    for wait in &waits {
+        assert!(prism::get_timeout(wait, LIMIT).unwrap());
+    }
+
+    // An explicit max_concurrency of 1 runs one call at a time, async
+    // ones included: `send` waits behind `wait`.
+    let one = Signal::remote_with(ActorOptions::new().max_concurrency(1)).unwrap();
+    let _wait = one.wait().unwrap();
+    let send = one.send().unwrap();
+    let err = prism::get_timeout(&send, Duration::from_millis(300)).unwrap_err();
+    assert!(matches!(err, Error::GetTimeout { .. }), "{err}");
+    prism::kill(&one).unwrap();
+}

@@ -20,7 +20,12 @@
 //! sent. With a larger `max_concurrency` N, synchronous methods run on up to
 //! N call threads of the actor, started in arrival order (threads are
 //! started as calls arrive with none idle, and drain the queue before
-//! sleeping); async methods run as runtime tasks under N permits. Methods taking
+//! sleeping); async methods run as runtime tasks under N permits. An *async
+//! actor* (one with async methods, `max_concurrency` left unset) also takes
+//! every call on the executor thread in arrival order: a synchronous call
+//! runs to its end there, an async one is polled there once and, if it
+//! suspends, goes on as a runtime task under the actor's permits while the
+//! thread takes the next call (Ray's async actors). Methods taking
 //! `&mut self` hold the instance's write lock, `&self` methods a read lock.
 //!
 //! # Panics
@@ -46,6 +51,7 @@ use prism_protocol::messages::{
 };
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
@@ -74,6 +80,8 @@ struct ActorInstance {
     /// Actors with `max_concurrency` above 1: their call threads and the
     /// permits bounding their async calls.
     concurrent: Option<Concurrent>,
+    /// An async actor: the permits bounding its suspended async calls.
+    in_order_async: Option<Arc<Semaphore>>,
 }
 
 /// When a checkpointed actor's state is saved: after every `every` calls,
@@ -675,7 +683,11 @@ impl Executor {
         self.objects.register_borrows().await?;
         let cell: Arc<ActorCell> = Arc::new(tokio::sync::RwLock::new(instance));
         let concurrency = spec.options.max_concurrency.max(1) as usize;
-        let concurrent = (concurrency > 1).then(|| Concurrent {
+        let in_order_async = spec
+            .options
+            .async_actor
+            .then(|| Arc::new(Semaphore::new(concurrency)));
+        let concurrent = (concurrency > 1 && !spec.options.async_actor).then(|| Concurrent {
             threads: CallThreads::new(concurrency),
             permits: Arc::new(Semaphore::new(concurrency)),
         });
@@ -696,6 +708,7 @@ impl Executor {
             class,
             cell,
             concurrent,
+            in_order_async,
         });
         Ok(())
     }
@@ -739,6 +752,7 @@ impl Executor {
         }
         let (class, cell) = (instance.class, instance.cell.clone());
         let checkpoints = instance.checkpoints.clone();
+        let in_order_async = instance.in_order_async.clone();
         drop(actor);
         let exec = self.clone();
         let posted = self.post(Box::new(move || {
@@ -754,9 +768,15 @@ impl Executor {
             let result = exec.build_actor_call(class, cell, &item.spec, |exec, args| {
                 exec.fetch_args_here(args)
             });
-            let result = match result {
-                Ok(invocation) => exec.invoke_here(invocation, item.spec.task_id),
-                Err(e) => Err(CallError::Runtime(e)),
+            let (result, item) = match (result, &in_order_async) {
+                (Ok(Invocation::Async(fut)), Some(permits)) => {
+                    match exec.start_in_order(fut, permits, item) {
+                        Some(done) => done,
+                        None => return,
+                    }
+                }
+                (Ok(invocation), _) => (exec.invoke_here(invocation, item.spec.task_id), item),
+                (Err(e), _) => (Err(CallError::Runtime(e)), item),
             };
             let response = exec.finish_here(&item.spec, result);
             if let Some((policy, cell)) = checkpointing {
@@ -770,6 +790,58 @@ impl Executor {
         }));
         if let Err(e) = posted {
             tracing::error!(error = %e, "cannot run an actor call");
+        }
+    }
+
+    /// Starts an async call of an async actor on the executor thread: it
+    /// runs here up to its first suspension, so calls start in arrival
+    /// order, then goes on as a runtime task holding one of `permits`,
+    /// which answers it. Returns the result, with the call, if it finished
+    /// without suspending.
+    fn start_in_order(
+        self: &Arc<Self>,
+        fut: registry::BoxFuture<CallResult>,
+        permits: &Arc<Semaphore>,
+        item: MailItem,
+    ) -> Option<(CallResult, MailItem)> {
+        // With every permit taken, this call and those behind it wait.
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => match self.rt.block_on(permits.clone().acquire_owned()) {
+                Ok(permit) => permit,
+                Err(_) => {
+                    let closed = Error::NotServed {
+                        service: "this actor (its call permits are closed)".into(),
+                        request: "ActorCall".into(),
+                    };
+                    return Some((Err(CallError::Runtime(closed)), item));
+                }
+            },
+        };
+        let mut call = registry::CatchUnwind(fut, item.spec.task_id);
+        let first = self.rt.block_on(std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(std::pin::Pin::new(&mut call).poll(cx))
+        }));
+        if let std::task::Poll::Ready(result) = first {
+            return Some((result, item));
+        }
+        // The task polls it again at once, so it wakes the task from now on.
+        let exec = self.clone();
+        self.rt.spawn(async move {
+            let _permit = permit;
+            let result = call.await;
+            exec.answer_async(result, item).await;
+        });
+        None
+    }
+
+    /// Stores an async call's result and answers its caller.
+    async fn answer_async(self: &Arc<Self>, result: CallResult, item: MailItem) {
+        let response = self.finish_call(&item.spec, result).await;
+        let exiting = self.announce_exit().await;
+        item.conn.respond(item.request, response);
+        if exiting {
+            self.exit_after_answer(&item.conn);
         }
     }
 
@@ -859,12 +931,7 @@ impl Executor {
                         return;
                     }
                     let result = registry::CatchUnwind(fut, item.spec.task_id).await;
-                    let response = exec.finish_call(&item.spec, result).await;
-                    let exiting = exec.announce_exit().await;
-                    item.conn.respond(item.request, response);
-                    if exiting {
-                        exec.exit_after_answer(&item.conn);
-                    }
+                    exec.answer_async(result, item).await;
                 });
             }
             Err(e) if self.claim(&item) => item.conn.respond(item.request, Response::Error(e)),
