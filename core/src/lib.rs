@@ -74,9 +74,10 @@
 //! defaults; `Type::remote_with(ActorOptions, ...)` overrides them. An
 //! actor with `async` methods is an async actor, as in Ray: while one of
 //! its async calls awaits, its later calls start (see
-//! [`ActorOptions::max_concurrency`]); a method that must run meanwhile
-//! takes `&self`, since `&mut self` waits for every call holding the
-//! actor. Named
+//! [`ActorOptions::max_concurrency`]). A call holds the actor's lock while
+//! it runs, across awaits too, so a `&mut self` call waits for every call
+//! in flight and the calls behind it wait for it: keep state that a waiting
+//! call and a later call share behind `&self`. Named
 //! actors are found with [`get_actor`]; [`kill`] ends one. An
 //! [`ActorPool`] spreads calls over several actors of one class.
 //!

@@ -296,14 +296,18 @@ impl ActorOptions {
         self
     }
 
-    /// How many calls may run at once. By default an actor runs one call
-    /// at a time, in order; an actor with `async` methods (and no
-    /// checkpoints) is an async actor, as in Ray: its calls start one at a
-    /// time in arrival order, a synchronous one runs to its end before the
-    /// next starts, and async ones run on together, up to
-    /// [`ASYNC_ACTOR_CONCURRENCY`] at once. Given here, `n` calls run at
-    /// once, synchronous ones on up to `n` threads; 1 makes an async actor
-    /// run one call at a time too.
+    /// How many calls may run at once.
+    ///
+    /// An actor with `async` methods (and no checkpoints) is an *async
+    /// actor*, as in Ray: its calls start one at a time in arrival order, a
+    /// synchronous one runs to its end before the next starts, and async
+    /// ones run on together while they await, up to `n` at once
+    /// ([`ASYNC_ACTOR_CONCURRENCY`] by default; 1 runs one call at a time,
+    /// to its end).
+    ///
+    /// Other actors run one call at a time, in order, by default; with `n`
+    /// above 1 (Ray's threaded actors), up to `n` synchronous calls run at
+    /// once, each on a thread of the actor.
     pub fn max_concurrency(mut self, n: u32) -> Self {
         self.max_concurrency = Some(n);
         self
@@ -433,11 +437,14 @@ impl ActorOptions {
     ) -> Result<messages::ActorOptions> {
         let checkpointed =
             self.checkpoint_every.is_some_and(|n| n > 0) || self.checkpoint_interval.is_some();
-        let (max_concurrency, async_actor) = match self.max_concurrency {
+        // A checkpointed state is saved between two calls: such an actor
+        // runs one call at a time (create_actor refuses more).
+        let async_actor = async_methods && !checkpointed;
+        let max_concurrency = match self.max_concurrency {
             Some(0) => return Err(Error::invalid("max_concurrency", "must be at least 1")),
-            Some(n) => (n, false),
-            None if async_methods && !checkpointed => (ASYNC_ACTOR_CONCURRENCY, true),
-            None => (1, false),
+            Some(n) => n,
+            None if async_actor => ASYNC_ACTOR_CONCURRENCY,
+            None => 1,
         };
         if let Some(name) = &self.name {
             if name.is_empty() {
@@ -532,10 +539,14 @@ mod tests {
         );
         assert_eq!(
             wire(ActorOptions::new().max_concurrency(1), true),
-            (1, false)
+            (1, true)
         );
         assert_eq!(
             wire(ActorOptions::new().max_concurrency(8), true),
+            (8, true)
+        );
+        assert_eq!(
+            wire(ActorOptions::new().max_concurrency(8), false),
             (8, false)
         );
         // A checkpointed state is saved between two calls: one at a time.

@@ -136,6 +136,7 @@ impl<A: Actor, R: DeserializeOwned + Send + 'static> ActorPool<A, R> {
             pool: self,
             range,
             ordered: true,
+            failed: false,
         }
     }
 
@@ -155,6 +156,7 @@ impl<A: Actor, R: DeserializeOwned + Send + 'static> ActorPool<A, R> {
             pool: self,
             range,
             ordered: false,
+            failed: false,
         }
     }
 
@@ -162,24 +164,24 @@ impl<A: Actor, R: DeserializeOwned + Send + 'static> ActorPool<A, R> {
     /// it. [`Error::InvalidArgument`] if there is none, or if calls wait
     /// for an actor and the pool has none left.
     pub fn get_next(&mut self) -> Result<R> {
-        self.read(0..u64::MAX, true, None)
+        self.read(0..u64::MAX, true, None)?
     }
 
     /// [`get_next`](Self::get_next) that gives up after `timeout` with
     /// [`Error::GetTimeout`]; the result stays in the pool, to read later.
     pub fn get_next_timeout(&mut self, timeout: Duration) -> Result<R> {
-        self.read(0..u64::MAX, true, Some(timeout))
+        self.read(0..u64::MAX, true, Some(timeout))?
     }
 
     /// The result of whichever unread call finishes first.
     pub fn get_next_unordered(&mut self) -> Result<R> {
-        self.read(0..u64::MAX, false, None)
+        self.read(0..u64::MAX, false, None)?
     }
 
     /// [`get_next_unordered`](Self::get_next_unordered) that gives up after
     /// `timeout` with [`Error::GetTimeout`].
     pub fn get_next_unordered_timeout(&mut self, timeout: Duration) -> Result<R> {
-        self.read(0..u64::MAX, false, Some(timeout))
+        self.read(0..u64::MAX, false, Some(timeout))?
     }
 
     /// Whether any submitted call's result is still unread.
@@ -193,9 +195,20 @@ impl<A: Actor, R: DeserializeOwned + Send + 'static> ActorPool<A, R> {
     }
 
     /// Adds an actor; it takes a waiting call at once, if one waits.
-    pub fn push(&mut self, actor: ActorHandle<A>) {
+    /// [`Error::InvalidArgument`] if it is in the pool already (idle or
+    /// running a call), as Ray refuses it.
+    pub fn push(&mut self, actor: ActorHandle<A>) -> Result<()> {
+        let id = actor.id();
+        let busy = self.sent.values().filter_map(|s| s.actor.as_ref());
+        if self.idle.iter().chain(busy).any(|a| a.id() == id) {
+            return Err(Error::invalid(
+                "ActorPool::push",
+                format!("actor {id} is in this pool already"),
+            ));
+        }
         self.idle.push_back(actor);
         self.start_queued();
+        Ok(())
     }
 
     /// Takes an idle actor out of the pool, if one is idle.
@@ -251,8 +264,15 @@ impl<A: Actor, R: DeserializeOwned + Send + 'static> ActorPool<A, R> {
     /// Reads one result of a call numbered in `range`: the oldest
     /// (`ordered`) or any finished one. Waits for running calls, handing
     /// each finished call's actor a waiting call, until that result is
-    /// ready or `timeout` passes.
-    fn read(&mut self, range: Range<u64>, ordered: bool, timeout: Option<Duration>) -> Result<R> {
+    /// ready or `timeout` passes. The outer error means nothing was read
+    /// (no call to read, no actor, time out); the inner result is the
+    /// call's.
+    fn read(
+        &mut self,
+        range: Range<u64>,
+        ordered: bool,
+        timeout: Option<Duration>,
+    ) -> Result<Result<R>> {
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             // Calls still waiting for an actor are younger than every
@@ -264,7 +284,7 @@ impl<A: Actor, R: DeserializeOwned + Send + 'static> ActorPool<A, R> {
                 unread.find(|(_, s)| s.actor.is_none())
             };
             if let Some(sent) = pick.map(|(i, _)| *i).and_then(|i| self.sent.remove(&i)) {
-                return get(&sent.result?);
+                return Ok(sent.result.and_then(|r| get(&r)));
             }
             let running: Vec<(u64, ObjectRef<R>)> = self
                 .sent
@@ -319,6 +339,9 @@ struct Results<'a, A: Actor, R> {
     pool: &'a mut ActorPool<A, R>,
     range: Range<u64>,
     ordered: bool,
+    /// A read failed without taking a result (no actor left, say): it
+    /// would fail again, so the iterator ends after saying so once.
+    failed: bool,
 }
 
 impl<A: Actor, R: DeserializeOwned + Send + 'static> Iterator for Results<'_, A, R> {
@@ -328,6 +351,11 @@ impl<A: Actor, R: DeserializeOwned + Send + 'static> Iterator for Results<'_, A,
         let pool = &mut *self.pool;
         let unread = pool.sent.range(self.range.clone()).next().is_some()
             || pool.queued.iter().any(|(i, _)| self.range.contains(i));
-        unread.then(|| pool.read(self.range.clone(), self.ordered, None))
+        if self.failed || !unread {
+            return None;
+        }
+        let read = pool.read(self.range.clone(), self.ordered, None);
+        self.failed = read.is_err();
+        Some(read.and_then(|result| result))
     }
 }

@@ -728,16 +728,24 @@ fn name_a_log(name: String) -> prism::ActorId {
 
 /// Reports the call's own identity as an actor sees it.
 #[prism::actor]
-struct Introspect;
+struct Introspect {
+    /// The actor id its constructor saw.
+    born_as: Option<prism::ActorId>,
+}
 
 #[prism::actor]
 impl Introspect {
     fn new() -> Self {
-        Introspect
+        Introspect {
+            born_as: prism::runtime_context().unwrap().actor_id,
+        }
     }
     fn ids(&self) -> (Option<prism::TaskId>, Option<prism::ActorId>, String) {
         let here = prism::runtime_context().unwrap();
         (here.task_id, here.actor_id, here.namespace)
+    }
+    fn born_as(&self) -> Option<prism::ActorId> {
+        self.born_as
     }
     async fn ids_async(&self) -> (Option<prism::TaskId>, Option<prism::ActorId>) {
         tokio::task::yield_now().await;
@@ -784,6 +792,11 @@ fn tasks_and_actors_share_the_drivers_namespace_and_know_their_ids() {
     let (from_async, me_async) = prism::get(&probe.ids_async().unwrap()).unwrap();
     assert_eq!(me, Some(probe.id()));
     assert_eq!(me_async, Some(probe.id()));
+    assert_eq!(
+        prism::get(&probe.born_as().unwrap()).unwrap(),
+        Some(probe.id()),
+        "the constructor knows its actor"
+    );
     assert_eq!(namespace, "team-a");
     assert!(first.is_some() && second.is_some() && from_async.is_some());
     assert_ne!(first, second);
@@ -886,9 +899,26 @@ fn an_actor_pool_spreads_calls_keeps_order_and_lends_freed_actors_to_waiting_cal
     pool.submit(|a| a.double(21));
     let none = pool.get_next().unwrap_err();
     assert!(none.to_string().contains("push one"), "{none}");
-    pool.push(first);
+    pool.push(first.clone()).unwrap();
+    let twice = pool.push(first).unwrap_err();
+    assert!(
+        twice.to_string().contains("in this pool already"),
+        "{twice}"
+    );
     assert_eq!(pool.get_next().unwrap().0, 42);
+
+    // A map over no actors says why once, then ends.
+    let mut empty = prism::ActorPool::<Doubler, (i64, u32)>::new(Vec::new());
+    let mut results = empty.map(|a, x| a.double(x), 0..3);
+    let why = results.next().unwrap().unwrap_err();
+    assert!(why.to_string().contains("push one"), "{why}");
+    assert!(results.next().is_none());
     drop(second);
+}
+
+#[prism::remote]
+fn triple(x: i64) -> i64 {
+    3 * x
 }
 
 /// Ray's test helper: `wait` returns once `send` was called.
@@ -914,6 +944,14 @@ impl Signal {
     fn send(&self) {
         self.ready.send_replace(true);
     }
+    /// Waits for the signal, then reads a task's result with the blocking
+    /// `get` (the async form is the right one here; this one must not
+    /// stop the runtime either).
+    async fn wait_then_get(&self, x: i64) -> i64 {
+        let mut ready = self.ready.subscribe();
+        let _ = ready.wait_for(|sent| *sent).await;
+        prism::get(&triple::remote(x).unwrap()).unwrap()
+    }
     fn bump(&self) -> usize {
         self.bumps.fetch_add(1, Ordering::SeqCst) + 1
     }
@@ -927,6 +965,7 @@ fn an_async_actor_runs_later_calls_while_an_async_call_waits_and_starts_calls_in
     cluster();
     let signal = Signal::remote().unwrap();
     let waits: Vec<_> = (0..3).map(|_| signal.wait().unwrap()).collect();
+    let gets: Vec<_> = (0..4).map(|x| signal.wait_then_get(x).unwrap()).collect();
     // Each caller's calls start in the order sent: the async read sees
     // every bump before it.
     for _ in 0..3 {
@@ -937,6 +976,12 @@ fn an_async_actor_runs_later_calls_while_an_async_call_waits_and_starts_calls_in
     for wait in &waits {
         assert!(prism::get_timeout(wait, LIMIT).unwrap());
     }
+    // Four blocking reads at once, on a runtime of two threads.
+    let got: Vec<i64> = gets
+        .iter()
+        .map(|r| prism::get_timeout(r, LIMIT).unwrap())
+        .collect();
+    assert_eq!(got, vec![0, 3, 6, 9]);
 
     // An explicit max_concurrency of 1 runs one call at a time, async
     // ones included: `send` waits behind `wait`.

@@ -386,9 +386,11 @@ impl ActorSubmitter {
                     // Cancelled meanwhile: that, not the argument's
                     // failure, is its end.
                     let id = submission.spec.return_id;
-                    let e = match client.state.lock().cancelled.remove(&id) {
-                        true => submission.cancelled(false),
-                        false => e,
+                    let cancelled = client.state.lock().cancelled.remove(&id);
+                    let e = if cancelled {
+                        submission.cancelled(false)
+                    } else {
+                        e
                     };
                     self.objects.finish_task(&submission, Err(e));
                     continue;

@@ -55,7 +55,7 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Where the hosted actor is in ending itself (`prism::exit_actor`).
 const RUNNING: u8 = 0;
@@ -188,6 +188,8 @@ pub(crate) struct Executor {
     objects: Arc<Objects>,
     jobs: Mutex<Option<std::sync::mpsc::Sender<Job>>>,
     actor: Mutex<Option<ActorInstance>>,
+    /// The actor this process became, from its constructor on.
+    hosted: std::sync::OnceLock<ActorId>,
     calls: Mutex<CallBook>,
     raylet: Connection,
     exit: AtomicU8,
@@ -221,6 +223,7 @@ impl Executor {
             objects,
             jobs: Mutex::new(None),
             actor: Mutex::new(None),
+            hosted: std::sync::OnceLock::new(),
             calls: Mutex::new(CallBook::default()),
             raylet,
             exit: AtomicU8::new(RUNNING),
@@ -369,9 +372,9 @@ impl Executor {
         true
     }
 
-    /// The actor this process hosts, once constructed.
+    /// The actor this process hosts (from its constructor on).
     pub(crate) fn actor_id(&self) -> Option<ActorId> {
-        self.actor.lock().as_ref().map(|a| a.actor_id)
+        self.hosted.get().copied()
     }
 
     /// The hosted actor, if it asked to exit and nobody started exiting.
@@ -382,7 +385,7 @@ impl Executor {
         self.exit
             .compare_exchange(EXIT_ASKED, EXITING, Ordering::SeqCst, Ordering::SeqCst)
             .ok()?;
-        self.actor_id()
+        self.actor.lock().as_ref().map(|a| a.actor_id)
     }
 
     /// After the exiting call's answer was queued on `conn`: gives it a
@@ -645,13 +648,16 @@ impl Executor {
     }
 
     async fn become_actor(self: &Arc<Self>, spec: ActorSpec) -> Result<()> {
+        // A process becomes one actor only; the constructor already sees it.
+        let _ = self.hosted.set(spec.actor_id);
         let class = registry::find_class(&spec.class).ok_or_else(|| self.unknown(&spec.class))?;
         let checkpointed =
             spec.options.checkpoint_every > 0 || spec.options.checkpoint_interval_ms > 0;
         let key = actor_checkpoint_key(spec.actor_id);
-        let saved = match checkpointed {
-            true => self.raylet.request(KvGet { key: key.clone() }).await?,
-            false => None,
+        let saved = if checkpointed {
+            self.raylet.request(KvGet { key: key.clone() }).await?
+        } else {
+            None
         };
         let created = match saved.map(|bytes| (class.restore)(&bytes)) {
             Some(Some(Ok(state))) => {
@@ -756,6 +762,9 @@ impl Executor {
         drop(actor);
         let exec = self.clone();
         let posted = self.post(Box::new(move || {
+            // An async actor's call takes a permit before it is claimed, so
+            // it stays cancellable while it waits for one.
+            let mut permit = in_order_async.as_ref().and_then(|p| exec.permit(p));
             if !exec.claim(&item) {
                 return;
             }
@@ -768,14 +777,18 @@ impl Executor {
             let result = exec.build_actor_call(class, cell, &item.spec, |exec, args| {
                 exec.fetch_args_here(args)
             });
-            let (result, item) = match (result, &in_order_async) {
-                (Ok(Invocation::Async(fut)), Some(permits)) => {
-                    match exec.start_in_order(fut, permits, item) {
+            let (result, item) = match (result, permit.take()) {
+                (Ok(Invocation::Async(fut)), Some(permit)) => {
+                    match exec.start_in_order(fut, permit, item) {
                         Some(done) => done,
                         None => return,
                     }
                 }
-                (Ok(invocation), _) => (exec.invoke_here(invocation, item.spec.task_id), item),
+                (Ok(invocation), permit) => {
+                    let result = exec.invoke_here(invocation, item.spec.task_id);
+                    drop(permit);
+                    (result, item)
+                }
                 (Err(e), _) => (Err(CallError::Runtime(e)), item),
             };
             let response = exec.finish_here(&item.spec, result);
@@ -793,31 +806,27 @@ impl Executor {
         }
     }
 
+    /// One of an async actor's permits, waited for on the executor thread:
+    /// with every one taken, this call and those behind it wait. (`None`
+    /// only if the permits were closed, which they never are.)
+    fn permit(&self, permits: &Arc<Semaphore>) -> Option<OwnedSemaphorePermit> {
+        match permits.clone().try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            Err(_) => self.rt.block_on(permits.clone().acquire_owned()).ok(),
+        }
+    }
+
     /// Starts an async call of an async actor on the executor thread: it
     /// runs here up to its first suspension, so calls start in arrival
-    /// order, then goes on as a runtime task holding one of `permits`,
-    /// which answers it. Returns the result, with the call, if it finished
+    /// order, then goes on as a runtime task holding `permit`, which
+    /// answers it. Returns the result, with the call, if it finished
     /// without suspending.
     fn start_in_order(
         self: &Arc<Self>,
         fut: registry::BoxFuture<CallResult>,
-        permits: &Arc<Semaphore>,
+        permit: OwnedSemaphorePermit,
         item: MailItem,
     ) -> Option<(CallResult, MailItem)> {
-        // With every permit taken, this call and those behind it wait.
-        let permit = match permits.clone().try_acquire_owned() {
-            Ok(permit) => permit,
-            Err(_) => match self.rt.block_on(permits.clone().acquire_owned()) {
-                Ok(permit) => permit,
-                Err(_) => {
-                    let closed = Error::NotServed {
-                        service: "this actor (its call permits are closed)".into(),
-                        request: "ActorCall".into(),
-                    };
-                    return Some((Err(CallError::Runtime(closed)), item));
-                }
-            },
-        };
         let mut call = registry::CatchUnwind(fut, item.spec.task_id);
         let first = self.rt.block_on(std::future::poll_fn(|cx| {
             std::task::Poll::Ready(std::pin::Pin::new(&mut call).poll(cx))
