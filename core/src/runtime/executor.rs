@@ -80,8 +80,8 @@ struct ActorInstance {
     /// Actors with `max_concurrency` above 1: their call threads and the
     /// permits bounding their async calls.
     concurrent: Option<Concurrent>,
-    /// An async actor: the permits bounding its suspended async calls.
-    in_order_async: Option<Arc<Semaphore>>,
+    /// An async actor: the queue its calls are taken from, in order.
+    in_order: Option<tokio::sync::mpsc::UnboundedSender<MailItem>>,
 }
 
 /// When a checkpointed actor's state is saved: after every `every` calls,
@@ -689,10 +689,13 @@ impl Executor {
         self.objects.register_borrows().await?;
         let cell: Arc<ActorCell> = Arc::new(tokio::sync::RwLock::new(instance));
         let concurrency = spec.options.max_concurrency.max(1) as usize;
-        let in_order_async = spec
-            .options
-            .async_actor
-            .then(|| Arc::new(Semaphore::new(concurrency)));
+        let in_order = spec.options.async_actor.then(|| {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let permits = Arc::new(Semaphore::new(concurrency));
+            let exec = self.clone();
+            tokio::spawn(exec.take_in_order(class, cell.clone(), spec.actor_id, permits, rx));
+            tx
+        });
         let concurrent = (concurrency > 1 && !spec.options.async_actor).then(|| Concurrent {
             threads: CallThreads::new(concurrency),
             permits: Arc::new(Semaphore::new(concurrency)),
@@ -714,7 +717,7 @@ impl Executor {
             class,
             cell,
             concurrent,
-            in_order_async,
+            in_order,
         });
         Ok(())
     }
@@ -742,6 +745,22 @@ impl Executor {
             return;
         };
         let actor_id = instance.actor_id;
+        if let Some(queue) = &instance.in_order {
+            let queue = queue.clone();
+            drop(actor);
+            // The taker lives as long as the process does.
+            if let Err(unsent) = queue.send(item) {
+                let item = unsent.0;
+                if self.claim(&item) {
+                    let gone = Error::NotServed {
+                        service: "this actor (its call queue is closed)".into(),
+                        request: "ActorCall".into(),
+                    };
+                    item.conn.respond(item.request, Response::Error(gone));
+                }
+            }
+            return;
+        }
         if let Some(concurrent) = &instance.concurrent {
             if let Some(refused) = self.exited_error(actor_id, instance.class, &item.spec) {
                 drop(actor);
@@ -758,13 +777,9 @@ impl Executor {
         }
         let (class, cell) = (instance.class, instance.cell.clone());
         let checkpoints = instance.checkpoints.clone();
-        let in_order_async = instance.in_order_async.clone();
         drop(actor);
         let exec = self.clone();
         let posted = self.post(Box::new(move || {
-            // An async actor's call takes a permit before it is claimed, so
-            // it stays cancellable while it waits for one.
-            let mut permit = in_order_async.as_ref().and_then(|p| exec.permit(p));
             if !exec.claim(&item) {
                 return;
             }
@@ -777,19 +792,9 @@ impl Executor {
             let result = exec.build_actor_call(class, cell, &item.spec, |exec, args| {
                 exec.fetch_args_here(args)
             });
-            let (result, item) = match (result, permit.take()) {
-                (Ok(Invocation::Async(fut)), Some(permit)) => {
-                    match exec.start_in_order(fut, permit, item) {
-                        Some(done) => done,
-                        None => return,
-                    }
-                }
-                (Ok(invocation), permit) => {
-                    let result = exec.invoke_here(invocation, item.spec.task_id);
-                    drop(permit);
-                    (result, item)
-                }
-                (Err(e), _) => (Err(CallError::Runtime(e)), item),
+            let result = match result {
+                Ok(invocation) => exec.invoke_here(invocation, item.spec.task_id),
+                Err(e) => Err(CallError::Runtime(e)),
             };
             let response = exec.finish_here(&item.spec, result);
             if let Some((policy, cell)) = checkpointing {
@@ -806,42 +811,105 @@ impl Executor {
         }
     }
 
-    /// One of an async actor's permits, waited for on the executor thread:
-    /// with every one taken, this call and those behind it wait. (`None`
-    /// only if the permits were closed, which they never are.)
-    fn permit(&self, permits: &Arc<Semaphore>) -> Option<OwnedSemaphorePermit> {
-        match permits.clone().try_acquire_owned() {
-            Ok(permit) => Some(permit),
-            Err(_) => self.rt.block_on(permits.clone().acquire_owned()).ok(),
+    /// Takes an async actor's calls in arrival order, as a runtime task:
+    /// each first takes one of `permits` (waiting there, still
+    /// cancellable, when all are held). An async call is polled once here
+    /// and, if it suspends, goes on as a task of its own holding its
+    /// permit; a synchronous one runs to its end on the executor thread
+    /// before the next call is taken.
+    async fn take_in_order(
+        self: Arc<Self>,
+        class: &'static ActorClass,
+        cell: Arc<ActorCell>,
+        actor_id: ActorId,
+        permits: Arc<Semaphore>,
+        mut calls: tokio::sync::mpsc::UnboundedReceiver<MailItem>,
+    ) {
+        while let Some(item) = calls.recv().await {
+            let Ok(permit) = permits.clone().acquire_owned().await else {
+                return;
+            };
+            if !self.claim(&item) {
+                continue;
+            }
+            if let Some(refused) = self.exited_error(actor_id, class, &item.spec) {
+                item.conn.respond(item.request, refused);
+                continue;
+            }
+            let inline = item
+                .spec
+                .args
+                .iter()
+                .all(|a| matches!(a, ArgSpec::Value(_)));
+            let args = if inline {
+                self.fetch_args_here(&item.spec.args)
+            } else {
+                self.fetch_args(item.spec.args.clone()).await
+            };
+            let built = args.and_then(|args| {
+                self.build_actor_call(class, cell.clone(), &item.spec, move |_, _| Ok(args))
+            });
+            match built {
+                Ok(Invocation::Async(fut)) => self.start_in_order(fut, permit, item).await,
+                Ok(Invocation::Blocking(f)) => self.run_on_executor_thread(f, item).await,
+                Err(e) => item.conn.respond(item.request, Response::Error(e)),
+            }
         }
     }
 
-    /// Starts an async call of an async actor on the executor thread: it
-    /// runs here up to its first suspension, so calls start in arrival
-    /// order, then goes on as a runtime task holding `permit`, which
-    /// answers it. Returns the result, with the call, if it finished
-    /// without suspending.
-    fn start_in_order(
+    /// Polls an async call once, answering it if it finished; otherwise it
+    /// goes on as a task of its own, holding `permit`.
+    async fn start_in_order(
         self: &Arc<Self>,
         fut: registry::BoxFuture<CallResult>,
         permit: OwnedSemaphorePermit,
         item: MailItem,
-    ) -> Option<(CallResult, MailItem)> {
+    ) {
         let mut call = registry::CatchUnwind(fut, item.spec.task_id);
-        let first = self.rt.block_on(std::future::poll_fn(|cx| {
+        let first = std::future::poll_fn(|cx| {
             std::task::Poll::Ready(std::pin::Pin::new(&mut call).poll(cx))
-        }));
-        if let std::task::Poll::Ready(result) = first {
-            return Some((result, item));
+        })
+        .await;
+        match first {
+            std::task::Poll::Ready(result) => self.answer_async(result, item).await,
+            // Its task polls it again at once, so it wakes that task from
+            // now on.
+            std::task::Poll::Pending => {
+                let exec = self.clone();
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    let result = call.await;
+                    exec.answer_async(result, item).await;
+                });
+            }
         }
-        // The task polls it again at once, so it wakes the task from now on.
+    }
+
+    /// Runs a synchronous call of an async actor on the executor thread
+    /// (it may block) and waits until it was answered.
+    async fn run_on_executor_thread(
+        self: &Arc<Self>,
+        f: Box<dyn FnOnce() -> CallResult + Send>,
+        item: MailItem,
+    ) {
+        let (done, answered) = tokio::sync::oneshot::channel::<()>();
         let exec = self.clone();
-        self.rt.spawn(async move {
-            let _permit = permit;
-            let result = call.await;
-            exec.answer_async(result, item).await;
-        });
-        None
+        let posted = self.post(Box::new(move || {
+            let result = exec.invoke_here(Invocation::Blocking(f), item.spec.task_id);
+            let response = exec.finish_here(&item.spec, result);
+            let exiting = exec.announce_exit_blocking();
+            item.conn.respond(item.request, response);
+            if exiting {
+                exec.exit_after_answer(&item.conn);
+            }
+            let _ = done.send(());
+        }));
+        match posted {
+            Ok(()) => {
+                let _ = answered.await;
+            }
+            Err(e) => tracing::error!(error = %e, "cannot run an actor call"),
+        }
     }
 
     /// Stores an async call's result and answers its caller.
