@@ -72,7 +72,8 @@
 //! `namespace`, `max_concurrency`, `max_restarts`, `max_task_retries`,
 //! `num_cpus`, `num_gpus`, `resource("name", amount)`) are
 //! defaults; `Type::remote_with(ActorOptions, ...)` overrides them. An
-//! actor with `async` methods is an async actor, as in Ray: while one of
+//! actor with `async` methods (and `max_concurrency` unset) is an async
+//! actor, as in Ray: while one of
 //! its async calls awaits, its later calls start (see
 //! [`ActorOptions::max_concurrency`]). A call holds the actor's lock while
 //! it runs, across awaits too, so a `&mut self` call waits for every call

@@ -21,11 +21,11 @@
 //! N call threads of the actor, started in arrival order (threads are
 //! started as calls arrive with none idle, and drain the queue before
 //! sleeping); async methods run as runtime tasks under N permits. An *async
-//! actor* (one with async methods, `max_concurrency` left unset) also takes
-//! every call on the executor thread in arrival order: a synchronous call
-//! runs to its end there, an async one is polled there once and, if it
-//! suspends, goes on as a runtime task under the actor's permits while the
-//! thread takes the next call (Ray's async actors). Methods taking
+//! actor* (a class with async methods) instead has one runtime task take
+//! its calls in arrival order, each under one of N permits: an async call
+//! is polled there once and, if it suspends, goes on as a task of its own;
+//! a synchronous one runs to its end on the executor thread before the next
+//! is taken (Ray's async actors). Methods taking
 //! `&mut self` hold the instance's write lock, `&self` methods a read lock.
 //!
 //! # Panics
