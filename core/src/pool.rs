@@ -131,13 +131,7 @@ impl<A: Actor, R: DeserializeOwned + Send + 'static> ActorPool<A, R> {
         F: Fn(&ActorHandle<A>, V) -> Result<ObjectRef<R>> + Send + Sync + 'static,
         V: Send + 'static,
     {
-        let range = self.submit_all(call, values);
-        Results {
-            pool: self,
-            range,
-            ordered: true,
-            failed: false,
-        }
+        self.submit_all(call, values, true)
     }
 
     /// [`map`](Self::map), with each result given as soon as its call
@@ -151,13 +145,7 @@ impl<A: Actor, R: DeserializeOwned + Send + 'static> ActorPool<A, R> {
         F: Fn(&ActorHandle<A>, V) -> Result<ObjectRef<R>> + Send + Sync + 'static,
         V: Send + 'static,
     {
-        let range = self.submit_all(call, values);
-        Results {
-            pool: self,
-            range,
-            ordered: false,
-            failed: false,
-        }
+        self.submit_all(call, values, false)
     }
 
     /// The result of the oldest submitted call not read yet, waiting for
@@ -216,7 +204,14 @@ impl<A: Actor, R: DeserializeOwned + Send + 'static> ActorPool<A, R> {
         self.idle.pop_front()
     }
 
-    fn submit_all<V, F>(&mut self, call: F, values: impl IntoIterator<Item = V>) -> Range<u64>
+    /// Submits one call per value and returns their results, read in
+    /// order or as they finish.
+    fn submit_all<V, F>(
+        &mut self,
+        call: F,
+        values: impl IntoIterator<Item = V>,
+        ordered: bool,
+    ) -> Results<'_, A, R>
     where
         F: Fn(&ActorHandle<A>, V) -> Result<ObjectRef<R>> + Send + Sync + 'static,
         V: Send + 'static,
@@ -227,7 +222,12 @@ impl<A: Actor, R: DeserializeOwned + Send + 'static> ActorPool<A, R> {
             let call = call.clone();
             self.submit(move |actor| call(actor, value));
         }
-        start..self.next
+        Results {
+            range: start..self.next,
+            pool: self,
+            ordered,
+            failed: false,
+        }
     }
 
     /// Gives waiting calls to idle actors, oldest first.

@@ -895,13 +895,7 @@ impl Executor {
         let (done, answered) = tokio::sync::oneshot::channel::<()>();
         let exec = self.clone();
         let posted = self.post(Box::new(move || {
-            let result = exec.invoke_here(Invocation::Blocking(f), item.spec.task_id);
-            let response = exec.finish_here(&item.spec, result);
-            let exiting = exec.announce_exit_blocking();
-            item.conn.respond(item.request, response);
-            if exiting {
-                exec.exit_after_answer(&item.conn);
-            }
+            exec.run_blocking_call(f, item);
             let _ = done.send(());
         }));
         match posted {
@@ -909,6 +903,22 @@ impl Executor {
                 let _ = answered.await;
             }
             Err(e) => tracing::error!(error = %e, "cannot run an actor call"),
+        }
+    }
+
+    /// Runs a synchronous actor call on this (non-runtime) thread and
+    /// answers it; the process leaves after the answer if it asked to.
+    fn run_blocking_call(
+        self: &Arc<Self>,
+        f: Box<dyn FnOnce() -> CallResult + Send>,
+        item: MailItem,
+    ) {
+        let result = self.invoke_here(Invocation::Blocking(f), item.spec.task_id);
+        let response = self.finish_here(&item.spec, result);
+        let exiting = self.announce_exit_blocking();
+        item.conn.respond(item.request, response);
+        if exiting {
+            self.exit_after_answer(&item.conn);
         }
     }
 
@@ -988,15 +998,8 @@ impl Executor {
         let exec = self.clone();
         match built {
             Ok(Invocation::Blocking(f)) => threads.push(Box::new(move || {
-                if !exec.claim(&item) {
-                    return;
-                }
-                let result = exec.invoke_here(Invocation::Blocking(f), item.spec.task_id);
-                let response = exec.finish_here(&item.spec, result);
-                let exiting = exec.announce_exit_blocking();
-                item.conn.respond(item.request, response);
-                if exiting {
-                    exec.exit_after_answer(&item.conn);
+                if exec.claim(&item) {
+                    exec.run_blocking_call(f, item);
                 }
             })),
             Ok(Invocation::Async(fut)) => {
