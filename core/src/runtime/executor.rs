@@ -21,7 +21,8 @@
 //! N call threads of the actor, started in arrival order (threads are
 //! started as calls arrive with none idle, and drain the queue before
 //! sleeping); async methods run as runtime tasks under N permits. An *async
-//! actor* (a class with async methods) instead has one runtime task take
+//! actor* (a class with async methods, `max_concurrency` unset) instead has
+//! one runtime task take
 //! its calls in arrival order, each under one of N permits: an async call
 //! is polled there once and, if it suspends, goes on as a task of its own;
 //! a synchronous one runs to its end on the executor thread before the next
@@ -385,7 +386,7 @@ impl Executor {
         self.exit
             .compare_exchange(EXIT_ASKED, EXITING, Ordering::SeqCst, Ordering::SeqCst)
             .ok()?;
-        self.actor.lock().as_ref().map(|a| a.actor_id)
+        self.actor_id()
     }
 
     /// After the exiting call's answer was queued on `conn`: gives it a
@@ -836,16 +837,8 @@ impl Executor {
                 item.conn.respond(item.request, refused);
                 continue;
             }
-            let inline = item
-                .spec
-                .args
-                .iter()
-                .all(|a| matches!(a, ArgSpec::Value(_)));
-            let args = if inline {
-                self.fetch_args_here(&item.spec.args)
-            } else {
-                self.fetch_args(item.spec.args.clone()).await
-            };
+            // Inline arguments need no I/O here either.
+            let args = self.fetch_args(item.spec.args.clone()).await;
             let built = args.and_then(|args| {
                 self.build_actor_call(class, cell.clone(), &item.spec, move |_, _| Ok(args))
             });
