@@ -2,14 +2,16 @@
 //! never runs, a running one is stopped with its worker (`force`) or runs
 //! to its end with its result dropped, one waiting for its arguments ends
 //! when they arrive, and finished tasks and puts keep their values. An
-//! actor call that has not started never runs; one that started keeps its
-//! result.
+//! actor call that has not started never runs; a started synchronous one
+//! keeps its result, and a started async one is stopped where it waits.
 
 mod common;
 
 use common::{is_gone, must_become, must_eventually, ClusterSpec};
 use prism::{Error, ObjectRef};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Bounds every wait here; the tasks that must not finish sleep longer.
@@ -380,4 +382,145 @@ fn a_call_waiting_for_a_thread_of_a_concurrent_actor_never_runs() {
     assert_eq!(prism::get_timeout(&second, LIMIT).unwrap(), "second");
     assert!(!dir.join("third").exists(), "the cancelled call never ran");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Counts the waits of a gate dropped before their end.
+struct NoteDrop {
+    dropped: Arc<AtomicUsize>,
+    ended: bool,
+}
+
+impl Drop for NoteDrop {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.dropped.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Waits until the gate opens, counting the waits that started and the
+/// ones dropped before their end.
+async fn wait_for_gate(
+    open: &tokio::sync::watch::Sender<bool>,
+    started: &AtomicUsize,
+    dropped: &Arc<AtomicUsize>,
+    n: u32,
+) -> u32 {
+    started.fetch_add(1, Ordering::SeqCst);
+    let mut note = NoteDrop {
+        dropped: dropped.clone(),
+        ended: false,
+    };
+    let _ = open.subscribe().wait_for(|open| *open).await;
+    note.ended = true;
+    n
+}
+
+/// An async actor (async methods, `max_concurrency` left unset).
+#[prism::actor]
+struct AsyncGate {
+    open: tokio::sync::watch::Sender<bool>,
+    started: AtomicUsize,
+    dropped: Arc<AtomicUsize>,
+    bumps: usize,
+}
+
+#[prism::actor]
+impl AsyncGate {
+    fn new() -> Self {
+        AsyncGate {
+            open: tokio::sync::watch::Sender::new(false),
+            started: AtomicUsize::new(0),
+            dropped: Arc::new(AtomicUsize::new(0)),
+            bumps: 0,
+        }
+    }
+    async fn wait(&self, n: u32) -> u32 {
+        wait_for_gate(&self.open, &self.started, &self.dropped, n).await
+    }
+    fn open(&self) {
+        self.open.send_replace(true);
+    }
+    /// Waits calls started, and dropped.
+    async fn counts(&self) -> (usize, usize) {
+        let started = self.started.load(Ordering::SeqCst);
+        (started, self.dropped.load(Ordering::SeqCst))
+    }
+    /// Needs the write lock, which a waiting call's read lock holds off.
+    fn bump(&mut self) -> usize {
+        self.bumps += 1;
+        self.bumps
+    }
+}
+
+/// The same waits in an actor given an explicit `max_concurrency`.
+#[prism::actor(max_concurrency = 4)]
+struct CountedGate {
+    open: tokio::sync::watch::Sender<bool>,
+    started: AtomicUsize,
+    dropped: Arc<AtomicUsize>,
+}
+
+#[prism::actor]
+impl CountedGate {
+    fn new() -> Self {
+        CountedGate {
+            open: tokio::sync::watch::Sender::new(false),
+            started: AtomicUsize::new(0),
+            dropped: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+    async fn wait(&self, n: u32) -> u32 {
+        wait_for_gate(&self.open, &self.started, &self.dropped, n).await
+    }
+    fn open(&self) {
+        self.open.send_replace(true);
+    }
+    fn counts(&self) -> (usize, usize) {
+        let started = self.started.load(Ordering::SeqCst);
+        (started, self.dropped.load(Ordering::SeqCst))
+    }
+}
+
+#[test]
+fn a_started_async_actor_call_is_stopped_where_it_waits_and_releases_the_actor() {
+    cluster();
+    let gate = AsyncGate::remote().unwrap();
+    let counts = || prism::get_timeout(&gate.counts().unwrap(), LIMIT).unwrap();
+    let first = gate.wait(1).unwrap();
+    must_eventually("the wait starts", LIMIT, || counts().0 == 1);
+    // Behind the waiting call's read lock until that call is gone.
+    let bumped = gate.bump().unwrap();
+    prism::cancel(&first, false).unwrap();
+    let said = cancelled(prism::get_timeout(&first, LIMIT));
+    assert!(said.contains("AsyncGate::wait"), "{said}");
+    assert_eq!(prism::get_timeout(&bumped, LIMIT).unwrap(), 1);
+    assert_eq!(counts(), (1, 1), "the wait's future was dropped");
+
+    let second = gate.wait(2).unwrap();
+    let third = gate.wait(3).unwrap();
+    must_eventually("both waits start", LIMIT, || counts().0 == 3);
+    prism::cancel(&third, false).unwrap();
+    cancelled(prism::get_timeout(&third, LIMIT));
+    prism::get_timeout(&gate.open().unwrap(), LIMIT).unwrap();
+    assert_eq!(prism::get_timeout(&second, LIMIT).unwrap(), 2, "ran on");
+    assert_eq!(counts(), (3, 2));
+    // Cancelling a call that finished changes nothing.
+    prism::cancel(&second, false).unwrap();
+    assert_eq!(prism::get_timeout(&second, LIMIT).unwrap(), 2);
+}
+
+#[test]
+fn a_started_async_call_of_a_concurrent_actor_is_stopped_where_it_waits() {
+    cluster();
+    let gate = CountedGate::remote().unwrap();
+    let counts = || prism::get_timeout(&gate.counts().unwrap(), LIMIT).unwrap();
+    let first = gate.wait(1).unwrap();
+    let second = gate.wait(2).unwrap();
+    must_eventually("both waits start", LIMIT, || counts().0 == 2);
+    prism::cancel(&first, false).unwrap();
+    cancelled(prism::get_timeout(&first, LIMIT));
+    assert_eq!(counts(), (2, 1));
+    prism::get_timeout(&gate.open().unwrap(), LIMIT).unwrap();
+    assert_eq!(prism::get_timeout(&second, LIMIT).unwrap(), 2);
 }

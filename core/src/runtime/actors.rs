@@ -14,10 +14,12 @@
 //!
 //! `prism::cancel` on a call still queued here (or set aside after its
 //! process died) ends it at once. One already written to the actor is
-//! cancelled there if it has not started (`CancelTask`, sent on the same
-//! connection after the call); one that started runs to its end and keeps
-//! its result. A call cancelled while the drain task resolves its
-//! arguments is noted in `cancelled`, and ends instead of being written.
+//! followed there by `CancelTask`, on the same connection: a call not
+//! started never runs, a started async call is dropped where it waits,
+//! and a started synchronous one runs to its end and keeps its result
+//! (each answered as the executor says). A call cancelled while the drain
+//! task resolves its arguments is noted in `cancelled`, and ends instead
+//! of being written.
 
 use super::objects::{Objects, Submission};
 use crate::{Error, Result};

@@ -29,6 +29,11 @@
 //! is taken (Ray's async actors). Methods taking
 //! `&mut self` hold the instance's write lock, `&self` methods a read lock.
 //!
+//! A call not started yet is cancelled by taking it out of the waiting
+//! calls; an async call that started is cancelled by dropping its future
+//! where it waits ([`Executor::finish_or_cancel`]); a synchronous call that
+//! started runs to its end.
+//!
 //! # Panics
 //!
 //! A panic in a task, a method or a constructor is caught and returned to
@@ -179,6 +184,47 @@ struct CallBook {
     /// the connection its call came on). Whoever takes a call out of here
     /// runs it, or answers it cancelled: never both.
     waiting: IdMap<ObjectId, Option<u64>>,
+    /// Async calls taken out of `waiting` and not answered yet: a
+    /// `CancelTask` for one fires its signal, and the call's future is
+    /// dropped where it waits (see [`Executor::finish_or_cancel`]).
+    started: IdMap<ObjectId, tokio::sync::oneshot::Sender<()>>,
+}
+
+/// The cancel signal of one started async call; dropping it forgets the
+/// call in the executor's `started` calls.
+struct CancelWatch {
+    exec: Arc<Executor>,
+    return_id: ObjectId,
+    signal: tokio::sync::oneshot::Receiver<()>,
+}
+
+impl CancelWatch {
+    /// Whether the call's caller cancelled it already.
+    fn fired(&mut self) -> bool {
+        self.signal.try_recv().is_ok()
+    }
+
+    /// Waits until the call's caller cancels it (forever if it never does).
+    async fn cancelled(&mut self) {
+        if (&mut self.signal).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Drop for CancelWatch {
+    fn drop(&mut self) {
+        self.exec.calls.lock().started.remove(&self.return_id);
+    }
+}
+
+/// The answer to a call cancelled before its end. It names no function:
+/// its caller names the call (see `ActorSubmitter`'s answer handling).
+fn call_cancelled() -> Response {
+    Response::Error(Error::TaskCancelled {
+        function: String::new(),
+        how: String::new(),
+    })
 }
 
 /// The executing side of a process: what it runs and the actor it hosts.
@@ -450,13 +496,18 @@ impl Executor {
             ExecutorRequest::CancelTask(CancelTask { return_id, force }) => {
                 // An actor call not started yet is answered now; its caller
                 // names the call in the error.
-                let waiting = exec.calls.lock().waiting.remove(&return_id);
+                let (waiting, started) = {
+                    let mut calls = exec.calls.lock();
+                    let waiting = calls.waiting.remove(&return_id);
+                    (waiting, calls.started.remove(&return_id))
+                };
                 if let Some(request) = waiting {
-                    let error = Error::TaskCancelled {
-                        function: String::new(),
-                        how: String::new(),
-                    };
-                    conn.respond(request, Response::Error(error));
+                    conn.respond(request, call_cancelled());
+                    return;
+                }
+                // A started async call: its runner drops it and answers.
+                if let Some(signal) = started {
+                    let _ = signal.send(());
                     return;
                 }
                 if exec.pending.cancel(return_id) && force {
@@ -730,6 +781,21 @@ impl Executor {
         claimed.is_some()
     }
 
+    /// Claims a call (as [`claim`](Self::claim)) that may run as an async
+    /// call, keeping the signal its caller's cancel fires from now on.
+    fn claim_cancellable(self: &Arc<Self>, item: &MailItem) -> Option<CancelWatch> {
+        let return_id = item.spec.return_id;
+        let (fire, signal) = tokio::sync::oneshot::channel();
+        let mut calls = self.calls.lock();
+        calls.waiting.remove(&return_id)?;
+        calls.started.insert(return_id, fire);
+        Some(CancelWatch {
+            exec: self.clone(),
+            return_id,
+            signal,
+        })
+    }
+
     fn enqueue_actor_call(self: &Arc<Self>, item: MailItem) {
         let actor = self.actor.lock();
         let Some(instance) = actor.as_ref() else {
@@ -830,32 +896,42 @@ impl Executor {
             let Ok(permit) = permits.clone().acquire_owned().await else {
                 return;
             };
-            if !self.claim(&item) {
+            let Some(mut watch) = self.claim_cancellable(&item) else {
                 continue;
-            }
+            };
             if let Some(refused) = self.exited_error(actor_id, class, &item.spec) {
                 item.conn.respond(item.request, refused);
                 continue;
             }
             // Inline arguments need no I/O here either.
             let args = self.fetch_args(item.spec.args.clone()).await;
+            if watch.fired() {
+                item.conn.respond(item.request, call_cancelled());
+                continue;
+            }
             let built = args.and_then(|args| {
                 self.build_actor_call(class, cell.clone(), &item.spec, move |_, _| Ok(args))
             });
             match built {
-                Ok(Invocation::Async(fut)) => self.start_in_order(fut, permit, item).await,
-                Ok(Invocation::Blocking(f)) => self.run_on_executor_thread(f, item).await,
+                Ok(Invocation::Async(fut)) => self.start_in_order(fut, permit, watch, item).await,
+                Ok(Invocation::Blocking(f)) => {
+                    // A synchronous call cannot be stopped once it runs.
+                    drop(watch);
+                    self.run_on_executor_thread(f, item).await
+                }
                 Err(e) => item.conn.respond(item.request, Response::Error(e)),
             }
         }
     }
 
     /// Polls an async call once, answering it if it finished; otherwise it
-    /// goes on as a task of its own, holding `permit`.
+    /// goes on as a task of its own, holding `permit`, until it ends or its
+    /// caller cancels it.
     async fn start_in_order(
         self: &Arc<Self>,
         fut: registry::BoxFuture<CallResult>,
         permit: OwnedSemaphorePermit,
+        watch: CancelWatch,
         item: MailItem,
     ) {
         let mut call = registry::CatchUnwind(fut, item.spec.task_id);
@@ -864,16 +940,43 @@ impl Executor {
         })
         .await;
         match first {
-            std::task::Poll::Ready(result) => self.answer_async(result, item).await,
+            std::task::Poll::Ready(result) => {
+                drop(watch);
+                self.answer_async(result, item).await
+            }
             // Its task polls it again at once, so it wakes that task from
             // now on.
             std::task::Poll::Pending => {
                 let exec = self.clone();
                 tokio::spawn(async move {
                     let _permit = permit;
-                    let result = call.await;
-                    exec.answer_async(result, item).await;
+                    exec.finish_or_cancel(call, watch, item).await;
                 });
+            }
+        }
+    }
+
+    /// Runs a started async call to its end and answers it, unless its
+    /// caller cancels it first: then its future is dropped where it waits
+    /// (releasing the actor's lock) and the caller is answered cancelled,
+    /// as Ray cancels an async actor's running coroutine.
+    async fn finish_or_cancel(
+        self: &Arc<Self>,
+        mut call: registry::CatchUnwind,
+        mut watch: CancelWatch,
+        item: MailItem,
+    ) {
+        let result = tokio::select! {
+            biased;
+            () = watch.cancelled() => None,
+            result = &mut call => Some(result),
+        };
+        drop(watch);
+        match result {
+            Some(result) => self.answer_async(result, item).await,
+            None => {
+                drop(call);
+                item.conn.respond(item.request, call_cancelled());
             }
         }
     }
@@ -1000,11 +1103,11 @@ impl Executor {
                     let Ok(_permit) = permits.acquire_owned().await else {
                         return;
                     };
-                    if !exec.claim(&item) {
+                    let Some(watch) = exec.claim_cancellable(&item) else {
                         return;
-                    }
-                    let result = registry::CatchUnwind(fut, item.spec.task_id).await;
-                    exec.answer_async(result, item).await;
+                    };
+                    let call = registry::CatchUnwind(fut, item.spec.task_id);
+                    exec.finish_or_cancel(call, watch, item).await;
                 });
             }
             Err(e) if self.claim(&item) => item.conn.respond(item.request, Response::Error(e)),
