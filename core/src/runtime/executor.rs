@@ -184,31 +184,64 @@ struct CallBook {
     /// the connection its call came on). Whoever takes a call out of here
     /// runs it, or answers it cancelled: never both.
     waiting: IdMap<ObjectId, Option<u64>>,
-    /// Async calls taken out of `waiting` and not answered yet: a
-    /// `CancelTask` for one fires its signal, and the call's future is
-    /// dropped where it waits (see [`Executor::finish_or_cancel`]).
-    started: IdMap<ObjectId, tokio::sync::oneshot::Sender<()>>,
+    /// Calls taken out of `waiting` that may run as async calls, until
+    /// they are answered: a `CancelTask` for one notes it or fires its
+    /// signal, and the call's future is dropped where it waits (see
+    /// [`Executor::finish_or_cancel`]).
+    started: IdMap<ObjectId, Started>,
 }
 
-/// The cancel signal of one started async call; dropping it forgets the
-/// call in the executor's `started` calls.
+/// Where a started async call is for a cancel.
+enum Started {
+    /// Running, nobody waiting for a cancel yet.
+    Running,
+    /// Its caller cancelled it before its runner waited for that.
+    CancelAsked,
+    /// Its runner waits for a cancel on this.
+    Watched(tokio::sync::oneshot::Sender<()>),
+}
+
+/// A started async call's hold on its `started` entry; dropping it
+/// forgets the entry. The signal is made only for a call that suspends.
 struct CancelWatch {
     exec: Arc<Executor>,
     return_id: ObjectId,
-    signal: tokio::sync::oneshot::Receiver<()>,
 }
 
 impl CancelWatch {
     /// Whether the call's caller cancelled it already.
-    fn fired(&mut self) -> bool {
-        self.signal.try_recv().is_ok()
+    fn fired(&self) -> bool {
+        let calls = self.exec.calls.lock();
+        matches!(
+            calls.started.get(&self.return_id),
+            Some(Started::CancelAsked)
+        )
     }
 
     /// Waits until the call's caller cancels it (forever if it never does).
-    async fn cancelled(&mut self) {
-        if (&mut self.signal).await.is_err() {
+    async fn cancelled(&self) {
+        let Some(signal) = self.watch() else {
+            return;
+        };
+        if signal.await.is_err() {
             std::future::pending::<()>().await;
         }
+    }
+
+    /// The signal a cancel fires from now on; `None` if the call was
+    /// cancelled already.
+    fn watch(&self) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        let mut calls = self.exec.calls.lock();
+        let entry = calls
+            .started
+            .entry(self.return_id)
+            .or_insert(Started::Running);
+        if matches!(entry, Started::CancelAsked) {
+            return None;
+        }
+        let (fire, signal) = tokio::sync::oneshot::channel();
+        *entry = Started::Watched(fire);
+        Some(signal)
     }
 }
 
@@ -496,18 +529,21 @@ impl Executor {
             ExecutorRequest::CancelTask(CancelTask { return_id, force }) => {
                 // An actor call not started yet is answered now; its caller
                 // names the call in the error.
-                let (waiting, started) = {
+                let waiting = {
                     let mut calls = exec.calls.lock();
                     let waiting = calls.waiting.remove(&return_id);
-                    (waiting, calls.started.remove(&return_id))
+                    // A started async call: its runner drops it and
+                    // answers.
+                    if let Some(started) = calls.started.get_mut(&return_id) {
+                        let asked = std::mem::replace(started, Started::CancelAsked);
+                        if let Started::Watched(signal) = asked {
+                            let _ = signal.send(());
+                        }
+                    }
+                    waiting
                 };
                 if let Some(request) = waiting {
                     conn.respond(request, call_cancelled());
-                    return;
-                }
-                // A started async call: its runner drops it and answers.
-                if let Some(signal) = started {
-                    let _ = signal.send(());
                     return;
                 }
                 if exec.pending.cancel(return_id) && force {
@@ -782,17 +818,15 @@ impl Executor {
     }
 
     /// Claims a call (as [`claim`](Self::claim)) that may run as an async
-    /// call, keeping the signal its caller's cancel fires from now on.
+    /// call, so that its caller's cancel reaches it from now on.
     fn claim_cancellable(self: &Arc<Self>, item: &MailItem) -> Option<CancelWatch> {
         let return_id = item.spec.return_id;
-        let (fire, signal) = tokio::sync::oneshot::channel();
         let mut calls = self.calls.lock();
         calls.waiting.remove(&return_id)?;
-        calls.started.insert(return_id, fire);
+        calls.started.insert(return_id, Started::Running);
         Some(CancelWatch {
             exec: self.clone(),
             return_id,
-            signal,
         })
     }
 
@@ -896,7 +930,7 @@ impl Executor {
             let Ok(permit) = permits.clone().acquire_owned().await else {
                 return;
             };
-            let Some(mut watch) = self.claim_cancellable(&item) else {
+            let Some(watch) = self.claim_cancellable(&item) else {
                 continue;
             };
             if let Some(refused) = self.exited_error(actor_id, class, &item.spec) {
@@ -963,13 +997,14 @@ impl Executor {
     async fn finish_or_cancel(
         self: &Arc<Self>,
         mut call: registry::CatchUnwind,
-        mut watch: CancelWatch,
+        watch: CancelWatch,
         item: MailItem,
     ) {
+        // The call first: one that ends without suspending needs no signal.
         let result = tokio::select! {
             biased;
-            () = watch.cancelled() => None,
             result = &mut call => Some(result),
+            () = watch.cancelled() => None,
         };
         drop(watch);
         match result {
