@@ -86,17 +86,36 @@ impl ActorRef {
     /// Calls `method` (used by generated handle methods).
     #[doc(hidden)]
     pub fn call<R>(&self, method: &str, args: Vec<Result<Arg>>) -> Result<ObjectRef<R>> {
+        let [r] = self.call_n::<1>(method, args)?;
+        Ok(r.retype())
+    }
+
+    /// Calls `method`, which returns `N` values (`num_returns = N`): one
+    /// reference per value, first to last (used by generated handle
+    /// methods).
+    #[doc(hidden)]
+    pub fn call_n<const N: usize>(
+        &self,
+        method: &str,
+        args: Vec<Result<Arg>>,
+    ) -> Result<[ObjectRef<()>; N]> {
         let core = current()?;
         let args = args.into_iter().collect::<Result<Vec<_>>>()?;
         let (spec_args, held) = core.objects.prepare_args(args)?;
-        let return_id = ObjectId::new();
-        let info = core.objects.new_pending_call(return_id, self.actor_id);
-        let r = ObjectRef::from_counted(info, &core.objects);
+        let ids: [ObjectId; N] = std::array::from_fn(|_| ObjectId::new());
+        let refs = ids.map(|id| {
+            let info = core.objects.new_pending_call(id, self.actor_id);
+            ObjectRef::from_counted(info, &core.objects)
+        });
+        if N > 1 {
+            core.objects.refs.add_more_returns(ids[0], &ids[1..]);
+        }
         let spec = TaskSpec {
             task_id: TaskId::new(),
             function: format!("{}::{}", self.class, method),
             args: spec_args,
-            return_id,
+            return_id: ids[0],
+            more_returns: ids[1..].to_vec(),
             caller: core.objects.address().clone(),
         };
         let client = core
@@ -106,7 +125,7 @@ impl ActorRef {
         // handle is dropped meanwhile.
         let submission = Submission::new(spec, held).holding(self.handle.clone());
         core.actors.send(&client, submission);
-        Ok(r)
+        Ok(refs)
     }
 }
 

@@ -336,7 +336,9 @@ pub fn cancel<T>(r: &ObjectRef<T>, force: bool) -> Result<()> {
             ),
         ));
     }
-    match core.objects.refs.call_of(r.id()) {
+    // Any result of a call that returns several names the call by its first.
+    let (call, actor) = core.objects.refs.made_by(r.id());
+    match actor {
         Some(actor) if force => Err(Error::invalid(
             "cancel",
             format!(
@@ -347,11 +349,11 @@ pub fn cancel<T>(r: &ObjectRef<T>, force: bool) -> Result<()> {
             ),
         )),
         Some(actor) => {
-            core.actors.cancel(actor, r.id());
+            core.actors.cancel(actor, call);
             Ok(())
         }
         None => {
-            core.tasks.cancel(r.id(), force);
+            core.tasks.cancel(call, force);
             Ok(())
         }
     }

@@ -45,6 +45,9 @@ pub struct Encoded {
     /// been registered (the value's own handles may drop right after
     /// encoding, as a task's return value does).
     pub(crate) keep_alive: Vec<KeepAlive>,
+    /// A call's further results, in order, when it returns several
+    /// (`num_returns`); empty otherwise.
+    pub(crate) more: Vec<Encoded>,
 }
 
 /// A flat buffer's memory, owned.
@@ -309,6 +312,7 @@ pub(crate) fn encode_owned<T: Serialize + 'static>(value: T) -> Result<Encoded, 
             payload: Some(payload),
             contained: Vec::new(),
             keep_alive: Vec::new(),
+            more: Vec::new(),
         }),
         Err(value) => encode(&value),
     }
@@ -325,6 +329,7 @@ pub(crate) fn encode<T: Serialize + 'static>(value: &T) -> Result<Encoded, Error
             payload: None,
             contained: Vec::new(),
             keep_alive: Vec::new(),
+            more: Vec::new(),
         });
     }
     let (result, contained) = collecting_refs(|| {
@@ -341,6 +346,7 @@ pub(crate) fn encode<T: Serialize + 'static>(value: &T) -> Result<Encoded, Error
         payload: None,
         contained,
         keep_alive,
+        more: Vec::new(),
     })
 }
 

@@ -57,7 +57,7 @@
 //! `remote_with(TaskOptions, args...)`. Each argument may be the value
 //! itself or an [`ObjectRef`] to it; a reference arrives as its value.
 //! Options on the attribute (`num_cpus`, `num_gpus`, `resource("name",
-//! amount)`, `max_retries`, `retry_exceptions`) set the defaults; the options given to `remote_with` override
+//! amount)`, `max_retries`, `retry_exceptions`, `num_returns`) set the defaults; the options given to `remote_with` override
 //! them field by field ([`TaskOptions::or`]), as Ray's `.options()` does. A function may return `T` or `Result<T, E>` with
 //! `E: Display`; an `Err` or a panic reaches the caller as
 //! [`Error::TaskFailed`].
@@ -81,6 +81,49 @@
 //! call and a later call share behind `&self`. Named
 //! actors are found with [`get_actor`]; [`kill`] ends one. An
 //! [`ActorPool`] spreads calls over several actors of one class.
+//!
+//! # Several results
+//!
+//! `num_returns = N` on a remote function, or `#[method(num_returns = N)]`
+//! on an actor method (Ray's `num_returns`), stores each value of the
+//! returned `N`-tuple as an object of its own, and the call returns one
+//! `ObjectRef` per value: each is read, passed on, waited on and freed on
+//! its own, and cancelling any of them cancels the call. An `Err` or a
+//! panic fails all of them.
+//!
+//! ```no_run
+//! #[prism::remote(num_returns = 2)]
+//! fn split(values: Vec<i64>) -> (Vec<i64>, Vec<i64>) {
+//!     values.into_iter().partition(|v| v % 2 == 0)
+//! }
+//!
+//! #[prism::actor]
+//! struct Stats;
+//!
+//! #[prism::actor]
+//! impl Stats {
+//!     fn new() -> Self {
+//!         Stats
+//!     }
+//!     #[method(num_returns = 2)]
+//!     fn min_max(&self, values: Vec<i64>) -> Result<(i64, i64), String> {
+//!         let min = values.iter().min().ok_or("no values")?;
+//!         let max = values.iter().max().ok_or("no values")?;
+//!         Ok((*min, *max))
+//!     }
+//! }
+//!
+//! #[prism::main]
+//! fn main() -> prism::Result<()> {
+//!     prism::init(prism::Config::default())?;
+//!     let (even, odd) = split::remote(vec![1, 2, 3, 4])?;
+//!     assert_eq!(prism::get(&odd)?, vec![1, 3]);
+//!     let stats = Stats::remote()?;
+//!     let (min, max) = stats.min_max(&even)?; // a ref passes for its value
+//!     assert_eq!((prism::get(&min)?, prism::get(&max)?), (2, 4));
+//!     Ok(())
+//! }
+//! ```
 //!
 //! # Objects
 //!

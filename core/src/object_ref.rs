@@ -99,6 +99,14 @@ impl<T> ObjectRef<T> {
         &self.inner.info
     }
 
+    /// The same reference with another value type.
+    pub(crate) fn retype<U>(self) -> ObjectRef<U> {
+        ObjectRef {
+            inner: self.inner,
+            _type: PhantomData,
+        }
+    }
+
     /// Forgets the value type (for mixed lists given to [`wait`](crate::wait)).
     pub fn untyped(&self) -> ObjectRef<()> {
         ObjectRef {

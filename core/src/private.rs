@@ -27,6 +27,19 @@ pub fn encode_return<T: Serialize + 'static>(value: T) -> CallResult {
     codec::encode_owned(value).map_err(CallError::Runtime)
 }
 
+/// Encodes the results of a call that returns several (`num_returns`),
+/// first to last, as one result carrying the others.
+pub fn encode_returns(results: Vec<CallResult>) -> CallResult {
+    let mut results = results.into_iter();
+    let Some(first) = results.next() else {
+        let reason = "the call returned no values; give it at least one";
+        return Err(CallError::Runtime(Error::invalid("num_returns", reason)));
+    };
+    let mut first = first?;
+    first.more = results.collect::<std::result::Result<_, _>>()?;
+    Ok(first)
+}
+
 /// Turns a returned `Err` into a task failure carrying its message.
 pub fn app_error<E: std::fmt::Display>(err: E) -> CallError {
     CallError::App {
@@ -85,6 +98,17 @@ pub fn submit_task<R>(
     options: TaskOptions,
     args: Vec<Result<Arg>>,
 ) -> Result<ObjectRef<R>> {
+    let [r] = submit_task_n::<1>(function, options, args)?;
+    Ok(r.retype())
+}
+
+/// Submits a task that returns `N` values (`num_returns = N`): one
+/// reference per value, first to last.
+pub fn submit_task_n<const N: usize>(
+    function: &str,
+    options: TaskOptions,
+    args: Vec<Result<Arg>>,
+) -> Result<[ObjectRef<()>; N]> {
     let core = current()?;
     let shape = options.scheduling_key()?;
     let (max_retries, retry_exceptions, retry_matching) = options.retry_policy()?;
@@ -93,20 +117,29 @@ pub fn submit_task<R>(
     }
     let args = args.into_iter().collect::<Result<Vec<_>>>()?;
     let (spec_args, held) = core.objects.prepare_args(args)?;
-    let return_id = ObjectId::new();
-    let r = ObjectRef::from_counted(core.objects.new_pending(return_id), &core.objects);
+    let ids: [ObjectId; N] = std::array::from_fn(|_| ObjectId::new());
+    let refs = ids.map(|id| ObjectRef::from_counted(core.objects.new_pending(id), &core.objects));
+    if N > 1 {
+        core.objects.refs.add_more_returns(ids[0], &ids[1..]);
+    }
     let spec = TaskSpec {
         task_id: TaskId::new(),
         function: function.to_string(),
         args: spec_args,
-        return_id,
+        return_id: ids[0],
+        more_returns: ids[1..].to_vec(),
         caller: core.objects.address().clone(),
     };
     core.tasks.submit(
         shape,
         Submission::new(spec, held).retries(max_retries, retry_exceptions, retry_matching),
     );
-    Ok(r)
+    Ok(refs)
+}
+
+/// Gives a reference its value type (for the results of `num_returns`).
+pub fn retype<T>(r: ObjectRef<()>) -> ObjectRef<T> {
+    r.retype()
 }
 
 /// Enters worker mode if this process was started as a worker (used by

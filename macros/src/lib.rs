@@ -28,6 +28,8 @@ struct Options {
     num_cpus: Option<syn::Expr>,
     num_gpus: Option<syn::Expr>,
     resources: Vec<(LitStr, syn::Expr)>,
+    /// Tasks only (methods take `#[method(num_returns = N)]`).
+    num_returns: Option<syn::LitInt>,
 }
 
 fn parse_options(attr: TokenStream, allow_actor: bool) -> syn::Result<Options> {
@@ -49,6 +51,7 @@ fn parse_options(attr: TokenStream, allow_actor: bool) -> syn::Result<Options> {
             "max_task_retries" if allow_actor => o.max_task_retries = Some(meta.value()?.parse()?),
             "max_retries" if !allow_actor => o.max_retries = Some(meta.value()?.parse()?),
             "retry_exceptions" if !allow_actor => o.retry_exceptions = Some(meta.value()?.parse()?),
+            "num_returns" if !allow_actor => o.num_returns = Some(meta.value()?.parse()?),
             "resource" => {
                 let content;
                 syn::parenthesized!(content in meta.input);
@@ -61,7 +64,7 @@ fn parse_options(attr: TokenStream, allow_actor: bool) -> syn::Result<Options> {
                 let known = if allow_actor {
                     "name, namespace, max_concurrency, max_restarts, max_task_retries, checkpoint, num_cpus, num_gpus, resource(\"name\", amount)"
                 } else {
-                    "name, num_cpus, num_gpus, resource(\"name\", amount), max_retries, retry_exceptions"
+                    "name, num_cpus, num_gpus, resource(\"name\", amount), max_retries, retry_exceptions, num_returns"
                 };
                 return Err(meta.error(format!("unknown option; expected one of: {known}")));
             }
@@ -139,6 +142,96 @@ fn convert_return(is_result: bool) -> Tokens {
     }
 }
 
+/// What a call gives back: one value, or `num_returns` values (a tuple
+/// of that many, each stored as its own object).
+struct Returns {
+    /// The type inside the `Result` that `remote` or a handle method
+    /// returns: `ObjectRef<T>`, or a tuple of `ObjectRef`s.
+    refs: Tokens,
+    /// How many values.
+    count: usize,
+    /// Turns `__prism_ret` into a `CallResult`.
+    convert: Tokens,
+}
+
+fn returns(output: &ReturnType, num_returns: Option<&syn::LitInt>) -> syn::Result<Returns> {
+    let (ret_ty, is_result) = return_info(output);
+    let count = match num_returns {
+        Some(n) => n.base10_parse::<usize>()?,
+        None => 1,
+    };
+    if count == 1 {
+        return Ok(Returns {
+            refs: quote! { ::prism::ObjectRef<#ret_ty> },
+            count,
+            convert: convert_return(is_result),
+        });
+    }
+    let span = num_returns.map_or_else(Span::call_site, |n| n.span());
+    if count == 0 {
+        return Err(syn::Error::new(
+            span,
+            "num_returns must be at least 1 (a call with no result returns `()`)",
+        ));
+    }
+    let elems: Vec<Type> = match &ret_ty {
+        Type::Tuple(t) if t.elems.len() == count => t.elems.iter().cloned().collect(),
+        _ => {
+            let example = (0..count)
+                .map(|i| format!("T{i}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(syn::Error::new(
+                ret_ty.span(),
+                format!(
+                    "num_returns = {count} needs a tuple of {count} values here, as                      `({example})` (or `Result<({example}), E>`): each is stored as its own object"
+                ),
+            ));
+        }
+    };
+    let vars: Vec<_> = (0..count)
+        .map(|i| format_ident!("__prism_r{}", i))
+        .collect();
+    let encode = quote! {
+        ::prism::__private::encode_returns(::std::vec![
+            #(::prism::__private::encode_return(#vars)),*
+        ])
+    };
+    let convert = if is_result {
+        quote! {
+            match __prism_ret {
+                ::core::result::Result::Ok((#(#vars),*)) => #encode,
+                ::core::result::Result::Err(e) => ::core::result::Result::Err(::prism::__private::app_error(e)),
+            }
+        }
+    } else {
+        quote! {{
+            let (#(#vars),*) = __prism_ret;
+            #encode
+        }}
+    };
+    Ok(Returns {
+        refs: quote! { (#(::prism::ObjectRef<#elems>),*) },
+        count,
+        convert,
+    })
+}
+
+/// Makes the refs a call returns from `submitted`, an expression giving
+/// `Result<[ObjectRef<()>; count]>` (several values) or the ref itself.
+fn typed_refs(r: &Returns, submitted: Tokens) -> Tokens {
+    if r.count == 1 {
+        return submitted;
+    }
+    let vars: Vec<_> = (0..r.count)
+        .map(|i| format_ident!("__prism_r{}", i))
+        .collect();
+    quote! {{
+        let [#(#vars),*] = #submitted?;
+        ::core::result::Result::Ok((#(::prism::__private::retype(#vars)),*))
+    }}
+}
+
 fn take_args(params: &[Param]) -> Tokens {
     let takes = params.iter().enumerate().map(|(i, p)| {
         let (ident, ty) = (&p.ident, &p.ty);
@@ -182,7 +275,9 @@ fn resource_calls(o: &Options) -> Tokens {
 /// Options: `name = "stable.name"`, `num_cpus = 2`, `num_gpus = 0.5`,
 /// `resource("custom", 1.0)` (repeatable), `max_retries = 5` (-1: no
 /// limit), `retry_exceptions = true` (as `TaskOptions`' methods of the
-/// same names).
+/// same names), and `num_returns = N`: the function returns an `N`-tuple
+/// (or a `Result` of one), each value is stored as its own object, and
+/// `remote` returns a tuple of `N` `ObjectRef`s.
 #[proc_macro_attribute]
 pub fn remote(attr: TokenStream, item: TokenStream) -> TokenStream {
     let options = match parse_options(attr, false) {
@@ -206,12 +301,22 @@ fn expand_remote(options: Options, func: ItemFn) -> syn::Result<Tokens> {
     let vis = &func.vis;
     let fn_name = &sig.ident;
     let params = params(sig)?;
-    let (ret_ty, is_result) = return_info(&sig.output);
-    let convert = convert_return(is_result);
+    let returns = returns(&sig.output, options.num_returns.as_ref())?;
+    let convert = &returns.convert;
     let takes = take_args(&params);
     let idents: Vec<_> = params.iter().map(|p| &p.ident).collect();
     let inputs = typed_inputs(&params);
     let args = arg_list(&params);
+    let refs = &returns.refs;
+    let count = returns.count;
+    let submit = typed_refs(
+        &returns,
+        if count == 1 {
+            quote! { ::prism::__private::submit_task(NAME, options.or(self::options()), #args) }
+        } else {
+            quote! { ::prism::__private::submit_task_n::<#count>(NAME, options.or(self::options()), #args) }
+        },
+    );
     let mut resources = resource_calls(&options);
     if let Some(n) = &options.max_retries {
         resources.extend(quote! { .max_retries((#n) as i64) });
@@ -257,15 +362,16 @@ fn expand_remote(options: Options, func: ItemFn) -> syn::Result<Tokens> {
                 ::prism::TaskOptions::new() #resources
             }
 
-            /// Submits a call; the result arrives in the returned `ObjectRef`.
-            pub fn remote(#inputs) -> ::prism::Result<::prism::ObjectRef<#ret_ty>> {
+            /// Submits a call; the result arrives in the returned `ObjectRef`
+            /// (one per value with `num_returns`).
+            pub fn remote(#inputs) -> ::prism::Result<#refs> {
                 remote_with(options(), #(#idents),*)
             }
 
             /// Submits a call with the given options; what they leave
             /// unset comes from the attribute ([`options`]).
-            pub fn remote_with(options: ::prism::TaskOptions, #inputs) -> ::prism::Result<::prism::ObjectRef<#ret_ty>> {
-                ::prism::__private::submit_task(NAME, options.or(self::options()), #args)
+            pub fn remote_with(options: ::prism::TaskOptions, #inputs) -> ::prism::Result<#refs> {
+                #submit
             }
 
             fn invoke(mut __prism_args: ::prism::__private::Args) -> ::prism::__private::Invocation {
@@ -292,7 +398,9 @@ fn expand_remote(options: Options, func: ItemFn) -> syn::Result<Tokens> {
 /// `&self` or `&mut self` can be called remotely through the handle. A
 /// method marked `#[local]` stays a plain method (for helpers that take
 /// borrowed arguments, say), and other associated functions are left as
-/// they are.
+/// they are. A method marked `#[method(num_returns = N)]` returns an
+/// `N`-tuple whose values are stored as objects of their own: its handle
+/// method returns a tuple of `N` `ObjectRef`s.
 ///
 /// ```ignore
 /// #[prism::actor]
@@ -402,6 +510,34 @@ enum Receiver {
 /// would never be reached through the handle.
 const HANDLE_OWN_METHODS: [&str; 3] = ["id", "actor_ref", "from_ref"];
 
+/// Takes a `#[method(num_returns = N)]` marker off a method: its
+/// `num_returns`, if it had one.
+fn take_method_options(f: &mut syn::ImplItemFn) -> syn::Result<Option<syn::LitInt>> {
+    let mut num_returns = None;
+    let mut error = None;
+    f.attrs.retain(|a| {
+        if !a.path().is_ident("method") {
+            return true;
+        }
+        let parsed = a.parse_nested_meta(|meta| {
+            if meta.path.is_ident("num_returns") {
+                num_returns = Some(meta.value()?.parse()?);
+                Ok(())
+            } else {
+                Err(meta.error("unknown method option; expected: num_returns = N"))
+            }
+        });
+        if let Err(e) = parsed {
+            error = Some(e);
+        }
+        false
+    });
+    match error {
+        Some(e) => Err(e),
+        None => Ok(num_returns),
+    }
+}
+
 /// Takes a `#[local]` marker off a method: whether it had one.
 fn take_local_marker(f: &mut syn::ImplItemFn) -> bool {
     let before = f.attrs.len();
@@ -412,10 +548,14 @@ fn take_local_marker(f: &mut syn::ImplItemFn) -> bool {
 fn expand_actor_impl(mut imp: ItemImpl) -> syn::Result<Tokens> {
     // Methods marked `#[local]` stay plain methods of the struct.
     let mut local = std::collections::HashSet::new();
+    let mut num_returns = std::collections::HashMap::new();
     for item in &mut imp.items {
         if let ImplItem::Fn(f) = item {
             if take_local_marker(f) {
                 local.insert(f.sig.ident.to_string());
+            }
+            if let Some(n) = take_method_options(f)? {
+                num_returns.insert(f.sig.ident.to_string(), n);
             }
         }
     }
@@ -475,18 +615,28 @@ fn expand_actor_impl(mut imp: ItemImpl) -> syn::Result<Tokens> {
                 ),
             ));
         }
-        let (ret_ty, is_result) = return_info(&sig.output);
-        let convert = convert_return(is_result);
+        let returns = returns(&sig.output, num_returns.get(&method_name))?;
+        let convert = &returns.convert;
         let takes = take_args(&params);
         let idents: Vec<_> = params.iter().map(|p| &p.ident).collect();
         let inputs = typed_inputs(&params);
         let args = arg_list(&params);
         let doc = format!("Calls `{method_name}` on the actor.");
+        let refs = &returns.refs;
+        let count = returns.count;
+        let call = typed_refs(
+            &returns,
+            if count == 1 {
+                quote! { self.actor.call(#method_name, #args) }
+            } else {
+                quote! { self.actor.call_n::<#count>(#method_name, #args) }
+            },
+        );
         handle_methods.push(quote! {
             #[doc = #doc]
             #[allow(clippy::too_many_arguments)]
-            pub fn #method(&self, #inputs) -> ::prism::Result<::prism::ObjectRef<#ret_ty>> {
-                self.actor.call(#method_name, #args)
+            pub fn #method(&self, #inputs) -> ::prism::Result<#refs> {
+                #call
             }
         });
         async_methods |= sig.asyncness.is_some();

@@ -71,10 +71,26 @@ pub struct TaskSpec {
     pub function: String,
     /// The arguments, in order.
     pub args: Vec<ArgSpec>,
-    /// The object the result is stored as.
+    /// The object the result is stored as (the first result, when the
+    /// call returns several).
     pub return_id: ObjectId,
-    /// The caller, who owns the result.
+    /// The objects its further results are stored as, in order, when the
+    /// call returns several (`num_returns`); empty otherwise.
+    pub more_returns: Vec<ObjectId>,
+    /// The caller, who owns the results.
     pub caller: Address,
+}
+
+impl TaskSpec {
+    /// Every object the call's results are stored as, first to last.
+    pub fn returns(&self) -> impl Iterator<Item = ObjectId> + '_ {
+        std::iter::once(self.return_id).chain(self.more_returns.iter().copied())
+    }
+
+    /// Whether `id` is one of the call's results.
+    pub fn makes(&self, id: ObjectId) -> bool {
+        self.return_id == id || self.more_returns.contains(&id)
+    }
 }
 
 /// A finished value, as its producer hands it to the owner.
@@ -101,6 +117,9 @@ pub struct ReturnObject {
     /// References nested in the value; the producer registered the receiver
     /// as their borrower before answering.
     pub contained: Vec<ObjectRefInfo>,
+    /// A call's further results (see [`TaskSpec::more_returns`]), in
+    /// order; empty for one object.
+    pub more: Vec<ReturnObject>,
 }
 
 /// The options an actor is created with.

@@ -825,6 +825,7 @@ mod tests {
                     Response::Object(ReturnObject {
                         value: ObjectValue::Inline(bytes::Bytes::from(vec![7u8; 8 << 20])),
                         contained: Vec::new(),
+                        more: Vec::new(),
                     })
                 }
                 _ => Response::Ok,

@@ -992,3 +992,66 @@ fn an_async_actor_runs_later_calls_while_an_async_call_waits_and_starts_calls_in
     assert!(matches!(err, Error::GetTimeout { .. }), "{err}");
     prism::kill(&one).unwrap();
 }
+
+/// Bounds each wait for a result of a call with `num_returns`.
+const WITHIN: Duration = Duration::from_secs(30);
+
+/// Methods that return several values, each stored as its own object.
+#[prism::actor]
+struct Splitter {
+    calls: u32,
+}
+
+#[prism::actor]
+impl Splitter {
+    fn new() -> Self {
+        Splitter { calls: 0 }
+    }
+
+    /// The values below and from `pivot`, and how many calls so far.
+    #[method(num_returns = 3)]
+    fn partition(&mut self, values: Vec<i64>, pivot: i64) -> (Vec<i64>, Vec<i64>, u32) {
+        self.calls += 1;
+        let (low, high) = values.into_iter().partition(|v| *v < pivot);
+        (low, high, self.calls)
+    }
+
+    #[method(num_returns = 2)]
+    async fn checked_halves(&self, n: i64) -> Result<(i64, i64), String> {
+        if n % 2 != 0 {
+            return Err(format!("{n} is odd"));
+        }
+        Ok((n / 2, n / 2))
+    }
+}
+
+#[test]
+fn an_actor_method_with_num_returns_gives_one_ref_per_value() {
+    cluster();
+    let splitter = Splitter::remote().unwrap();
+    let (low, high, calls) = splitter.partition(vec![5, 1, 9, 3, 7], 5).unwrap();
+    assert_eq!(prism::get_timeout(&calls, WITHIN).unwrap(), 1);
+    assert_eq!(prism::get_timeout(&high, WITHIN).unwrap(), vec![5, 9, 7]);
+    assert_eq!(prism::get_timeout(&low, WITHIN).unwrap(), vec![1, 3]);
+    // A result is an argument like any ref: the low part split again.
+    let (lowest, _, calls) = splitter.partition(&low, 2).unwrap();
+    assert_eq!(prism::get_timeout(&lowest, WITHIN).unwrap(), vec![1]);
+    assert_eq!(prism::get_timeout(&calls, WITHIN).unwrap(), 2);
+
+    let (a, b) = splitter.checked_halves(10).unwrap();
+    assert_eq!(
+        (
+            prism::get_timeout(&a, WITHIN).unwrap(),
+            prism::get_timeout(&b, WITHIN).unwrap()
+        ),
+        (5, 5)
+    );
+    let (a, b) = splitter.checked_halves(3).unwrap();
+    for outcome in [
+        prism::get_timeout(&b, WITHIN),
+        prism::get_timeout(&a, WITHIN),
+    ] {
+        let said = must_fail(outcome, "an odd number fails both halves").to_string();
+        assert!(said.contains("3 is odd"), "{said}");
+    }
+}

@@ -438,6 +438,11 @@ impl AsyncGate {
     async fn wait(&self, n: u32) -> u32 {
         wait_for_gate(&self.open, &self.started, &self.dropped, n).await
     }
+    #[method(num_returns = 2)]
+    async fn wait_pair(&self, n: u32) -> (u32, u32) {
+        let n = wait_for_gate(&self.open, &self.started, &self.dropped, n).await;
+        (n, n + 1)
+    }
     fn open(&self) {
         self.open.send_replace(true);
     }
@@ -502,9 +507,15 @@ fn a_started_async_actor_call_is_stopped_where_it_waits_and_releases_the_actor()
     must_eventually("both waits start", LIMIT, || counts().0 == 3);
     prism::cancel(&third, false).unwrap();
     cancelled(prism::get_timeout(&third, LIMIT));
+    // Either result of a call that returns two names the call.
+    let (pair_first, pair_second) = gate.wait_pair(4).unwrap();
+    must_eventually("the pair's wait starts", LIMIT, || counts().0 == 4);
+    prism::cancel(&pair_second, false).unwrap();
+    cancelled(prism::get_timeout(&pair_first, LIMIT));
+    cancelled(prism::get_timeout(&pair_second, LIMIT));
     prism::get_timeout(&gate.open().unwrap(), LIMIT).unwrap();
     assert_eq!(prism::get_timeout(&second, LIMIT).unwrap(), 2, "ran on");
-    assert_eq!(counts(), (3, 2));
+    assert_eq!(counts(), (4, 3));
     // Cancelling a call that finished changes nothing.
     prism::cancel(&second, false).unwrap();
     assert_eq!(prism::get_timeout(&second, LIMIT).unwrap(), 2);
@@ -523,4 +534,29 @@ fn a_started_async_call_of_a_concurrent_actor_is_stopped_where_it_waits() {
     assert_eq!(counts(), (2, 1));
     prism::get_timeout(&gate.open().unwrap(), LIMIT).unwrap();
     assert_eq!(prism::get_timeout(&second, LIMIT).unwrap(), 2);
+}
+
+#[prism::remote(resource("gate", 1.0), num_returns = 2)]
+fn gated_pair(dir: String) -> (u32, u32) {
+    let _ = std::fs::write(Path::new(&dir).join("pair-ran"), "");
+    (1, 2)
+}
+
+#[test]
+fn cancelling_any_result_of_a_task_with_num_returns_cancels_the_task() {
+    cluster();
+    let dir = marks("pair");
+    let d = dir.display().to_string();
+    let holder = hold_gate::remote(300).unwrap();
+    let (first, second) = gated_pair::remote(d).unwrap();
+    prism::cancel(&second, false).unwrap();
+    cancelled(prism::get_timeout(&second, LIMIT));
+    cancelled(prism::get_timeout(&first, LIMIT));
+    prism::get_timeout(&holder, LIMIT).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        !dir.join("pair-ran").exists(),
+        "the cancelled task never ran"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -730,3 +730,87 @@ fn a_task_that_may_not_be_retried_is_never_lost_with_another_tasks_worker() {
         assert!(matches!(err, Error::WorkerDied { .. }), "{err}");
     }
 }
+
+/// Bounds each wait for a result of a call with `num_returns`.
+const WITHIN: Duration = Duration::from_secs(30);
+
+/// Three values, each stored as its own object: a number, `n` bytes (in
+/// the store when large) and a label.
+#[prism::remote(num_returns = 3)]
+fn split(n: usize) -> (usize, Vec<u8>, String) {
+    (n, vec![7u8; n], format!("n={n}"))
+}
+
+#[prism::remote(num_returns = 2)]
+fn div_mod(a: i64, b: i64) -> Result<(i64, i64), String> {
+    if b == 0 {
+        return Err(format!("{a} divided by zero"));
+    }
+    Ok((a / b, a % b))
+}
+
+#[prism::remote]
+fn length(bytes: Vec<u8>) -> usize {
+    bytes.len()
+}
+
+#[test]
+fn a_task_with_num_returns_gives_one_ref_per_value() {
+    cluster();
+    let big = 3 << 20;
+    let (count, bytes, label) = split::remote(big).unwrap();
+    assert!(count.id() != bytes.id() && bytes.id() != label.id());
+    // Each is read on its own, in any order.
+    assert_eq!(
+        prism::get_timeout(&label, WITHIN).unwrap(),
+        format!("n={big}")
+    );
+    assert_eq!(prism::get_timeout(&count, WITHIN).unwrap(), big);
+    // And passed on on its own: the large one by reference.
+    let len = length::remote(&bytes).unwrap();
+    assert_eq!(prism::get_timeout(&len, WITHIN).unwrap(), big);
+    let got = prism::get_timeout(&bytes, WITHIN).unwrap();
+    assert!(got.len() == big && got.iter().all(|b| *b == 7));
+
+    // Small values travel in the answer.
+    let (count, bytes, label) = split::remote(4).unwrap();
+    assert_eq!(prism::get_timeout(&bytes, WITHIN).unwrap(), vec![7u8; 4]);
+    assert_eq!(prism::get_timeout(&count, WITHIN).unwrap(), 4);
+    assert_eq!(prism::get_timeout(&label, WITHIN).unwrap(), "n=4");
+
+    // Dropping some refs leaves the others' values.
+    let (count, bytes, label) = split::remote(big).unwrap();
+    drop(count);
+    drop(bytes);
+    assert_eq!(
+        prism::get_timeout(&label, WITHIN).unwrap(),
+        format!("n={big}")
+    );
+
+    // `wait` and `get_many` take them like any refs.
+    let (q, r) = div_mod::remote(17, 5).unwrap();
+    let (ready, _) = prism::wait(&[q.clone(), r.clone()], 2, Some(WITHIN)).unwrap();
+    assert_eq!(ready.len(), 2);
+    assert_eq!(
+        prism::get_many_timeout(&[q, r], WITHIN).unwrap(),
+        vec![3, 2]
+    );
+}
+
+#[test]
+fn a_failed_task_with_num_returns_fails_every_ref() {
+    cluster();
+    let (q, r) = div_mod::remote(1, 0).unwrap();
+    for outcome in [
+        prism::get_timeout(&r, WITHIN),
+        prism::get_timeout(&q, WITHIN),
+    ] {
+        match outcome {
+            Err(Error::TaskFailed { message, kind, .. }) => {
+                assert_eq!(kind, FailureKind::Error);
+                assert!(message.contains("1 divided by zero"), "{message}");
+            }
+            other => panic!("expected TaskFailed, got {other:?}"),
+        }
+    }
+}

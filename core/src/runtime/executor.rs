@@ -45,6 +45,7 @@ use super::objects::Objects;
 use super::pending::{Pending, PendingTasks};
 use super::registry::{self, ActorCell, ActorClass, Args, CallError, CallResult, Invocation};
 use super::store::Loaded;
+use crate::codec;
 use crate::config::Config;
 use crate::{Error, Result};
 use bytes::Bytes;
@@ -248,6 +249,16 @@ impl CancelWatch {
 impl Drop for CancelWatch {
     fn drop(&mut self) {
         self.exec.calls.lock().started.remove(&self.return_id);
+    }
+}
+
+/// A call's small results, carried in the answer.
+fn inline_returns(mut encoded: codec::Encoded) -> ReturnObject {
+    let more = std::mem::take(&mut encoded.more);
+    ReturnObject {
+        value: ObjectValue::Inline(Bytes::from(encoded.into_bytes())),
+        contained: Vec::new(),
+        more: more.into_iter().map(inline_returns).collect(),
     }
 }
 
@@ -670,13 +681,15 @@ impl Executor {
     /// runtime when the result is small and refers to no objects.
     fn finish_here(self: &Arc<Self>, spec: &TaskSpec, result: CallResult) -> Response {
         if let Ok(encoded) = &result {
-            let small = encoded.len() as u64 <= self.config.max_direct_call_object_size_bytes;
-            if small && encoded.contained.is_empty() && !self.objects.refs.has_unregistered() {
+            let limit = self.config.max_direct_call_object_size_bytes;
+            let plain = |e: &codec::Encoded| e.len() as u64 <= limit && e.contained.is_empty();
+            if plain(encoded)
+                && encoded.more.iter().all(plain)
+                && encoded.more.len() == spec.more_returns.len()
+                && !self.objects.refs.has_unregistered()
+            {
                 if let Ok(encoded) = result {
-                    return Response::Object(ReturnObject {
-                        value: ObjectValue::Inline(Bytes::from(encoded.into_bytes())),
-                        contained: Vec::new(),
-                    });
+                    return Response::Object(inline_returns(encoded));
                 }
             }
         }
@@ -716,23 +729,49 @@ impl Executor {
                 }
                 Err(CallError::Runtime(e)) => return Err(e),
             };
-            let contained = encoded.contained.clone();
-            let keep_alive = std::mem::take(&mut encoded.keep_alive);
-            // A large value stays in this node's store, which a caller on
-            // another node pulls it from.
-            let value = self
-                .objects
-                .store_value(spec.return_id, encoded, &spec.caller)
-                .await?;
-            self.objects.lend(&contained, &spec.caller).await?;
-            drop(keep_alive);
-            Ok(ReturnObject { value, contained })
+            let more = std::mem::take(&mut encoded.more);
+            if more.len() != spec.more_returns.len() {
+                let reason = format!(
+                    "`{}` returned {} values where its caller expects {}: build the caller \
+                     and the workers from the same code",
+                    spec.function,
+                    more.len() + 1,
+                    spec.more_returns.len() + 1
+                );
+                return Err(Error::invalid("num_returns", reason));
+            }
+            let mut first = self.store_return(spec, spec.return_id, encoded).await?;
+            for (id, value) in spec.more_returns.iter().zip(more) {
+                first.more.push(self.store_return(spec, *id, value).await?);
+            }
+            Ok(first)
         }
         .await;
         match outcome {
             Ok(ret) => Response::Object(ret),
             Err(e) => Response::Error(e),
         }
+    }
+
+    /// Stores one result of a call as object `id` (a large value stays in
+    /// this node's store, which a caller on another node pulls it from)
+    /// and lends the caller the references inside it.
+    async fn store_return(
+        &self,
+        spec: &TaskSpec,
+        id: ObjectId,
+        mut encoded: codec::Encoded,
+    ) -> Result<ReturnObject> {
+        let contained = encoded.contained.clone();
+        let keep_alive = std::mem::take(&mut encoded.keep_alive);
+        let value = self.objects.store_value(id, encoded, &spec.caller).await?;
+        self.objects.lend(&contained, &spec.caller).await?;
+        drop(keep_alive);
+        Ok(ReturnObject {
+            value,
+            contained,
+            more: Vec::new(),
+        })
     }
 
     async fn become_actor(self: &Arc<Self>, spec: ActorSpec) -> Result<()> {

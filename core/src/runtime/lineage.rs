@@ -50,23 +50,34 @@ pub(crate) struct LineageTable {
 }
 
 impl LineageTable {
-    /// Keeps how an object is being made (again, for a retry or a rebuild:
-    /// the previous record is replaced).
+    /// Keeps how a task's results are being made (again, for a retry or a
+    /// rebuild: the previous records are replaced). A task that returns
+    /// several results has a record under each; run again, it replaces
+    /// only those still kept (a result freed meanwhile stays forgotten).
     pub(crate) fn record(&mut self, lineage: Lineage) {
-        let id = lineage.spec.return_id;
+        if lineage.spec.more_returns.is_empty() {
+            return self.replace(lineage.spec.return_id, lineage);
+        }
+        let ids: Vec<ObjectId> = lineage.spec.returns().collect();
+        let first_run = !ids.iter().any(|id| self.kept.contains_key(id));
+        for id in ids {
+            if first_run || self.kept.contains_key(&id) {
+                self.replace(id, lineage.clone());
+            }
+        }
+    }
+
+    /// Keeps `lineage` as the record of `id`; a record it replaces keeps
+    /// its `freed` mark.
+    fn replace(&mut self, id: ObjectId, lineage: Lineage) {
         // Count the new record's users first, so that dropping the old
         // one never frees what both depend on.
         for d in &lineage.deps {
             *self.uses.entry(*d).or_default() += 1;
         }
+        let freed = self.kept.get(&id).is_some_and(|k| k.freed);
         self.drop_record(id);
-        self.kept.insert(
-            id,
-            Kept {
-                lineage,
-                freed: false,
-            },
-        );
+        self.kept.insert(id, Kept { lineage, freed });
     }
 
     /// The lineage of `id`, if kept.
@@ -153,6 +164,7 @@ mod tests {
                 function: "f".into(),
                 args: Vec::new(),
                 return_id: id,
+                more_returns: Vec::new(),
                 caller: String::new(),
             },
             max_retries: 3,
@@ -178,6 +190,29 @@ mod tests {
         assert_eq!(t.len(), 3);
         // c goes: b's and then a's lineage go with it.
         t.freed(c);
+        assert_eq!(t.len(), 0);
+        assert!(t.uses.is_empty());
+    }
+
+    #[test]
+    fn a_task_with_several_results_keeps_a_record_under_each_and_a_rerun_only_the_kept_ones() {
+        let mut t = LineageTable::default();
+        let (a, x, y) = (ObjectId::new(), ObjectId::new(), ObjectId::new());
+        t.record(made(a, &[]));
+        let mut pair = made(x, &[a]);
+        pair.spec.more_returns = vec![y];
+        t.record(pair.clone());
+        assert!(t.get(x).is_some() && t.get(y).is_some());
+        assert_eq!(t.uses[&a], 2, "each record counts its dependency");
+        // y is freed and nothing depends on it: its record goes, x's stays.
+        t.freed(y);
+        assert!(t.get(y).is_none() && t.get(x).is_some());
+        // Run again to make x: only x's record is replaced.
+        t.record(pair);
+        assert!(t.get(y).is_none() && t.get(x).is_some());
+        assert_eq!(t.uses[&a], 1);
+        t.freed(x);
+        t.freed(a);
         assert_eq!(t.len(), 0);
         assert!(t.uses.is_empty());
     }

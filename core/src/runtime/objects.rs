@@ -368,25 +368,62 @@ impl Objects {
         self.apply_releases(releases);
     }
 
-    /// Records a task's outcome on its return object and releases what it
-    /// held.
+    /// Records a task's outcome on its result objects and releases what
+    /// it held.
     pub(crate) fn finish_task(
         self: &Arc<Self>,
         submission: &Submission,
         result: Result<ReturnObject>,
     ) {
+        let spec = &submission.spec;
+        let mut releases = match result {
+            Ok(first) if spec.more_returns.is_empty() && first.more.is_empty() => {
+                self.set_result(spec.return_id, Ok(first))
+            }
+            Ok(mut first) => {
+                let mut values = std::mem::take(&mut first.more).into_iter();
+                let mut releases = self.set_result(spec.return_id, Ok(first));
+                for id in spec.more_returns.iter().copied() {
+                    let value = values.next().ok_or_else(|| {
+                        let reason = format!(
+                            "`{}` answered fewer values than the {} it returns",
+                            spec.function,
+                            spec.more_returns.len() + 1
+                        );
+                        Error::invalid("num_returns", reason)
+                    });
+                    releases.extend(self.set_result(id, value));
+                }
+                releases
+            }
+            Err(e) => {
+                let mut releases = Vec::new();
+                for id in spec.more_returns.iter().copied() {
+                    releases.extend(self.set_result(id, Err(e.clone())));
+                }
+                releases.extend(self.set_result(spec.return_id, Err(e)));
+                releases
+            }
+        };
+        releases.extend(self.refs.remove_submitted(&submission.held));
+        self.apply_releases(releases);
+    }
+
+    /// Records one result of a task. A result still set from before is
+    /// kept: the task ran again to make another of its results, lost with
+    /// its node, and this one's value stands (only the borrows the new
+    /// answer registered end).
+    fn set_result(&self, id: ObjectId, result: Result<ReturnObject>) -> Vec<Release> {
         let (value, contained) = match result {
             Ok(ret) => (ValueState::Ready(ret.value), ret.contained),
             Err(e) => (ValueState::Failed(e), Vec::new()),
         };
-        if !matches!(value, ValueState::Ready(ObjectValue::InStore { .. })) {
-            self.lineage.lock().forget(submission.spec.return_id);
+        let in_store = matches!(value, ValueState::Ready(ObjectValue::InStore { .. }));
+        let (set, releases) = self.refs.set_result(id, value, contained);
+        if set && !in_store {
+            self.lineage.lock().forget(id);
         }
-        let mut releases = self
-            .refs
-            .set_value(submission.spec.return_id, value, contained);
-        releases.extend(self.refs.remove_submitted(&submission.held));
-        self.apply_releases(releases);
+        releases
     }
 
     /// Drops the `submitted` counts in `held`.
@@ -910,9 +947,11 @@ impl Objects {
                         }
                     }
                     let response = match objects.wait_owned(object_id).await {
-                        Ok((value, contained)) => {
-                            Response::Object(ReturnObject { value, contained })
-                        }
+                        Ok((value, contained)) => Response::Object(ReturnObject {
+                            value,
+                            contained,
+                            more: Vec::new(),
+                        }),
                         Err(e) => Response::Error(e),
                     };
                     conn.respond(id, response);

@@ -205,6 +205,7 @@ mod tests {
                 function: function.into(),
                 args: Vec::new(),
                 return_id: ObjectId::new(),
+                more_returns: Vec::new(),
                 caller: String::new(),
             },
         }

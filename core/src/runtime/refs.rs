@@ -81,6 +81,9 @@ struct Entry {
     /// Owned results of actor calls only: the actor called (for
     /// `prism::cancel`).
     call_of: Option<ActorId>,
+    /// A further result of a call that returns several: the call's first
+    /// result, which names the call (for `prism::cancel`).
+    first_return: Option<ObjectId>,
 }
 
 /// Who waits for an owned object's value (or its failure, or its end).
@@ -137,6 +140,7 @@ impl Entry {
             waiters: Vec::new(),
             actor: None,
             call_of: None,
+            first_return: None,
         }
     }
 
@@ -236,9 +240,25 @@ impl RefTable {
         self.entries.lock().insert(id, e);
     }
 
-    /// The actor whose call makes the owned object `id`, if a call does.
-    pub(crate) fn call_of(&self, id: ObjectId) -> Option<ActorId> {
-        self.entries.lock().get(&id).and_then(|e| e.call_of)
+    /// Notes `more` as the further results of the call whose first result
+    /// is `first`.
+    pub(crate) fn add_more_returns(&self, first: ObjectId, more: &[ObjectId]) {
+        let mut entries = self.entries.lock();
+        for id in more {
+            if let Some(e) = entries.get_mut(id) {
+                e.first_return = Some(first);
+            }
+        }
+    }
+
+    /// What makes the owned object `id`, for `prism::cancel`: the first
+    /// result of its call (which names the call), and the actor called if
+    /// it is an actor call.
+    pub(crate) fn made_by(&self, id: ObjectId) -> (ObjectId, Option<ActorId>) {
+        match self.entries.lock().get(&id) {
+            Some(e) => (e.first_return.unwrap_or(id), e.call_of),
+            None => (id, None),
+        }
     }
 
     /// Records a new owned object with one local handle. Objects it contains
@@ -382,11 +402,38 @@ impl RefTable {
         value: ValueState,
         contains: Vec<ObjectRefInfo>,
     ) -> Vec<Release> {
+        self.set(id, value, contains, true).1
+    }
+
+    /// A task's result arrived: as [`set_value`](Self::set_value), unless
+    /// the object's value is set already (the task ran again to make
+    /// another of its results), which stands; then only the borrows the
+    /// new answer registered end. Returns whether it was set.
+    pub(crate) fn set_result(
+        &self,
+        id: ObjectId,
+        value: ValueState,
+        contains: Vec<ObjectRefInfo>,
+    ) -> (bool, Vec<Release>) {
+        self.set(id, value, contains, false)
+    }
+
+    fn set(
+        &self,
+        id: ObjectId,
+        value: ValueState,
+        contains: Vec<ObjectRefInfo>,
+        overwrite: bool,
+    ) -> (bool, Vec<Release>) {
         let mut entries = self.entries.lock();
         let Some(e) = entries.get_mut(&id) else {
             // Freed while the task ran.
-            return self.discard(id, value, &contains);
+            return (true, self.discard(id, value, &contains));
         };
+        if !overwrite && !matches!(e.value, ValueState::Pending) {
+            drop(entries);
+            return (false, self.discard(id, ValueState::Pending, &contains));
+        }
         e.value = value;
         for w in e.waiters.drain(..) {
             w.wake();
@@ -395,7 +442,7 @@ impl RefTable {
         for c in &contains {
             self.bump_contained(&mut entries, c, true);
         }
-        Vec::new()
+        (true, Vec::new())
     }
 
     /// The state of an owned object, or a receiver to wait on.

@@ -251,11 +251,7 @@ impl TaskSubmitter {
         {
             let mut shapes = self.shapes.lock();
             for queue in shapes.values_mut() {
-                if let Some(at) = queue
-                    .tasks
-                    .iter()
-                    .position(|t| t.spec.return_id == return_id)
-                {
+                if let Some(at) = queue.tasks.iter().position(|t| t.spec.makes(return_id)) {
                     queued = queue.tasks.remove(at);
                     break;
                 }
@@ -289,14 +285,16 @@ impl TaskSubmitter {
     /// Releases what a cancelled task's answer holds (a stored value, and
     /// borrows of the references inside it): its ref fails instead.
     fn discard_answer(self: &Arc<Self>, task: &Submission, answer: Result<ReturnObject>) {
-        if let Ok(ret) = answer {
-            let releases = self.objects.refs.discard(
-                task.spec.return_id,
-                ValueState::Ready(ret.value),
-                &ret.contained,
-            );
-            self.objects.apply_releases(releases);
+        let Ok(mut first) = answer else {
+            return;
+        };
+        let more = std::mem::take(&mut first.more);
+        let mut releases = Vec::new();
+        for (id, ret) in task.spec.returns().zip(std::iter::once(first).chain(more)) {
+            let refs = &self.objects.refs;
+            releases.extend(refs.discard(id, ValueState::Ready(ret.value), &ret.contained));
         }
+        self.objects.apply_releases(releases);
     }
 
     /// Whether the task making `return_id` was cancelled (and is no
