@@ -789,3 +789,45 @@ pub fn main(attr: TokenStream, item: TokenStream) -> TokenStream {
     }
     .into()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn returns_of(output: ReturnType, n: &str) -> syn::Result<Returns> {
+        let n: syn::LitInt = syn::parse_str(n).expect("a count");
+        returns(&output, Some(&n))
+    }
+
+    fn error(result: syn::Result<Returns>) -> String {
+        match result {
+            Ok(_) => panic!("expected an error"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn num_returns_takes_a_tuple_of_that_many_values_or_a_result_of_one() {
+        let two = returns_of(syn::parse_quote!(-> (i64, String)), "2").expect("a pair");
+        assert_eq!(two.count, 2);
+        let refs = two.refs.to_string();
+        assert!(refs.contains("ObjectRef < i64 >") && refs.contains("ObjectRef < String >"));
+        let result = returns_of(syn::parse_quote!(-> Result<(u8, u8, u8), String>), "3");
+        assert_eq!(result.expect("a result of a triple").count, 3);
+        let one = returns_of(syn::parse_quote!(-> (i64, String)), "1").expect("one value");
+        assert_eq!(one.count, 1, "num_returns = 1 keeps the tuple as one value");
+    }
+
+    #[test]
+    fn num_returns_that_does_not_match_the_return_type_says_what_to_write() {
+        let said = error(returns_of(syn::parse_quote!(-> i64), "2"));
+        assert!(
+            said.contains("tuple of 2 values") && said.contains("(T0, T1)"),
+            "{said}"
+        );
+        let said = error(returns_of(syn::parse_quote!(-> (i64, i64, i64)), "2"));
+        assert!(said.contains("tuple of 2 values"), "{said}");
+        let said = error(returns_of(syn::parse_quote!(-> (i64, i64)), "0"));
+        assert!(said.contains("at least 1"), "{said}");
+    }
+}
