@@ -22,15 +22,6 @@ use std::time::{Duration, Instant};
 /// A call kept until an actor is free: given the actor, it submits.
 type Call<A, R> = Box<dyn FnOnce(&ActorHandle<A>) -> Result<ObjectRef<R>> + Send>;
 
-/// A submitted call, by submission number.
-struct Sent<A: Actor, R> {
-    /// Its result, or why it could not be submitted.
-    result: Result<ObjectRef<R>>,
-    /// The actor running it; `None` once it finished and the actor went
-    /// back to the pool (or the call was never sent).
-    actor: Option<ActorHandle<A>>,
-}
-
 /// Actors of one class that calls are spread over, one call per actor at
 /// a time, as Ray's `ray.util.ActorPool`.
 ///
@@ -73,7 +64,12 @@ struct Sent<A: Actor, R> {
 /// ```
 pub struct ActorPool<A: Actor, R> {
     idle: VecDeque<ActorHandle<A>>,
-    sent: BTreeMap<u64, Sent<A, R>>,
+    /// Calls an actor runs, by submission number: their result and the
+    /// actor, which goes back to the pool when the call finishes.
+    running: BTreeMap<u64, (ObjectRef<R>, ActorHandle<A>)>,
+    /// Calls finished and not read yet, by submission number (with the
+    /// error of a call that could not be submitted).
+    done: BTreeMap<u64, Result<ObjectRef<R>>>,
     /// Calls submitted while no actor was idle, oldest first.
     queued: VecDeque<(u64, Call<A, R>)>,
     next: u64,
@@ -84,11 +80,8 @@ impl<A: Actor, R> std::fmt::Debug for ActorPool<A, R> {
         f.debug_struct("ActorPool")
             .field("class", &A::CLASS)
             .field("idle", &self.idle.len())
-            .field(
-                "running",
-                &self.sent.values().filter(|s| s.actor.is_some()).count(),
-            )
-            .field("unread", &self.sent.len())
+            .field("running", &self.running.len())
+            .field("unread", &(self.running.len() + self.done.len()))
             .field("queued", &self.queued.len())
             .finish()
     }
@@ -99,7 +92,8 @@ impl<A: Actor, R: DeserializeOwned + Send + 'static> ActorPool<A, R> {
     pub fn new(actors: impl IntoIterator<Item = ActorHandle<A>>) -> Self {
         ActorPool {
             idle: actors.into_iter().collect(),
-            sent: BTreeMap::new(),
+            running: BTreeMap::new(),
+            done: BTreeMap::new(),
             queued: VecDeque::new(),
             next: 0,
         }
@@ -174,7 +168,7 @@ impl<A: Actor, R: DeserializeOwned + Send + 'static> ActorPool<A, R> {
 
     /// Whether any submitted call's result is still unread.
     pub fn has_next(&self) -> bool {
-        !self.sent.is_empty() || !self.queued.is_empty()
+        !self.running.is_empty() || !self.done.is_empty() || !self.queued.is_empty()
     }
 
     /// Whether an actor is idle, so that a submitted call starts at once.
@@ -187,7 +181,7 @@ impl<A: Actor, R: DeserializeOwned + Send + 'static> ActorPool<A, R> {
     /// running a call), as Ray refuses it.
     pub fn push(&mut self, actor: ActorHandle<A>) -> Result<()> {
         let id = actor.id();
-        let busy = self.sent.values().filter_map(|s| s.actor.as_ref());
+        let busy = self.running.values().map(|(_, actor)| actor);
         if self.idle.iter().chain(busy).any(|a| a.id() == id) {
             return Err(Error::invalid(
                 "ActorPool::push",
@@ -240,25 +234,40 @@ impl<A: Actor, R: DeserializeOwned + Send + 'static> ActorPool<A, R> {
                 self.idle.push_front(actor);
                 return;
             };
-            let result = call(&actor);
-            let actor = match result {
-                Ok(_) => Some(actor),
-                // Nothing runs on it: it takes the next call.
-                Err(_) => {
-                    self.idle.push_front(actor);
-                    None
+            match call(&actor) {
+                Ok(result) => {
+                    self.running.insert(index, (result, actor));
                 }
-            };
-            self.sent.insert(index, Sent { result, actor });
+                // Nothing runs on it: it takes the next call.
+                Err(e) => {
+                    self.idle.push_front(actor);
+                    self.done.insert(index, Err(e));
+                }
+            }
         }
     }
 
     /// Marks a call finished and gives its actor the next waiting call.
     fn finished(&mut self, index: u64) {
-        if let Some(actor) = self.sent.get_mut(&index).and_then(|s| s.actor.take()) {
+        if let Some((result, actor)) = self.running.remove(&index) {
+            self.done.insert(index, Ok(result));
             self.idle.push_back(actor);
             self.start_queued();
         }
+    }
+
+    /// Whether a call numbered in `range` waits for an actor (the queue
+    /// is in submission order).
+    fn queued_in(&self, range: &Range<u64>) -> bool {
+        let first = self.queued.partition_point(|(i, _)| *i < range.start);
+        self.queued.get(first).is_some_and(|(i, _)| *i < range.end)
+    }
+
+    /// Whether a call numbered in `range` is still to be read.
+    fn unread_in(&self, range: &Range<u64>) -> bool {
+        self.running.range(range.clone()).next().is_some()
+            || self.done.range(range.clone()).next().is_some()
+            || self.queued_in(range)
     }
 
     /// Reads one result of a call numbered in `range`: the oldest
@@ -277,26 +286,21 @@ impl<A: Actor, R: DeserializeOwned + Send + 'static> ActorPool<A, R> {
         loop {
             // Calls still waiting for an actor are younger than every
             // sent one, so the oldest unread call is a sent one, if any.
-            let mut unread = self.sent.range(range.clone());
-            let pick = if ordered {
-                unread.next().filter(|(_, s)| s.actor.is_none())
-            } else {
-                unread.find(|(_, s)| s.actor.is_none())
+            let oldest_done = self.done.range(range.clone()).next().map(|(i, _)| *i);
+            let pick = match oldest_done {
+                Some(done) if ordered => {
+                    let oldest_running = self.running.range(range.clone()).next();
+                    oldest_running
+                        .is_none_or(|(i, _)| done < *i)
+                        .then_some(done)
+                }
+                done => done,
             };
-            if let Some(sent) = pick.map(|(i, _)| *i).and_then(|i| self.sent.remove(&i)) {
-                return Ok(sent.result.and_then(|r| get(&r)));
+            if let Some(result) = pick.and_then(|i| self.done.remove(&i)) {
+                return Ok(result.and_then(|r| get(&r)));
             }
-            let running: Vec<(u64, ObjectRef<R>)> = self
-                .sent
-                .iter()
-                .filter_map(|(i, s)| match (&s.result, &s.actor) {
-                    (Ok(r), Some(_)) => Some((*i, r.clone())),
-                    _ => None,
-                })
-                .collect();
-            if running.is_empty() {
-                let waiting = self.queued.iter().any(|(i, _)| range.contains(i));
-                if !waiting {
+            if self.running.is_empty() {
+                if !self.queued_in(&range) {
                     return Err(nothing_to_read());
                 }
                 return Err(Error::invalid(
@@ -307,7 +311,9 @@ impl<A: Actor, R: DeserializeOwned + Send + 'static> ActorPool<A, R> {
                     ),
                 ));
             }
-            let refs: Vec<ObjectRef<R>> = running.iter().map(|(_, r)| r.clone()).collect();
+            // Every running call, not only those in `range`: each that
+            // finishes hands its actor on.
+            let refs: Vec<ObjectRef<R>> = self.running.values().map(|(r, _)| r.clone()).collect();
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             let (ready, _) = wait(&refs, 1, left)?;
             if ready.is_empty() {
@@ -318,8 +324,9 @@ impl<A: Actor, R: DeserializeOwned + Send + 'static> ActorPool<A, R> {
                 });
             }
             for r in &ready {
-                if let Some((index, _)) = running.iter().find(|(_, x)| x.id() == r.id()) {
-                    self.finished(*index);
+                let index = self.running.iter().find(|(_, (x, _))| x.id() == r.id());
+                if let Some(index) = index.map(|(i, _)| *i) {
+                    self.finished(index);
                 }
             }
         }
@@ -349,9 +356,7 @@ impl<A: Actor, R: DeserializeOwned + Send + 'static> Iterator for Results<'_, A,
 
     fn next(&mut self) -> Option<Result<R>> {
         let pool = &mut *self.pool;
-        let unread = pool.sent.range(self.range.clone()).next().is_some()
-            || pool.queued.iter().any(|(i, _)| self.range.contains(i));
-        if self.failed || !unread {
+        if self.failed || !pool.unread_in(&self.range) {
             return None;
         }
         let read = pool.read(self.range.clone(), self.ordered, None);

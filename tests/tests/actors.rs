@@ -874,6 +874,14 @@ fn an_actor_pool_spreads_calls_keeps_order_and_lends_freed_actors_to_waiting_cal
         pool.has_next(),
         "a timed-out read leaves the result to read later"
     );
+    // A long map while that call still holds its actor: the other actor
+    // runs every call, read in order, and the held call stays unread.
+    let many: Vec<i64> = pool
+        .map(|a, x| a.double(x), 0..300)
+        .map(|r| r.unwrap().0)
+        .collect();
+    assert_eq!(many, (0..300).map(|x| 2 * x).collect::<Vec<_>>());
+    assert!(pool.has_next(), "the held call is still to be read");
     std::fs::write(&gate, b"open").unwrap();
     assert_eq!(pool.get_next().unwrap().0, 2);
     let _ = std::fs::remove_file(&gate);

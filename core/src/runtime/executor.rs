@@ -1049,7 +1049,11 @@ impl Executor {
         match result {
             Some(result) => self.answer_async(result, item).await,
             None => {
-                drop(call);
+                // A panic in its drop still leaves the caller its answer.
+                let dropped = std::panic::catch_unwind(AssertUnwindSafe(|| drop(call)));
+                if dropped.is_err() {
+                    tracing::warn!(object = %item.spec.return_id, "a cancelled call panicked while it was dropped");
+                }
                 item.conn.respond(item.request, call_cancelled());
             }
         }
