@@ -889,6 +889,15 @@ fn fill(bytes: usize) -> Vec<u8> {
     (0..bytes).map(|i| (i % 251) as u8).collect()
 }
 
+/// Two blocks of `bytes` bytes made where it runs, each its own object
+/// (the second shifted by one).
+#[prism::remote(num_returns = 2)]
+fn fill_pair(bytes: usize) -> (Vec<u8>, Vec<u8>) {
+    let block: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
+    let shifted = block.iter().map(|b| b + 1).collect();
+    (block, shifted)
+}
+
 /// A small number (carried inline, not stored).
 #[prism::remote]
 fn size_of_block(size: usize) -> usize {
@@ -1613,6 +1622,12 @@ fn rebuild_lost() {
     must(prism::get(&size), "the size is ready");
     let sized = must(fill::remote_with(prefer(b), &size), "submitted");
     must(prism::wait(std::slice::from_ref(&sized), 1, None), "made");
+    // Two results of one task, both stored on B.
+    let (pair_first, pair_second) = must(fill_pair::remote_with(prefer(b), SIZE), "submitted");
+    must(
+        prism::wait(&[pair_first.clone(), pair_second.clone()], 2, None),
+        "the pair is made",
+    );
     drop(base);
     // An actor on B owns a result stored on C: it goes when B dies.
     let on_c_now = || {
@@ -1666,6 +1681,21 @@ fn rebuild_lost() {
         Ok(data) => println!("SIZED made again: {}", data.len() == SIZE),
         Err(e) => println!("SIZED failed: {e}"),
     }
+    // Reading the second result runs the task again, which makes the
+    // first (lost with it) again too: one run for both, read here and on C
+    // (one of which is not where it ran).
+    let pair = prism::get(&pair_second).and_then(|second| {
+        let on_c = prism::get(&checksum::remote_with(on(c), &pair_first)?)?.0;
+        Ok((prism::get(&pair_first)?, second, on_c))
+    });
+    match pair {
+        Ok((first, second, on_c)) => {
+            let sum = |data: &[u8]| data.iter().map(|&b| b as u64).sum::<u64>();
+            let whole = sum(&first) == expected && sum(&second) == expected_shifted;
+            println!("PAIR made again: {}", whole && on_c == expected);
+        }
+        Err(e) => println!("PAIR failed: {e}"),
+    }
     println!("REBUILT {}", prism::retry_stats().objects_rebuilt);
     prism::shutdown();
 }
@@ -1690,7 +1720,8 @@ fn objects_lost_with_their_node_are_made_again_from_their_lineage() {
     assert!(said.contains("KEPT on C: true"), "{said}");
     assert!(said.contains("FREED with its owner's node: true"), "{said}");
     assert!(said.contains("SIZED made again: true"), "{said}");
-    assert!(said.contains("REBUILT 7"), "{said}");
+    assert!(said.contains("PAIR made again: true"), "{said}");
+    assert!(said.contains("REBUILT 8"), "{said}");
 }
 
 /// Adds the node each block task ran on, and spends a little CPU so that

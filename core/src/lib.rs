@@ -57,10 +57,12 @@
 //! `remote_with(TaskOptions, args...)`. Each argument may be the value
 //! itself or an [`ObjectRef`] to it; a reference arrives as its value.
 //! Options on the attribute (`num_cpus`, `num_gpus`, `resource("name",
-//! amount)`, `max_retries`, `retry_exceptions`, `num_returns`) set the defaults; the options given to `remote_with` override
+//! amount)`, `max_retries`, `retry_exceptions`) set the defaults; the options given to `remote_with` override
 //! them field by field ([`TaskOptions::or`]), as Ray's `.options()` does. A function may return `T` or `Result<T, E>` with
 //! `E: Display`; an `Err` or a panic reaches the caller as
-//! [`Error::TaskFailed`].
+//! [`Error::TaskFailed`]. `num_returns = N` on the attribute (not an
+//! option of `remote_with`: it shapes the types) gives one `ObjectRef`
+//! per value of a returned tuple (see "Several results" below).
 //!
 //! # Actors
 //!

@@ -184,7 +184,8 @@ fn returns(output: &ReturnType, num_returns: Option<&syn::LitInt>) -> syn::Resul
             return Err(syn::Error::new(
                 ret_ty.span(),
                 format!(
-                    "num_returns = {count} needs a tuple of {count} values here, as                      `({example})` (or `Result<({example}), E>`): each is stored as its own object"
+                    "num_returns = {count} needs a tuple of {count} values here, as \
+                     `({example})` (or `Result<({example}), E>`): each is stored as its own object"
                 ),
             ));
         }
@@ -555,6 +556,14 @@ fn expand_actor_impl(mut imp: ItemImpl) -> syn::Result<Tokens> {
                 local.insert(f.sig.ident.to_string());
             }
             if let Some(n) = take_method_options(f)? {
+                let remote = matches!(f.sig.inputs.first(), Some(FnArg::Receiver(r)) if r.reference.is_some());
+                if !remote || local.contains(&f.sig.ident.to_string()) {
+                    return Err(syn::Error::new(
+                        n.span(),
+                        "num_returns applies to methods called through the handle (taking \
+                         &self or &mut self, not #[local]); remove it here",
+                    ));
+                }
                 num_returns.insert(f.sig.ident.to_string(), n);
             }
         }
@@ -825,6 +834,7 @@ mod tests {
             said.contains("tuple of 2 values") && said.contains("(T0, T1)"),
             "{said}"
         );
+        assert!(!said.contains("  "), "one line, single spaces: {said}");
         let said = error(returns_of(syn::parse_quote!(-> (i64, i64, i64)), "2"));
         assert!(said.contains("tuple of 2 values"), "{said}");
         let said = error(returns_of(syn::parse_quote!(-> (i64, i64)), "0"));

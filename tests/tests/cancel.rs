@@ -513,9 +513,14 @@ fn a_started_async_actor_call_is_stopped_where_it_waits_and_releases_the_actor()
     prism::cancel(&pair_second, false).unwrap();
     cancelled(prism::get_timeout(&pair_first, LIMIT));
     cancelled(prism::get_timeout(&pair_second, LIMIT));
+    // Also once the first result's references are all dropped.
+    let (_, lone) = gate.wait_pair(5).unwrap();
+    must_eventually("the lone pair's wait starts", LIMIT, || counts().0 == 5);
+    prism::cancel(&lone, false).unwrap();
+    cancelled(prism::get_timeout(&lone, LIMIT));
     prism::get_timeout(&gate.open().unwrap(), LIMIT).unwrap();
     assert_eq!(prism::get_timeout(&second, LIMIT).unwrap(), 2, "ran on");
-    assert_eq!(counts(), (4, 3));
+    assert_eq!(counts(), (5, 4));
     // Cancelling a call that finished changes nothing.
     prism::cancel(&second, false).unwrap();
     assert_eq!(prism::get_timeout(&second, LIMIT).unwrap(), 2);
@@ -558,5 +563,26 @@ fn cancelling_any_result_of_a_task_with_num_returns_cancels_the_task() {
         !dir.join("pair-ran").exists(),
         "the cancelled task never ran"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Marks `dir/started`, then returns two values after `ms`.
+#[prism::remote(num_returns = 2)]
+fn marked_pair(dir: String, ms: u64) -> (u32, u32) {
+    let _ = std::fs::write(Path::new(&dir).join("started"), "");
+    std::thread::sleep(Duration::from_millis(ms));
+    (1, 2)
+}
+
+#[test]
+fn a_later_result_cancels_its_running_task_after_the_first_result_was_dropped() {
+    cluster();
+    let dir = marks("pair-running");
+    let (first, second) = marked_pair::remote(dir.display().to_string(), 300).unwrap();
+    must_eventually("the task starts", LIMIT, || dir.join("started").exists());
+    drop(first);
+    prism::cancel(&second, false).unwrap();
+    // It runs to its end; its results are dropped.
+    cancelled(prism::get_timeout(&second, LIMIT));
     let _ = std::fs::remove_dir_all(&dir);
 }

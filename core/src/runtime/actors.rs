@@ -29,7 +29,7 @@ use prism_protocol::messages::{
     ActorCall, ActorInfo, ActorState, Address, CancelTask, GetActor, LocateActor, OwnedActor,
 };
 use prism_protocol::rpc::{Connection, Endpoint};
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -97,9 +97,10 @@ struct ClientState {
     ctor_held: Vec<ObjectId>,
     keep_ctor_args: bool,
     /// Calls cancelled while out of the backlog (written to the actor, or
-    /// being resolved by the drain task), by result object: one not yet
-    /// written ends instead.
-    cancelled: HashSet<ObjectId>,
+    /// being resolved by the drain task), by first result object, with
+    /// the result the cancel named (the note goes once that one is set or
+    /// gone): one not yet written ends instead.
+    cancelled: HashMap<ObjectId, ObjectId>,
 }
 
 /// Cancelled calls noted per actor before those already answered are
@@ -313,9 +314,15 @@ impl ActorSubmitter {
         }
     }
 
-    /// Cancels the call of `actor_id` whose result is `return_id` (see
-    /// "Cancelling" above). A call that already answered is left as it is.
-    pub(crate) fn cancel(self: &Arc<Self>, actor_id: ActorId, return_id: ObjectId) {
+    /// Cancels the call of `actor_id` whose first result is `return_id`
+    /// (see "Cancelling" above; the caller named it by its result
+    /// `named`). A call that already answered is left as it is.
+    pub(crate) fn cancel(
+        self: &Arc<Self>,
+        actor_id: ActorId,
+        return_id: ObjectId,
+        named: ObjectId,
+    ) {
         let Some(client) = self.clients.lock().get(&actor_id).cloned() else {
             return;
         };
@@ -334,14 +341,14 @@ impl ActorSubmitter {
             self.objects.finish_task(&call, Err(call.cancelled(false)));
             return;
         }
-        if !self.objects.refs.is_pending(return_id) {
+        if !self.objects.refs.is_pending(named) {
             return;
         }
         if state.cancelled.len() >= CANCELLED_KEPT {
             let refs = &self.objects.refs;
-            state.cancelled.retain(|id| refs.is_pending(*id));
+            state.cancelled.retain(|_, named| refs.is_pending(*named));
         }
-        state.cancelled.insert(return_id);
+        state.cancelled.insert(return_id, named);
         // Under the state lock, so after the call itself if it was written.
         if let Some(conn) = &state.conn {
             let _ = conn.notify(CancelTask {
@@ -389,7 +396,7 @@ impl ActorSubmitter {
                     // failure, is its end.
                     let id = submission.spec.return_id;
                     let cancelled = client.state.lock().cancelled.remove(&id);
-                    let e = if cancelled {
+                    let e = if cancelled.is_some() {
                         submission.cancelled(false)
                     } else {
                         e
@@ -405,7 +412,7 @@ impl ActorSubmitter {
                 continue;
             }
             let id = submission.spec.return_id;
-            if !state.cancelled.is_empty() && state.cancelled.remove(&id) {
+            if !state.cancelled.is_empty() && state.cancelled.remove(&id).is_some() {
                 drop(state);
                 let error = submission.cancelled(false);
                 self.objects.finish_task(&submission, Err(error));
@@ -514,7 +521,7 @@ impl ActorSubmitter {
         for (submission, error) in failed {
             // Cancelled while it was out: that is its end.
             let id = submission.spec.return_id;
-            if client.state.lock().cancelled.remove(&id) {
+            if client.state.lock().cancelled.remove(&id).is_some() {
                 let error = submission.cancelled(false);
                 self.objects.finish_task(&submission, Err(error));
             } else {

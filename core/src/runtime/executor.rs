@@ -30,9 +30,11 @@
 //! `&mut self` hold the instance's write lock, `&self` methods a read lock.
 //!
 //! A call not started yet is cancelled by taking it out of the waiting
-//! calls; an async call that started is cancelled by dropping its future
-//! where it waits ([`Executor::finish_or_cancel`]); a synchronous call that
-//! started runs to its end.
+//! calls. An async call that started on an actor running calls
+//! concurrently (an async actor, or `max_concurrency` above 1) is
+//! cancelled by dropping its future where it waits
+//! ([`Executor::finish_or_cancel`]); any other call that started runs to
+//! its end.
 //!
 //! # Panics
 //!
@@ -262,13 +264,19 @@ fn inline_returns(mut encoded: codec::Encoded) -> ReturnObject {
     }
 }
 
-/// The answer to a call cancelled before its end. It names no function:
-/// its caller names the call (see `ActorSubmitter`'s answer handling).
-fn call_cancelled() -> Response {
-    Response::Error(Error::TaskCancelled {
+/// The error a call cancelled before its end is answered. It names no
+/// function: its caller names the call (see `ActorSubmitter`'s answer
+/// handling).
+fn cancelled_unnamed() -> Error {
+    Error::TaskCancelled {
         function: String::new(),
         how: String::new(),
-    })
+    }
+}
+
+/// The answer to a call cancelled before it started.
+fn call_cancelled() -> Response {
+    Response::Error(cancelled_unnamed())
 }
 
 /// The executing side of a process: what it runs and the actor it hosts.
@@ -1054,7 +1062,11 @@ impl Executor {
                 if dropped.is_err() {
                     tracing::warn!(object = %item.spec.return_id, "a cancelled call panicked while it was dropped");
                 }
-                item.conn.respond(item.request, call_cancelled());
+                // Answered as any call ends: references it kept from its
+                // arguments are known to their owners before its caller
+                // lets go, and an exit it asked for happens.
+                let cancelled = Err(CallError::Runtime(cancelled_unnamed()));
+                self.answer_async(cancelled, item).await;
             }
         }
     }

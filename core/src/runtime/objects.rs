@@ -587,11 +587,17 @@ impl Objects {
                     function = %lineage.spec.function,
                     "an object was lost with its node; running its task again to make it"
                 );
+                // The task's other results stored on that node went with
+                // it: this run makes them again too.
+                let siblings: Vec<ObjectId> = (lineage.spec.returns())
+                    .filter(|s| *s != id)
+                    .filter(|s| matches!(self.refs.rebuild(*s, lost_node), Rebuild::Start))
+                    .collect();
                 if self.rerun(lineage, &submitter) {
                     return true;
                 }
-                let error = Error::ObjectLost {
-                    object_id: id,
+                let error = |object_id| Error::ObjectLost {
+                    object_id,
                     cause: format!(
                         "its only copy was on node {lost_node}, which is gone, and an object \
                          its task took by reference is gone too and cannot be made again (it \
@@ -600,10 +606,12 @@ impl Objects {
                 };
                 // It will not be made again: its lineage goes (and with
                 // it what only it kept).
-                self.lineage.lock().forget(id);
-                let releases = self
-                    .refs
-                    .set_value(id, ValueState::Failed(error), Vec::new());
+                let mut releases = Vec::new();
+                for lost in siblings.into_iter().chain([id]) {
+                    self.lineage.lock().forget(lost);
+                    let failed = ValueState::Failed(error(lost));
+                    releases.extend(self.refs.set_value(lost, failed, Vec::new()));
+                }
                 self.apply_releases(releases);
                 true
             }

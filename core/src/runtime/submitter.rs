@@ -206,12 +206,23 @@ pub(crate) struct TaskSubmitter {
     /// soon as it is idle. Locked after `shapes`.
     wanted: Mutex<HashSet<LeaseId>>,
     /// Tasks cancelled after they left the queue (sent to a worker, or
-    /// still resolving their arguments), by result object: each ends with
-    /// `TaskCancelled` whatever it answers; with whether it was cancelled
-    /// with `force`. Locked after `shapes`.
-    cancelled: Mutex<HashMap<ObjectId, bool>>,
+    /// still resolving their arguments), by first result object: each
+    /// ends with `TaskCancelled` whatever it answers. Locked after
+    /// `shapes`.
+    cancelled: Mutex<HashMap<ObjectId, Cancelled>>,
     /// `cancelled` is not empty (read without the lock on every answer).
     any_cancelled: AtomicBool,
+}
+
+/// A cancel noted for a task that left the queue.
+#[derive(Debug, Clone, Copy)]
+struct Cancelled {
+    /// It was cancelled with `force`.
+    force: bool,
+    /// The result the cancel named: the note is dropped once that result
+    /// is set or gone (it may be a later result of a task whose first
+    /// result's references are all dropped).
+    named: ObjectId,
 }
 
 /// Wanted leases kept before those this process no longer holds are
@@ -240,12 +251,13 @@ impl TaskSubmitter {
         }
     }
 
-    /// Cancels the task whose result is `return_id` (see `prism::cancel`).
-    /// A task queued here ends at once; one sent to a worker ends when
-    /// the worker answers: at once if it waits there unstarted, when its
-    /// worker exits for `force`, or when it finishes (its result dropped).
-    /// A task that already finished is left as it is.
-    pub(crate) fn cancel(self: &Arc<Self>, return_id: ObjectId, force: bool) {
+    /// Cancels the task whose first result is `return_id` (see
+    /// `prism::cancel`, which named the task by its result `named`). A
+    /// task queued here ends at once; one sent to a worker ends when the
+    /// worker answers: at once if it waits there unstarted, when its
+    /// worker exits for `force`, or when it finishes (its results
+    /// dropped). A task that already finished is left as it is.
+    pub(crate) fn cancel(self: &Arc<Self>, return_id: ObjectId, named: ObjectId, force: bool) {
         let mut queued = None;
         let mut workers = Vec::new();
         {
@@ -257,11 +269,14 @@ impl TaskSubmitter {
                 }
             }
             if queued.is_none() {
-                if !self.objects.refs.is_pending(return_id) {
+                if !self.objects.refs.is_pending(named) {
                     return;
                 }
                 let mut cancelled = self.cancelled.lock();
-                *cancelled.entry(return_id).or_default() |= force;
+                let noted = cancelled
+                    .entry(return_id)
+                    .or_insert(Cancelled { force, named });
+                noted.force |= force;
                 // Read by `dispatch` after its write, without a lock.
                 self.any_cancelled.store(true, Ordering::SeqCst);
                 drop(cancelled);
@@ -308,7 +323,7 @@ impl TaskSubmitter {
         if !was {
             // Entries whose object is set, or gone, finished as they were
             // cancelled.
-            cancelled.retain(|id, _| self.objects.refs.is_pending(*id));
+            cancelled.retain(|_, c| self.objects.refs.is_pending(c.named));
         }
         if cancelled.is_empty() {
             self.any_cancelled.store(false, Ordering::Release);
@@ -683,7 +698,7 @@ impl TaskSubmitter {
         // Cancelled after it left the queue and before this write: the
         // worker got the cancel before the task, so it is told again.
         if self.any_cancelled.load(Ordering::SeqCst) {
-            let force = self.cancelled.lock().get(&return_id).copied();
+            let force = self.cancelled.lock().get(&return_id).map(|c| c.force);
             if let Some(force) = force {
                 let _ = conn.notify(CancelTask { return_id, force });
             }
