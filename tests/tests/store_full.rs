@@ -1,6 +1,7 @@
 //! A node under pressure. A store that fills: objects spill to disk and are
 //! read back intact; with spilling off, a clear error that recovers when
-//! references are dropped; bad spill settings fail `init` by name. Memory
+//! references are dropped, and a task whose second result does not fit
+//! leaves no copy of its first; bad spill settings fail `init` by name. Memory
 //! past its threshold: the memory monitor stops the newest task, which
 //! fails (after its retries) saying why. Each test runs its own small
 //! cluster in a child process (one cluster per process).
@@ -130,6 +131,42 @@ fn with_spilling_off_a_full_store_says_what_was_asked_and_what_is_used() {
                 std::thread::sleep(Duration::from_millis(20))
             }
             Err(e) => panic!("the store must have room again once the first object is freed: {e}"),
+        }
+    }
+    prism::shutdown();
+}
+
+#[prism::remote(num_returns = 2)]
+fn two_blocks(len: usize) -> (Vec<u8>, Vec<u8>) {
+    (pattern(1, len), pattern(2, len))
+}
+
+#[test]
+fn a_task_whose_second_result_does_not_fit_leaves_nothing_in_the_store() {
+    let name = "a_task_whose_second_result_does_not_fit_leaves_nothing_in_the_store";
+    if !in_child(name, &[("PRISM_OBJECT_SPILLING", "false")]) {
+        return;
+    }
+    prism::init(small_store()).unwrap();
+    // Two 5 MiB results in an 8 MiB store: the second cannot be stored.
+    let (first, second) = two_blocks::remote(5 << 20).unwrap();
+    for result in [prism::get(&second), prism::get(&first)] {
+        let e = result.unwrap_err();
+        assert!(e.to_string().contains("asked for"), "{e}");
+    }
+    // The first result's copy went with the failed answer: the store has
+    // room for 7 MiB again.
+    let start = Instant::now();
+    loop {
+        match prism::put(vec![3u8; 7 << 20]) {
+            Ok(r) => {
+                assert_eq!(prism::get(&r).unwrap().len(), 7 << 20);
+                break;
+            }
+            Err(Error::ObjectStoreFull { .. }) if start.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(e) => panic!("the first result's copy must be deleted: {e}"),
         }
     }
     prism::shutdown();

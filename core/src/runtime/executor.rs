@@ -45,6 +45,7 @@
 
 use super::objects::Objects;
 use super::pending::{Pending, PendingTasks};
+use super::refs::Release;
 use super::registry::{self, ActorCell, ActorClass, Args, CallError, CallResult, Invocation};
 use super::store::Loaded;
 use crate::codec;
@@ -54,7 +55,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use prism_protocol::ids::{ActorId, IdMap, ObjectId, TaskId, WorkerId};
 use prism_protocol::messages::{
-    actor_checkpoint_key, ActorCall, ActorSpec, ArgSpec, BecomeActor, Call, CancelTask,
+    actor_checkpoint_key, ActorCall, ActorSpec, Address, ArgSpec, BecomeActor, Call, CancelTask,
     ExecutorRequest, ExitActor, KvGet, KvPut, ObjectValue, PushTask, Response, ReturnObject,
     TaskSpec,
 };
@@ -748,11 +749,29 @@ impl Executor {
                 );
                 return Err(Error::invalid("num_returns", reason));
             }
-            let mut first = self.store_return(spec, spec.return_id, encoded).await?;
-            for (id, value) in spec.more_returns.iter().zip(more) {
-                first.more.push(self.store_return(spec, *id, value).await?);
+            let mut stored = Vec::with_capacity(more.len() + 1);
+            for (id, value) in spec.returns().zip(std::iter::once(encoded).chain(more)) {
+                match self.store_return(id, value, &spec.caller).await {
+                    Ok(ret) => stored.push(ret),
+                    Err(e) => {
+                        // The caller learns of none: what was stored goes.
+                        self.drop_stored(spec, &stored);
+                        return Err(e);
+                    }
+                }
             }
-            Ok(first)
+            // Lent once every value is stored, so a failed store leaves
+            // no borrow behind.
+            let mut answer: Option<ReturnObject> = None;
+            for (ret, keep_alive) in stored {
+                self.objects.lend(&ret.contained, &spec.caller).await?;
+                drop(keep_alive);
+                match &mut answer {
+                    Some(first) => first.more.push(ret),
+                    None => answer = Some(ret),
+                }
+            }
+            answer.ok_or_else(|| Error::invalid("num_returns", "a call returned no values"))
         }
         .await;
         match outcome {
@@ -762,24 +781,38 @@ impl Executor {
     }
 
     /// Stores one result of a call as object `id` (a large value stays in
-    /// this node's store, which a caller on another node pulls it from)
-    /// and lends the caller the references inside it.
+    /// this node's store, which a caller on another node pulls it from),
+    /// with the handles of the references inside it, kept until they are
+    /// lent to the caller.
     async fn store_return(
         &self,
-        spec: &TaskSpec,
         id: ObjectId,
         mut encoded: codec::Encoded,
-    ) -> Result<ReturnObject> {
+        caller: &Address,
+    ) -> Result<(ReturnObject, Vec<codec::KeepAlive>)> {
         let contained = encoded.contained.clone();
         let keep_alive = std::mem::take(&mut encoded.keep_alive);
-        let value = self.objects.store_value(id, encoded, &spec.caller).await?;
-        self.objects.lend(&contained, &spec.caller).await?;
-        drop(keep_alive);
-        Ok(ReturnObject {
+        let value = self.objects.store_value(id, encoded, caller).await?;
+        let ret = ReturnObject {
             value,
             contained,
             more: Vec::new(),
-        })
+        };
+        Ok((ret, keep_alive))
+    }
+
+    /// Deletes the stored copies of a call's results whose answer failed.
+    fn drop_stored(&self, spec: &TaskSpec, stored: &[(ReturnObject, Vec<codec::KeepAlive>)]) {
+        let copies = spec
+            .returns()
+            .zip(stored)
+            .filter_map(|(id, (ret, _))| match &ret.value {
+                ObjectValue::InStore { node, .. } => {
+                    Some(Release::DeleteFromStore(id, node.clone()))
+                }
+                ObjectValue::Inline(_) => None,
+            });
+        self.objects.apply_releases(copies.collect());
     }
 
     async fn become_actor(self: &Arc<Self>, spec: ActorSpec) -> Result<()> {
