@@ -297,14 +297,12 @@ pub fn get_view<E: Element>(r: &ObjectRef<Vec<E>>) -> Result<View<E>> {
 /// An actor call that has not started (queued in this process, or at the
 /// actor behind other calls) never runs, and `get` fails with
 /// [`Error::TaskCancelled`]; the actor's later calls run as before. A call
-/// of an async method that started on an actor running calls concurrently
-/// (an async actor, or one given a `max_concurrency` above 1) is stopped
-/// where it waits (its future is dropped, releasing the actor), and `get`
-/// fails the same way, as Ray cancels a running coroutine. Any other call
-/// that started (a synchronous method's, or any call of an actor running
-/// one call at a time) runs to its end and keeps its result: stopping it
-/// would stop the actor's process, which [`kill`](crate::kill) does. So
-/// `force` is [`Error::InvalidArgument`] for an actor call, as in Ray.
+/// of an async method that started is stopped where it waits (its future
+/// is dropped, releasing the actor), and `get` fails the same way, as Ray
+/// cancels a running coroutine. A synchronous method's call that started
+/// runs to its end and keeps its result: stopping it would stop the
+/// actor's process, which [`kill`](crate::kill) does. So `force` is
+/// [`Error::InvalidArgument`] for an actor call, as in Ray.
 ///
 /// A task or call that already finished keeps its result, and an object
 /// made by [`put`] is left as it is. Only the process that submitted the

@@ -586,3 +586,47 @@ fn a_later_result_cancels_its_running_task_after_the_first_result_was_dropped() 
     cancelled(prism::get_timeout(&second, LIMIT));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Async waits in an actor that runs one call at a time (on its executor
+/// thread): a wait marks `dir/<n>` when it starts.
+#[prism::actor(max_concurrency = 1)]
+struct SerialGate {
+    open: tokio::sync::watch::Sender<bool>,
+    started: AtomicUsize,
+    dropped: Arc<AtomicUsize>,
+}
+
+#[prism::actor]
+impl SerialGate {
+    fn new() -> Self {
+        SerialGate {
+            open: tokio::sync::watch::Sender::new(false),
+            started: AtomicUsize::new(0),
+            dropped: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+    async fn wait(&self, dir: String, n: u32) -> u32 {
+        let _ = std::fs::write(Path::new(&dir).join(n.to_string()), "");
+        wait_for_gate(&self.open, &self.started, &self.dropped, n).await
+    }
+    fn counts(&self) -> (usize, usize) {
+        let started = self.started.load(Ordering::SeqCst);
+        (started, self.dropped.load(Ordering::SeqCst))
+    }
+}
+
+#[test]
+fn a_started_async_call_of_an_actor_running_one_call_at_a_time_is_stopped_too() {
+    cluster();
+    let dir = marks("serial-gate");
+    let d = dir.display().to_string();
+    let gate = SerialGate::remote().unwrap();
+    let first = gate.wait(d.clone(), 1).unwrap();
+    must_eventually("the wait starts", LIMIT, || dir.join("1").exists());
+    // Behind the wait: it runs once the wait is gone.
+    let counts = gate.counts().unwrap();
+    prism::cancel(&first, false).unwrap();
+    cancelled(prism::get_timeout(&first, LIMIT));
+    assert_eq!(prism::get_timeout(&counts, LIMIT).unwrap(), (1, 1));
+    let _ = std::fs::remove_dir_all(&dir);
+}

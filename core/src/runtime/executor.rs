@@ -30,11 +30,10 @@
 //! `&mut self` hold the instance's write lock, `&self` methods a read lock.
 //!
 //! A call not started yet is cancelled by taking it out of the waiting
-//! calls. An async call that started on an actor running calls
-//! concurrently (an async actor, or `max_concurrency` above 1) is
-//! cancelled by dropping its future where it waits
-//! ([`Executor::finish_or_cancel`]); any other call that started runs to
-//! its end.
+//! calls. An async call that started is cancelled by dropping its future
+//! where it waits ([`stop_if_cancelled`]), whether it runs as a task of
+//! its own or on the executor thread; a synchronous call that started
+//! runs to its end.
 //!
 //! # Panics
 //!
@@ -191,7 +190,7 @@ struct CallBook {
     /// Calls taken out of `waiting` that may run as async calls, until
     /// they are answered: a `CancelTask` for one notes it or fires its
     /// signal, and the call's future is dropped where it waits (see
-    /// [`Executor::finish_or_cancel`]).
+    /// [`stop_if_cancelled`]).
     started: IdMap<ObjectId, Started>,
 }
 
@@ -273,6 +272,26 @@ fn cancelled_unnamed() -> Error {
         function: String::new(),
         how: String::new(),
     }
+}
+
+/// Runs an async call until it ends or its caller cancels it: then it is
+/// dropped where it waits (releasing the actor's lock and its permit) and
+/// ends cancelled, as Ray cancels an async actor's running coroutine.
+async fn stop_if_cancelled<F>(mut call: F, watch: CancelWatch) -> CallResult
+where
+    F: Future<Output = CallResult> + Unpin,
+{
+    // The call first: one that ends without suspending needs no signal.
+    tokio::select! {
+        biased;
+        result = &mut call => return result,
+        () = watch.cancelled() => {}
+    }
+    // A panic in its drop still leaves the caller its answer.
+    if std::panic::catch_unwind(AssertUnwindSafe(|| drop(call))).is_err() {
+        tracing::warn!("a cancelled call panicked while it was dropped");
+    }
+    Err(CallError::Runtime(cancelled_unnamed()))
 }
 
 /// The answer to a call cancelled before it started.
@@ -961,9 +980,9 @@ impl Executor {
         drop(actor);
         let exec = self.clone();
         let posted = self.post(Box::new(move || {
-            if !exec.claim(&item) {
+            let Some(watch) = exec.claim_cancellable(&item) else {
                 return;
-            }
+            };
             if let Some(refused) = exec.exited_error(actor_id, class, &item.spec) {
                 item.conn.respond(item.request, refused);
                 return;
@@ -974,7 +993,17 @@ impl Executor {
                 exec.fetch_args_here(args)
             });
             let result = match result {
-                Ok(invocation) => exec.invoke_here(invocation, item.spec.task_id),
+                // Cancelled while its arguments loaded.
+                Ok(_) if watch.fired() => Err(CallError::Runtime(cancelled_unnamed())),
+                Ok(Invocation::Async(call)) => {
+                    let call = Invocation::Async(Box::pin(stop_if_cancelled(call, watch)));
+                    exec.invoke_here(call, item.spec.task_id)
+                }
+                Ok(blocking) => {
+                    // A synchronous call cannot be stopped once it runs.
+                    drop(watch);
+                    exec.invoke_here(blocking, item.spec.task_id)
+                }
                 Err(e) => Err(CallError::Runtime(e)),
             };
             let response = exec.finish_here(&item.spec, result);
@@ -1070,38 +1099,18 @@ impl Executor {
         }
     }
 
-    /// Runs a started async call to its end and answers it, unless its
-    /// caller cancels it first: then its future is dropped where it waits
-    /// (releasing the actor's lock) and the caller is answered cancelled,
-    /// as Ray cancels an async actor's running coroutine.
+    /// Runs a started async call to its end, or until its caller cancels
+    /// it ([`stop_if_cancelled`]), and answers it as any call ends:
+    /// references it kept from its arguments are known to their owners
+    /// before its caller lets go, and an exit it asked for happens.
     async fn finish_or_cancel(
         self: &Arc<Self>,
-        mut call: registry::CatchUnwind,
+        call: registry::CatchUnwind,
         watch: CancelWatch,
         item: MailItem,
     ) {
-        // The call first: one that ends without suspending needs no signal.
-        let result = tokio::select! {
-            biased;
-            result = &mut call => Some(result),
-            () = watch.cancelled() => None,
-        };
-        drop(watch);
-        match result {
-            Some(result) => self.answer_async(result, item).await,
-            None => {
-                // A panic in its drop still leaves the caller its answer.
-                let dropped = std::panic::catch_unwind(AssertUnwindSafe(|| drop(call)));
-                if dropped.is_err() {
-                    tracing::warn!(object = %item.spec.return_id, "a cancelled call panicked while it was dropped");
-                }
-                // Answered as any call ends: references it kept from its
-                // arguments are known to their owners before its caller
-                // lets go, and an exit it asked for happens.
-                let cancelled = Err(CallError::Runtime(cancelled_unnamed()));
-                self.answer_async(cancelled, item).await;
-            }
-        }
+        let result = stop_if_cancelled(call, watch).await;
+        self.answer_async(result, item).await;
     }
 
     /// Runs a synchronous call of an async actor on the executor thread
