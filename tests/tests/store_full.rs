@@ -35,6 +35,24 @@ fn make_block(seed: u8, len: usize) -> Vec<u8> {
     pattern(seed, len)
 }
 
+/// Puts `len` bytes and reads them back, waiting (10 s at most) for the
+/// store to have room, which it must have once `freed`.
+fn put_once_there_is_room(len: usize, freed: &str) {
+    let start = Instant::now();
+    loop {
+        match prism::put(vec![3u8; len]) {
+            Ok(r) => {
+                assert_eq!(prism::get(&r).unwrap().len(), len);
+                return;
+            }
+            Err(Error::ObjectStoreFull { .. }) if start.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(e) => panic!("the store must have room again once {freed}: {e}"),
+        }
+    }
+}
+
 fn files_in(dir: &Path) -> usize {
     std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0)
 }
@@ -120,19 +138,7 @@ fn with_spilling_off_a_full_store_says_what_was_asked_and_what_is_used() {
     }
     assert!(err.to_string().contains("asked for"), "{err}");
     drop(first);
-    let start = Instant::now();
-    loop {
-        match prism::put(vec![3u8; 6 << 20]) {
-            Ok(r) => {
-                assert_eq!(prism::get(&r).unwrap().len(), 6 << 20);
-                break;
-            }
-            Err(Error::ObjectStoreFull { .. }) if start.elapsed() < Duration::from_secs(10) => {
-                std::thread::sleep(Duration::from_millis(20))
-            }
-            Err(e) => panic!("the store must have room again once the first object is freed: {e}"),
-        }
-    }
+    put_once_there_is_room(6 << 20, "the first object is freed");
     prism::shutdown();
 }
 
@@ -156,19 +162,7 @@ fn a_task_whose_second_result_does_not_fit_leaves_nothing_in_the_store() {
     }
     // The first result's copy went with the failed answer: the store has
     // room for 7 MiB again.
-    let start = Instant::now();
-    loop {
-        match prism::put(vec![3u8; 7 << 20]) {
-            Ok(r) => {
-                assert_eq!(prism::get(&r).unwrap().len(), 7 << 20);
-                break;
-            }
-            Err(Error::ObjectStoreFull { .. }) if start.elapsed() < Duration::from_secs(10) => {
-                std::thread::sleep(Duration::from_millis(20))
-            }
-            Err(e) => panic!("the first result's copy must be deleted: {e}"),
-        }
-    }
+    put_once_there_is_room(7 << 20, "the first result's copy is deleted");
     prism::shutdown();
 }
 
