@@ -99,6 +99,7 @@ impl ActorRef {
         method: &str,
         args: Vec<Result<Arg>>,
     ) -> Result<[ObjectRef<()>; N]> {
+        const { assert!(N >= 1, "a call returns at least one value") };
         let core = current()?;
         let args = args.into_iter().collect::<Result<Vec<_>>>()?;
         let (spec_args, held) = core.objects.prepare_args(args)?;

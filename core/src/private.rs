@@ -109,6 +109,7 @@ pub fn submit_task_n<const N: usize>(
     options: TaskOptions,
     args: Vec<Result<Arg>>,
 ) -> Result<[ObjectRef<()>; N]> {
+    const { assert!(N >= 1, "a call returns at least one value") };
     let core = current()?;
     let shape = options.scheduling_key()?;
     let (max_retries, retry_exceptions, retry_matching) = options.retry_policy()?;
