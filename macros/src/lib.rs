@@ -81,13 +81,40 @@ struct Param {
     ty: Type,
 }
 
+/// The first borrowed type (`&T`, `&str`, ...) inside `ty`, however deep
+/// (`Vec<&str>`, `(u8, &[u8])`): a value holding one cannot be decoded in
+/// another process, which owns nothing it could point into.
+fn borrowed_part(ty: &Type) -> Option<&Type> {
+    match ty {
+        Type::Reference(_) => Some(ty),
+        Type::Paren(t) => borrowed_part(&t.elem),
+        Type::Group(t) => borrowed_part(&t.elem),
+        Type::Array(t) => borrowed_part(&t.elem),
+        Type::Slice(t) => borrowed_part(&t.elem),
+        Type::Tuple(t) => t.elems.iter().find_map(borrowed_part),
+        Type::Path(t) => {
+            let qself = t.qself.as_ref().and_then(|q| borrowed_part(&q.ty));
+            qself.or_else(|| {
+                t.path.segments.iter().find_map(|seg| match &seg.arguments {
+                    PathArguments::AngleBracketed(args) => args.args.iter().find_map(|a| match a {
+                        GenericArgument::Type(t) => borrowed_part(t),
+                        _ => None,
+                    }),
+                    _ => None,
+                })
+            })
+        }
+        _ => None,
+    }
+}
+
 fn params(sig: &Signature) -> syn::Result<Vec<Param>> {
     let mut out = Vec::new();
     for (i, input) in sig.inputs.iter().enumerate() {
         if let FnArg::Typed(pt) = input {
-            if let Type::Reference(_) = &*pt.ty {
+            if let Some(borrowed) = borrowed_part(&pt.ty) {
                 return Err(syn::Error::new(
-                    pt.ty.span(),
+                    borrowed.span(),
                     "parameters of remote functions and actor methods must be owned types (use String, Vec<T>, ... or prism::View<T>)",
                 ));
             }
@@ -156,6 +183,21 @@ struct Returns {
 
 fn returns(output: &ReturnType, num_returns: Option<&syn::LitInt>) -> syn::Result<Returns> {
     let (ret_ty, is_result) = return_info(output);
+    if let Some(borrowed) = borrowed_part(&ret_ty) {
+        return Err(syn::Error::new(
+            borrowed.span(),
+            "results of remote functions and actor methods must be owned types \
+             (use String rather than &str, Vec<T> rather than &[T]): the caller reads \
+             them in another process",
+        ));
+    }
+    if let Type::ImplTrait(_) = &ret_ty {
+        return Err(syn::Error::new(
+            ret_ty.span(),
+            "`impl Trait` results cannot be named by the ObjectRef a call returns: \
+             return a concrete type",
+        ));
+    }
     let count = match num_returns {
         Some(n) => n.base10_parse::<usize>()?,
         None => 1,
@@ -839,5 +881,48 @@ mod tests {
         assert!(said.contains("tuple of 2 values"), "{said}");
         let said = error(returns_of(syn::parse_quote!(-> (i64, i64)), "0"));
         assert!(said.contains("at least 1"), "{said}");
+    }
+
+    fn plain(output: ReturnType) -> syn::Result<Returns> {
+        returns(&output, None)
+    }
+
+    #[test]
+    fn borrowed_results_are_refused_however_deep_and_owned_ones_pass() {
+        for output in [
+            syn::parse_quote!(-> &'static str),
+            syn::parse_quote!(-> Vec<&'static str>),
+            syn::parse_quote!(-> Result<Option<(u8, &'static [u8])>, String>),
+            syn::parse_quote!(-> [&'static str; 2]),
+        ] {
+            let said = error(plain(output));
+            assert!(said.contains("must be owned types"), "{said}");
+            assert!(!said.contains("  "), "one line, single spaces: {said}");
+        }
+        let said = error(returns_of(
+            syn::parse_quote!(-> (String, &'static str)),
+            "2",
+        ));
+        assert!(said.contains("must be owned types"), "{said}");
+        let said = error(plain(syn::parse_quote!(-> impl Clone)));
+        assert!(said.contains("concrete type"), "{said}");
+        for output in [
+            syn::parse_quote!(-> String),
+            syn::parse_quote!(-> std::borrow::Cow<'static, str>),
+            syn::parse_quote!(-> Result<Vec<(u8, String)>, &'static str>),
+        ] {
+            assert!(plain(output).is_ok());
+        }
+    }
+
+    #[test]
+    fn borrowed_parameters_are_refused_however_deep() {
+        let sig: Signature = syn::parse_quote!(fn f(a: u8, b: Vec<&'static str>));
+        match params(&sig) {
+            Ok(_) => panic!("a Vec<&str> parameter passed"),
+            Err(e) => assert!(e.to_string().contains("must be owned types"), "{e}"),
+        }
+        let sig: Signature = syn::parse_quote!(fn f(a: u8, b: Option<Vec<String>>));
+        assert_eq!(params(&sig).expect("owned parameters").len(), 2);
     }
 }
