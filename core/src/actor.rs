@@ -9,15 +9,17 @@
 //! `max_concurrency` 1, one at a time).
 
 use crate::codec::Arg;
+use crate::generator::ObjectRefGenerator;
 use crate::object_ref::ObjectRef;
 use crate::options::ActorOptions;
 use crate::runtime::owned_actors::place;
-use crate::runtime::{current, Submission};
+use crate::runtime::{current, Objects, Submission};
 use crate::{Error, Result};
 use prism_protocol::ids::{ActorId, ObjectId, TaskId};
 use prism_protocol::messages::{ActorSpec, Address, GetNamedActor, KillActor, TaskSpec};
 use serde::{Deserialize, Serialize};
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 /// Implemented by `#[prism::actor]` for an actor's struct.
 pub trait Actor: Send + Sync + 'static {
@@ -99,6 +101,32 @@ impl ActorRef {
         method: &str,
         args: Vec<Result<Arg>>,
     ) -> Result<[ObjectRef<()>; N]> {
+        Ok(self.send_call::<N, ()>(method, args, false, |_, _| ())?.0)
+    }
+
+    /// Calls `method`, which streams its values (`num_returns =
+    /// "streaming"`; used by generated handle methods).
+    #[doc(hidden)]
+    pub fn call_stream<T>(
+        &self,
+        method: &str,
+        args: Vec<Result<Arg>>,
+    ) -> Result<ObjectRefGenerator<T>> {
+        let open = |objects: &Arc<Objects>, refs: &[ObjectRef<()>; 1]| {
+            ObjectRefGenerator::open(refs[0].clone(), objects)
+        };
+        Ok(self.send_call::<1, _>(method, args, true, open)?.1)
+    }
+
+    /// Sends a call; `before` runs just before it is handed to the actor's
+    /// client (a streaming call's stream opens there).
+    fn send_call<const N: usize, R>(
+        &self,
+        method: &str,
+        args: Vec<Result<Arg>>,
+        streaming: bool,
+        before: impl FnOnce(&Arc<Objects>, &[ObjectRef<()>; N]) -> R,
+    ) -> Result<([ObjectRef<()>; N], R)> {
         const { assert!(N >= 1, "a call returns at least one value") };
         let core = current()?;
         let args = args.into_iter().collect::<Result<Vec<_>>>()?;
@@ -117,8 +145,10 @@ impl ActorRef {
             args: spec_args,
             return_id: ids[0],
             more_returns: ids[1..].to_vec(),
+            streaming,
             caller: core.objects.address().clone(),
         };
+        let made = before(&core.objects, &refs);
         let client = core
             .actors
             .client(self.actor_id, &self.class, self.owner.as_ref());
@@ -126,7 +156,7 @@ impl ActorRef {
         // handle is dropped meanwhile.
         let submission = Submission::new(spec, held).holding(self.handle.clone());
         core.actors.send(&client, submission);
-        Ok(refs)
+        Ok((refs, made))
     }
 }
 

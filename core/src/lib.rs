@@ -127,6 +127,38 @@
 //! }
 //! ```
 //!
+//! # Streaming results
+//!
+//! `num_returns = "streaming"` (Ray's generators) on a synchronous remote
+//! function or actor method returning an iterator (`impl Iterator<Item =
+//! T>`, a boxed one, or a named type such as `Vec<T>`, or a `Result` of
+//! one) stores each item as its own object as soon as the iterator makes
+//! it. The call returns an [`ObjectRefGenerator`], an iterator of the
+//! items' references in order, so the caller works on the first items
+//! while the function makes the next. Items written as `Result<T, E>`
+//! end the stream with their `Err`, after the items before it. The
+//! function does not wait for the caller to read an item before it makes
+//! the next: items not read yet wait, stored, in the caller's generator
+//! (as Ray's generators without backpressure).
+//!
+//! ```no_run
+//! #[prism::remote(num_returns = "streaming")]
+//! fn chunks(total: usize, size: usize) -> impl Iterator<Item = Vec<u8>> {
+//!     (0..total).step_by(size).map(move |at| vec![7u8; size.min(total - at)])
+//! }
+//!
+//! #[prism::main]
+//! fn main() -> prism::Result<()> {
+//!     prism::init(prism::Config::default())?;
+//!     let mut bytes = 0;
+//!     for chunk in chunks::remote(10 << 20, 1 << 20)? {
+//!         bytes += prism::get(&chunk?)?.len(); // while the next is made
+//!     }
+//!     assert_eq!(bytes, 10 << 20);
+//!     Ok(())
+//! }
+//! ```
+//!
 //! # Objects
 //!
 //! [`put`] stores a value; [`get`], [`get_many`] and their `_timeout`
@@ -162,6 +194,7 @@
 // The public API, above the runtime.
 mod actor;
 mod api;
+mod generator;
 pub mod kv;
 mod object_ref;
 mod options;
@@ -196,6 +229,7 @@ pub use api::{
 pub use codec::Arg;
 pub use codec::Element;
 pub use config::Config;
+pub use generator::ObjectRefGenerator;
 pub use object_ref::{IntoArg, ObjectRef};
 pub use options::{ActorOptions, TaskOptions, ASYNC_ACTOR_CONCURRENCY};
 pub use placement::{

@@ -2,9 +2,10 @@
 //! any release.
 
 use crate::codec::{self, Arg};
+use crate::generator::ObjectRefGenerator;
 use crate::object_ref::ObjectRef;
 use crate::options::TaskOptions;
-use crate::runtime::{current, Submission};
+use crate::runtime::{current, Objects, Submission};
 use crate::{Error, Result};
 use prism_protocol::error::FailureKind;
 use prism_protocol::ids::{ObjectId, TaskId};
@@ -109,6 +110,32 @@ pub fn submit_task_n<const N: usize>(
     options: TaskOptions,
     args: Vec<Result<Arg>>,
 ) -> Result<[ObjectRef<()>; N]> {
+    Ok(submit::<N, ()>(function, options, args, false, |_, _| ())?.0)
+}
+
+/// Submits a streaming task (`num_returns = "streaming"`): its values'
+/// references arrive through the generator as they are made.
+pub fn submit_stream<T>(
+    function: &str,
+    options: TaskOptions,
+    args: Vec<Result<Arg>>,
+) -> Result<ObjectRefGenerator<T>> {
+    let open = |objects: &Arc<Objects>, refs: &[ObjectRef<()>; 1]| {
+        ObjectRefGenerator::open(refs[0].clone(), objects)
+    };
+    Ok(submit::<1, _>(function, options, args, true, open)?.1)
+}
+
+/// Submits a task; `before` runs just before it is handed to the
+/// submitter (a streaming task's stream opens there, before the task can
+/// send a value).
+fn submit<const N: usize, R>(
+    function: &str,
+    options: TaskOptions,
+    args: Vec<Result<Arg>>,
+    streaming: bool,
+    before: impl FnOnce(&Arc<Objects>, &[ObjectRef<()>; N]) -> R,
+) -> Result<([ObjectRef<()>; N], R)> {
     const { assert!(N >= 1, "a call returns at least one value") };
     let core = current()?;
     let shape = options.scheduling_key()?;
@@ -129,13 +156,22 @@ pub fn submit_task_n<const N: usize>(
         args: spec_args,
         return_id: ids[0],
         more_returns: ids[1..].to_vec(),
+        streaming,
         caller: core.objects.address().clone(),
     };
+    let made = before(&core.objects, &refs);
     core.tasks.submit(
         shape,
         Submission::new(spec, held).retries(max_retries, retry_exceptions, retry_matching),
     );
-    Ok(refs)
+    Ok((refs, made))
+}
+
+/// Sends the values of a streaming call (`num_returns = "streaming"`) to
+/// its caller as the iterator makes them; the call's result is their
+/// number. An `Err` item ends the call with that error.
+pub fn stream_items(items: impl Iterator<Item = CallResult>) -> CallResult {
+    crate::runtime::streams::emit_all(items)
 }
 
 /// Gives a reference its value type (for the results of `num_returns`).

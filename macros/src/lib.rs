@@ -29,7 +29,38 @@ struct Options {
     num_gpus: Option<syn::Expr>,
     resources: Vec<(LitStr, syn::Expr)>,
     /// Tasks only (methods take `#[method(num_returns = N)]`).
-    num_returns: Option<syn::LitInt>,
+    num_returns: Option<NumReturns>,
+}
+
+/// `num_returns = N`, or Ray's `num_returns = "streaming"`.
+enum NumReturns {
+    Count(syn::LitInt),
+    Streaming(Span),
+}
+
+impl NumReturns {
+    fn span(&self) -> Span {
+        match self {
+            NumReturns::Count(n) => n.span(),
+            NumReturns::Streaming(span) => *span,
+        }
+    }
+}
+
+impl syn::parse::Parse for NumReturns {
+    fn parse(input: syn::parse::ParseStream) -> syn::Result<Self> {
+        if input.peek(LitStr) {
+            let s: LitStr = input.parse()?;
+            if s.value() == "streaming" {
+                return Ok(NumReturns::Streaming(s.span()));
+            }
+            return Err(syn::Error::new(
+                s.span(),
+                "num_returns takes a count (num_returns = 2) or \"streaming\"",
+            ));
+        }
+        Ok(NumReturns::Count(input.parse()?))
+    }
 }
 
 fn parse_options(attr: TokenStream, allow_actor: bool) -> syn::Result<Options> {
@@ -169,20 +200,161 @@ fn convert_return(is_result: bool) -> Tokens {
     }
 }
 
-/// What a call gives back: one value, or `num_returns` values (a tuple
-/// of that many, each stored as its own object).
+/// What a call gives back: one value, `num_returns` values (a tuple of
+/// that many, each stored as its own object), or a stream of values.
 struct Returns {
     /// The type inside the `Result` that `remote` or a handle method
-    /// returns: `ObjectRef<T>`, or a tuple of `ObjectRef`s.
+    /// returns: `ObjectRef<T>`, a tuple of `ObjectRef`s, or an
+    /// `ObjectRefGenerator<T>`.
     refs: Tokens,
-    /// How many values.
+    /// How many values (1 for a stream: its count).
     count: usize,
+    /// `num_returns = "streaming"`.
+    streaming: bool,
     /// Turns `__prism_ret` into a `CallResult`.
     convert: Tokens,
 }
 
-fn returns(output: &ReturnType, num_returns: Option<&syn::LitInt>) -> syn::Result<Returns> {
+/// The item type `Item = T` named by an `impl Iterator<...>` or a
+/// `dyn Iterator<...>` (boxed or not).
+fn iterator_item(ty: &Type) -> Option<Type> {
+    let bounds = match ty {
+        Type::ImplTrait(t) => &t.bounds,
+        Type::TraitObject(t) => &t.bounds,
+        Type::Paren(t) => return iterator_item(&t.elem),
+        Type::Group(t) => return iterator_item(&t.elem),
+        Type::Path(p) => {
+            let last = p.path.segments.last()?;
+            if last.ident != "Box" {
+                return None;
+            }
+            return match &last.arguments {
+                PathArguments::AngleBracketed(args) => match args.args.first()? {
+                    GenericArgument::Type(inner) => iterator_item(inner),
+                    _ => None,
+                },
+                _ => None,
+            };
+        }
+        _ => return None,
+    };
+    bounds.iter().find_map(|b| {
+        let syn::TypeParamBound::Trait(t) = b else {
+            return None;
+        };
+        let last = t.path.segments.last()?;
+        let PathArguments::AngleBracketed(args) = &last.arguments else {
+            return None;
+        };
+        args.args.iter().find_map(|a| match a {
+            GenericArgument::AssocType(assoc) if assoc.ident == "Item" => Some(assoc.ty.clone()),
+            _ => None,
+        })
+    })
+}
+
+/// `Result<T, E>` written out: `T`.
+fn result_ok(ty: &Type) -> Option<Type> {
+    let Type::Path(tp) = ty else {
+        return None;
+    };
+    let last = tp.path.segments.last()?;
+    if last.ident != "Result" {
+        return None;
+    }
+    match &last.arguments {
+        PathArguments::AngleBracketed(args) => match args.args.first()? {
+            GenericArgument::Type(ok) => Some(ok.clone()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A streaming call: the function returns an iterator (or a `Result` of
+/// one); each item is stored as its own object as it is made. An item
+/// written as `Result<T, E>` ends the call with its `Err`.
+fn streaming_returns(ret_ty: &Type, is_result: bool) -> syn::Result<Returns> {
+    let item = match iterator_item(ret_ty) {
+        Some(item) => item,
+        None if matches!(ret_ty, Type::ImplTrait(_) | Type::TraitObject(_)) => {
+            return Err(syn::Error::new(
+                ret_ty.span(),
+                "num_returns = \"streaming\" needs the item type named here: \
+                 `impl Iterator<Item = T>`",
+            ))
+        }
+        // A named type (`Vec<T>`, an iterator struct): its items.
+        None => syn::parse_quote!(<#ret_ty as ::core::iter::IntoIterator>::Item),
+    };
+    if let Some(borrowed) = borrowed_part(&item) {
+        return Err(syn::Error::new(
+            borrowed.span(),
+            "the values of a streaming function must be owned types \
+             (use String rather than &str): the caller reads them in another process",
+        ));
+    }
+    let (value, each) = match result_ok(&item) {
+        Some(ok) => (
+            ok,
+            quote! {
+                match __prism_item {
+                    ::core::result::Result::Ok(v) => ::prism::__private::encode_return(v),
+                    ::core::result::Result::Err(e) => ::core::result::Result::Err(::prism::__private::app_error(e)),
+                }
+            },
+        ),
+        None => (
+            item,
+            quote! { ::prism::__private::encode_return(__prism_item) },
+        ),
+    };
+    let stream = quote! {
+        ::prism::__private::stream_items(
+            ::core::iter::IntoIterator::into_iter(__prism_iter).map(|__prism_item| #each)
+        )
+    };
+    let convert = if is_result {
+        quote! {
+            match __prism_ret {
+                ::core::result::Result::Ok(__prism_iter) => #stream,
+                ::core::result::Result::Err(e) => ::core::result::Result::Err(::prism::__private::app_error(e)),
+            }
+        }
+    } else {
+        quote! {{
+            let __prism_iter = __prism_ret;
+            #stream
+        }}
+    };
+    Ok(Returns {
+        refs: quote! { ::prism::ObjectRefGenerator<#value> },
+        count: 1,
+        streaming: true,
+        convert,
+    })
+}
+
+fn returns(
+    output: &ReturnType,
+    num_returns: Option<&NumReturns>,
+    is_async: bool,
+) -> syn::Result<Returns> {
     let (ret_ty, is_result) = return_info(output);
+    let num_returns = match num_returns {
+        Some(NumReturns::Streaming(span)) => {
+            if is_async {
+                return Err(syn::Error::new(
+                    *span,
+                    "num_returns = \"streaming\" takes a synchronous function returning an \
+                     iterator; an async one is not supported yet",
+                ));
+            }
+            return streaming_returns(&ret_ty, is_result);
+        }
+        Some(NumReturns::Count(n)) => Some(n),
+        None => None,
+    };
     if let Some(borrowed) = borrowed_part(&ret_ty) {
         return Err(syn::Error::new(
             borrowed.span(),
@@ -206,6 +378,7 @@ fn returns(output: &ReturnType, num_returns: Option<&syn::LitInt>) -> syn::Resul
         return Ok(Returns {
             refs: quote! { ::prism::ObjectRef<#ret_ty> },
             count,
+            streaming: false,
             convert: convert_return(is_result),
         });
     }
@@ -256,6 +429,7 @@ fn returns(output: &ReturnType, num_returns: Option<&syn::LitInt>) -> syn::Resul
     Ok(Returns {
         refs: quote! { (#(::prism::ObjectRef<#elems>),*) },
         count,
+        streaming: false,
         convert,
     })
 }
@@ -320,7 +494,13 @@ fn resource_calls(o: &Options) -> Tokens {
 /// limit), `retry_exceptions = true` (as `TaskOptions`' methods of the
 /// same names), and `num_returns = N`: the function returns an `N`-tuple
 /// (or a `Result` of one), each value is stored as its own object, and
-/// `remote` returns a tuple of `N` `ObjectRef`s.
+/// `remote` returns a tuple of `N` `ObjectRef`s. `num_returns =
+/// "streaming"` takes a synchronous function returning an iterator
+/// (`impl Iterator<Item = T>`, `Box<dyn Iterator<Item = T> + Send>`, a
+/// named type such as `Vec<T>`, or a `Result` of one): each item is
+/// stored as its own object as it is made, and `remote` returns a
+/// `prism::ObjectRefGenerator<T>`. An item written as `Result<T, E>` ends
+/// the stream with its `Err`.
 #[proc_macro_attribute]
 pub fn remote(attr: TokenStream, item: TokenStream) -> TokenStream {
     let options = match parse_options(attr, false) {
@@ -344,7 +524,11 @@ fn expand_remote(options: Options, func: ItemFn) -> syn::Result<Tokens> {
     let vis = &func.vis;
     let fn_name = &sig.ident;
     let params = params(sig)?;
-    let returns = returns(&sig.output, options.num_returns.as_ref())?;
+    let returns = returns(
+        &sig.output,
+        options.num_returns.as_ref(),
+        sig.asyncness.is_some(),
+    )?;
     let convert = &returns.convert;
     let takes = take_args(&params);
     let idents: Vec<_> = params.iter().map(|p| &p.ident).collect();
@@ -354,7 +538,9 @@ fn expand_remote(options: Options, func: ItemFn) -> syn::Result<Tokens> {
     let count = returns.count;
     let submit = typed_refs(
         &returns,
-        if count == 1 {
+        if returns.streaming {
+            quote! { ::prism::__private::submit_stream(NAME, options.or(self::options()), #args) }
+        } else if count == 1 {
             quote! { ::prism::__private::submit_task(NAME, options.or(self::options()), #args) }
         } else {
             quote! { ::prism::__private::submit_task_n::<#count>(NAME, options.or(self::options()), #args) }
@@ -443,7 +629,10 @@ fn expand_remote(options: Options, func: ItemFn) -> syn::Result<Tokens> {
 /// borrowed arguments, say), and other associated functions are left as
 /// they are. A method marked `#[method(num_returns = N)]` returns an
 /// `N`-tuple whose values are stored as objects of their own: its handle
-/// method returns a tuple of `N` `ObjectRef`s.
+/// method returns a tuple of `N` `ObjectRef`s. A synchronous method marked
+/// `#[method(num_returns = "streaming")]` returns an iterator (which may
+/// borrow the actor) whose items are stored one by one as they are made:
+/// its handle method returns a `prism::ObjectRefGenerator<T>`.
 ///
 /// ```ignore
 /// #[prism::actor]
@@ -555,7 +744,7 @@ const HANDLE_OWN_METHODS: [&str; 3] = ["id", "actor_ref", "from_ref"];
 
 /// Takes a `#[method(num_returns = N)]` marker off a method: its
 /// `num_returns`, if it had one.
-fn take_method_options(f: &mut syn::ImplItemFn) -> syn::Result<Option<syn::LitInt>> {
+fn take_method_options(f: &mut syn::ImplItemFn) -> syn::Result<Option<NumReturns>> {
     let mut num_returns = None;
     let mut error = None;
     f.attrs.retain(|a| {
@@ -567,7 +756,9 @@ fn take_method_options(f: &mut syn::ImplItemFn) -> syn::Result<Option<syn::LitIn
                 num_returns = Some(meta.value()?.parse()?);
                 Ok(())
             } else {
-                Err(meta.error("unknown method option; expected: num_returns = N"))
+                Err(meta.error(
+                    "unknown method option; expected: num_returns = N or num_returns = \"streaming\"",
+                ))
             }
         });
         if let Err(e) = parsed {
@@ -666,7 +857,11 @@ fn expand_actor_impl(mut imp: ItemImpl) -> syn::Result<Tokens> {
                 ),
             ));
         }
-        let returns = returns(&sig.output, num_returns.get(&method_name))?;
+        let returns = returns(
+            &sig.output,
+            num_returns.get(&method_name),
+            sig.asyncness.is_some(),
+        )?;
         let convert = &returns.convert;
         let takes = take_args(&params);
         let idents: Vec<_> = params.iter().map(|p| &p.ident).collect();
@@ -677,7 +872,9 @@ fn expand_actor_impl(mut imp: ItemImpl) -> syn::Result<Tokens> {
         let count = returns.count;
         let call = typed_refs(
             &returns,
-            if count == 1 {
+            if returns.streaming {
+                quote! { self.actor.call_stream(#method_name, #args) }
+            } else if count == 1 {
                 quote! { self.actor.call(#method_name, #args) }
             } else {
                 quote! { self.actor.call_n::<#count>(#method_name, #args) }
@@ -846,8 +1043,8 @@ mod tests {
     use super::*;
 
     fn returns_of(output: ReturnType, n: &str) -> syn::Result<Returns> {
-        let n: syn::LitInt = syn::parse_str(n).expect("a count");
-        returns(&output, Some(&n))
+        let n: NumReturns = syn::parse_str(n).expect("a count");
+        returns(&output, Some(&n), false)
     }
 
     fn error(result: syn::Result<Returns>) -> String {
@@ -884,7 +1081,7 @@ mod tests {
     }
 
     fn plain(output: ReturnType) -> syn::Result<Returns> {
-        returns(&output, None)
+        returns(&output, None, false)
     }
 
     #[test]
@@ -913,6 +1110,59 @@ mod tests {
         ] {
             assert!(plain(output).is_ok());
         }
+    }
+
+    fn streaming(output: ReturnType, is_async: bool) -> syn::Result<Returns> {
+        let n: NumReturns = syn::parse_str("\"streaming\"").expect("streaming");
+        returns(&output, Some(&n), is_async)
+    }
+
+    #[test]
+    fn a_streaming_function_gives_a_generator_of_its_items() {
+        for (output, item) in [
+            (syn::parse_quote!(-> impl Iterator<Item = u64>), "u64"),
+            (
+                syn::parse_quote!(-> impl Iterator<Item = u64> + Send + '_),
+                "u64",
+            ),
+            (
+                syn::parse_quote!(-> Result<impl IntoIterator<Item = Vec<u8>>, String>),
+                "Vec < u8 >",
+            ),
+            (
+                syn::parse_quote!(-> Box<dyn Iterator<Item = Result<u8, String>> + Send>),
+                "u8",
+            ),
+            (
+                syn::parse_quote!(-> Vec<String>),
+                "< Vec < String > as :: core :: iter :: IntoIterator > :: Item",
+            ),
+        ] {
+            let r = streaming(output, false).expect("a stream");
+            assert!(r.streaming);
+            assert_eq!(
+                r.refs.to_string(),
+                format!(":: prism :: ObjectRefGenerator < {item} >")
+            );
+        }
+        let said = error(streaming(syn::parse_quote!(-> impl Iterator), false));
+        assert!(said.contains("Item = T"), "{said}");
+        let said = error(streaming(
+            syn::parse_quote!(-> impl Iterator<Item = &'static str>),
+            false,
+        ));
+        assert!(said.contains("must be owned types"), "{said}");
+        let said = error(streaming(
+            syn::parse_quote!(-> impl Iterator<Item = u8>),
+            true,
+        ));
+        assert!(said.contains("synchronous"), "{said}");
+        assert!(!said.contains("  "), "one line, single spaces: {said}");
+        let said = match syn::parse_str::<NumReturns>("\"lots\"") {
+            Ok(_) => panic!("\"lots\" is no num_returns"),
+            Err(e) => e.to_string(),
+        };
+        assert!(said.contains("\"streaming\""), "{said}");
     }
 
     #[test]

@@ -77,6 +77,11 @@ pub struct TaskSpec {
     /// The objects its further results are stored as, in order, when the
     /// call returns several (`num_returns`); empty otherwise.
     pub more_returns: Vec<ObjectId>,
+    /// The call streams its results (`num_returns = "streaming"`): the
+    /// executor sends each value to the caller as it is made
+    /// ([`OwnerRequest::StreamItem`]), and `return_id` gets the number of
+    /// values once the call ends.
+    pub streaming: bool,
     /// The caller, who owns the results.
     pub caller: Address,
 }
@@ -809,6 +814,23 @@ services! {
             /// for; the owner keeps the borrower for any others. Missing
             /// counts end the borrow outright.
             counts: Vec<u64>,
+        } => ();
+        /// The next value of a streaming call (`TaskSpec::streaming`) is
+        /// stored as `id`: the caller takes it as its own object, the
+        /// `index`-th of the stream. Sent by the executor, one at a time,
+        /// each answered before the next is sent and before the call
+        /// itself answers, so a stream's values are all known here when
+        /// its call ends. A run again (a retry) sends the values from the
+        /// first again; the caller keeps the first copy of each index.
+        StreamItem {
+            /// The call's `return_id`, which names the stream.
+            generator: ObjectId,
+            /// The value's place in the stream, from 0.
+            index: u64,
+            /// The object the value is stored as.
+            id: ObjectId,
+            /// The value.
+            item: ReturnObject,
         } => ();
         /// Where an actor this process created stands, asked by a caller
         /// that found no live node holding it.

@@ -1024,6 +1024,17 @@ impl Splitter {
         (low, high, self.calls)
     }
 
+    /// The calls so far, then each value, as a stream (the iterator
+    /// borrows the actor).
+    #[method(num_returns = "streaming")]
+    fn numbered(&self, values: Vec<i64>) -> impl Iterator<Item = String> + '_ {
+        std::iter::once(format!("calls {}", self.calls)).chain(
+            values
+                .into_iter()
+                .map(move |v| format!("{v} after {} calls", self.calls)),
+        )
+    }
+
     #[method(num_returns = 2)]
     async fn checked_halves(&self, n: i64) -> Result<(i64, i64), String> {
         if n % 2 != 0 {
@@ -1062,4 +1073,88 @@ fn an_actor_method_with_num_returns_gives_one_ref_per_value() {
         let said = must_fail(outcome, "an odd number fails both halves").to_string();
         assert!(said.contains("3 is odd"), "{said}");
     }
+}
+
+/// A synchronous actor that streams what it recorded.
+#[prism::actor]
+struct Tape {
+    entries: Vec<String>,
+}
+
+#[prism::actor]
+impl Tape {
+    fn new() -> Self {
+        Tape {
+            entries: Vec::new(),
+        }
+    }
+
+    fn record(&mut self, entry: String) -> usize {
+        self.entries.push(entry);
+        self.entries.len()
+    }
+
+    /// The entries from `from` on; an entry "bad" ends the stream with an
+    /// error.
+    #[method(num_returns = "streaming")]
+    fn replay(&mut self, from: usize) -> impl Iterator<Item = Result<String, String>> + '_ {
+        self.entries.iter().skip(from).map(|e| {
+            if e == "bad" {
+                Err("a bad entry".to_string())
+            } else {
+                Ok(e.to_uppercase())
+            }
+        })
+    }
+}
+
+fn read_stream<T: serde::de::DeserializeOwned + Send + 'static>(
+    stream: prism::ObjectRefGenerator<T>,
+) -> Vec<Result<T, Error>> {
+    stream
+        .map(|r| r.and_then(|r| prism::get_timeout(&r, WITHIN)))
+        .collect()
+}
+
+#[test]
+fn an_actor_method_streams_its_values() {
+    cluster();
+    // An async actor's synchronous streaming method.
+    let splitter = Splitter::remote().unwrap();
+    let (_, _, calls) = splitter.partition(vec![1], 0).unwrap();
+    assert_eq!(prism::get_timeout(&calls, WITHIN).unwrap(), 1);
+    let said: Vec<String> = read_stream(splitter.numbered(vec![4, 5]).unwrap())
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(said, ["calls 1", "4 after 1 calls", "5 after 1 calls"]);
+
+    // A synchronous actor's: calls before and after run in order.
+    let tape = Tape::remote().unwrap();
+    for entry in ["a", "b", "c"] {
+        tape.record(entry.to_string()).unwrap();
+    }
+    let replayed = tape.replay(1).unwrap();
+    let after = tape.record("bad".to_string()).unwrap();
+    let values: Vec<String> = read_stream(replayed)
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(values, ["B", "C"]);
+    assert_eq!(prism::get_timeout(&after, WITHIN).unwrap(), 4);
+    let outcome = read_stream(tape.replay(0).unwrap());
+    assert_eq!(
+        outcome.len(),
+        4,
+        "three values, then the error: {outcome:?}"
+    );
+    match &outcome[3] {
+        Err(Error::TaskFailed { message, .. }) => assert_eq!(message, "a bad entry"),
+        other => panic!("expected the method's error, got {other:?}"),
+    }
+    // The actor serves on.
+    assert_eq!(
+        prism::get_timeout(&tape.record("d").unwrap(), WITHIN).unwrap(),
+        5
+    );
 }

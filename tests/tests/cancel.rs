@@ -630,3 +630,46 @@ fn a_started_async_call_of_an_actor_running_one_call_at_a_time_is_stopped_too() 
     assert_eq!(prism::get_timeout(&counts, LIMIT).unwrap(), (1, 1));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Counts up without end, a value every 5 ms.
+#[prism::remote(num_returns = "streaming")]
+fn endless() -> impl Iterator<Item = u64> {
+    (0..).inspect(|_| std::thread::sleep(Duration::from_millis(5)))
+}
+
+#[test]
+fn a_cancelled_streaming_task_makes_no_further_value() {
+    cluster();
+    let mut stream = endless::remote().unwrap();
+    for expected in 0..3 {
+        let r = stream.next().expect("a value").unwrap();
+        assert_eq!(prism::get_timeout(&r, LIMIT).unwrap(), expected);
+    }
+    stream.cancel(false).unwrap();
+    // The values made before the cancel took hold, in order, then the
+    // cancel; the function was asked for no further value.
+    let mut next = 3;
+    let start = std::time::Instant::now();
+    let error = loop {
+        assert!(
+            start.elapsed() < LIMIT,
+            "the stream must end soon after its cancel; {next} values so far"
+        );
+        match stream.next_timeout(LIMIT) {
+            Some(Ok(r)) => {
+                assert_eq!(prism::get_timeout(&r, LIMIT).unwrap(), next);
+                next += 1;
+            }
+            Some(Err(e)) => break e,
+            None => panic!("the stream must end cancelled"),
+        }
+    };
+    cancelled(Err::<(), _>(error));
+    assert!(stream.next().is_none());
+    cancelled(prism::get_timeout(stream.completed(), LIMIT));
+    // Tasks run on.
+    assert_eq!(
+        prism::get_timeout(&add::remote(2, 3).unwrap(), LIMIT).unwrap(),
+        5
+    );
+}

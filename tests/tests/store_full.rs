@@ -166,6 +166,58 @@ fn a_task_whose_second_result_does_not_fit_leaves_nothing_in_the_store() {
     prism::shutdown();
 }
 
+/// `count` blocks of `len` bytes, made one by one; with `read` named,
+/// each after the file `read/<i - 1>` appeared (10 s at most), which the
+/// caller writes once it read the block before.
+#[prism::remote(num_returns = "streaming")]
+fn blocks(count: u8, len: usize, read: Option<String>) -> impl Iterator<Item = Vec<u8>> {
+    (0..count).map(move |seed| {
+        if let (Some(read), Some(before)) = (&read, seed.checked_sub(1)) {
+            let mark = Path::new(read).join(before.to_string());
+            let start = Instant::now();
+            while !mark.exists() && start.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        pattern(seed, len)
+    })
+}
+
+#[test]
+fn a_stream_larger_than_the_store_flows_through_it_and_a_dropped_one_is_freed() {
+    let name = "a_stream_larger_than_the_store_flows_through_it_and_a_dropped_one_is_freed";
+    if !in_child(name, &[("PRISM_OBJECT_SPILLING", "false")]) {
+        return;
+    }
+    prism::init(small_store()).unwrap();
+    // 8 x 1.5 MiB through an 8 MiB store: each value is made once the
+    // one before was read, and dropped as the next is made, so the store
+    // holds three at most (one read, one made, one dropped on its way
+    // out).
+    let len = 3 << 19;
+    let read = std::env::temp_dir().join(format!("prism-stream-read-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&read);
+    std::fs::create_dir_all(&read).unwrap();
+    let mut seen = 0u8;
+    for r in blocks::remote(8, len, Some(read.display().to_string())).unwrap() {
+        let r = r.unwrap();
+        // Taking the next value waits for the task to have made it.
+        assert_eq!(prism::get(&r).unwrap(), pattern(seen, len));
+        drop(r);
+        std::fs::write(read.join(seen.to_string()), "").unwrap();
+        seen += 1;
+    }
+    assert_eq!(seen, 8);
+    let _ = std::fs::remove_dir_all(&read);
+    // Values never taken are freed with their generator: three 1.5 MiB
+    // values made, then dropped unread, leave room for 7 MiB.
+    let stream = blocks::remote(3, len, None).unwrap();
+    assert_eq!(prism::get(stream.completed()).unwrap(), 3);
+    drop(stream);
+    put_once_there_is_room(7 << 20, "the stream's values are freed with it");
+    prism::shutdown();
+}
+
 #[test]
 fn bad_spill_settings_fail_init_naming_the_setting() {
     let name = "bad_spill_settings_fail_init_naming_the_setting";

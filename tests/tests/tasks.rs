@@ -814,3 +814,192 @@ fn a_failed_task_with_num_returns_fails_every_ref() {
         }
     }
 }
+
+/// Values `0..n`, every `big_every`-th one (from the first) with 300 KiB
+/// of bytes (stored in the object store); after the first, waits (30 s at
+/// most) for the file `gate`, if one is named.
+#[prism::remote(num_returns = "streaming")]
+fn numbered(n: u64, big_every: u64, gate: Option<String>) -> impl Iterator<Item = (u64, Vec<u8>)> {
+    (0..n).map(move |i| {
+        if i == 1 {
+            if let Some(gate) = &gate {
+                let start = std::time::Instant::now();
+                while !std::path::Path::new(gate).exists() && start.elapsed() < WITHIN {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
+        let bytes = if big_every > 0 && i % big_every == 0 {
+            vec![i as u8; 300 << 10]
+        } else {
+            Vec::new()
+        };
+        (i, bytes)
+    })
+}
+
+/// `0..n`, failing at `fail_at`; fails before any value when `n` is 0.
+#[prism::remote(num_returns = "streaming")]
+fn until_failure(
+    n: u64,
+    fail_at: u64,
+) -> Result<Box<dyn Iterator<Item = Result<u64, String>> + Send>, String> {
+    if n == 0 {
+        return Err("nothing to stream".into());
+    }
+    Ok(Box::new((0..n).map(move |i| {
+        if i == fail_at {
+            Err(format!("value {i} failed"))
+        } else {
+            Ok(i * 10)
+        }
+    })))
+}
+
+/// The labels of `0..n`, from a named type (`Vec<String>`).
+#[prism::remote(num_returns = "streaming")]
+fn labels(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("label {i}")).collect()
+}
+
+/// `0..n`; the first run's worker exits after sending `die_after`
+/// values (the marker file `once` tells the runs apart).
+#[prism::remote(num_returns = "streaming", max_retries = 2)]
+fn dies_midway(n: u64, die_after: u64, once: String) -> impl Iterator<Item = u64> {
+    let first_run = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&once)
+        .is_ok();
+    (0..n).inspect(move |&i| {
+        if first_run && i == die_after {
+            std::process::exit(3);
+        }
+    })
+}
+
+fn gate_file(test: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("prism-stream-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+#[test]
+fn a_streaming_task_hands_out_each_value_as_it_is_made() {
+    cluster();
+    let gate = gate_file("gate");
+    let mut stream = numbered::remote(6, 2, Some(gate.display().to_string())).unwrap();
+    // The first value arrives while the task waits for the gate: it was
+    // handed out before the task ended.
+    let first = stream.next().expect("a first value").unwrap();
+    let (i, bytes) = prism::get_timeout(&first, WITHIN).unwrap();
+    assert_eq!((i, bytes.len()), (0, 300 << 10));
+    assert!(
+        prism::get_timeout(stream.completed(), Duration::from_millis(200)).is_err(),
+        "the task still runs"
+    );
+    // Waiting for a value not made yet gives a timeout, and the stream
+    // goes on from where it was.
+    let early = stream.next_timeout(Duration::from_millis(100));
+    assert!(
+        matches!(early, Some(Err(Error::GetTimeout { .. }))),
+        "{early:?}"
+    );
+    std::fs::write(&gate, "").unwrap();
+    let rest: Vec<ObjectRef<(u64, Vec<u8>)>> =
+        stream.by_ref().map(|r| r.expect("a value")).collect();
+    assert_eq!(rest.len(), 5);
+    for (k, r) in rest.iter().enumerate() {
+        let (i, bytes) = prism::get_timeout(r, WITHIN).unwrap();
+        let i_expected = k as u64 + 1;
+        assert_eq!(i, i_expected);
+        let big = i % 2 == 0;
+        assert_eq!(bytes.len(), if big { 300 << 10 } else { 0 }, "value {i}");
+        assert!(bytes.iter().all(|&b| b == i as u8));
+    }
+    assert!(stream.next().is_none(), "the end stays the end");
+    assert_eq!(prism::get_timeout(stream.completed(), WITHIN).unwrap(), 6);
+    // A value is an object like any: passed on by reference, it is read
+    // by another task (the stored one from the store).
+    let length_of = |r: &ObjectRef<(u64, Vec<u8>)>| {
+        prism::get_timeout(
+            &sum_all::remote(vec![prism::get(r).unwrap().1.len() as i64]).unwrap(),
+            WITHIN,
+        )
+        .unwrap()
+    };
+    assert_eq!(length_of(&rest[1]), 300 << 10);
+    let _ = std::fs::remove_file(&gate);
+
+    // A named iterable type streams its items.
+    let labels: Vec<String> = labels::remote(3)
+        .unwrap()
+        .map(|r| prism::get_timeout(&r.unwrap(), WITHIN).unwrap())
+        .collect();
+    assert_eq!(labels, ["label 0", "label 1", "label 2"]);
+    // An empty stream ends at once, with a count of 0.
+    let mut empty = labels::remote(0).unwrap();
+    assert!(empty.next().is_none());
+    assert_eq!(prism::get_timeout(empty.completed(), WITHIN).unwrap(), 0);
+}
+
+#[test]
+fn a_streaming_task_that_fails_gives_its_values_then_the_error() {
+    cluster();
+    let mut stream = until_failure::remote(5, 3).unwrap();
+    let mut values = Vec::new();
+    let error = loop {
+        match stream.next() {
+            Some(Ok(r)) => values.push(prism::get_timeout(&r, WITHIN).unwrap()),
+            Some(Err(e)) => break e,
+            None => panic!("the stream must fail, after {values:?}"),
+        }
+    };
+    assert_eq!(values, [0, 10, 20], "the values made before the failure");
+    match &error {
+        Error::TaskFailed { message, kind, .. } => {
+            assert_eq!(*kind, FailureKind::Error);
+            assert_eq!(message, "value 3 failed");
+        }
+        other => panic!("expected TaskFailed, got {other:?}"),
+    }
+    assert!(stream.next().is_none(), "nothing after the error");
+    // An `Err` before the first value: the error at once.
+    let mut stream = until_failure::remote(0, 0).unwrap();
+    match stream.next() {
+        Some(Err(Error::TaskFailed { message, .. })) => assert_eq!(message, "nothing to stream"),
+        other => panic!("expected the task's error, got {other:?}"),
+    }
+    assert!(stream.next().is_none());
+}
+
+#[test]
+fn a_streaming_task_retried_after_its_worker_died_gives_each_value_once() {
+    cluster();
+    let once = gate_file("once");
+    let values: Vec<u64> = dies_midway::remote(7, 3, once.display().to_string())
+        .unwrap()
+        .map(|r| prism::get_timeout(&r.expect("a value"), WITHIN).unwrap())
+        .collect();
+    assert!(once.exists(), "the first run ran");
+    assert_eq!(values, (0..7).collect::<Vec<_>>());
+    let _ = std::fs::remove_file(&once);
+}
+
+#[test]
+fn a_streaming_tasks_values_are_read_async() {
+    cluster();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let total = rt.block_on(async {
+        let mut stream = numbered::remote(4, 0, None).unwrap();
+        let mut total = 0;
+        while let Some(r) = stream.next_async().await {
+            total += r.unwrap().await.unwrap().0;
+        }
+        total
+    });
+    assert_eq!(total, 6);
+}

@@ -47,22 +47,23 @@ use super::pending::{Pending, PendingTasks};
 use super::refs::Release;
 use super::registry::{self, ActorCell, ActorClass, Args, CallError, CallResult, Invocation};
 use super::store::Loaded;
+use super::streams::SinkGuard;
 use crate::codec;
 use crate::config::Config;
 use crate::{Error, Result};
 use bytes::Bytes;
 use parking_lot::Mutex;
-use prism_protocol::ids::{ActorId, IdMap, ObjectId, TaskId, WorkerId};
+use prism_protocol::ids::{ActorId, IdMap, ObjectId, WorkerId};
 use prism_protocol::messages::{
     actor_checkpoint_key, ActorCall, ActorSpec, Address, ArgSpec, BecomeActor, Call, CancelTask,
     ExecutorRequest, ExitActor, KvGet, KvPut, ObjectValue, PushTask, Response, ReturnObject,
-    TaskSpec,
+    StreamItem, TaskSpec,
 };
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -316,6 +317,9 @@ pub(crate) struct Executor {
     checkpoint_asked: std::sync::atomic::AtomicBool,
     /// Pushed tasks not started yet.
     pending: Arc<PendingTasks>,
+    /// The streaming calls running here, by `return_id`, with the flag a
+    /// cancel sets to stop each before its next value.
+    streaming: Mutex<IdMap<ObjectId, Arc<AtomicBool>>>,
 }
 
 impl std::fmt::Debug for Executor {
@@ -347,6 +351,7 @@ impl Executor {
             raylet,
             exit: AtomicU8::new(RUNNING),
             checkpoint_asked: std::sync::atomic::AtomicBool::new(false),
+            streaming: Mutex::new(IdMap::default()),
         }
     }
 
@@ -581,6 +586,10 @@ impl Executor {
                     }
                     waiting
                 };
+                // A running streaming call stops before its next value.
+                if let Some(stop) = exec.streaming.lock().get(&return_id) {
+                    stop.store(true, Ordering::Release);
+                }
                 if let Some(request) = waiting {
                     conn.respond(request, call_cancelled());
                     return;
@@ -669,17 +678,81 @@ impl Executor {
         self.rt.block_on(async move { exec.fetch_args(args).await })
     }
 
-    /// Runs an invocation of `task` on this (non-runtime) thread, catching
-    /// panics.
-    fn invoke_here(&self, invocation: Invocation, task: TaskId) -> CallResult {
-        let _running = registry::RunningTask::enter(task);
+    /// Runs an invocation of the call `spec` on this (non-runtime)
+    /// thread, catching panics. A streaming call sends its values from
+    /// here as they are made (see `streams`).
+    fn invoke_here(&self, invocation: Invocation, spec: &TaskSpec) -> CallResult {
+        let _running = registry::RunningTask::enter(spec.task_id);
+        let sink = spec.streaming.then(|| {
+            let stop = Arc::new(AtomicBool::new(false));
+            self.streaming.lock().insert(spec.return_id, stop.clone());
+            SinkGuard::enter(spec.return_id, spec.caller.clone(), stop)
+        });
         let outcome = match invocation {
             Invocation::Blocking(f) => std::panic::catch_unwind(AssertUnwindSafe(f)),
             Invocation::Async(fut) => {
                 std::panic::catch_unwind(AssertUnwindSafe(|| self.rt.block_on(fut)))
             }
         };
-        outcome.unwrap_or_else(|payload| Err(registry::panic_payload_error(payload)))
+        let result = outcome.unwrap_or_else(|payload| Err(registry::panic_payload_error(payload)));
+        let Some(sink) = sink else {
+            return result;
+        };
+        self.streaming.lock().remove(&spec.return_id);
+        if result.is_ok() && !sink.used() {
+            let reason = format!(
+                "`{}` returns one value but its caller expects a stream (num_returns = \
+                 \"streaming\"): build the caller and the workers from the same code",
+                spec.function
+            );
+            return Err(CallError::Runtime(Error::invalid("num_returns", reason)));
+        }
+        result
+    }
+
+    /// Stores value `index` of the streaming call `generator` and hands it
+    /// to the caller, `owner`; returns once the caller took it in. Called
+    /// from the thread running the call.
+    pub(crate) fn send_item(
+        self: &Arc<Self>,
+        generator: ObjectId,
+        index: u64,
+        owner: &Address,
+        encoded: codec::Encoded,
+    ) -> Result<()> {
+        let exec = self.clone();
+        let owner = owner.clone();
+        super::block_on(&self.rt, async move {
+            // As for a call's result (`finish_call`): references from the
+            // arguments are known to their owners before the caller may
+            // let go of them.
+            exec.objects.register_borrows().await?;
+            let id = ObjectId::new();
+            let (item, keep_alive) = exec.store_return(id, encoded, &owner).await?;
+            let copy = match &item.value {
+                ObjectValue::InStore { node, .. } => {
+                    Some(Release::DeleteFromStore(id, node.clone()))
+                }
+                ObjectValue::Inline(_) => None,
+            };
+            let sent = async {
+                exec.objects.lend(&item.contained, &owner).await?;
+                drop(keep_alive);
+                let item = StreamItem {
+                    generator,
+                    index,
+                    id,
+                    item,
+                };
+                exec.objects.send_stream_item(&owner, item).await
+            }
+            .await;
+            if sent.is_err() {
+                // The caller never took it: its copy goes.
+                exec.objects.apply_releases(copy.into_iter().collect());
+            }
+            sent
+        })
     }
 
     /// Runs the oldest pushed task not yet started, if any, on the
@@ -699,7 +772,7 @@ impl Executor {
             return Response::Error(self.unknown(&spec.function));
         };
         let result = match self.fetch_args_here(&spec.args) {
-            Ok(args) => self.invoke_here((function.invoke)(args), spec.task_id),
+            Ok(args) => self.invoke_here((function.invoke)(args), spec),
             Err(e) => Err(CallError::Runtime(e)),
         };
         self.finish_here(spec, result)
@@ -997,12 +1070,12 @@ impl Executor {
                 Ok(_) if watch.fired() => Err(CallError::Runtime(cancelled_unnamed())),
                 Ok(Invocation::Async(call)) => {
                     let call = Invocation::Async(Box::pin(stop_if_cancelled(call, watch)));
-                    exec.invoke_here(call, item.spec.task_id)
+                    exec.invoke_here(call, &item.spec)
                 }
                 Ok(blocking) => {
                     // A synchronous call cannot be stopped once it runs.
                     drop(watch);
-                    exec.invoke_here(blocking, item.spec.task_id)
+                    exec.invoke_here(blocking, &item.spec)
                 }
                 Err(e) => Err(CallError::Runtime(e)),
             };
@@ -1141,7 +1214,7 @@ impl Executor {
         f: Box<dyn FnOnce() -> CallResult + Send>,
         item: MailItem,
     ) {
-        let result = self.invoke_here(Invocation::Blocking(f), item.spec.task_id);
+        let result = self.invoke_here(Invocation::Blocking(f), &item.spec);
         let response = self.finish_here(&item.spec, result);
         let exiting = self.announce_exit_blocking();
         item.conn.respond(item.request, response);

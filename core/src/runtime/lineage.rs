@@ -165,6 +165,7 @@ mod tests {
                 args: Vec::new(),
                 return_id: id,
                 more_returns: Vec::new(),
+                streaming: false,
                 caller: String::new(),
             },
             max_retries: 3,

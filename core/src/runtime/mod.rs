@@ -12,6 +12,8 @@
 //!        └── peers: Peers         peers.rs       connections to other processes
 //!  handler.rs    serves incoming requests: owner ones to objects, executor
 //!                ones to the executor
+//!  streams.rs    streaming calls: the caller's open streams, the
+//!                executor's sink for the running call's items
 //!  registry.rs   the binary's remote functions and actor classes
 //!  startup.rs    a driver joining or starting a cluster; a worker's entry
 //! ```
@@ -34,6 +36,7 @@ pub(crate) mod registry;
 pub(crate) mod spin;
 pub(crate) mod startup;
 pub(crate) mod store;
+pub(crate) mod streams;
 pub(crate) mod submitter;
 
 pub(crate) use objects::{Objects, Submission};

@@ -13,6 +13,7 @@ use super::owned_actors::OwnedActors;
 use super::peers::Peers;
 use super::refs::{Readiness, Rebuild, RefTable, Release, ValueState};
 use super::store::{Loaded, StoreClient};
+use super::streams::Streams;
 use super::submitter::TaskSubmitter;
 use crate::codec::{self, Arg};
 use crate::config::Config;
@@ -22,7 +23,7 @@ use prism_protocol::ids::{ActorId, LeaseId, ObjectId};
 use prism_protocol::messages::{
     AddBorrower, Address, ArgSpec, DeleteObjects, GetObjectStatus, KillActor, LocateActor,
     ObjectRefInfo, ObjectValue, OwnerRequest, Ownership, RemoveBorrower, Response, ReturnObject,
-    TaskSpec, WorkerBlocked,
+    StreamItem, TaskSpec, WorkerBlocked,
 };
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
@@ -220,6 +221,8 @@ pub(crate) struct Objects {
     submitter: OnceLock<Weak<TaskSubmitter>>,
     /// The actors this process created on other nodes.
     pub(crate) owned_actors: Arc<OwnedActors>,
+    /// The values of this process's streaming calls, not taken yet.
+    pub(crate) streams: Streams,
 }
 
 /// How a put stores its value.
@@ -292,6 +295,7 @@ impl Objects {
             waiting: AtomicUsize::new(0),
             lineage: parking_lot::Mutex::new(LineageTable::default()),
             submitter: OnceLock::new(),
+            streams: Streams::default(),
         }
     }
 
@@ -924,6 +928,37 @@ impl Objects {
         Ok(out)
     }
 
+    /// Hands value `item.index` of a streaming call to its caller,
+    /// `owner` (this process, or another), and waits until it took it in.
+    pub(crate) async fn send_stream_item(
+        self: &Arc<Self>,
+        owner: &Address,
+        item: StreamItem,
+    ) -> Result<()> {
+        if self.refs.is_mine(owner) {
+            self.take_stream_item(item);
+            return Ok(());
+        }
+        self.peers.get(owner).await?.request(item).await
+    }
+
+    /// A value of one of this process's streaming calls arrived: it
+    /// becomes an owned object, as a call's result does, kept for the
+    /// call's generator (or freed, if the generator is gone or has it
+    /// already).
+    fn take_stream_item(self: &Arc<Self>, item: StreamItem) {
+        let StreamItem {
+            generator,
+            index,
+            id,
+            item,
+        } = item;
+        let handle = crate::ObjectRef::from_counted(self.new_pending(id), self);
+        let releases = self.set_result(id, Ok(item));
+        self.apply_releases(releases);
+        self.streams.offer(generator, index, handle);
+    }
+
     /// Serves the owner service.
     pub(crate) fn handle(
         self: &Arc<Self>,
@@ -947,8 +982,9 @@ impl Objects {
                                     "its only copy was on node {node}, which is gone, and it \
                                      cannot be made again: it was put, or its task took \
                                      objects owned by another process by reference, may not \
-                                     be retried (max_retries 0) or made a value holding \
-                                     references"
+                                     be retried (max_retries 0), made a value holding \
+                                     references, or streamed it (the values of a streaming \
+                                     call are not made again)"
                                 ),
                             };
                             return conn.respond(id, Response::Error(lost));
@@ -976,6 +1012,10 @@ impl Objects {
             }) => {
                 let releases = self.refs.remove_borrower(&ids, &counts, &borrower);
                 self.apply_releases(releases);
+                conn.respond(id, Response::Ok);
+            }
+            OwnerRequest::StreamItem(item) => {
+                self.take_stream_item(item);
                 conn.respond(id, Response::Ok);
             }
             OwnerRequest::LocateActor(LocateActor { actor_id }) => {

@@ -206,6 +206,7 @@ mod tests {
                 args: Vec::new(),
                 return_id: ObjectId::new(),
                 more_returns: Vec::new(),
+                streaming: false,
                 caller: String::new(),
             },
         }

@@ -1,0 +1,185 @@
+//! Streaming calls (`num_returns = "streaming"`, Ray's generators).
+//!
+//! A streaming function returns an iterator. Its executor stores each value
+//! as it is made, as a task result is stored, under an id it mints, and
+//! sends it to the caller ([`StreamItem`]); the caller answers once it took
+//! the value as its own object. Only then does the executor ask the
+//! iterator for the next value, so the call answers (with the number of
+//! values) only after every value was taken in. The executor does not
+//! wait for the caller's code to read a value: values not read yet wait
+//! in the caller's stream (Ray's generators without backpressure). The caller's
+//! [`ObjectRefGenerator`](crate::ObjectRefGenerator) hands out the values'
+//! references in order; it has seen every value once the call answered.
+//!
+//! Executor side: [`ItemSink`] is installed on the thread that runs the
+//! call (a thread-local, as the call runs user code there) and
+//! [`emit_all`] drives the iterator into it. A cancel stops the iterator
+//! between two values.
+//!
+//! Caller side: [`Streams`] holds, per open generator, the values that
+//! arrived and are not taken yet. A value arriving for a generator that
+//! was dropped, or twice (a retried call sends its values from the first
+//! again), is freed at once.
+
+use super::registry::{CallError, CallResult};
+use crate::{Error, ObjectRef};
+use parking_lot::Mutex;
+use prism_protocol::ids::{IdMap, ObjectId};
+use prism_protocol::messages::Address;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// One stream's values that arrived and were not taken yet.
+#[derive(Default)]
+pub(crate) struct Stream {
+    state: Mutex<StreamState>,
+    /// Signalled when a value arrives (one waiter: the generator).
+    pub(crate) arrived: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct StreamState {
+    items: BTreeMap<u64, ObjectRef<()>>,
+    /// Values before this index were taken.
+    taken: u64,
+}
+
+impl Stream {
+    /// The value at `index`, if it arrived.
+    pub(crate) fn take(&self, index: u64) -> Option<ObjectRef<()>> {
+        let mut state = self.state.lock();
+        let item = state.items.remove(&index)?;
+        state.taken = state.taken.max(index + 1);
+        Some(item)
+    }
+}
+
+/// The open streams of this process's calls, by the call's `return_id`.
+#[derive(Default)]
+pub(crate) struct Streams {
+    open: Mutex<IdMap<ObjectId, Arc<Stream>>>,
+}
+
+impl std::fmt::Debug for Streams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Streams")
+            .field("open", &self.open.lock().len())
+            .finish()
+    }
+}
+
+impl Streams {
+    /// Opens the stream of a call about to be submitted.
+    pub(crate) fn open(&self, generator: ObjectId) -> Arc<Stream> {
+        let stream = Arc::new(Stream::default());
+        self.open.lock().insert(generator, stream.clone());
+        stream
+    }
+
+    /// The generator was dropped: values arriving from now on are freed.
+    pub(crate) fn close(&self, generator: ObjectId) {
+        let closed = self.open.lock().remove(&generator);
+        drop(closed);
+    }
+
+    /// Value `index` of `generator` arrived as `item` (one local handle):
+    /// kept for the generator, or dropped (and so freed) when nobody will
+    /// take it.
+    pub(crate) fn offer(&self, generator: ObjectId, index: u64, item: ObjectRef<()>) {
+        let Some(stream) = self.open.lock().get(&generator).cloned() else {
+            return;
+        };
+        let unwanted = {
+            let mut state = stream.state.lock();
+            if index < state.taken || state.items.contains_key(&index) {
+                Some(item)
+            } else {
+                state.items.insert(index, item);
+                None
+            }
+        };
+        // Freed outside the stream's lock.
+        drop(unwanted);
+        stream.arrived.notify_one();
+    }
+}
+
+/// Where the values of the streaming call running on this thread go.
+pub(crate) struct ItemSink {
+    /// The call's `return_id`.
+    pub(crate) generator: ObjectId,
+    /// The caller.
+    pub(crate) owner: Address,
+    /// Set when the caller cancels the call: no further value is made.
+    pub(crate) stop: Arc<AtomicBool>,
+    /// Values sent so far.
+    sent: std::cell::Cell<u64>,
+    /// The call's function streamed (it may not, if the caller and this
+    /// worker were built from different code).
+    used: std::cell::Cell<bool>,
+}
+
+thread_local! {
+    static SINK: RefCell<Option<Rc<ItemSink>>> = const { RefCell::new(None) };
+}
+
+/// Installs a sink on this thread while the call runs; dropping it takes
+/// it off again.
+pub(crate) struct SinkGuard(Rc<ItemSink>);
+
+impl SinkGuard {
+    pub(crate) fn enter(generator: ObjectId, owner: Address, stop: Arc<AtomicBool>) -> Self {
+        let sink = Rc::new(ItemSink {
+            generator,
+            owner,
+            stop,
+            sent: std::cell::Cell::new(0),
+            used: std::cell::Cell::new(false),
+        });
+        SINK.with(|s| *s.borrow_mut() = Some(sink.clone()));
+        SinkGuard(sink)
+    }
+
+    /// Whether the call's function streamed its values.
+    pub(crate) fn used(&self) -> bool {
+        self.0.used.get()
+    }
+}
+
+impl Drop for SinkGuard {
+    fn drop(&mut self) {
+        SINK.with(|s| s.borrow_mut().take());
+    }
+}
+
+/// Sends every value of `items` to the caller of the streaming call
+/// running on this thread, one at a time; the call's result is the
+/// number of values. The first `Err` (an item's own, or a failed send)
+/// ends the call with it; a cancel ends it before the next value.
+pub(crate) fn emit_all(items: impl Iterator<Item = CallResult>) -> CallResult {
+    let Some(sink) = SINK.with(|s| s.borrow().clone()) else {
+        let reason = "this function streams its values (num_returns = \"streaming\") but its \
+                      caller expects one value: build the caller and the workers from the same code";
+        return Err(CallError::Runtime(Error::invalid("num_returns", reason)));
+    };
+    sink.used.set(true);
+    let core = super::current().map_err(CallError::Runtime)?;
+    for item in items {
+        if sink.stop.load(Ordering::Acquire) {
+            return Err(CallError::Runtime(Error::TaskCancelled {
+                function: String::new(),
+                how: String::new(),
+            }));
+        }
+        let encoded = item?;
+        let index = sink.sent.get();
+        core.executor
+            .send_item(sink.generator, index, &sink.owner, encoded)
+            .map_err(CallError::Runtime)?;
+        sink.sent.set(index + 1);
+    }
+    crate::private::encode_return(sink.sent.get())
+}
