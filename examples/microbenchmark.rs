@@ -23,6 +23,13 @@ fn small_value() -> Vec<u8> {
     ok()
 }
 
+/// A row Ray's suite lacks: `n` small values streamed by one task
+/// (Ray's `num_returns="streaming"` generator yielding `b"ok"`).
+#[prism::remote(num_returns = "streaming")]
+fn small_values_streamed(n: u32) -> impl Iterator<Item = Vec<u8>> {
+    (0..n).map(|_| ok())
+}
+
 #[prism::remote]
 fn do_put_small() -> u8 {
     for _ in 0..100 {
@@ -594,6 +601,15 @@ fn main() -> prism::Result<()> {
         }
         for pg in &pgs {
             prism::remove_placement_group(pg)?;
+        }
+        Ok(())
+    })?;
+
+    // Ray's side: bench/ray/extra_rows.py (the same 1,000 values, each
+    // read as its reference arrives).
+    b.timeit("single_client_streaming_values", 1000.0, || {
+        for value in small_values_streamed::remote(1000)? {
+            prism::get(&value?)?;
         }
         Ok(())
     })?;

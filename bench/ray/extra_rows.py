@@ -16,6 +16,11 @@ Prints one `name value unit` line per figure, flushed as soon as it is known:
                                       a second, fresh and idle cluster, once their
                                       number has been steady for 3 s
   idle_node_pss                  MiB  their total PSS (/proc/<pid>/smaps_rollup)
+  single_client_streaming_values per_s  values of one num_returns="streaming" task
+                                      yielding 1,000 b"ok", each ray.get as its ref
+                                      arrives (timed as Ray's rows: warm-up, then the
+                                      mean rate of trials; Prism's examples/microbenchmark.rs
+                                      times its row the same way)
 
 GB is 10^9 bytes; 100 MB is 10^8 bytes (25,000,000 float32).
 Run with the venv's python: bench/ray/.venv/bin/python bench/ray/extra_rows.py [--quick]
@@ -78,6 +83,36 @@ class Actor:
         return b"ok"
 
 
+@ray.remote(num_returns="streaming")
+def small_values_streamed(n):
+    for _ in range(n):
+        yield b"ok"
+
+
+def rate(fn, multiplier, quick):
+    """Calls per second times `multiplier`, as `timeit` in Prism's
+    microbenchmark: a warm-up, then the mean rate of trials."""
+    warmup, trial, trials = (0.02, 0.1, 1) if quick else (0.5, 2.0, 3)
+    start = time.perf_counter()
+    fn()
+    while time.perf_counter() - start < warmup:
+        fn()
+    rates = []
+    for _ in range(trials):
+        start = time.perf_counter()
+        calls = 0
+        while calls == 0 or time.perf_counter() - start < trial:
+            fn()
+            calls += 1
+        rates.append(calls * multiplier / (time.perf_counter() - start))
+    return statistics.mean(rates)
+
+
+def read_stream():
+    for ref in small_values_streamed.remote(1000):
+        ray.get(ref)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
@@ -127,6 +162,8 @@ def main():
             time.sleep(0.02)  # let the store see the delete before the next put
         report("put_100mb_random_gigabytes", statistics.median(rates[1:]), "GB_per_s")
         del actor
+
+        report("single_client_streaming_values", rate(read_stream, 1000, args.quick), "per_s")
     finally:
         start = time.perf_counter()
         ray.shutdown()

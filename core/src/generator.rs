@@ -20,8 +20,10 @@ use std::time::Duration;
 /// while. When the function fails (an `Err` item, an `Err` before the
 /// first value, a panic, a lost worker with no retries left), the values
 /// made before come first, then the error, then `None`. A call retried
-/// after its worker died runs again from its first value; the values
-/// already taken in are not taken twice.
+/// after its worker died runs again from its first value; the generator
+/// hands out each value once (a retry is assumed to make the same values
+/// as the run before). Dropping the generator ends the call before its
+/// function is asked for another value.
 ///
 /// Each value is an object of its own, owned by the caller, freed when
 /// its last reference goes; values not taken yet are freed with the
@@ -83,7 +85,7 @@ impl Drop for OpenStream {
     }
 }
 
-type Completion = Pin<Box<dyn Future<Output = Result<u64>> + Send>>;
+type Completion = Pin<Box<dyn Future<Output = Result<()>> + Send>>;
 
 /// Where a generator stands; moved into the wait for the next value and
 /// back, so that a blocking `next` can wait on the runtime.
@@ -121,17 +123,30 @@ impl Cursor {
                     Err(e) => Some(Err(e.clone())),
                 };
             }
-            let completed = self.completed.clone();
-            let ending = self
-                .ending
-                .get_or_insert_with(|| Box::pin(async move { crate::get_async(&completed).await }));
+            let ending = match &mut self.ending {
+                Some(ending) => ending,
+                None => {
+                    // Waits for the call's end without marking this
+                    // process blocked in a `get` (a worker reading a stream
+                    // between computations keeps its CPU); the value is
+                    // read after.
+                    let objects = match current() {
+                        Ok(core) => core.objects.clone(),
+                        Err(e) => return Some(Err(e)),
+                    };
+                    let id = self.completed.id();
+                    self.ending.insert(Box::pin(
+                        async move { objects.wait_owned(id).await.map(|_| ()) },
+                    ))
+                }
+            };
             let stream = self.stream.clone();
             tokio::select! {
                 biased;
                 () = stream.arrived.notified() => {}
-                ended = ending => {
-                    self.ended = Some(ended);
+                _ = ending => {
                     self.ending = None;
+                    self.ended = Some(crate::get_async(&self.completed).await);
                 }
             }
         }
@@ -221,7 +236,12 @@ impl<T> ObjectRefGenerator<T> {
                     total: 1,
                 }))
             }
-            Err(e) => Some(Err(e)),
+            Err(e) => {
+                // The wait itself failed (the runtime is going away): the
+                // stream ends with that error.
+                self.finish();
+                Some(Err(e))
+            }
         }
     }
 

@@ -174,6 +174,19 @@ pub fn stream_items(items: impl Iterator<Item = CallResult>) -> CallResult {
     crate::runtime::streams::emit_all(items)
 }
 
+/// A type the caller of a streaming function can decode: its values.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a value of a streaming function or method: its values are \
+               decoded in the caller's process",
+    label = "make the iterator yield owned values (String rather than &str, u64 rather than &u64)"
+)]
+pub trait StreamValue: serde::de::DeserializeOwned {}
+
+impl<T: serde::de::DeserializeOwned> StreamValue for T {}
+
+/// Checks at compile time that `T` can be a streamed value.
+pub fn stream_value<T: StreamValue>() {}
+
 /// Gives a reference its value type (for the results of `num_returns`).
 pub fn retype<T>(r: ObjectRef<()>) -> ObjectRef<T> {
     r.retype()

@@ -213,6 +213,8 @@ struct Returns {
     streaming: bool,
     /// Turns `__prism_ret` into a `CallResult`.
     convert: Tokens,
+    /// Compile-time checks for the caller's side.
+    check: Tokens,
 }
 
 /// The item type `Item = T` named by an `impl Iterator<...>` or a
@@ -294,6 +296,13 @@ fn streaming_returns(ret_ty: &Type, is_result: bool) -> syn::Result<Returns> {
              (use String rather than &str): the caller reads them in another process",
         ));
     }
+    if let Type::ImplTrait(_) = &item {
+        return Err(syn::Error::new(
+            item.span(),
+            "the values of a streaming function need a concrete type, which the \
+             ObjectRefGenerator names: `impl Iterator<Item = T>`",
+        ));
+    }
     let (value, each) = match result_ok(&item) {
         Some(ok) => (
             ok,
@@ -327,11 +336,17 @@ fn streaming_returns(ret_ty: &Type, is_result: bool) -> syn::Result<Returns> {
             #stream
         }}
     };
+    // A named iterator type may yield borrowed values (`slice::Iter`):
+    // refused where the function is defined, not at the caller's `get`.
+    let check = quote::quote_spanned! {ret_ty.span()=>
+        ::prism::__private::stream_value::<#value>();
+    };
     Ok(Returns {
         refs: quote! { ::prism::ObjectRefGenerator<#value> },
         count: 1,
         streaming: true,
         convert,
+        check,
     })
 }
 
@@ -380,6 +395,7 @@ fn returns(
             count,
             streaming: false,
             convert: convert_return(is_result),
+            check: Tokens::new(),
         });
     }
     let span = num_returns.map_or_else(Span::call_site, |n| n.span());
@@ -431,6 +447,7 @@ fn returns(
         count,
         streaming: false,
         convert,
+        check: Tokens::new(),
     })
 }
 
@@ -535,6 +552,7 @@ fn expand_remote(options: Options, func: ItemFn) -> syn::Result<Tokens> {
     let inputs = typed_inputs(&params);
     let args = arg_list(&params);
     let refs = &returns.refs;
+    let check = &returns.check;
     let count = returns.count;
     let submit = typed_refs(
         &returns,
@@ -600,6 +618,7 @@ fn expand_remote(options: Options, func: ItemFn) -> syn::Result<Tokens> {
             /// Submits a call with the given options; what they leave
             /// unset comes from the attribute ([`options`]).
             pub fn remote_with(options: ::prism::TaskOptions, #inputs) -> ::prism::Result<#refs> {
+                #check
                 #submit
             }
 
@@ -869,6 +888,7 @@ fn expand_actor_impl(mut imp: ItemImpl) -> syn::Result<Tokens> {
         let args = arg_list(&params);
         let doc = format!("Calls `{method_name}` on the actor.");
         let refs = &returns.refs;
+        let check = &returns.check;
         let count = returns.count;
         let call = typed_refs(
             &returns,
@@ -884,6 +904,7 @@ fn expand_actor_impl(mut imp: ItemImpl) -> syn::Result<Tokens> {
             #[doc = #doc]
             #[allow(clippy::too_many_arguments)]
             pub fn #method(&self, #inputs) -> ::prism::Result<#refs> {
+                #check
                 #call
             }
         });

@@ -673,3 +673,19 @@ fn a_cancelled_streaming_task_makes_no_further_value() {
         5
     );
 }
+
+#[test]
+fn a_dropped_generator_ends_its_streaming_task() {
+    cluster();
+    let mut stream = endless::remote().unwrap();
+    for expected in 0..2 {
+        let r = stream.next().expect("a value").unwrap();
+        assert_eq!(prism::get_timeout(&r, LIMIT).unwrap(), expected);
+    }
+    let done = stream.completed().clone();
+    drop(stream);
+    // The next value finds no generator: the task ends, cancelled,
+    // instead of making values nobody reads.
+    let said = cancelled(prism::get_timeout(&done, LIMIT));
+    assert!(said.contains("endless"), "{said}");
+}

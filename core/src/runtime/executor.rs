@@ -47,7 +47,7 @@ use super::pending::{Pending, PendingTasks};
 use super::refs::Release;
 use super::registry::{self, ActorCell, ActorClass, Args, CallError, CallResult, Invocation};
 use super::store::Loaded;
-use super::streams::SinkGuard;
+use super::streams::{SinkGuard, Stop};
 use crate::codec;
 use crate::config::Config;
 use crate::{Error, Result};
@@ -317,9 +317,6 @@ pub(crate) struct Executor {
     checkpoint_asked: std::sync::atomic::AtomicBool,
     /// Pushed tasks not started yet.
     pending: Arc<PendingTasks>,
-    /// The streaming calls running here, by `return_id`, with the flag a
-    /// cancel sets to stop each before its next value.
-    streaming: Mutex<IdMap<ObjectId, Arc<AtomicBool>>>,
 }
 
 impl std::fmt::Debug for Executor {
@@ -351,7 +348,6 @@ impl Executor {
             raylet,
             exit: AtomicU8::new(RUNNING),
             checkpoint_asked: std::sync::atomic::AtomicBool::new(false),
-            streaming: Mutex::new(IdMap::default()),
         }
     }
 
@@ -560,11 +556,7 @@ impl Executor {
             ExecutorRequest::PushTask(PushTask { spec }) => {
                 // Queued first, then a job posted to start it: the job
                 // runs the oldest queued task, none if it was handed back.
-                exec.pending.push(Pending {
-                    conn: conn.clone(),
-                    request: id,
-                    spec,
-                });
+                exec.pending.push(Pending::new(conn.clone(), id, spec));
                 let c = exec.clone();
                 if let Err(e) = exec.post(Box::new(move || c.run_next_task())) {
                     exec.pending.fail_all(&e);
@@ -586,10 +578,6 @@ impl Executor {
                     }
                     waiting
                 };
-                // A running streaming call stops before its next value.
-                if let Some(stop) = exec.streaming.lock().get(&return_id) {
-                    stop.store(true, Ordering::Release);
-                }
                 if let Some(request) = waiting {
                     conn.respond(request, call_cancelled());
                     return;
@@ -681,11 +669,32 @@ impl Executor {
     /// Runs an invocation of the call `spec` on this (non-runtime)
     /// thread, catching panics. A streaming call sends its values from
     /// here as they are made (see `streams`).
-    fn invoke_here(&self, invocation: Invocation, spec: &TaskSpec) -> CallResult {
+    ///
+    /// `stop`: a streaming task's stop flag (its `Pending::stop`). A
+    /// streaming actor call's cancel is noted in the call book instead:
+    /// it was claimed into `CallBook::started` (see [`claim`](Self::claim)).
+    fn invoke_here(
+        self: &Arc<Self>,
+        invocation: Invocation,
+        spec: &TaskSpec,
+        stop: Option<&Arc<AtomicBool>>,
+    ) -> CallResult {
         let _running = registry::RunningTask::enter(spec.task_id);
         let sink = spec.streaming.then(|| {
-            let stop = Arc::new(AtomicBool::new(false));
-            self.streaming.lock().insert(spec.return_id, stop.clone());
+            let stop: Stop = match stop {
+                Some(flag) => {
+                    let flag = flag.clone();
+                    Box::new(move || flag.load(Ordering::Acquire))
+                }
+                None => {
+                    let exec = self.clone();
+                    let id = spec.return_id;
+                    Box::new(move || {
+                        let calls = exec.calls.lock();
+                        matches!(calls.started.get(&id), Some(Started::CancelAsked))
+                    })
+                }
+            };
             SinkGuard::enter(spec.return_id, spec.caller.clone(), stop)
         });
         let outcome = match invocation {
@@ -694,11 +703,21 @@ impl Executor {
                 std::panic::catch_unwind(AssertUnwindSafe(|| self.rt.block_on(fut)))
             }
         };
-        let result = outcome.unwrap_or_else(|payload| Err(registry::panic_payload_error(payload)));
+        let mut result =
+            outcome.unwrap_or_else(|payload| Err(registry::panic_payload_error(payload)));
         let Some(sink) = sink else {
             return result;
         };
-        self.streaming.lock().remove(&spec.return_id);
+        // Stopped by a cancel, or because its generator was dropped: the
+        // error names the function (a caller that cancelled names it too).
+        if let Err(CallError::Runtime(Error::TaskCancelled { function, .. })) = &mut result {
+            if function.is_empty() {
+                function.clone_from(&spec.function);
+            }
+        }
+        if stop.is_none() {
+            self.calls.lock().started.remove(&spec.return_id);
+        }
         if result.is_ok() && !sink.used() {
             let reason = format!(
                 "`{}` returns one value but its caller expects a stream (num_returns = \
@@ -761,18 +780,22 @@ impl Executor {
         let Some(task) = self.pending.start_next() else {
             return;
         };
-        let response = self.run_task_here(&task.spec);
+        let response = self.run_task_here(&task.spec, task.stop.as_ref());
         self.pending.finished();
         task.conn.respond(task.request, response);
     }
 
     /// Runs a task on the executor thread and builds its reply.
-    fn run_task_here(self: &Arc<Self>, spec: &TaskSpec) -> Response {
+    fn run_task_here(
+        self: &Arc<Self>,
+        spec: &TaskSpec,
+        stop: Option<&Arc<AtomicBool>>,
+    ) -> Response {
         let Some(function) = registry::find_function(&spec.function) else {
             return Response::Error(self.unknown(&spec.function));
         };
         let result = match self.fetch_args_here(&spec.args) {
-            Ok(args) => self.invoke_here((function.invoke)(args), spec),
+            Ok(args) => self.invoke_here((function.invoke)(args), spec, stop),
             Err(e) => Err(CallError::Runtime(e)),
         };
         self.finish_here(spec, result)
@@ -984,9 +1007,16 @@ impl Executor {
 
     /// Takes a received call out of the waiting ones, to run or answer
     /// it: `false` if it was cancelled (and answered) meanwhile.
+    /// A streaming call goes into `started` as it is claimed, so that a
+    /// cancel from then on reaches it (see [`invoke_here`](Self::invoke_here)).
     fn claim(&self, item: &MailItem) -> bool {
-        let claimed = self.calls.lock().waiting.remove(&item.spec.return_id);
-        claimed.is_some()
+        let return_id = item.spec.return_id;
+        let mut calls = self.calls.lock();
+        let claimed = calls.waiting.remove(&return_id).is_some();
+        if claimed && item.spec.streaming {
+            calls.started.insert(return_id, Started::Running);
+        }
+        claimed
     }
 
     /// Claims a call (as [`claim`](Self::claim)) that may run as an async
@@ -1070,12 +1100,16 @@ impl Executor {
                 Ok(_) if watch.fired() => Err(CallError::Runtime(cancelled_unnamed())),
                 Ok(Invocation::Async(call)) => {
                     let call = Invocation::Async(Box::pin(stop_if_cancelled(call, watch)));
-                    exec.invoke_here(call, &item.spec)
+                    exec.invoke_here(call, &item.spec, None)
                 }
                 Ok(blocking) => {
-                    // A synchronous call cannot be stopped once it runs.
-                    drop(watch);
-                    exec.invoke_here(blocking, &item.spec)
+                    // A synchronous call cannot be stopped once it runs; a
+                    // streaming one stops before its next value, and
+                    // keeps its `started` entry for that until its end.
+                    if !item.spec.streaming {
+                        drop(watch);
+                    }
+                    exec.invoke_here(blocking, &item.spec, None)
                 }
                 Err(e) => Err(CallError::Runtime(e)),
             };
@@ -1131,9 +1165,12 @@ impl Executor {
             match built {
                 Ok(Invocation::Async(fut)) => self.start_in_order(fut, permit, watch, item).await,
                 Ok(Invocation::Blocking(f)) => {
-                    // A synchronous call cannot be stopped once it runs.
-                    drop(watch);
-                    self.run_on_executor_thread(f, item).await
+                    // A synchronous call cannot be stopped once it runs; a
+                    // streaming one keeps its `started` entry, and stops
+                    // before its next value.
+                    let keep = item.spec.streaming.then_some(watch);
+                    self.run_on_executor_thread(f, item).await;
+                    drop(keep);
                 }
                 Err(e) => item.conn.respond(item.request, Response::Error(e)),
             }
@@ -1214,7 +1251,7 @@ impl Executor {
         f: Box<dyn FnOnce() -> CallResult + Send>,
         item: MailItem,
     ) {
-        let result = self.invoke_here(Invocation::Blocking(f), &item.spec);
+        let result = self.invoke_here(Invocation::Blocking(f), &item.spec, None);
         let response = self.finish_here(&item.spec, result);
         let exiting = self.announce_exit_blocking();
         item.conn.respond(item.request, response);

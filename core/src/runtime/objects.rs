@@ -936,8 +936,10 @@ impl Objects {
         item: StreamItem,
     ) -> Result<()> {
         if self.refs.is_mine(owner) {
-            self.take_stream_item(item);
-            return Ok(());
+            return match self.take_stream_item(item) {
+                true => Ok(()),
+                false => Err(stream_closed()),
+            };
         }
         self.peers.get(owner).await?.request(item).await
     }
@@ -945,8 +947,8 @@ impl Objects {
     /// A value of one of this process's streaming calls arrived: it
     /// becomes an owned object, as a call's result does, kept for the
     /// call's generator (or freed, if the generator is gone or has it
-    /// already).
-    fn take_stream_item(self: &Arc<Self>, item: StreamItem) {
+    /// already). Returns false when the generator is gone.
+    fn take_stream_item(self: &Arc<Self>, item: StreamItem) -> bool {
         let StreamItem {
             generator,
             index,
@@ -956,7 +958,7 @@ impl Objects {
         let handle = crate::ObjectRef::from_counted(self.new_pending(id), self);
         let releases = self.set_result(id, Ok(item));
         self.apply_releases(releases);
-        self.streams.offer(generator, index, handle);
+        self.streams.offer(generator, index, handle)
     }
 
     /// Serves the owner service.
@@ -1015,13 +1017,25 @@ impl Objects {
                 conn.respond(id, Response::Ok);
             }
             OwnerRequest::StreamItem(item) => {
-                self.take_stream_item(item);
-                conn.respond(id, Response::Ok);
+                let response = match self.take_stream_item(item) {
+                    true => Response::Ok,
+                    false => Response::Error(stream_closed()),
+                };
+                conn.respond(id, response);
             }
             OwnerRequest::LocateActor(LocateActor { actor_id }) => {
                 let answer = self.owned_actors.locate(actor_id);
                 conn.respond(id, Response::OwnedActor(answer));
             }
         }
+    }
+}
+
+/// The answer to a streaming call's value whose generator was dropped:
+/// the executor ends the call, cancelled, instead of making more.
+fn stream_closed() -> Error {
+    Error::TaskCancelled {
+        function: String::new(),
+        how: String::new(),
     }
 }

@@ -15,7 +15,7 @@ use prism_protocol::ids::{ObjectId, WorkerId};
 use prism_protocol::messages::{Response, TaskSpec};
 use prism_protocol::rpc::Connection;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +30,21 @@ pub(crate) struct Pending {
     pub(crate) conn: Connection,
     pub(crate) request: Option<u64>,
     pub(crate) spec: TaskSpec,
+    /// A streaming task's stop flag, set by a cancel while it runs: it
+    /// makes no further value.
+    pub(crate) stop: Option<Arc<AtomicBool>>,
+}
+
+impl Pending {
+    pub(crate) fn new(conn: Connection, request: Option<u64>, spec: TaskSpec) -> Self {
+        let stop = spec.streaming.then(|| Arc::new(AtomicBool::new(false)));
+        Pending {
+            conn,
+            request,
+            spec,
+            stop,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -37,8 +52,8 @@ struct State {
     queue: VecDeque<Pending>,
     /// The executor thread is running a task.
     running: bool,
-    /// The result object of the task it runs.
-    running_task: Option<ObjectId>,
+    /// The result object of the task it runs, and its stop flag.
+    running_task: Option<(ObjectId, Option<Arc<AtomicBool>>)>,
     /// A watch (see [`PendingTasks::watch`]) is on.
     watching: bool,
 }
@@ -76,7 +91,7 @@ impl PendingTasks {
         let mut state = self.state.lock();
         let next = state.queue.pop_front()?;
         state.running = true;
-        state.running_task = Some(next.spec.return_id);
+        state.running_task = Some((next.spec.return_id, next.stop.clone()));
         self.started.fetch_add(1, Ordering::Relaxed);
         self.watch_if_waiting(&mut state);
         Some(next)
@@ -108,7 +123,16 @@ impl PendingTasks {
                 .iter()
                 .position(|p| p.spec.return_id == return_id);
             let dropped = at.and_then(|i| state.queue.remove(i));
-            (dropped, state.running_task == Some(return_id))
+            let running = match &state.running_task {
+                Some((id, stop)) if *id == return_id => {
+                    if let Some(stop) = stop {
+                        stop.store(true, Ordering::Release);
+                    }
+                    true
+                }
+                _ => false,
+            };
+            (dropped, running)
         };
         if let Some(task) = dropped {
             let error = Error::TaskCancelled {
@@ -183,11 +207,7 @@ mod tests {
     impl Handler for Queues {
         fn handle(&self, conn: &Connection, request: Option<u64>, body: Request) {
             if let Request::Executor(ExecutorRequest::PushTask(PushTask { spec })) = body {
-                self.0.push(Pending {
-                    conn: conn.clone(),
-                    request,
-                    spec,
-                });
+                self.0.push(Pending::new(conn.clone(), request, spec));
             }
         }
     }
@@ -304,11 +324,7 @@ mod tests {
         // them be.
         for _ in 0..10 {
             let task = queue.start_next().expect("a task to start");
-            queue.push(Pending {
-                conn: task.conn.clone(),
-                request: None,
-                spec: push("more").spec,
-            });
+            queue.push(Pending::new(task.conn.clone(), None, push("more").spec));
             tokio::time::sleep(Duration::from_millis(3)).await;
             queue.finished();
         }

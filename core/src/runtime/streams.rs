@@ -17,9 +17,12 @@
 //! between two values.
 //!
 //! Caller side: [`Streams`] holds, per open generator, the values that
-//! arrived and are not taken yet. A value arriving for a generator that
-//! was dropped, or twice (a retried call sends its values from the first
-//! again), is freed at once.
+//! arrived and are not taken yet. A retried call sends its values from
+//! the first again: a value the generator handed out already is freed at
+//! once, one it holds untaken is replaced by the new copy (the old one
+//! may have been lost with its node). A value arriving for a generator
+//! that was dropped is freed, and its answer tells the executor, which
+//! ends the call (cancelled) instead of making more.
 
 use super::registry::{CallError, CallResult};
 use crate::{Error, ObjectRef};
@@ -29,7 +32,6 @@ use prism_protocol::messages::Address;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// One stream's values that arrived and were not taken yet.
@@ -87,25 +89,29 @@ impl Streams {
 
     /// Value `index` of `generator` arrived as `item` (one local handle):
     /// kept for the generator, or dropped (and so freed) when nobody will
-    /// take it.
-    pub(crate) fn offer(&self, generator: ObjectId, index: u64, item: ObjectRef<()>) {
+    /// take it. Returns false when the generator is gone.
+    pub(crate) fn offer(&self, generator: ObjectId, index: u64, item: ObjectRef<()>) -> bool {
         let Some(stream) = self.open.lock().get(&generator).cloned() else {
-            return;
+            return false;
         };
         let unwanted = {
             let mut state = stream.state.lock();
-            if index < state.taken || state.items.contains_key(&index) {
+            if index < state.taken {
                 Some(item)
             } else {
-                state.items.insert(index, item);
-                None
+                // A copy from an earlier run, not taken yet, gives way.
+                state.items.insert(index, item)
             }
         };
         // Freed outside the stream's lock.
         drop(unwanted);
         stream.arrived.notify_one();
+        true
     }
 }
+
+/// Whether the caller cancelled the running streaming call.
+pub(crate) type Stop = Box<dyn Fn() -> bool>;
 
 /// Where the values of the streaming call running on this thread go.
 pub(crate) struct ItemSink {
@@ -113,8 +119,8 @@ pub(crate) struct ItemSink {
     pub(crate) generator: ObjectId,
     /// The caller.
     pub(crate) owner: Address,
-    /// Set when the caller cancels the call: no further value is made.
-    pub(crate) stop: Arc<AtomicBool>,
+    /// True once the caller cancelled the call: no further value is made.
+    stop: Stop,
     /// Values sent so far.
     sent: std::cell::Cell<u64>,
     /// The call's function streamed (it may not, if the caller and this
@@ -131,7 +137,7 @@ thread_local! {
 pub(crate) struct SinkGuard(Rc<ItemSink>);
 
 impl SinkGuard {
-    pub(crate) fn enter(generator: ObjectId, owner: Address, stop: Arc<AtomicBool>) -> Self {
+    pub(crate) fn enter(generator: ObjectId, owner: Address, stop: Stop) -> Self {
         let sink = Rc::new(ItemSink {
             generator,
             owner,
@@ -167,13 +173,18 @@ pub(crate) fn emit_all(items: impl Iterator<Item = CallResult>) -> CallResult {
     };
     sink.used.set(true);
     let core = super::current().map_err(CallError::Runtime)?;
-    for item in items {
-        if sink.stop.load(Ordering::Acquire) {
+    let mut items = items;
+    loop {
+        // Checked before the function is asked for its next value.
+        if (sink.stop)() {
             return Err(CallError::Runtime(Error::TaskCancelled {
                 function: String::new(),
                 how: String::new(),
             }));
         }
+        let Some(item) = items.next() else {
+            break;
+        };
         let encoded = item?;
         let index = sink.sent.get();
         core.executor
