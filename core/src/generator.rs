@@ -208,6 +208,13 @@ impl<T> ObjectRefGenerator<T> {
     }
 
     fn next_within(&mut self, timeout: Option<Duration>) -> Option<Result<ObjectRef<T>>> {
+        // A value that arrived already needs no wait.
+        if let Some(cursor) = &mut self.cursor {
+            if let Some(item) = cursor.stream.take(cursor.index) {
+                cursor.index += 1;
+                return Some(Ok(item.retype()));
+            }
+        }
         let mut cursor = self.cursor.take()?;
         let core = match current() {
             Ok(core) => core,

@@ -817,11 +817,12 @@ services! {
         } => ();
         /// The next value of a streaming call (`TaskSpec::streaming`) is
         /// stored as `id`: the caller takes it as its own object, the
-        /// `index`-th of the stream. Sent by the executor, one at a time,
-        /// each answered before the next is sent and before the call
+        /// `index`-th of the stream. Sent by the executor in order, a
+        /// bounded number unanswered at once, all answered before the call
         /// itself answers, so a stream's values are all known here when
         /// its call ends. A run again (a retry) sends the values from the
-        /// first again; the caller keeps the first copy of each index.
+        /// first again; the caller keeps one copy of each index (the
+        /// newest of those it has not handed out yet).
         StreamItem {
             /// The call's `return_id`, which names the stream.
             generator: ObjectId,

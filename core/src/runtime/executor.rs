@@ -47,7 +47,7 @@ use super::pending::{Pending, PendingTasks};
 use super::refs::Release;
 use super::registry::{self, ActorCell, ActorClass, Args, CallError, CallResult, Invocation};
 use super::store::Loaded;
-use super::streams::{SinkGuard, Stop};
+use super::streams::{ItemAck, SinkGuard, Stop};
 use crate::codec;
 use crate::config::Config;
 use crate::{Error, Result};
@@ -708,6 +708,12 @@ impl Executor {
         let Some(sink) = sink else {
             return result;
         };
+        // Every value sent is answered before the call is: the caller's
+        // generator has them all when it learns the call ended.
+        let settled = self.settle_items(sink.take_in_flight());
+        if let (Ok(_), Err(e)) = (&result, settled) {
+            result = Err(CallError::Runtime(e));
+        }
         // Stopped by a cancel, or because its generator was dropped: the
         // error names the function (a caller that cancelled names it too).
         if let Err(CallError::Runtime(Error::TaskCancelled { function, .. })) = &mut result {
@@ -729,8 +735,9 @@ impl Executor {
         result
     }
 
-    /// Stores value `index` of the streaming call `generator` and hands it
-    /// to the caller, `owner`; returns once the caller took it in. Called
+    /// Stores value `index` of the streaming call `generator` and sends it
+    /// to the caller, `owner`; returns once it is sent, with the caller's
+    /// answer to wait for ([`settle_items`](Self::settle_items)). Called
     /// from the thread running the call.
     pub(crate) fn send_item(
         self: &Arc<Self>,
@@ -738,7 +745,7 @@ impl Executor {
         index: u64,
         owner: &Address,
         encoded: codec::Encoded,
-    ) -> Result<()> {
+    ) -> Result<ItemAck> {
         let exec = self.clone();
         let owner = owner.clone();
         super::block_on(&self.rt, async move {
@@ -766,11 +773,55 @@ impl Executor {
                 exec.objects.send_stream_item(&owner, item).await
             }
             .await;
-            if sent.is_err() {
-                // The caller never took it: its copy goes.
-                exec.objects.apply_releases(copy.into_iter().collect());
+            match sent {
+                Ok(answer) => Ok(ItemAck { answer, copy }),
+                Err(e) => {
+                    // The caller never took it: its copy goes.
+                    exec.objects.apply_releases(copy.into_iter().collect());
+                    Err(e)
+                }
             }
-            sent
+        })
+    }
+
+    /// Waits for the caller's answers to sent values of a streaming call,
+    /// oldest first; the first failure, once all answered. A value the
+    /// caller did not take in loses its copy here, unless the caller
+    /// answered that the stream is closed (it freed the value itself).
+    pub(crate) fn settle_items(self: &Arc<Self>, acks: Vec<ItemAck>) -> Result<()> {
+        if acks.iter().all(|a| a.answer.is_none()) {
+            return Ok(());
+        }
+        let objects = self.objects.clone();
+        super::block_on(&self.rt, async move {
+            let mut failed = None;
+            for ack in acks {
+                let Some(answer) = ack.answer else {
+                    continue;
+                };
+                let error = match answer.await {
+                    Ok(Response::Ok) => continue,
+                    Ok(Response::Error(e @ Error::TaskCancelled { .. })) => e,
+                    Ok(Response::Error(e)) => {
+                        objects.apply_releases(ack.copy.into_iter().collect());
+                        e
+                    }
+                    Ok(other) => {
+                        objects.apply_releases(ack.copy.into_iter().collect());
+                        Error::Protocol {
+                            message: format!("a stream's value was answered {other:?}"),
+                        }
+                    }
+                    Err(_) => {
+                        objects.apply_releases(ack.copy.into_iter().collect());
+                        Error::Disconnected {
+                            peer: "the caller of a streaming call".into(),
+                        }
+                    }
+                };
+                failed.get_or_insert(error);
+            }
+            failed.map_or(Ok(()), Err)
         })
     }
 

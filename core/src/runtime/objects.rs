@@ -928,20 +928,21 @@ impl Objects {
         Ok(out)
     }
 
-    /// Hands value `item.index` of a streaming call to its caller,
-    /// `owner` (this process, or another), and waits until it took it in.
+    /// Sends value `item.index` of a streaming call to its caller, `owner`:
+    /// the receiver of the caller's answer, or `None` when this process is
+    /// the caller and took it in already.
     pub(crate) async fn send_stream_item(
         self: &Arc<Self>,
         owner: &Address,
         item: StreamItem,
-    ) -> Result<()> {
+    ) -> Result<Option<tokio::sync::oneshot::Receiver<Response>>> {
         if self.refs.is_mine(owner) {
             return match self.take_stream_item(item) {
-                true => Ok(()),
+                true => Ok(None),
                 false => Err(stream_closed()),
             };
         }
-        self.peers.get(owner).await?.request(item).await
+        Ok(Some(self.peers.get(owner).await?.start_call(item.into())?))
     }
 
     /// A value of one of this process's streaming calls arrived: it
@@ -1033,7 +1034,7 @@ impl Objects {
 
 /// The answer to a streaming call's value whose generator was dropped:
 /// the executor ends the call, cancelled, instead of making more.
-fn stream_closed() -> Error {
+pub(crate) fn stream_closed() -> Error {
     Error::TaskCancelled {
         function: String::new(),
         how: String::new(),

@@ -3,11 +3,13 @@
 //! A streaming function returns an iterator. Its executor stores each value
 //! as it is made, as a task result is stored, under an id it mints, and
 //! sends it to the caller ([`StreamItem`]); the caller answers once it took
-//! the value as its own object. Only then does the executor ask the
-//! iterator for the next value, so the call answers (with the number of
-//! values) only after every value was taken in. The executor does not
-//! wait for the caller's code to read a value: values not read yet wait
-//! in the caller's stream (Ray's generators without backpressure). The caller's
+//! the value as its own object. Up to [`IN_FLIGHT`] values are sent
+//! before the executor waits for the oldest answer, and the call answers
+//! (with the number of values) only after every value was answered, so
+//! the caller has taken in every value when it learns the call ended.
+//! The executor does not wait for the caller's code to read a value:
+//! values not read yet wait in the caller's stream (Ray's generators
+//! without backpressure). The caller's
 //! [`ObjectRefGenerator`](crate::ObjectRefGenerator) hands out the values'
 //! references in order; it has seen every value once the call answered.
 //!
@@ -24,6 +26,7 @@
 //! that was dropped is freed, and its answer tells the executor, which
 //! ends the call (cancelled) instead of making more.
 
+use super::refs::Release;
 use super::registry::{CallError, CallResult};
 use crate::{Error, ObjectRef};
 use parking_lot::Mutex;
@@ -113,6 +116,19 @@ impl Streams {
 /// Whether the caller cancelled the running streaming call.
 pub(crate) type Stop = Box<dyn Fn() -> bool>;
 
+/// Values a streaming call sends before it waits for the caller's answers
+/// to the oldest: the sends overlap the caller's round trips, and at most
+/// this many values (inline ones up to 100 KiB each) are in flight.
+const IN_FLIGHT: usize = 64;
+
+/// A value sent and not yet answered: the caller's answer (`None` when the
+/// caller is this process and took it in already), and the value's copy
+/// in the store, deleted if the caller never takes it in.
+pub(crate) struct ItemAck {
+    pub(crate) answer: Option<tokio::sync::oneshot::Receiver<prism_protocol::messages::Response>>,
+    pub(crate) copy: Option<Release>,
+}
+
 /// Where the values of the streaming call running on this thread go.
 pub(crate) struct ItemSink {
     /// The call's `return_id`.
@@ -126,6 +142,8 @@ pub(crate) struct ItemSink {
     /// The call's function streamed (it may not, if the caller and this
     /// worker were built from different code).
     used: std::cell::Cell<bool>,
+    /// Values sent whose answers were not read yet, oldest first.
+    in_flight: RefCell<std::collections::VecDeque<ItemAck>>,
 }
 
 thread_local! {
@@ -144,6 +162,7 @@ impl SinkGuard {
             stop,
             sent: std::cell::Cell::new(0),
             used: std::cell::Cell::new(false),
+            in_flight: RefCell::new(std::collections::VecDeque::new()),
         });
         SINK.with(|s| *s.borrow_mut() = Some(sink.clone()));
         SinkGuard(sink)
@@ -152,6 +171,11 @@ impl SinkGuard {
     /// Whether the call's function streamed its values.
     pub(crate) fn used(&self) -> bool {
         self.0.used.get()
+    }
+
+    /// The values sent and not answered yet, for the call's end to wait on.
+    pub(crate) fn take_in_flight(&self) -> Vec<ItemAck> {
+        self.0.in_flight.borrow_mut().drain(..).collect()
     }
 }
 
@@ -162,7 +186,7 @@ impl Drop for SinkGuard {
 }
 
 /// Sends every value of `items` to the caller of the streaming call
-/// running on this thread, one at a time; the call's result is the
+/// running on this thread, in order; the call's result is the
 /// number of values. The first `Err` (an item's own, or a failed send)
 /// ends the call with it; a cancel ends it before the next value.
 pub(crate) fn emit_all(items: impl Iterator<Item = CallResult>) -> CallResult {
@@ -187,10 +211,21 @@ pub(crate) fn emit_all(items: impl Iterator<Item = CallResult>) -> CallResult {
         };
         let encoded = item?;
         let index = sink.sent.get();
-        core.executor
+        let ack = core
+            .executor
             .send_item(sink.generator, index, &sink.owner, encoded)
             .map_err(CallError::Runtime)?;
         sink.sent.set(index + 1);
+        let oldest = {
+            let mut in_flight = sink.in_flight.borrow_mut();
+            in_flight.push_back(ack);
+            (in_flight.len() > IN_FLIGHT).then(|| in_flight.pop_front())
+        };
+        if let Some(oldest) = oldest.flatten() {
+            core.executor
+                .settle_items(vec![oldest])
+                .map_err(CallError::Runtime)?;
+        }
     }
     crate::private::encode_return(sink.sent.get())
 }
