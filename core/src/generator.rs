@@ -22,8 +22,9 @@ use std::time::Duration;
 /// made before come first, then the error, then `None`. A call retried
 /// after its worker died runs again from its first value; the generator
 /// hands out each value once (a retry is assumed to make the same values
-/// as the run before). Dropping the generator ends the call before its
-/// function is asked for another value.
+/// as the run before). Dropping the generator ends the call too: its
+/// executor makes no further value once the answer to a value it sent
+/// says the generator is gone (values in flight then are freed).
 ///
 /// Each value is an object of its own, owned by the caller, freed when
 /// its last reference goes; values not taken yet are freed with the

@@ -266,6 +266,12 @@ impl Recorder {
         self.seen.push(n);
         self.seen.clone()
     }
+
+    /// Counts up without end, a value every 5 ms.
+    #[method(num_returns = "streaming")]
+    fn ticks(&self) -> impl Iterator<Item = u64> {
+        (0..).inspect(|_| std::thread::sleep(Duration::from_millis(5)))
+    }
 }
 
 /// Two calls at a time; the third waits for a thread.
@@ -281,6 +287,12 @@ impl Pair {
     fn hold(&self, dir: String, name: String) -> String {
         wait_open(&dir, &name);
         name
+    }
+
+    /// Counts up without end, a value every 5 ms.
+    #[method(num_returns = "streaming")]
+    fn ticks(&self) -> impl Iterator<Item = u64> {
+        (0..).inspect(|_| std::thread::sleep(Duration::from_millis(5)))
     }
 }
 
@@ -672,6 +684,45 @@ fn a_cancelled_streaming_task_makes_no_further_value() {
         prism::get_timeout(&add::remote(2, 3).unwrap(), LIMIT).unwrap(),
         5
     );
+}
+
+/// Reads two values of `stream`, cancels it, and requires it to end
+/// cancelled (after the values made before the cancel took hold).
+fn cancel_stream_after_two(mut stream: prism::ObjectRefGenerator<u64>) {
+    for expected in 0..2 {
+        let r = stream.next().expect("a value").unwrap();
+        assert_eq!(prism::get_timeout(&r, LIMIT).unwrap(), expected);
+    }
+    stream.cancel(false).unwrap();
+    let start = std::time::Instant::now();
+    let error = loop {
+        assert!(
+            start.elapsed() < LIMIT,
+            "the stream must end soon after its cancel"
+        );
+        match stream.next_timeout(LIMIT) {
+            Some(Ok(_)) => {}
+            Some(Err(e)) => break e,
+            None => panic!("the stream must end cancelled"),
+        }
+    };
+    cancelled(Err::<(), _>(error));
+}
+
+#[test]
+fn a_streaming_actor_call_is_stopped_by_its_cancel() {
+    cluster();
+    // An actor running one call at a time: the next call runs after.
+    let recorder = Recorder::remote().unwrap();
+    cancel_stream_after_two(recorder.ticks().unwrap());
+    assert_eq!(
+        prism::get_timeout(&recorder.record(7).unwrap(), LIMIT).unwrap(),
+        vec![7]
+    );
+    // An actor running calls on threads of its own.
+    let pair = Pair::remote().unwrap();
+    cancel_stream_after_two(pair.ticks().unwrap());
+    cancel_stream_after_two(pair.ticks().unwrap());
 }
 
 #[test]

@@ -775,6 +775,9 @@ impl Executor {
             .await;
             match sent {
                 Ok(answer) => Ok(ItemAck { answer, copy }),
+                // This process is the caller and the stream is closed: it
+                // freed the value already.
+                Err(e @ Error::TaskCancelled { .. }) => Err(e),
                 Err(e) => {
                     // The caller never took it: its copy goes.
                     exec.objects.apply_releases(copy.into_iter().collect());
@@ -799,30 +802,36 @@ impl Executor {
                 let Some(answer) = ack.answer else {
                     continue;
                 };
-                let error = match answer.await {
-                    Ok(Response::Ok) => continue,
-                    Ok(Response::Error(e @ Error::TaskCancelled { .. })) => e,
-                    Ok(Response::Error(e)) => {
-                        objects.apply_releases(ack.copy.into_iter().collect());
-                        e
-                    }
-                    Ok(other) => {
-                        objects.apply_releases(ack.copy.into_iter().collect());
-                        Error::Protocol {
-                            message: format!("a stream's value was answered {other:?}"),
-                        }
-                    }
-                    Err(_) => {
-                        objects.apply_releases(ack.copy.into_iter().collect());
-                        Error::Disconnected {
-                            peer: "the caller of a streaming call".into(),
-                        }
-                    }
-                };
-                failed.get_or_insert(error);
+                let answered = answer.await.ok();
+                if let Err(e) = item_answered(&objects, ack.copy, answered) {
+                    failed.get_or_insert(e);
+                }
             }
             failed.map_or(Ok(()), Err)
         })
+    }
+
+    /// The first of `acks` already answered, without waiting: `None` when
+    /// the oldest is not answered yet, else its outcome (the ack is taken
+    /// off the front).
+    pub(crate) fn settle_answered(
+        &self,
+        acks: &mut std::collections::VecDeque<ItemAck>,
+    ) -> Option<Result<()>> {
+        let front = acks.front_mut()?;
+        let answered = match &mut front.answer {
+            None => None,
+            Some(answer) => match answer.try_recv() {
+                Ok(response) => Some(response),
+                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => return None,
+                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => None,
+            },
+        };
+        let ack = acks.pop_front()?;
+        if ack.answer.is_none() {
+            return Some(Ok(()));
+        }
+        Some(item_answered(&self.objects, ack.copy, answered))
     }
 
     /// Runs the oldest pushed task not yet started, if any, on the
@@ -1058,9 +1067,16 @@ impl Executor {
 
     /// Takes a received call out of the waiting ones, to run or answer
     /// it: `false` if it was cancelled (and answered) meanwhile.
-    /// A streaming call goes into `started` as it is claimed, so that a
-    /// cancel from then on reaches it (see [`invoke_here`](Self::invoke_here)).
     fn claim(&self, item: &MailItem) -> bool {
+        let claimed = self.calls.lock().waiting.remove(&item.spec.return_id);
+        claimed.is_some()
+    }
+
+    /// [`claim`](Self::claim) for a synchronous call about to run here: a
+    /// streaming one goes into `started` as it is claimed, so that a cancel
+    /// from then on reaches it (see [`invoke_here`](Self::invoke_here),
+    /// which takes it out at the call's end).
+    fn claim_to_run(&self, item: &MailItem) -> bool {
         let return_id = item.spec.return_id;
         let mut calls = self.calls.lock();
         let claimed = calls.waiting.remove(&return_id).is_some();
@@ -1387,7 +1403,7 @@ impl Executor {
         let exec = self.clone();
         match built {
             Ok(Invocation::Blocking(f)) => threads.push(Box::new(move || {
-                if exec.claim(&item) {
+                if exec.claim_to_run(&item) {
                     exec.run_blocking_call(f, item);
                 }
             })),
@@ -1407,4 +1423,28 @@ impl Executor {
             Err(_) => {}
         }
     }
+}
+
+/// Records the caller's answer to a sent stream value (`None`: the
+/// connection went before it answered). A value the caller did not take
+/// in loses its copy, unless the caller answered that the stream is
+/// closed: then it freed the value itself.
+fn item_answered(
+    objects: &Arc<Objects>,
+    copy: Option<Release>,
+    answered: Option<Response>,
+) -> Result<()> {
+    let error = match answered {
+        Some(Response::Ok) => return Ok(()),
+        Some(Response::Error(e @ Error::TaskCancelled { .. })) => return Err(e),
+        Some(Response::Error(e)) => e,
+        Some(other) => Error::Protocol {
+            message: format!("a stream's value was answered {other:?}"),
+        },
+        None => Error::Disconnected {
+            peer: "the caller of a streaming call".into(),
+        },
+    };
+    objects.apply_releases(copy.into_iter().collect());
+    Err(error)
 }

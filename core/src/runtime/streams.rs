@@ -199,6 +199,19 @@ pub(crate) fn emit_all(items: impl Iterator<Item = CallResult>) -> CallResult {
     let core = super::current().map_err(CallError::Runtime)?;
     let mut items = items;
     loop {
+        // Answers that came in already: a closed stream (its generator
+        // was dropped) or a refused value ends the call now, not values
+        // later.
+        loop {
+            let answered = core
+                .executor
+                .settle_answered(&mut sink.in_flight.borrow_mut());
+            match answered {
+                None => break,
+                Some(Ok(())) => {}
+                Some(Err(e)) => return Err(CallError::Runtime(e)),
+            }
+        }
         // Checked before the function is asked for its next value.
         if (sink.stop)() {
             return Err(CallError::Runtime(Error::TaskCancelled {
