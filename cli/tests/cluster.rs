@@ -37,6 +37,16 @@ fn where_and_sum(data: Vec<u8>, out: usize) -> (String, u64, Vec<u8>) {
     (node, sum, vec![7u8; out])
 }
 
+/// `n` blocks of 300 KiB (stored in the store of the node that makes
+/// them), each with that node's id.
+#[prism::remote(num_returns = "streaming")]
+fn blocks_from_here(n: u8) -> impl Iterator<Item = (String, Vec<u8>)> {
+    let node = prism::runtime_context()
+        .map(|c| c.node_id.to_string())
+        .unwrap_or_default();
+    (0..n).map(move |i| (node.clone(), vec![i; 300 << 10]))
+}
+
 /// The spreading driver's part, run on the head by the test below.
 fn spread() {
     must(
@@ -152,6 +162,25 @@ fn spread() {
         "ACTOR caller ran on the third host: {}",
         from_there.0 == third.node_id
     );
+
+    // A streaming task on the third host: its values stay in that node's
+    // store, and this driver pulls each as its reference arrives.
+    let stream = must(
+        blocks_from_here::remote_with(pinned(third_id, false), 4),
+        "a streaming task is submitted",
+    );
+    let mut whole = true;
+    let mut count = 0u8;
+    for value in stream {
+        let (node, bytes) = must(
+            prism::get(&must(value, "a value arrives")),
+            "a value is pulled from the third host",
+        );
+        whole &=
+            node == third.node_id && bytes.len() == 300 << 10 && bytes.iter().all(|&b| b == count);
+        count += 1;
+    }
+    println!("STREAM from the third host: {count} values, whole: {whole}");
     prism::shutdown();
 }
 
@@ -512,6 +541,10 @@ fn tasks_spill_spread_and_pin_over_nodes_and_large_objects_cross_them() {
     );
     assert!(
         said.contains("ACTOR caller ran on the third host: true"),
+        "{said}"
+    );
+    assert!(
+        said.contains("STREAM from the third host: 4 values, whole: true"),
         "{said}"
     );
 }
