@@ -643,6 +643,14 @@ fn a_started_async_call_of_an_actor_running_one_call_at_a_time_is_stopped_too() 
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Reads the first `n` values of a counting stream, checking each.
+fn read_first(stream: &mut prism::ObjectRefGenerator<u64>, n: u64) {
+    for expected in 0..n {
+        let r = stream.next().expect("a value").unwrap();
+        assert_eq!(prism::get_timeout(&r, LIMIT).unwrap(), expected);
+    }
+}
+
 /// Counts up without end, a value every 5 ms.
 #[prism::remote(num_returns = "streaming")]
 fn endless() -> impl Iterator<Item = u64> {
@@ -653,10 +661,7 @@ fn endless() -> impl Iterator<Item = u64> {
 fn a_cancelled_streaming_task_makes_no_further_value() {
     cluster();
     let mut stream = endless::remote().unwrap();
-    for expected in 0..3 {
-        let r = stream.next().expect("a value").unwrap();
-        assert_eq!(prism::get_timeout(&r, LIMIT).unwrap(), expected);
-    }
+    read_first(&mut stream, 3);
     stream.cancel(false).unwrap();
     // The values made before the cancel took hold, in order, then the
     // cancel; the function was asked for no further value.
@@ -689,10 +694,7 @@ fn a_cancelled_streaming_task_makes_no_further_value() {
 /// Reads two values of `stream`, cancels it, and requires it to end
 /// cancelled (after the values made before the cancel took hold).
 fn cancel_stream_after_two(mut stream: prism::ObjectRefGenerator<u64>) {
-    for expected in 0..2 {
-        let r = stream.next().expect("a value").unwrap();
-        assert_eq!(prism::get_timeout(&r, LIMIT).unwrap(), expected);
-    }
+    read_first(&mut stream, 2);
     stream.cancel(false).unwrap();
     let start = std::time::Instant::now();
     let error = loop {
@@ -729,10 +731,7 @@ fn a_streaming_actor_call_is_stopped_by_its_cancel() {
 fn a_dropped_generator_ends_its_streaming_task() {
     cluster();
     let mut stream = endless::remote().unwrap();
-    for expected in 0..2 {
-        let r = stream.next().expect("a value").unwrap();
-        assert_eq!(prism::get_timeout(&r, LIMIT).unwrap(), expected);
-    }
+    read_first(&mut stream, 2);
     let done = stream.completed().clone();
     drop(stream);
     // The next value finds no generator: the task ends, cancelled,
