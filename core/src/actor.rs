@@ -113,7 +113,7 @@ impl ActorRef {
         args: Vec<Result<Arg>>,
     ) -> Result<ObjectRefGenerator<T>> {
         let open = |objects: &Arc<Objects>, refs: &[ObjectRef<()>; 1]| {
-            ObjectRefGenerator::open(refs[0].clone(), objects)
+            ObjectRefGenerator::open(refs[0].clone(), objects, 0)
         };
         Ok(self.send_call::<1, _>(method, args, true, open)?.1)
     }
@@ -146,6 +146,7 @@ impl ActorRef {
             return_id: ids[0],
             more_returns: ids[1..].to_vec(),
             streaming,
+            stream_backpressure: 0,
             caller: core.objects.address().clone(),
         };
         let made = before(&core.objects, &refs);

@@ -157,10 +157,11 @@ impl Cursor {
 impl<T> ObjectRefGenerator<T> {
     /// Opens the stream of a call about to be submitted, whose result is
     /// `completed`.
-    pub(crate) fn open(completed: ObjectRef<()>, objects: &Arc<Objects>) -> Self {
+    /// `limit`: the call's `generator_backpressure` (0: none).
+    pub(crate) fn open(completed: ObjectRef<()>, objects: &Arc<Objects>, limit: u32) -> Self {
         let id = completed.id();
         let completed: ObjectRef<u64> = completed.retype();
-        let stream = objects.streams.open(id);
+        let stream = objects.streams.open(id, limit);
         ObjectRefGenerator {
             cursor: Some(Cursor {
                 stream,

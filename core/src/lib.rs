@@ -139,7 +139,8 @@
 //! end the stream with their `Err`, after the items before it. The
 //! function does not wait for the caller to read an item before it makes
 //! the next: items not read yet wait, stored, in the caller's generator
-//! (as Ray's generators without backpressure).
+//! (as Ray's generators), unless
+//! [`TaskOptions::generator_backpressure`] bounds them.
 //!
 //! ```no_run
 //! #[prism::remote(num_returns = "streaming")]

@@ -33,6 +33,8 @@ pub struct TaskOptions {
     /// With `retry_exceptions`: retry only errors whose message contains
     /// one of these (empty: every error).
     retry_matching: Vec<String>,
+    /// For streaming tasks: values left unread before the task pauses.
+    generator_backpressure: Option<u32>,
 }
 
 /// Retries of a task whose worker dies, unless set (Ray's default).
@@ -101,6 +103,47 @@ impl TaskOptions {
         self
     }
 
+    /// For a streaming task (`num_returns = "streaming"`): once `n` of its
+    /// values wait unread in the caller's generator, the task pauses
+    /// before making more, until the caller reads (Ray's
+    /// `_generator_backpressure_num_objects`). At most about `2 * n`
+    /// values are stored and unread at once: `n` waiting, up to `n` more
+    /// on their way. Unset, a task makes values as fast as it can. A
+    /// caller that waits for the task's end before it reads would wait
+    /// forever: read as you go. Other tasks ignore it; 0 is refused.
+    ///
+    /// ```no_run
+    /// #[prism::remote(num_returns = "streaming")]
+    /// fn frames(n: u32) -> impl Iterator<Item = Vec<u8>> {
+    ///     (0..n).map(|_| vec![0u8; 1 << 20])
+    /// }
+    ///
+    /// # fn main() -> prism::Result<()> {
+    /// prism::init(prism::Config::default())?;
+    /// let paced = prism::TaskOptions::new().generator_backpressure(4);
+    /// for frame in frames::remote_with(paced, 1000)? {
+    ///     let _bytes = prism::get(&frame?)?; // 8 MiB unread at most
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn generator_backpressure(mut self, n: u32) -> Self {
+        self.generator_backpressure = Some(n);
+        self
+    }
+
+    /// The streaming bound, checked: 0 when unset.
+    pub(crate) fn stream_backpressure(&self) -> Result<u32> {
+        match self.generator_backpressure {
+            Some(0) => Err(Error::invalid(
+                "generator_backpressure",
+                "a streaming task needs room for at least 1 unread value; leave it unset for no bound",
+            )),
+            Some(n) => Ok(n),
+            None => Ok(0),
+        }
+    }
+
     /// Retries the function's own errors only when their message (the
     /// `Display` of the returned `Err`, or the panic message) contains one
     /// of `patterns`, within `max_retries`; turns `retry_exceptions` on. The
@@ -132,6 +175,9 @@ impl TaskOptions {
             self.strategy = defaults.strategy;
         }
         self.max_retries = self.max_retries.or(defaults.max_retries);
+        self.generator_backpressure = self
+            .generator_backpressure
+            .or(defaults.generator_backpressure);
         if !self.retry_exceptions && self.retry_matching.is_empty() {
             self.retry_exceptions = defaults.retry_exceptions;
             self.retry_matching = defaults.retry_matching;

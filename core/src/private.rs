@@ -120,8 +120,9 @@ pub fn submit_stream<T>(
     options: TaskOptions,
     args: Vec<Result<Arg>>,
 ) -> Result<ObjectRefGenerator<T>> {
+    let limit = options.stream_backpressure()?;
     let open = |objects: &Arc<Objects>, refs: &[ObjectRef<()>; 1]| {
-        ObjectRefGenerator::open(refs[0].clone(), objects)
+        ObjectRefGenerator::open(refs[0].clone(), objects, limit)
     };
     Ok(submit::<1, _>(function, options, args, true, open)?.1)
 }
@@ -140,6 +141,7 @@ fn submit<const N: usize, R>(
     let core = current()?;
     let shape = options.scheduling_key()?;
     let (max_retries, retry_exceptions, retry_matching) = options.retry_policy()?;
+    let stream_backpressure = options.stream_backpressure()?;
     if shape.bundle.is_none() {
         core.check_feasible(&shape.shape)?;
     }
@@ -157,6 +159,7 @@ fn submit<const N: usize, R>(
         return_id: ids[0],
         more_returns: ids[1..].to_vec(),
         streaming,
+        stream_backpressure,
         caller: core.objects.address().clone(),
     };
     let made = before(&core.objects, &refs);

@@ -82,6 +82,10 @@ pub struct TaskSpec {
     /// ([`OwnerRequest::StreamItem`]), and `return_id` gets the number of
     /// values once the call ends.
     pub streaming: bool,
+    /// For a streaming call: at most this many values go unanswered at
+    /// once (the caller holds its answers back while this many wait
+    /// unread); 0: no bound but the executor's own.
+    pub stream_backpressure: u32,
     /// The caller, who owns the results.
     pub caller: Address,
 }

@@ -1003,3 +1003,47 @@ fn a_streaming_tasks_values_are_read_async() {
     });
     assert_eq!(total, 6);
 }
+
+/// `0..n`, each value noted as the file `dir/<i>` as it is made.
+#[prism::remote(num_returns = "streaming")]
+fn noted(n: u32, dir: String) -> impl Iterator<Item = u32> {
+    (0..n).inspect(move |i| {
+        let _ = std::fs::write(std::path::Path::new(&dir).join(i.to_string()), "");
+    })
+}
+
+#[test]
+fn a_streaming_task_with_backpressure_pauses_until_its_values_are_read() {
+    cluster();
+    let dir = gate_file("noted");
+    std::fs::create_dir_all(&dir).unwrap();
+    let made = || std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
+    let paced = TaskOptions::new().generator_backpressure(2);
+    let mut stream = noted::remote_with(paced, 50, dir.display().to_string()).unwrap();
+    // Nothing read yet: 2 values wait unread, 2 more are on their way,
+    // and the task stops in the send of the one after: 5 made.
+    must_eventually("the task makes its first values", WITHIN, || made() >= 5);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(made(), 5, "the task pauses while its values wait unread");
+    // Reading lets it go on, to the end.
+    let values: Vec<u32> = stream
+        .by_ref()
+        .map(|r| prism::get_timeout(&r.unwrap(), WITHIN).unwrap())
+        .collect();
+    assert_eq!(values, (0..50).collect::<Vec<_>>());
+    assert_eq!(made(), 50);
+    let _ = std::fs::remove_dir_all(&dir);
+    // No room for even one value is refused, naming the option.
+    let refused = noted::remote_with(
+        TaskOptions::new().generator_backpressure(0),
+        1,
+        String::new(),
+    );
+    match refused {
+        Err(Error::InvalidArgument { .. }) => {
+            let said = refused.unwrap_err().to_string();
+            assert!(said.contains("generator_backpressure"), "{said}");
+        }
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+}

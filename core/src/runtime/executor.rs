@@ -695,7 +695,12 @@ impl Executor {
                     })
                 }
             };
-            SinkGuard::enter(spec.return_id, spec.caller.clone(), stop)
+            SinkGuard::enter(
+                spec.return_id,
+                spec.caller.clone(),
+                stop,
+                spec.stream_backpressure,
+            )
         });
         let outcome = match invocation {
             Invocation::Blocking(f) => std::panic::catch_unwind(AssertUnwindSafe(f)),

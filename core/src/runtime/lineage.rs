@@ -166,6 +166,7 @@ mod tests {
                 return_id: id,
                 more_returns: Vec::new(),
                 streaming: false,
+                stream_backpressure: 0,
                 caller: String::new(),
             },
             max_retries: 3,

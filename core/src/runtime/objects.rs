@@ -13,7 +13,7 @@ use super::owned_actors::OwnedActors;
 use super::peers::Peers;
 use super::refs::{Readiness, Rebuild, RefTable, Release, ValueState};
 use super::store::{Loaded, StoreClient};
-use super::streams::Streams;
+use super::streams::{Held, Offered, Streams};
 use super::submitter::TaskSubmitter;
 use crate::codec::{self, Arg};
 use crate::config::Config;
@@ -937,9 +937,10 @@ impl Objects {
         item: StreamItem,
     ) -> Result<Option<tokio::sync::oneshot::Receiver<Response>>> {
         if self.refs.is_mine(owner) {
-            return match self.take_stream_item(item) {
-                true => Ok(None),
-                false => Err(stream_closed()),
+            // No answer to hold back: this caller reads on this side.
+            return match self.take_stream_item(item, None) {
+                Offered::Closed => Err(stream_closed()),
+                Offered::Taken | Offered::Held => Ok(None),
             };
         }
         Ok(Some(self.peers.get(owner).await?.start_call(item.into())?))
@@ -948,8 +949,8 @@ impl Objects {
     /// A value of one of this process's streaming calls arrived: it
     /// becomes an owned object, as a call's result does, kept for the
     /// call's generator (or freed, if the generator is gone or has it
-    /// already). Returns false when the generator is gone.
-    fn take_stream_item(self: &Arc<Self>, item: StreamItem) -> bool {
+    /// already). `answer`: where the answer goes, if it may be held back.
+    fn take_stream_item(self: &Arc<Self>, item: StreamItem, answer: Option<Held>) -> Offered {
         let StreamItem {
             generator,
             index,
@@ -959,7 +960,7 @@ impl Objects {
         let handle = crate::ObjectRef::from_counted(self.new_pending(id), self);
         let releases = self.set_result(id, Ok(item));
         self.apply_releases(releases);
-        self.streams.offer(generator, index, handle)
+        self.streams.offer(generator, index, handle, answer)
     }
 
     /// Serves the owner service.
@@ -1018,11 +1019,11 @@ impl Objects {
                 conn.respond(id, Response::Ok);
             }
             OwnerRequest::StreamItem(item) => {
-                let response = match self.take_stream_item(item) {
-                    true => Response::Ok,
-                    false => Response::Error(stream_closed()),
-                };
-                conn.respond(id, response);
+                match self.take_stream_item(item, Some((conn.clone(), id))) {
+                    Offered::Taken => conn.respond(id, Response::Ok),
+                    Offered::Held => {}
+                    Offered::Closed => conn.respond(id, Response::Error(stream_closed())),
+                }
             }
             OwnerRequest::LocateActor(LocateActor { actor_id }) => {
                 let answer = self.owned_actors.locate(actor_id);

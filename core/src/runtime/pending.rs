@@ -227,6 +227,7 @@ mod tests {
                 return_id: ObjectId::new(),
                 more_returns: Vec::new(),
                 streaming: false,
+                stream_backpressure: 0,
                 caller: String::new(),
             },
         }

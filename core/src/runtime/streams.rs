@@ -31,34 +31,63 @@ use super::registry::{CallError, CallResult};
 use crate::{Error, ObjectRef};
 use parking_lot::Mutex;
 use prism_protocol::ids::{IdMap, ObjectId};
-use prism_protocol::messages::Address;
+use prism_protocol::messages::{Address, Response};
+use prism_protocol::rpc::Connection;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
 /// One stream's values that arrived and were not taken yet.
-#[derive(Default)]
 pub(crate) struct Stream {
     state: Mutex<StreamState>,
     /// Signalled when a value arrives (one waiter: the generator).
     pub(crate) arrived: tokio::sync::Notify,
+    /// The call's `generator_backpressure`: while more values than this
+    /// wait untaken, their answers are held back (0: never).
+    limit: usize,
 }
+
+/// An answer held back: where it goes.
+pub(crate) type Held = (Connection, Option<u64>);
 
 #[derive(Default)]
 struct StreamState {
     items: BTreeMap<u64, ObjectRef<()>>,
     /// Values before this index were taken.
     taken: u64,
+    /// Answers held back while too many values wait, oldest first.
+    held: Vec<Held>,
 }
 
 impl Stream {
-    /// The value at `index`, if it arrived.
+    /// The value at `index`, if it arrived. Taking one may release the
+    /// answers held back for the values that came after it.
     pub(crate) fn take(&self, index: u64) -> Option<ObjectRef<()>> {
-        let mut state = self.state.lock();
-        let item = state.items.remove(&index)?;
-        state.taken = state.taken.max(index + 1);
+        let (item, released) = {
+            let mut state = self.state.lock();
+            let item = state.items.remove(&index)?;
+            state.taken = state.taken.max(index + 1);
+            let released = if state.items.len() <= self.limit {
+                std::mem::take(&mut state.held)
+            } else {
+                Vec::new()
+            };
+            (item, released)
+        };
+        for (conn, request) in released {
+            conn.respond(request, Response::Ok);
+        }
         Some(item)
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // Nobody will read: the executor learns the stream is closed.
+        for (conn, request) in self.state.get_mut().held.drain(..) {
+            conn.respond(request, Response::Error(super::objects::stream_closed()));
+        }
     }
 }
 
@@ -77,9 +106,14 @@ impl std::fmt::Debug for Streams {
 }
 
 impl Streams {
-    /// Opens the stream of a call about to be submitted.
-    pub(crate) fn open(&self, generator: ObjectId) -> Arc<Stream> {
-        let stream = Arc::new(Stream::default());
+    /// Opens the stream of a call about to be submitted, holding back
+    /// answers while more than `limit` values wait (0: never).
+    pub(crate) fn open(&self, generator: ObjectId, limit: u32) -> Arc<Stream> {
+        let stream = Arc::new(Stream {
+            state: Mutex::default(),
+            arrived: tokio::sync::Notify::new(),
+            limit: limit as usize,
+        });
         self.open.lock().insert(generator, stream.clone());
         stream
     }
@@ -92,25 +126,52 @@ impl Streams {
 
     /// Value `index` of `generator` arrived as `item` (one local handle):
     /// kept for the generator, or dropped (and so freed) when nobody will
-    /// take it. Returns false when the generator is gone.
-    pub(crate) fn offer(&self, generator: ObjectId, index: u64, item: ObjectRef<()>) -> bool {
+    /// take it. Returns `Closed` when the generator is gone, `Held` when
+    /// `answer` was kept to be sent once the generator reads (the stream's
+    /// limit is reached), `Taken` otherwise.
+    pub(crate) fn offer(
+        &self,
+        generator: ObjectId,
+        index: u64,
+        item: ObjectRef<()>,
+        answer: Option<Held>,
+    ) -> Offered {
         let Some(stream) = self.open.lock().get(&generator).cloned() else {
-            return false;
+            return Offered::Closed;
         };
-        let unwanted = {
+        let (unwanted, offered) = {
             let mut state = stream.state.lock();
-            if index < state.taken {
+            let unwanted = if index < state.taken {
                 Some(item)
             } else {
                 // A copy from an earlier run, not taken yet, gives way.
                 state.items.insert(index, item)
-            }
+            };
+            let offered = match answer {
+                Some(answer) if stream.limit > 0 && state.items.len() > stream.limit => {
+                    state.held.push(answer);
+                    Offered::Held
+                }
+                _ => Offered::Taken,
+            };
+            (unwanted, offered)
         };
         // Freed outside the stream's lock.
         drop(unwanted);
         stream.arrived.notify_one();
-        true
+        offered
     }
+}
+
+/// What became of a value that arrived.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Offered {
+    /// Kept for the generator; answer now.
+    Taken,
+    /// Kept, and its answer will be sent once the generator reads.
+    Held,
+    /// The generator is gone: the value was freed.
+    Closed,
 }
 
 /// Whether the caller cancelled the running streaming call.
@@ -144,6 +205,8 @@ pub(crate) struct ItemSink {
     used: std::cell::Cell<bool>,
     /// Values sent whose answers were not read yet, oldest first.
     in_flight: RefCell<std::collections::VecDeque<ItemAck>>,
+    /// The most values unanswered at once.
+    window: usize,
 }
 
 thread_local! {
@@ -155,7 +218,17 @@ thread_local! {
 pub(crate) struct SinkGuard(Rc<ItemSink>);
 
 impl SinkGuard {
-    pub(crate) fn enter(generator: ObjectId, owner: Address, stop: Stop) -> Self {
+    /// `backpressure`: the call's `stream_backpressure` (0: none).
+    pub(crate) fn enter(
+        generator: ObjectId,
+        owner: Address,
+        stop: Stop,
+        backpressure: u32,
+    ) -> Self {
+        let window = match backpressure as usize {
+            0 => IN_FLIGHT,
+            n => n.min(IN_FLIGHT),
+        };
         let sink = Rc::new(ItemSink {
             generator,
             owner,
@@ -163,6 +236,7 @@ impl SinkGuard {
             sent: std::cell::Cell::new(0),
             used: std::cell::Cell::new(false),
             in_flight: RefCell::new(std::collections::VecDeque::new()),
+            window,
         });
         SINK.with(|s| *s.borrow_mut() = Some(sink.clone()));
         SinkGuard(sink)
@@ -232,7 +306,7 @@ pub(crate) fn emit_all(items: impl Iterator<Item = CallResult>) -> CallResult {
         let oldest = {
             let mut in_flight = sink.in_flight.borrow_mut();
             in_flight.push_back(ack);
-            (in_flight.len() > IN_FLIGHT).then(|| in_flight.pop_front())
+            (in_flight.len() > sink.window).then(|| in_flight.pop_front())
         };
         if let Some(oldest) = oldest.flatten() {
             core.executor
