@@ -338,6 +338,11 @@ pub fn cancel<T>(r: &ObjectRef<T>, force: bool) -> Result<()> {
     }
     // Any result of a call that returns several names the call by its first.
     let (call, actor) = core.objects.refs.made_by(r.id());
+    if actor.is_none() || !force {
+        // A streaming call paused by its backpressure waits for answers
+        // this process holds back: they go now, saying the stream ended.
+        core.objects.streams.cancelled(call);
+    }
     match actor {
         Some(actor) if force => Err(Error::invalid(
             "cancel",

@@ -103,14 +103,16 @@ impl TaskOptions {
         self
     }
 
-    /// For a streaming task (`num_returns = "streaming"`): once `n` of its
-    /// values wait unread in the caller's generator, the task pauses
-    /// before making more, until the caller reads (Ray's
-    /// `_generator_backpressure_num_objects`). At most about `2 * n`
-    /// values are stored and unread at once: `n` waiting, up to `n` more
-    /// on their way. Unset, a task makes values as fast as it can. A
-    /// caller that waits for the task's end before it reads would wait
-    /// forever: read as you go. Other tasks ignore it; 0 is refused.
+    /// For a streaming task (`num_returns = "streaming"`): once more than
+    /// `n` of its values wait unread in the caller's generator, the task
+    /// pauses (holding its worker) until the caller reads (Ray's
+    /// `_generator_backpressure_num_objects`). At most `2n + 1` values
+    /// are stored and unread at once: `n` waiting, and `n + 1` more on
+    /// their way that the task made before it paused. Unset, a task makes
+    /// values as fast as it can. A caller that waits for the task's end
+    /// before it reads would wait forever: read as you go (a cancel, or
+    /// dropping the generator, ends a paused task). Other tasks ignore
+    /// it; 0 is refused.
     ///
     /// ```no_run
     /// #[prism::remote(num_returns = "streaming")]
@@ -122,7 +124,7 @@ impl TaskOptions {
     /// prism::init(prism::Config::default())?;
     /// let paced = prism::TaskOptions::new().generator_backpressure(4);
     /// for frame in frames::remote_with(paced, 1000)? {
-    ///     let _bytes = prism::get(&frame?)?; // 8 MiB unread at most
+    ///     let _bytes = prism::get(&frame?)?; // 9 MiB unread at most
     /// }
     /// # Ok(())
     /// # }

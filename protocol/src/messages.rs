@@ -82,9 +82,10 @@ pub struct TaskSpec {
     /// ([`OwnerRequest::StreamItem`]), and `return_id` gets the number of
     /// values once the call ends.
     pub streaming: bool,
-    /// For a streaming call: at most this many values go unanswered at
-    /// once (the caller holds its answers back while this many wait
-    /// unread); 0: no bound but the executor's own.
+    /// For a streaming call with backpressure `n`: the executor waits for
+    /// the oldest answer once more than `n` values are unanswered, and the
+    /// caller holds its answers back while more than `n` wait unread; 0:
+    /// no bound but the executor's own window.
     pub stream_backpressure: u32,
     /// The caller, who owns the results.
     pub caller: Address,

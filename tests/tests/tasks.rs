@@ -1033,6 +1033,20 @@ fn a_streaming_task_with_backpressure_pauses_until_its_values_are_read() {
     assert_eq!(values, (0..50).collect::<Vec<_>>());
     assert_eq!(made(), 50);
     let _ = std::fs::remove_dir_all(&dir);
+    // A cancel ends a paused task: its held-back answers go.
+    let dir = gate_file("noted-cancel");
+    std::fs::create_dir_all(&dir).unwrap();
+    let made = || std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
+    let paced = TaskOptions::new().generator_backpressure(2);
+    let stream = noted::remote_with(paced, 50, dir.display().to_string()).unwrap();
+    must_eventually("the task makes its first values", WITHIN, || made() >= 5);
+    stream.cancel(false).unwrap();
+    match prism::get_timeout(stream.completed(), WITHIN) {
+        Err(Error::TaskCancelled { .. }) => {}
+        other => panic!("expected TaskCancelled, got {other:?}"),
+    }
+    assert!(made() < 50, "the task stopped early");
+    let _ = std::fs::remove_dir_all(&dir);
     // No room for even one value is refused, naming the option.
     let refused = noted::remote_with(
         TaskOptions::new().generator_backpressure(0),

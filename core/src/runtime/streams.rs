@@ -3,13 +3,16 @@
 //! A streaming function returns an iterator. Its executor stores each value
 //! as it is made, as a task result is stored, under an id it mints, and
 //! sends it to the caller ([`StreamItem`]); the caller answers once it took
-//! the value as its own object. Up to [`IN_FLIGHT`] values are sent
-//! before the executor waits for the oldest answer, and the call answers
-//! (with the number of values) only after every value was answered, so
-//! the caller has taken in every value when it learns the call ended.
-//! The executor does not wait for the caller's code to read a value:
-//! values not read yet wait in the caller's stream (Ray's generators
-//! without backpressure). The caller's
+//! the value as its own object. Values are sent without waiting for
+//! their answers, up to a window ([`IN_FLIGHT`], or the call's
+//! backpressure `n`), and the call answers (with the number of values)
+//! only after every value was answered, so the caller has taken in every
+//! value when it learns the call ended. The executor does not wait for
+//! the caller's code to read a value: values not read yet wait in the
+//! caller's stream (as Ray's generators), unless the call has
+//! backpressure: then the caller holds its answers back while more than
+//! `n` values wait unread, and the executor, its window full, pauses.
+//! The caller's
 //! [`ObjectRefGenerator`](crate::ObjectRefGenerator) hands out the values'
 //! references in order; it has seen every value once the call answered.
 //!
@@ -58,6 +61,20 @@ struct StreamState {
     taken: u64,
     /// Answers held back while too many values wait, oldest first.
     held: Vec<Held>,
+    /// The call was cancelled: no answer is held back any more.
+    cancelled: bool,
+}
+
+impl StreamState {
+    /// Whether an answer must be held back now: more than `limit` values
+    /// wait, the next one to take among them (a gap, a value lost on the
+    /// way, never pauses the call), and the call was not cancelled.
+    fn holds(&self, limit: usize) -> bool {
+        limit > 0
+            && !self.cancelled
+            && self.items.len() > limit
+            && self.items.contains_key(&self.taken)
+    }
 }
 
 impl Stream {
@@ -68,10 +85,10 @@ impl Stream {
             let mut state = self.state.lock();
             let item = state.items.remove(&index)?;
             state.taken = state.taken.max(index + 1);
-            let released = if state.items.len() <= self.limit {
-                std::mem::take(&mut state.held)
-            } else {
+            let released = if state.holds(self.limit) {
                 Vec::new()
+            } else {
+                std::mem::take(&mut state.held)
             };
             (item, released)
         };
@@ -118,6 +135,24 @@ impl Streams {
         stream
     }
 
+    /// The call was cancelled: a stream paused by its backpressure would
+    /// keep the call from seeing the cancel (the executor waits for an
+    /// answer), so the answers held back go now, saying the stream ended,
+    /// and none is held from now on. The values stay for the generator.
+    pub(crate) fn cancelled(&self, generator: ObjectId) {
+        let Some(stream) = self.open.lock().get(&generator).cloned() else {
+            return;
+        };
+        let released = {
+            let mut state = stream.state.lock();
+            state.cancelled = true;
+            std::mem::take(&mut state.held)
+        };
+        for (conn, request) in released {
+            conn.respond(request, Response::Error(super::objects::stream_closed()));
+        }
+    }
+
     /// The generator was dropped: values arriving from now on are freed.
     pub(crate) fn close(&self, generator: ObjectId) {
         let closed = self.open.lock().remove(&generator);
@@ -148,7 +183,7 @@ impl Streams {
                 state.items.insert(index, item)
             };
             let offered = match answer {
-                Some(answer) if stream.limit > 0 && state.items.len() > stream.limit => {
+                Some(answer) if state.holds(stream.limit) => {
                     state.held.push(answer);
                     Offered::Held
                 }
