@@ -760,12 +760,7 @@ impl Executor {
             exec.objects.register_borrows().await?;
             let id = ObjectId::new();
             let (item, keep_alive) = exec.store_return(id, encoded, &owner).await?;
-            let copy = match &item.value {
-                ObjectValue::InStore { node, .. } => {
-                    Some(Release::DeleteFromStore(id, node.clone()))
-                }
-                ObjectValue::Inline(_) => None,
-            };
+            let copy = store_copy(id, &item.value);
             let sent = async {
                 exec.objects.lend(&item.contained, &owner).await?;
                 drop(keep_alive);
@@ -986,12 +981,7 @@ impl Executor {
         let copies = spec
             .returns()
             .zip(stored)
-            .filter_map(|(id, (ret, _))| match &ret.value {
-                ObjectValue::InStore { node, .. } => {
-                    Some(Release::DeleteFromStore(id, node.clone()))
-                }
-                ObjectValue::Inline(_) => None,
-            });
+            .filter_map(|(id, (ret, _))| store_copy(id, &ret.value));
         self.objects.apply_releases(copies.collect());
     }
 
@@ -1427,6 +1417,15 @@ impl Executor {
             Err(e) if self.claim(&item) => item.conn.respond(item.request, Response::Error(e)),
             Err(_) => {}
         }
+    }
+}
+
+/// The release that deletes object `id`'s copy in a store, if `value`
+/// is in one.
+fn store_copy(id: ObjectId, value: &ObjectValue) -> Option<Release> {
+    match value {
+        ObjectValue::InStore { node, .. } => Some(Release::DeleteFromStore(id, node.clone())),
+        ObjectValue::Inline(_) => None,
     }
 }
 

@@ -92,9 +92,7 @@ impl Stream {
             };
             (item, released)
         };
-        for (conn, request) in released {
-            conn.respond(request, Response::Ok);
-        }
+        answer(released, || Response::Ok);
         Some(item)
     }
 }
@@ -102,10 +100,20 @@ impl Stream {
 impl Drop for Stream {
     fn drop(&mut self) {
         // Nobody will read: the executor learns the stream is closed.
-        for (conn, request) in self.state.get_mut().held.drain(..) {
-            conn.respond(request, Response::Error(super::objects::stream_closed()));
-        }
+        answer(self.state.get_mut().held.drain(..), closed);
     }
+}
+
+/// Sends answers held back (outside any stream lock).
+fn answer(held: impl IntoIterator<Item = Held>, response: impl Fn() -> Response) {
+    for (conn, request) in held {
+        conn.respond(request, response());
+    }
+}
+
+/// The answer to a value of a stream that ended: its executor stops.
+fn closed() -> Response {
+    Response::Error(super::objects::stream_closed())
 }
 
 /// The open streams of this process's calls, by the call's `return_id`.
@@ -148,9 +156,7 @@ impl Streams {
             state.cancelled = true;
             std::mem::take(&mut state.held)
         };
-        for (conn, request) in released {
-            conn.respond(request, Response::Error(super::objects::stream_closed()));
-        }
+        answer(released, closed);
     }
 
     /// The generator was dropped: values arriving from now on are freed.
@@ -298,7 +304,7 @@ impl Drop for SinkGuard {
 /// running on this thread, in order; the call's result is the
 /// number of values. The first `Err` (an item's own, or a failed send)
 /// ends the call with it; a cancel ends it before the next value.
-pub(crate) fn emit_all(items: impl Iterator<Item = CallResult>) -> CallResult {
+pub(crate) fn emit_all(mut items: impl Iterator<Item = CallResult>) -> CallResult {
     let Some(sink) = SINK.with(|s| s.borrow().clone()) else {
         let reason = "this function streams its values (num_returns = \"streaming\") but its \
                       caller expects one value: build the caller and the workers from the same code";
@@ -306,7 +312,6 @@ pub(crate) fn emit_all(items: impl Iterator<Item = CallResult>) -> CallResult {
     };
     sink.used.set(true);
     let core = super::current().map_err(CallError::Runtime)?;
-    let mut items = items;
     loop {
         // Answers that came in already: a closed stream (its generator
         // was dropped) or a refused value ends the call now, not values
