@@ -1,11 +1,12 @@
 //! [`LazyDataset::map_batches_with_actors`]: a pipeline step run by a pool
 //! of actors, for preprocessing with state that is costly to make (a loaded
 //! model, a tokenizer, a connection): each actor makes it once, in its
-//! constructor, and then maps many blocks.
+//! constructor, and then maps many blocks. The method itself is in the
+//! `pipeline` module, next to the other steps; this one runs the pool.
+//!
+//! [`LazyDataset::map_batches_with_actors`]: super::LazyDataset::map_batches_with_actors
 
 use super::batch::Batch;
-use super::error::{positive, Result};
-use super::pipeline::{LazyDataset, Step};
 use super::wire::{self, Decoded};
 use prism::portable::PortableFn;
 use prism::View;
@@ -21,7 +22,8 @@ pub const POOL_IDLE: Duration = Duration::from_secs(1);
 /// What an error from a [`BatchMapper`] may be: anything `?` turns into it.
 pub type MapperError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Preprocessing with state, for [`LazyDataset::map_batches_with_actors`]:
+/// Preprocessing with state, for
+/// [`LazyDataset::map_batches_with_actors`](super::LazyDataset::map_batches_with_actors):
 /// made once per actor, then called with one batch after another.
 ///
 /// ```
@@ -50,9 +52,9 @@ pub trait BatchMapper: Send + 'static {
 }
 
 /// Makes a mapper from the user's constructor token (JSON), type-erased.
-type Make = fn(String) -> std::result::Result<Box<dyn BatchMapper>, String>;
+pub(crate) type Make = fn(String) -> std::result::Result<Box<dyn BatchMapper>, String>;
 
-fn make_mapper<M: BatchMapper, E: Display + 'static>(
+pub(crate) fn make_mapper<M: BatchMapper, E: Display + 'static>(
     user: String,
 ) -> std::result::Result<Box<dyn BatchMapper>, String> {
     let token: PortableFn<fn() -> std::result::Result<M, E>> =
@@ -94,10 +96,10 @@ impl From<(usize, usize)> for PoolSize {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct ActorStep {
     pub(crate) name: String,
-    make: PortableFn<Make>,
-    user: String,
+    pub(crate) make: PortableFn<Make>,
+    pub(crate) user: String,
     pub(crate) pool: PoolSize,
-    batch_size: usize,
+    pub(crate) batch_size: usize,
     pub(crate) num_cpus: f64,
 }
 
@@ -287,69 +289,5 @@ impl MapperActor {
             return wire::encode_failed(&self.name, &e.to_string());
         }
         wire::encode_many(&outputs)
-    }
-}
-
-impl LazyDataset {
-    /// Applies a stateful mapper to every block, in batches of up to
-    /// `batch_size` rows, on a pool of actors (Ray's `map_batches` with a
-    /// callable class and `concurrency`). `pool` is a fixed size (`4`) or
-    /// a range (`(1, 4)`, see [`PoolSize`]). Each actor runs `make` once,
-    /// in its own worker process, then maps the blocks it is given; each
-    /// block goes to the actor with the fewest unfinished calls, and blocks
-    /// come back in order. The actors are stopped when the run ends.
-    ///
-    /// `make` is a `fn` item (workers run this same executable). Each actor
-    /// asks for `num_cpus` CPUs (0 is allowed).
-    ///
-    /// # Errors
-    ///
-    /// [`DataError::InvalidArgument`](super::DataError::InvalidArgument)
-    /// for a pool of 0 actors or whose `min` is above its `max`, a
-    /// `batch_size` of 0, or a negative `num_cpus`.
-    /// When the pipeline runs: [`DataError::Stage`](super::DataError::Stage)
-    /// for a constructor that fails or a mapper that returns `Err` or
-    /// panics.
-    pub fn map_batches_with_actors<M: BatchMapper, E: Display + 'static>(
-        &self,
-        make: fn() -> std::result::Result<M, E>,
-        pool: impl Into<PoolSize>,
-        batch_size: usize,
-        num_cpus: f64,
-    ) -> Result<LazyDataset> {
-        let pool = pool.into();
-        positive("pool_size", pool.min)?;
-        if pool.min > pool.max {
-            return Err(super::DataError::InvalidArgument {
-                argument: "pool_size",
-                value: format!("({}, {})", pool.min, pool.max),
-                reason: "min must not be above max",
-            });
-        }
-        positive("batch_size", batch_size)?;
-        if !(num_cpus >= 0.0 && num_cpus.is_finite()) {
-            return Err(super::DataError::InvalidArgument {
-                argument: "num_cpus",
-                value: num_cpus.to_string(),
-                reason: "must be a finite number of CPUs, 0 or more",
-            });
-        }
-        let user = serde_json::to_string(&PortableFn::new(make))
-            .expect("a function token serializes to JSON");
-        let size = match pool.min == pool.max {
-            true => pool.min.to_string(),
-            false => format!("{}-{}", pool.min, pool.max),
-        };
-        let step = ActorStep {
-            name: format!("MapBatches(actors x{size})"),
-            make: PortableFn::new(make_mapper::<M, E> as Make),
-            user,
-            pool,
-            batch_size,
-            num_cpus,
-        };
-        let mut next = self.clone();
-        next.steps.push(Step::Actors(step));
-        Ok(next)
     }
 }

@@ -1,8 +1,9 @@
-//! [`Dataset`]: rows in memory as a list of columnar blocks.
+//! [`Dataset`]: rows in memory as a list of columnar blocks, and
+//! [`Batches`], one pass over them in batches.
 
-use super::batch::{check_schemas, Batch, Column, Schema};
+use super::batch::{check_schemas, Batch, Column};
 use super::error::{positive, Result};
-use super::iter::{Batches, DataIterator};
+use super::schema::Schema;
 use super::{csv, rng, rows};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -236,20 +237,6 @@ impl Dataset {
             .collect())
     }
 
-    /// [`Dataset::split`] into the per-worker iterators that
-    /// [`DataIterator`] describes (Ray's `streaming_split`).
-    ///
-    /// # Errors
-    ///
-    /// As [`Dataset::split`].
-    pub fn streaming_split(&self, n: usize, equal: bool) -> Result<Vec<DataIterator>> {
-        Ok(self
-            .split(n, equal)?
-            .into_iter()
-            .map(|d| d.iterator())
-            .collect())
-    }
-
     /// The same rows in `num_blocks` blocks of nearly equal size (the
     /// first `count() % num_blocks` have one row more).
     ///
@@ -284,11 +271,90 @@ impl Dataset {
     pub fn iter_batches(&self, batch_size: usize, drop_last: bool) -> Result<Batches> {
         Batches::new(Arc::clone(&self.blocks), batch_size, drop_last)
     }
+}
 
-    /// An iterator over this dataset's rows for a training loop, which can
-    /// run any number of epochs and shuffle each (Ray's `iterator()`; a
-    /// Trainer worker's `get_dataset_shard` gives one).
-    pub fn iterator(&self) -> DataIterator {
-        DataIterator::new(self.clone())
+/// An iterator of batches of rows, in order: what
+/// [`Dataset::iter_batches`] and
+/// [`DataIterator::iter_batches`](super::DataIterator::iter_batches) return.
+///
+/// It owns its rows (shared with the dataset), so it borrows nothing.
+#[derive(Clone, Debug)]
+pub struct Batches {
+    blocks: Arc<Vec<Batch>>,
+    /// The block the next row comes from, and the row within it.
+    block: usize,
+    offset: usize,
+    batch_size: usize,
+    /// Rows still to be yielded, all batches together.
+    rows_left: usize,
+}
+
+impl Batches {
+    pub(crate) fn new(
+        blocks: Arc<Vec<Batch>>,
+        batch_size: usize,
+        drop_last: bool,
+    ) -> Result<Batches> {
+        positive("batch_size", batch_size)?;
+        let total: usize = blocks.iter().map(Batch::num_rows).sum();
+        let rows_left = if drop_last {
+            total - total % batch_size
+        } else {
+            total
+        };
+        Ok(Batches {
+            blocks,
+            block: 0,
+            offset: 0,
+            batch_size,
+            rows_left,
+        })
     }
 }
+
+impl Iterator for Batches {
+    type Item = Batch;
+
+    fn next(&mut self) -> Option<Batch> {
+        let want = self.batch_size.min(self.rows_left);
+        if want == 0 {
+            return None;
+        }
+        self.rows_left -= want;
+        let mut out: Option<Batch> = None;
+        let mut have = 0;
+        while have < want {
+            let block = &self.blocks[self.block];
+            let n = (want - have).min(block.num_rows() - self.offset);
+            if n == 0 {
+                self.block += 1;
+                self.offset = 0;
+                continue;
+            }
+            let rows = self.offset..self.offset + n;
+            match &mut out {
+                // The whole batch from one block: a slice, or the block itself.
+                None if n == want && n == block.num_rows() => out = Some(block.clone()),
+                None if n == want => out = Some(block.slice(rows)),
+                None => {
+                    let mut batch = block.empty_like();
+                    batch.extend_from(block, rows);
+                    out = Some(batch);
+                }
+                Some(batch) => batch.extend_from(block, rows),
+            }
+            have += n;
+            self.offset += n;
+        }
+        out
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.rows_left.div_ceil(self.batch_size);
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for Batches {}
+
+impl std::iter::FusedIterator for Batches {}

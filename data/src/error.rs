@@ -1,6 +1,6 @@
 //! The one error type of the data module.
 
-use super::batch::ColumnType;
+use super::schema::ColumnType;
 use prism::portable::PortableFnError;
 use std::fmt;
 use std::io;

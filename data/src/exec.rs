@@ -3,12 +3,13 @@
 
 use super::actors::{ActorPool, ActorStep};
 use super::batch::Batch;
+use super::block::{failure, Block};
 use super::error::{DataError, Result};
-use super::map::Outcome;
+use super::map::{BlockFn, Outcome};
 use super::parquet::{self, RowGroup};
-use super::pipeline::{BlockFn, ExecutionOptions, LazyDataset, Source, Step};
+use super::plan::{ExecutionOptions, LazyDataset, Source, Step};
 use super::shuffle::{self, Regroup};
-use super::stream::Chunk;
+use super::stats::StageStats;
 use super::wire::{self, Decoded};
 use super::{binary, csv};
 use prism::{ObjectRef, TaskOptions, View};
@@ -166,41 +167,6 @@ fn map_block(block: View<u8>, stages: Vec<BlockFn>) -> Vec<u8> {
     }
 }
 
-/// One block of a running pipeline: an encoded batch in the object store.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct Block {
-    pub(crate) data: ObjectRef<Vec<u8>>,
-    /// The rows of the encoded batch that belong to this block:
-    /// `start..start + rows` (a split may hand out part of one).
-    pub(crate) start: usize,
-    pub(crate) rows: usize,
-    pub(crate) bytes: usize,
-}
-
-impl Block {
-    pub(crate) fn put(batch: &Batch) -> Result<Block> {
-        let bytes = wire::encode(batch);
-        let len = bytes.len();
-        let data = prism::put(bytes).map_err(|e| DataError::Stage {
-            stage: "put".into(),
-            block: 0,
-            message: e.to_string(),
-        })?;
-        Ok(Block {
-            data,
-            start: 0,
-            rows: batch.num_rows(),
-            bytes: len,
-        })
-    }
-
-    /// The rows, copied out of the store (only this block's range of the
-    /// encoded batch is decoded).
-    pub(crate) fn fetch(&self) -> Result<Batch> {
-        Chunk::open(self)?.rows(0..self.rows)
-    }
-}
-
 /// The block a finished task returned, from its header (its failure as an
 /// error).
 fn finished_block(data: ObjectRef<Vec<u8>>, index: usize, stage: &str) -> Result<Block> {
@@ -218,82 +184,6 @@ fn finished_block(data: ObjectRef<Vec<u8>>, index: usize, stage: &str) -> Result
             bytes,
         }),
         None => Err(failure(wire::decode(&view)?, index)),
-    }
-}
-
-pub(crate) fn failure(decoded: Decoded, block: usize) -> DataError {
-    match decoded {
-        Decoded::Failed { stage, message } => DataError::Stage {
-            stage,
-            block,
-            message,
-        },
-        Decoded::NotPortable { stage, sent, here } => DataError::Stage {
-            stage,
-            block,
-            message: format!(
-                "the function cannot run in the worker: it was sent by {sent}, and the worker runs {here}; workers must run the driver's executable"
-            ),
-        },
-        Decoded::Block(_) => DataError::Corrupt {
-            what: "a block where a failure was expected".into(),
-        },
-    }
-}
-
-/// What each step did in one run.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct StageStats {
-    /// The step's name (fused steps joined with `->`).
-    pub name: String,
-    /// Blocks it yielded.
-    pub blocks: usize,
-    /// Rows it yielded.
-    pub rows: usize,
-    /// Bytes of the encoded blocks it yielded.
-    pub bytes: usize,
-    /// Time from its first task to its last block.
-    pub wall: Duration,
-    /// Time its consumer spent waiting for its blocks.
-    pub waited: Duration,
-    /// The most tasks it had running at once (bounded by the task limit and
-    /// by the memory budget over the largest block).
-    pub peak_tasks: usize,
-    /// Tasks running now (0 once the step is done).
-    pub in_flight: usize,
-    /// The most actors its pool ran at once (0 for a step of tasks).
-    pub peak_actors: usize,
-    /// Actors of its pool stopped for being idle (a range pool shrinks
-    /// back towards its `min`).
-    pub actors_stopped_idle: usize,
-}
-
-impl std::fmt::Display for StageStats {
-    /// One line: `ReadParquet->MapBatches: 11 blocks, 70000 rows, 219.6 MB
-    /// in 0.312 s (224k rows/s, 704 MB/s); consumer waited 0.101 s; at most
-    /// 4 tasks at once`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let secs = self.wall.as_secs_f64().max(1e-9);
-        write!(
-            f,
-            "{}: {} blocks, {} rows, {:.1} MB in {:.3} s ({:.0}k rows/s, {:.0} MB/s); consumer waited {:.3} s; at most {} tasks at once",
-            self.name,
-            self.blocks,
-            self.rows,
-            self.bytes as f64 / 1e6,
-            self.wall.as_secs_f64(),
-            self.rows as f64 / secs / 1e3,
-            self.bytes as f64 / secs / 1e6,
-            self.waited.as_secs_f64(),
-            self.peak_tasks,
-        )?;
-        if self.peak_actors > 0 {
-            write!(f, "; {} actors at most", self.peak_actors)?;
-        }
-        if self.actors_stopped_idle > 0 {
-            write!(f, ", {} stopped idle", self.actors_stopped_idle)?;
-        }
-        Ok(())
     }
 }
 

@@ -1,101 +1,20 @@
-//! Reading a dataset batch by batch: [`Batches`] for one pass, and
-//! [`DataIterator`] for a training worker's epochs over its shard.
+//! [`DataIterator`]: a training worker's epochs over its shard, and the
+//! `streaming_split`s that make one per worker, of a [`Dataset`], a
+//! [`LazyDataset`] or an [`AnyDataset`]. (A single pass over a dataset in
+//! memory is [`Batches`](super::Batches), in the `dataset` module.)
 
-use super::batch::{Batch, Schema};
+use super::batch::Batch;
 use super::dataset::Dataset;
-use super::error::{positive, Result};
-use super::exec::StageStats;
+use super::error::{positive, DataError, Result};
+use super::plan::LazyDataset;
 use super::rng;
-use super::split::SplitHandle;
+use super::schema::Schema;
+use super::split::{SplitCoordinator, SplitHandle};
+use super::stats::StageStats;
 use super::stream::{Chunk, StreamBatches};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-
-/// An iterator of batches of rows, in order: what
-/// [`Dataset::iter_batches`] and [`DataIterator::iter_batches`] return.
-///
-/// It owns its rows (shared with the dataset), so it borrows nothing.
-#[derive(Clone, Debug)]
-pub struct Batches {
-    blocks: Arc<Vec<Batch>>,
-    /// The block the next row comes from, and the row within it.
-    block: usize,
-    offset: usize,
-    batch_size: usize,
-    /// Rows still to be yielded, all batches together.
-    rows_left: usize,
-}
-
-impl Batches {
-    pub(crate) fn new(
-        blocks: Arc<Vec<Batch>>,
-        batch_size: usize,
-        drop_last: bool,
-    ) -> Result<Batches> {
-        positive("batch_size", batch_size)?;
-        let total: usize = blocks.iter().map(Batch::num_rows).sum();
-        let rows_left = if drop_last {
-            total - total % batch_size
-        } else {
-            total
-        };
-        Ok(Batches {
-            blocks,
-            block: 0,
-            offset: 0,
-            batch_size,
-            rows_left,
-        })
-    }
-}
-
-impl Iterator for Batches {
-    type Item = Batch;
-
-    fn next(&mut self) -> Option<Batch> {
-        let want = self.batch_size.min(self.rows_left);
-        if want == 0 {
-            return None;
-        }
-        self.rows_left -= want;
-        let mut out: Option<Batch> = None;
-        let mut have = 0;
-        while have < want {
-            let block = &self.blocks[self.block];
-            let n = (want - have).min(block.num_rows() - self.offset);
-            if n == 0 {
-                self.block += 1;
-                self.offset = 0;
-                continue;
-            }
-            let rows = self.offset..self.offset + n;
-            match &mut out {
-                // The whole batch from one block: a slice, or the block itself.
-                None if n == want && n == block.num_rows() => out = Some(block.clone()),
-                None if n == want => out = Some(block.slice(rows)),
-                None => {
-                    let mut batch = block.empty_like();
-                    batch.extend_from(block, rows);
-                    out = Some(batch);
-                }
-                Some(batch) => batch.extend_from(block, rows),
-            }
-            have += n;
-            self.offset += n;
-        }
-        out
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        let n = self.rows_left.div_ceil(self.batch_size);
-        (n, Some(n))
-    }
-}
-
-impl ExactSizeIterator for Batches {}
-
-impl std::iter::FusedIterator for Batches {}
+use std::time::Duration;
 
 /// One training worker's view of its shard: batches for any number of
 /// epochs (Ray's `DataIterator`, what `get_dataset_shard` returns).
@@ -238,7 +157,7 @@ impl DataIterator {
     ///
     /// # Errors
     ///
-    /// [`DataError::InvalidArgument`](super::DataError::InvalidArgument)
+    /// [`DataError::InvalidArgument`]
     /// for `batch_size = 0`.
     pub fn iter_batches(&self, batch_size: usize, drop_last: bool) -> Result<StreamBatches> {
         positive("batch_size", batch_size)?;
@@ -287,7 +206,7 @@ impl DataIterator {
     ///
     /// # Errors
     ///
-    /// [`DataError::Split`](super::DataError::Split) if a streaming shard's
+    /// [`DataError::Split`] if a streaming shard's
     /// coordinator cannot be reached.
     pub fn count(&self) -> Result<Option<usize>> {
         match &self.shard {
@@ -319,12 +238,126 @@ impl DataIterator {
     ///
     /// # Errors
     ///
-    /// [`DataError::Split`](super::DataError::Split) if the coordinator
+    /// [`DataError::Split`] if the coordinator
     /// cannot be reached.
     pub fn stats(&self) -> Result<Vec<StageStats>> {
         match &self.shard {
             Shard::Memory(_) => Ok(Vec::new()),
             Shard::Streaming(split) => split.stats(),
+        }
+    }
+}
+
+impl Dataset {
+    /// [`Dataset::split`] into the per-worker iterators that
+    /// [`DataIterator`] describes (Ray's `streaming_split`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Dataset::split`].
+    pub fn streaming_split(&self, n: usize, equal: bool) -> Result<Vec<DataIterator>> {
+        Ok(self
+            .split(n, equal)?
+            .into_iter()
+            .map(|d| d.iterator())
+            .collect())
+    }
+
+    /// An iterator over this dataset's rows for a training loop, which can
+    /// run any number of epochs and shuffle each (Ray's `iterator()`; a
+    /// Trainer worker's `get_dataset_shard` gives one).
+    pub fn iterator(&self) -> DataIterator {
+        DataIterator::new(self.clone())
+    }
+}
+
+impl LazyDataset {
+    /// Splits the pipeline's rows, as they stream, among `n` consumers
+    /// (Ray's `streaming_split`): one [`DataIterator`] each, to hand to
+    /// training workers. The pipeline runs once per epoch, on the cluster,
+    /// feeding all `n` at once; each block goes to one split.
+    ///
+    /// With `equal = true` each split reads the same number of rows per
+    /// epoch (up to `n - 1` rows are dropped); splits then take turns, so
+    /// they must all read every epoch. See the module docs.
+    ///
+    /// # Errors
+    ///
+    /// [`DataError::InvalidArgument`] for `n = 0`,
+    /// [`DataError::NotInitialized`] without a cluster,
+    /// [`DataError::Split`] if the coordinator actor cannot start.
+    ///
+    /// [`DataIterator`]: super::DataIterator
+    pub fn streaming_split(&self, n: usize, equal: bool) -> Result<Vec<DataIterator>> {
+        super::error::positive("n", n)?;
+        if !prism::is_initialized() {
+            return Err(DataError::NotInitialized);
+        }
+        let plan = self.shareable()?;
+        let schema = self.schema_if_known();
+        let options = prism::ActorOptions::new().num_cpus(0.0);
+        let coordinator = SplitCoordinator::remote_with(options, plan, n, equal).map_err(|e| {
+            DataError::Split {
+                split: 0,
+                message: format!("cannot start the split coordinator: {e}"),
+            }
+        })?;
+        let local = std::sync::Arc::new(());
+        if super::stream::progress_on() {
+            let watched = coordinator.clone();
+            let alive = std::sync::Arc::downgrade(&local);
+            super::stream::watch_split(format!("streaming_split({n})"), alive, move || {
+                let r = watched.stats().ok()?;
+                prism::get_timeout(&r, Duration::from_secs(30)).ok()
+            });
+        }
+        Ok((0..n)
+            .map(|split| {
+                DataIterator::streaming(SplitHandle {
+                    coordinator: coordinator.clone(),
+                    split,
+                    schema: schema.clone(),
+                    _alive: Some(local.clone()),
+                })
+            })
+            .collect())
+    }
+}
+
+/// A dataset to split among training workers: rows in memory, or a
+/// pipeline that streams to them (what the Trainer's `dataset` takes).
+#[derive(Clone, Debug)]
+pub enum AnyDataset {
+    /// Split once; each worker holds its shard.
+    Memory(Dataset),
+    /// Streamed through [`LazyDataset::streaming_split`]; preprocessing runs
+    /// on the cluster while the workers train.
+    Streaming(LazyDataset),
+}
+
+impl From<Dataset> for AnyDataset {
+    fn from(d: Dataset) -> Self {
+        AnyDataset::Memory(d)
+    }
+}
+
+impl From<LazyDataset> for AnyDataset {
+    fn from(d: LazyDataset) -> Self {
+        AnyDataset::Streaming(d)
+    }
+}
+
+impl AnyDataset {
+    /// One iterator per worker: [`super::Dataset::streaming_split`] or
+    /// [`LazyDataset::streaming_split`].
+    ///
+    /// # Errors
+    ///
+    /// As those.
+    pub fn streaming_split(&self, n: usize, equal: bool) -> Result<Vec<DataIterator>> {
+        match self {
+            AnyDataset::Memory(d) => d.streaming_split(n, equal),
+            AnyDataset::Streaming(d) => d.streaming_split(n, equal),
         }
     }
 }

@@ -16,7 +16,6 @@
 use super::batch::Batch;
 use super::dataset::Dataset;
 use super::error::{DataError, Result};
-use super::pipeline::BlockFn;
 use super::rows;
 use prism::portable::{PortableFn, PortableFnError};
 use serde::de::DeserializeOwned;
@@ -121,6 +120,22 @@ fn filter_trampoline<T: DeserializeOwned + 'static>(user: String, batch: Batch) 
 
 fn token<F: prism::portable::FnPtr>(f: F) -> String {
     serde_json::to_string(&PortableFn::new(f)).expect("a function token serializes to JSON")
+}
+
+/// A function applied to each block inside its task.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct BlockFn {
+    /// `MapBatches`, `Map`, `Filter`.
+    pub(crate) name: String,
+    pub(crate) run: PortableFn<Trampoline>,
+    /// The user's function, as its JSON token.
+    pub(crate) user: String,
+    /// Rows per call; `None` calls it once per block.
+    pub(crate) batch_size: Option<usize>,
+    /// Whether the stage keeps the row count (`map_batches` may not).
+    pub(crate) keeps_rows: bool,
+    /// CPUs its task needs, if not the pipeline's `num_cpus_per_task`.
+    pub(crate) num_cpus: Option<f64>,
 }
 
 /// A `map_batches` step of a lazy pipeline.

@@ -7,9 +7,10 @@
 //! to a tensor column of `f32`. Nulls have no representation here and are
 //! an error naming the column.
 
-use super::batch::{Batch, Column, ColumnType, Field, Schema};
+use super::batch::{Batch, Column};
 use super::error::{DataError, Result};
 use super::pages::{PageTensor, Stored, Unsupported};
+use super::schema::{ColumnType, Field, Schema};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
     Float32Type, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type, UInt32Type,

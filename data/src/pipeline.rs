@@ -1,6 +1,9 @@
 //! [`LazyDataset`]: a dataset described by its source and transformations,
 //! run as a streaming pipeline when it is read.
 //!
+//! This module builds and reads plans; the type and the parts a plan is
+//! made of are in the `plan` module.
+//!
 //! # How a pipeline runs
 //!
 //! The plan is cut into *steps*. Per-block transformations that follow one
@@ -18,120 +21,21 @@
 //! seen so far. A consumer that stops reading stops the pipeline: no new
 //! task starts, and blocks it held are freed when their references drop.
 
-use super::batch::{Batch, ColumnType, Field, Schema};
-use super::binary::{self, BinaryFiles};
+use super::actors::{make_mapper, ActorStep, BatchMapper, Make, PoolSize};
+use super::batch::Batch;
+use super::binary;
+use super::block::Block;
 use super::dataset::Dataset;
 use super::error::{positive, DataError, Result};
-use super::exec::{Block, BlockStream};
-use super::map::Trampoline;
-use super::parquet::{self, Files};
+use super::exec::BlockStream;
+use super::parquet;
+use super::plan::{ExecutionOptions, LazyDataset, Source, Step};
+use super::schema::{ColumnType, Field, Schema};
 use super::stream::{Chunk, StreamBatches};
 use prism::portable::PortableFn;
-use prism::ObjectRef;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+use std::fmt::Display;
 use std::path::{Path, PathBuf};
-
-/// How a pipeline may use the cluster while it runs.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ExecutionOptions {
-    /// The most bytes of finished blocks that the pipeline keeps ahead of
-    /// its consumer (default 512 MiB; at least one block is always allowed).
-    pub memory_budget_bytes: usize,
-    /// The most block tasks running at once (default: twice the cluster's
-    /// CPUs, at least 2).
-    pub max_tasks_in_flight: Option<usize>,
-    /// CPUs each block task asks for (default 1).
-    pub num_cpus_per_task: f64,
-}
-
-impl Default for ExecutionOptions {
-    fn default() -> Self {
-        ExecutionOptions {
-            memory_budget_bytes: 512 << 20,
-            max_tasks_in_flight: None,
-            num_cpus_per_task: 1.0,
-        }
-    }
-}
-
-/// Where a pipeline's rows come from.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) enum Source {
-    /// Blocks in the driver's memory.
-    Memory(Dataset),
-    /// Blocks already in the object store, encoded, with their row counts.
-    Stored(Vec<(ObjectRef<Vec<u8>>, usize)>),
-    /// Row groups of Parquet files.
-    Parquet(Files),
-    /// CSV files, one block each.
-    Csv(Vec<PathBuf>),
-    /// Whole files, a row each.
-    Binary(BinaryFiles),
-    /// `0..n` in an `id` column.
-    Range(usize),
-}
-
-/// A function applied to each block inside its task.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct BlockFn {
-    /// `MapBatches`, `Map`, `Filter`.
-    pub(crate) name: String,
-    pub(crate) run: PortableFn<Trampoline>,
-    /// The user's function, as its JSON token.
-    pub(crate) user: String,
-    /// Rows per call; `None` calls it once per block.
-    pub(crate) batch_size: Option<usize>,
-    /// Whether the stage keeps the row count (`map_batches` may not).
-    pub(crate) keeps_rows: bool,
-    /// CPUs its task needs, if not the pipeline's `num_cpus_per_task`.
-    pub(crate) num_cpus: Option<f64>,
-}
-
-/// One step of a plan.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) enum Step {
-    Apply(BlockFn),
-    Actors(super::actors::ActorStep),
-    Limit(usize),
-    Shuffle(u64),
-    Repartition(usize),
-}
-
-/// A dataset whose rows are computed when it is read: a source, then
-/// transformations, run as a streaming pipeline of Prism tasks (Ray Data's
-/// `Dataset`).
-///
-/// Building one reads only what it must to check the input (a Parquet
-/// file's footer, never its rows); transformations return a new plan and
-/// run nothing. Reading it ([`LazyDataset::iter_batches`],
-/// [`LazyDataset::streaming_split`], [`LazyDataset::materialize`],
-/// [`LazyDataset::count`], [`LazyDataset::write_parquet`]) runs the plan,
-/// once per read.
-///
-/// ```no_run
-/// use prism_data::{Batch, Column, DataError, LazyDataset};
-///
-/// fn scale(batch: Batch) -> Result<Batch, DataError> {
-///     let x = batch.tensor("image")?;
-///     let (scaled, row_len) = (x.values.iter().map(|v| v / 255.0).collect(), x.row_len);
-///     batch.with_column("image", Column::tensor(scaled, row_len)?)
-/// }
-///
-/// prism::init(prism::Config::default()).expect("a local cluster");
-/// let ds = LazyDataset::read_parquet(["data/fashion-mnist/parquet"])?
-///     .map_batches(scale, 1024)?;
-/// for batch in ds.iter_batches(128, false)? {
-///     let batch = batch?;
-///     assert!(batch.num_rows() <= 128);
-/// }
-/// # Ok::<(), DataError>(())
-/// ```
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct LazyDataset {
-    pub(crate) source: Source,
-    pub(crate) steps: Vec<Step>,
-    pub(crate) options: ExecutionOptions,
-}
 
 impl From<Dataset> for LazyDataset {
     fn from(dataset: Dataset) -> Self {
@@ -443,16 +347,6 @@ impl LazyDataset {
         names
     }
 
-    pub(crate) fn source_name(&self) -> &'static str {
-        match &self.source {
-            Source::Memory(_) | Source::Stored(_) => "FromBlocks",
-            Source::Parquet(_) => "ReadParquet",
-            Source::Csv(_) => "ReadCsv",
-            Source::Binary(_) => "ReadBinary",
-            Source::Range(_) => "Range",
-        }
-    }
-
     /// The number of rows the plan yields without running it, when the
     /// source knows it and no step changes it.
     fn known_count(&self) -> Option<usize> {
@@ -617,6 +511,70 @@ impl LazyDataset {
             return Err(DataError::NotInitialized);
         }
         BlockStream::new(self)
+    }
+}
+
+impl LazyDataset {
+    /// Applies a stateful mapper to every block, in batches of up to
+    /// `batch_size` rows, on a pool of actors (Ray's `map_batches` with a
+    /// callable class and `concurrency`). `pool` is a fixed size (`4`) or
+    /// a range (`(1, 4)`, see [`PoolSize`]). Each actor runs `make` once,
+    /// in its own worker process, then maps the blocks it is given; each
+    /// block goes to the actor with the fewest unfinished calls, and blocks
+    /// come back in order. The actors are stopped when the run ends.
+    ///
+    /// `make` is a `fn` item (workers run this same executable). Each actor
+    /// asks for `num_cpus` CPUs (0 is allowed).
+    ///
+    /// # Errors
+    ///
+    /// [`DataError::InvalidArgument`]
+    /// for a pool of 0 actors or whose `min` is above its `max`, a
+    /// `batch_size` of 0, or a negative `num_cpus`.
+    /// When the pipeline runs: [`DataError::Stage`]
+    /// for a constructor that fails or a mapper that returns `Err` or
+    /// panics.
+    pub fn map_batches_with_actors<M: BatchMapper, E: Display + 'static>(
+        &self,
+        make: fn() -> std::result::Result<M, E>,
+        pool: impl Into<PoolSize>,
+        batch_size: usize,
+        num_cpus: f64,
+    ) -> Result<LazyDataset> {
+        let pool = pool.into();
+        positive("pool_size", pool.min)?;
+        if pool.min > pool.max {
+            return Err(super::DataError::InvalidArgument {
+                argument: "pool_size",
+                value: format!("({}, {})", pool.min, pool.max),
+                reason: "min must not be above max",
+            });
+        }
+        positive("batch_size", batch_size)?;
+        if !(num_cpus >= 0.0 && num_cpus.is_finite()) {
+            return Err(super::DataError::InvalidArgument {
+                argument: "num_cpus",
+                value: num_cpus.to_string(),
+                reason: "must be a finite number of CPUs, 0 or more",
+            });
+        }
+        let user = serde_json::to_string(&PortableFn::new(make))
+            .expect("a function token serializes to JSON");
+        let size = match pool.min == pool.max {
+            true => pool.min.to_string(),
+            false => format!("{}-{}", pool.min, pool.max),
+        };
+        let step = ActorStep {
+            name: format!("MapBatches(actors x{size})"),
+            make: PortableFn::new(make_mapper::<M, E> as Make),
+            user,
+            pool,
+            batch_size,
+            num_cpus,
+        };
+        let mut next = self.clone();
+        next.steps.push(Step::Actors(step));
+        Ok(next)
     }
 }
 

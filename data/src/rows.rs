@@ -4,8 +4,9 @@
 //! [`Dataset::from_items`]: super::Dataset::from_items
 //! [`Dataset::take`]: super::Dataset::take
 
-use super::batch::{Batch, Column, ColumnType};
+use super::batch::{Batch, Column};
 use super::error::{DataError, ItemProblem, Result};
+use super::schema::ColumnType;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{Map, Number, Value};

@@ -11,8 +11,8 @@
 //! The process running the pipeline handles only references and headers.
 
 use super::batch::{check_schemas, Batch};
+use super::block::{failure, Block};
 use super::error::{DataError, Result};
-use super::exec::{failure, Block};
 use super::rng::{self, SplitMix64};
 use super::wire::{self, Decoded};
 use prism::{ObjectRef, TaskOptions, View};

@@ -23,10 +23,12 @@
 //!   cut (as row ranges of blocks, no copy) to bring each split to `T`. The
 //!   last `total % n` rows are dropped.
 
-use super::batch::Schema;
+use super::block::Block;
 use super::error::{DataError, Result};
-use super::exec::{Block, BlockStream, StageStats};
-use super::pipeline::LazyDataset;
+use super::exec::BlockStream;
+use super::plan::LazyDataset;
+use super::schema::Schema;
+use super::stats::StageStats;
 use super::stream::{Chunk, StreamBatches};
 use prism::{ActorHandle, ObjectRef};
 use serde::{Deserialize, Serialize};
@@ -415,97 +417,6 @@ impl Drop for SplitBlocks {
                 .handle
                 .coordinator
                 .finish(self.handle.split, self.epoch);
-        }
-    }
-}
-
-impl LazyDataset {
-    /// Splits the pipeline's rows, as they stream, among `n` consumers
-    /// (Ray's `streaming_split`): one [`DataIterator`] each, to hand to
-    /// training workers. The pipeline runs once per epoch, on the cluster,
-    /// feeding all `n` at once; each block goes to one split.
-    ///
-    /// With `equal = true` each split reads the same number of rows per
-    /// epoch (up to `n - 1` rows are dropped); splits then take turns, so
-    /// they must all read every epoch. See the module docs.
-    ///
-    /// # Errors
-    ///
-    /// [`DataError::InvalidArgument`] for `n = 0`,
-    /// [`DataError::NotInitialized`] without a cluster,
-    /// [`DataError::Split`] if the coordinator actor cannot start.
-    ///
-    /// [`DataIterator`]: super::DataIterator
-    pub fn streaming_split(&self, n: usize, equal: bool) -> Result<Vec<super::DataIterator>> {
-        super::error::positive("n", n)?;
-        if !prism::is_initialized() {
-            return Err(DataError::NotInitialized);
-        }
-        let plan = self.shareable()?;
-        let schema = self.schema_if_known();
-        let options = prism::ActorOptions::new().num_cpus(0.0);
-        let coordinator = SplitCoordinator::remote_with(options, plan, n, equal).map_err(|e| {
-            DataError::Split {
-                split: 0,
-                message: format!("cannot start the split coordinator: {e}"),
-            }
-        })?;
-        let local = std::sync::Arc::new(());
-        if super::stream::progress_on() {
-            let watched = coordinator.clone();
-            let alive = std::sync::Arc::downgrade(&local);
-            super::stream::watch_split(format!("streaming_split({n})"), alive, move || {
-                let r = watched.stats().ok()?;
-                prism::get_timeout(&r, Duration::from_secs(30)).ok()
-            });
-        }
-        Ok((0..n)
-            .map(|split| {
-                super::DataIterator::streaming(SplitHandle {
-                    coordinator: coordinator.clone(),
-                    split,
-                    schema: schema.clone(),
-                    _alive: Some(local.clone()),
-                })
-            })
-            .collect())
-    }
-}
-
-/// A dataset to split among training workers: rows in memory, or a
-/// pipeline that streams to them (what the Trainer's `dataset` takes).
-#[derive(Clone, Debug)]
-pub enum AnyDataset {
-    /// Split once; each worker holds its shard.
-    Memory(super::Dataset),
-    /// Streamed through [`LazyDataset::streaming_split`]; preprocessing runs
-    /// on the cluster while the workers train.
-    Streaming(LazyDataset),
-}
-
-impl From<super::Dataset> for AnyDataset {
-    fn from(d: super::Dataset) -> Self {
-        AnyDataset::Memory(d)
-    }
-}
-
-impl From<LazyDataset> for AnyDataset {
-    fn from(d: LazyDataset) -> Self {
-        AnyDataset::Streaming(d)
-    }
-}
-
-impl AnyDataset {
-    /// One iterator per worker: [`super::Dataset::streaming_split`] or
-    /// [`LazyDataset::streaming_split`].
-    ///
-    /// # Errors
-    ///
-    /// As those.
-    pub fn streaming_split(&self, n: usize, equal: bool) -> Result<Vec<super::DataIterator>> {
-        match self {
-            AnyDataset::Memory(d) => d.streaming_split(n, equal),
-            AnyDataset::Streaming(d) => d.streaming_split(n, equal),
         }
     }
 }

@@ -6,9 +6,10 @@
 //! the rows of each batch (one copy from shared memory to the batch).
 
 use super::batch::Batch;
+use super::block::Block;
 use super::error::{DataError, Result};
-use super::exec::{Block, StageStats};
 use super::rng;
+use super::stats::StageStats;
 use super::wire::{self, Decoded};
 use prism::View;
 use std::collections::VecDeque;
@@ -64,6 +65,14 @@ impl Chunk {
                 }
             }
         }
+    }
+}
+
+impl Block {
+    /// The rows, copied out of the store (only this block's range of the
+    /// encoded batch is decoded).
+    pub(crate) fn fetch(&self) -> Result<Batch> {
+        Chunk::open(self)?.rows(0..self.rows)
     }
 }
 

@@ -20,9 +20,11 @@ mod rng;
 mod schedulers;
 mod space;
 mod state;
+mod trial;
 mod tuner;
 
 pub use error::TuneError;
 pub use schedulers::{Asha, Decision, Fifo, MedianStopping, TrialScheduler};
 pub use space::{choice, grid, loguniform, quniform, randint, randn, uniform, Param, SearchSpace};
-pub use tuner::{Mode, ResultGrid, SharedScheduler, TrialResult, TuneConfig, Tuner};
+pub use trial::{Mode, TrialResult};
+pub use tuner::{ResultGrid, SharedScheduler, TuneConfig, Tuner};

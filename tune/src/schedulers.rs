@@ -2,7 +2,7 @@
 //! trial goes on. [`Fifo`] lets every trial run to its end; [`Asha`] stops
 //! the trials that fall behind, as Ray Tune's `ASHAScheduler` does.
 
-use crate::tuner::Mode;
+use crate::trial::Mode;
 use crate::TuneError;
 use prism_train::Metrics;
 use std::collections::HashMap;

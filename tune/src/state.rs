@@ -3,7 +3,7 @@
 //! rewritten (atomically) as each one does. The trials' own folders hold
 //! their reports and checkpoints.
 
-use crate::tuner::{Mode, TrialResult};
+use crate::trial::{Mode, TrialResult};
 use crate::TuneError;
 use prism_train::{Checkpoint, Metrics};
 use serde::{Deserialize, Serialize};
