@@ -1,7 +1,8 @@
 //! `prism start`: a node process (the head's control store and raylet, or a
 //! raylet joining a head), in the background or in the foreground.
 
-use crate::{find_token, runtime, StartArgs};
+use crate::args::StartArgs;
+use crate::common::{find_token, runtime};
 use prism_gcs::{GcsServer, GcsSettings, Token};
 use prism_raylet::{ClusterLink, NodeRecord, Raylet};
 use std::net::{SocketAddr, UdpSocket};

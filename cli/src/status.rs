@@ -1,7 +1,8 @@
 //! `prism status`: the cluster's nodes, resources and waiting demand, from
 //! the head's control store.
 
-use crate::{find_token, runtime, StatusArgs};
+use crate::args::StatusArgs;
+use crate::common::{find_token, runtime};
 use prism_gcs::pb::{NodeInfo, NodeState, Resource};
 use prism_gcs::GcsClient;
 use prism_raylet::NodeRecord;

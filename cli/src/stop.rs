@@ -1,7 +1,7 @@
 //! `prism stop`: this machine's node processes, asked to leave (SIGTERM),
 //! then killed if they have not stopped after the grace period.
 
-use crate::StopArgs;
+use crate::args::StopArgs;
 use prism_raylet::NodeRecord;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

@@ -54,7 +54,7 @@ impl GcsClient {
         if let Some(tls) = &tls {
             // The head's certificate must name the address dialled.
             let host = address.rsplit_once(':').map_or(address, |(h, _)| h);
-            let pem = crate::Pem::read(tls.files())?;
+            let pem = crate::pem::Pem::read(tls.files())?;
             let config = ClientTlsConfig::new()
                 .ca_certificate(Certificate::from_pem(pem.ca))
                 .identity(Identity::from_pem(pem.cert, pem.key))

@@ -30,39 +30,13 @@ mod auth;
 mod client;
 mod error;
 mod kv;
+pub mod pb;
+mod pem;
 mod server;
 mod table;
-
-/// The messages and services generated from `proto/gcs.proto`.
-#[allow(missing_docs, clippy::all)]
-pub mod pb {
-    include!(concat!(env!("OUT_DIR"), "/prism.gcs.rs"));
-}
 
 pub use auth::Token;
 pub use client::GcsClient;
 pub use error::{check_address, GcsError};
 pub use kv::KvTable;
 pub use server::{GcsServer, GcsSettings, GcsView, NamedActor};
-
-/// The PEM bytes of a node's certificate, key and CA.
-struct Pem {
-    cert: Vec<u8>,
-    key: Vec<u8>,
-    ca: Vec<u8>,
-}
-
-impl Pem {
-    fn read(files: &prism_protocol::tls::TlsFiles) -> Result<Pem, GcsError> {
-        let read = |path: &std::path::PathBuf| {
-            std::fs::read(path).map_err(|e| GcsError::Tls {
-                message: format!("cannot read {}: {e}", path.display()),
-            })
-        };
-        Ok(Pem {
-            cert: read(&files.cert)?,
-            key: read(&files.key)?,
-            ca: read(&files.ca)?,
-        })
-    }
-}

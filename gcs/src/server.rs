@@ -90,7 +90,7 @@ impl GcsServer {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let mut builder = tonic::transport::Server::builder();
         if let Some(tls) = prism_protocol::tls::current() {
-            let pem = crate::Pem::read(tls.files())?;
+            let pem = crate::pem::Pem::read(tls.files())?;
             let config = tonic::transport::ServerTlsConfig::new()
                 .identity(tonic::transport::Identity::from_pem(pem.cert, pem.key))
                 .client_ca_root(tonic::transport::Certificate::from_pem(pem.ca));

@@ -1,0 +1,147 @@
+//! The arguments of the `prism` subcommands, and the TLS and temp-folder
+//! options they share.
+
+use clap::Args;
+use std::path::PathBuf;
+
+/// TLS between nodes: all three files, or none (plain TCP).
+#[derive(Args, Debug, Clone)]
+pub(crate) struct TlsArgs {
+    /// This node's certificate (PEM), signed by the cluster's CA and naming
+    /// the node's IP address.
+    #[arg(long, env = "PRISM_TLS_CERT")]
+    pub(crate) tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, env = "PRISM_TLS_KEY")]
+    pub(crate) tls_key: Option<PathBuf>,
+    /// The cluster's CA certificate (PEM).
+    #[arg(long, env = "PRISM_TLS_CA")]
+    pub(crate) tls_ca: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// The files given, made absolute (the node's workers and drivers read
+    /// them from any folder): `None` when none was given.
+    pub(crate) fn files(&self) -> Result<Option<prism_protocol::tls::TlsFiles>, String> {
+        let absolute = |p: &Option<PathBuf>| -> Result<Option<PathBuf>, String> {
+            p.as_ref()
+                .map(|p| std::path::absolute(p).map_err(|e| format!("{}: {e}", p.display())))
+                .transpose()
+        };
+        prism_protocol::tls::TlsFiles::from_parts(
+            absolute(&self.tls_cert)?,
+            absolute(&self.tls_key)?,
+            absolute(&self.tls_ca)?,
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    /// Loads the files given, or those of this machine's node of the
+    /// cluster at `head` (any node's when none is of it), and turns TLS on
+    /// for this process when there are any.
+    pub(crate) fn apply(&self, temp_dir: &std::path::Path, head: &str) -> Result<(), String> {
+        let files = match self.files()? {
+            Some(files) => Some(files),
+            None => {
+                let records = prism_raylet::NodeRecord::list(temp_dir);
+                records
+                    .iter()
+                    .find(|r| r.head == head)
+                    .or_else(|| records.first())
+                    .and_then(|r| r.tls.clone())
+            }
+        };
+        if let Some(files) = files {
+            let tls = prism_protocol::tls::Tls::load(&files).map_err(|e| e.to_string())?;
+            prism_protocol::tls::set(Some(tls));
+        }
+        Ok(())
+    }
+}
+
+/// Where this machine's node records, token and sessions are kept.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct TempDir {
+    /// The folder for sessions, logs, node records and the token.
+    #[arg(long, env = "PRISM_TEMP_DIR", default_value = "/tmp/prism")]
+    pub(crate) temp_dir: PathBuf,
+}
+
+#[derive(Args, Debug, Clone)]
+pub(crate) struct StartArgs {
+    /// Start the head node: the cluster's control store and a raylet.
+    #[arg(long, required_unless_present = "address", conflicts_with = "address")]
+    pub(crate) head: bool,
+    /// Join the cluster whose head listens at HOST:PORT.
+    #[arg(long)]
+    pub(crate) address: Option<String>,
+    /// The head's port (with --head).
+    #[arg(long, default_value_t = 6380)]
+    pub(crate) port: u16,
+    /// The address other nodes reach this one at (found from the route to
+    /// the head, or to the outside for a head, when not given).
+    #[arg(long)]
+    pub(crate) node_ip_address: Option<String>,
+    /// CPUs this node offers (default: every core).
+    #[arg(long)]
+    pub(crate) num_cpus: Option<u32>,
+    /// GPUs this node offers (default: the NVIDIA devices present).
+    #[arg(long)]
+    pub(crate) num_gpus: Option<u32>,
+    /// Memory offered to tasks, in bytes (default: the machine's).
+    #[arg(long)]
+    pub(crate) memory: Option<u64>,
+    /// Object store capacity in bytes (default: 30% of memory).
+    #[arg(long)]
+    pub(crate) object_store_memory: Option<u64>,
+    /// Custom resources as JSON, such as '{"disk": 2, "accel": 0.5}'.
+    #[arg(long)]
+    pub(crate) resources: Option<String>,
+    /// The cluster token (joining nodes; the head makes one when not given).
+    #[arg(long, env = "PRISM_AUTH_TOKEN", hide_env_values = true)]
+    pub(crate) token: Option<String>,
+    #[command(flatten)]
+    pub(crate) tls: TlsArgs,
+    #[command(flatten)]
+    pub(crate) temp: TempDir,
+    /// The head's dashboard port (default 8265; when that default is taken
+    /// the head starts without a dashboard and says so).
+    #[arg(long)]
+    pub(crate) dashboard_port: Option<u16>,
+    /// The address the dashboard listens on (0.0.0.0 for every interface).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub(crate) dashboard_host: std::net::IpAddr,
+    /// Whether the head serves a dashboard.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub(crate) include_dashboard: bool,
+    /// Keep the node in the foreground until it is stopped.
+    #[arg(long)]
+    pub(crate) block: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub(crate) struct StatusArgs {
+    /// The head, HOST:PORT (default: the cluster of this machine's nodes).
+    #[arg(long, env = "PRISM_ADDRESS")]
+    pub(crate) address: Option<String>,
+    /// The cluster token (default: the one saved on this machine).
+    #[arg(long, env = "PRISM_AUTH_TOKEN", hide_env_values = true)]
+    pub(crate) token: Option<String>,
+    /// TLS files (default: those of this machine's node, if it has any).
+    #[command(flatten)]
+    pub(crate) tls: TlsArgs,
+    #[command(flatten)]
+    pub(crate) temp: TempDir,
+}
+
+#[derive(Args, Debug, Clone)]
+pub(crate) struct StopArgs {
+    /// Kill at once (SIGKILL) instead of asking the nodes to leave.
+    #[arg(long)]
+    pub(crate) force: bool,
+    /// Seconds to wait for a graceful stop before killing.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) grace_period: u64,
+    #[command(flatten)]
+    pub(crate) temp: TempDir,
+}
