@@ -17,6 +17,7 @@
 #![warn(missing_docs, missing_debug_implementations)]
 
 mod actors;
+mod config;
 mod faults;
 mod launcher;
 mod membership;
@@ -25,12 +26,14 @@ mod node;
 mod placement;
 mod programs;
 mod record;
+mod reply;
 mod resources;
 mod scheduler;
 mod server;
 mod spill;
 mod transfer;
 
+pub use config::RayletConfig;
 pub use membership::ClusterLink;
 pub use memory::MemoryMonitorConfig;
 pub use prism_gcs::Token;
@@ -42,73 +45,9 @@ use launcher::ProcessLauncher;
 use node::Node;
 use prism_object_store::Segment;
 use prism_protocol::ids::NodeId;
-use prism_protocol::resources::{Quantity, ResourceSet, CPU};
 use prism_protocol::Error;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// How a raylet is set up.
-#[derive(Debug, Clone)]
-pub struct RayletConfig {
-    /// Session directory: `logs/` and `sockets/` are made inside it.
-    pub session_dir: PathBuf,
-    /// The node's total resources.
-    pub resources: ResourceSet,
-    /// Object store capacity in bytes.
-    pub object_store_bytes: u64,
-    /// Workers started for each driver as soon as it registers.
-    pub prestart_workers: usize,
-    /// The most task workers one job may have at once (actors not counted).
-    pub max_workers_per_job: usize,
-    /// Idle workers beyond `prestart_workers` are stopped after this long.
-    pub idle_worker_timeout: std::time::Duration,
-    /// How often idle workers are looked for.
-    pub idle_worker_reap_period: std::time::Duration,
-    /// Worker processes that may fail to start in a row before the
-    /// requests waiting for one fail.
-    pub worker_start_attempts: u32,
-    /// Removed placement groups kept readable as `Removed`.
-    pub removed_placement_groups_kept: usize,
-    /// Bytes at the start of the store allocated in the background at
-    /// start-up, so the first puts do not wait for fresh memory.
-    pub object_store_warm_bytes: u64,
-    /// Spilling objects to disk when the store fills.
-    pub spill: SpillConfig,
-    /// Stopping task workers before the node runs out of memory.
-    pub memory_monitor: MemoryMonitorConfig,
-    /// The cluster to join; `None` for a single-node cluster of its own.
-    pub cluster: Option<ClusterLink>,
-}
-
-impl RayletConfig {
-    /// A single-node setup with `cpus` CPUs and `store_bytes` of object store.
-    pub fn local(session_dir: PathBuf, cpus: u64, store_bytes: u64) -> Self {
-        let mut resources = ResourceSet::new();
-        resources.set(CPU, Quantity::whole(cpus));
-        RayletConfig {
-            resources,
-            object_store_bytes: store_bytes,
-            prestart_workers: cpus as usize,
-            max_workers_per_job: (cpus as usize * 4).max(8),
-            idle_worker_timeout: std::time::Duration::from_secs(10),
-            idle_worker_reap_period: std::time::Duration::from_secs(1),
-            worker_start_attempts: 3,
-            removed_placement_groups_kept: 10_000,
-            object_store_warm_bytes: 128 << 20,
-            memory_monitor: MemoryMonitorConfig {
-                threshold: 0.95,
-                refresh: std::time::Duration::from_millis(250),
-            },
-            spill: SpillConfig {
-                enabled: true,
-                threshold: 0.8,
-                dir: session_dir.join("spill"),
-            },
-            session_dir,
-            cluster: None,
-        }
-    }
-}
 
 /// A running raylet. Dropping it does not stop it; call [`Raylet::shutdown`].
 #[derive(Debug)]

@@ -4,19 +4,40 @@
 //! says the node was given up (it missed its heartbeats, so its work was
 //! declared lost; a node that comes back joins as a new node).
 
-use crate::node::Node;
+use crate::placement::assign::NodeRoom;
 use prism_gcs::pb::{Demand, NodeInfo as WireNode, NodeState, Resource};
 use prism_gcs::{GcsClient, Token};
-use prism_protocol::ids::ActorId;
-use prism_protocol::messages::{
-    ActorInfo, Call, GetActor, LeaseReply, NodeInfo, Request, Response,
-};
+use prism_protocol::ids::{ActorId, NodeId};
+use prism_protocol::messages::{ActorInfo, Call, GetActor, NodeInfo, Request, Response};
 use prism_protocol::resources::{Quantity, ResourceSet};
 use prism_protocol::rpc::{Connection, Handler};
 use prism_protocol::Error;
+use std::path::Path;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::watch;
+
+/// What the membership needs of its node (`crate::node::Node` implements
+/// it): what to register, what each heartbeat reports, and what to do when
+/// the cluster's view changes.
+pub(crate) trait MemberNode: Send + Sync + 'static {
+    /// The node's id.
+    fn node_id(&self) -> NodeId;
+    /// The node's session directory.
+    fn session_dir(&self) -> &Path;
+    /// The node's total resources and those free now.
+    fn resources(self: &Arc<Self>) -> (ResourceSet, ResourceSet);
+    /// The node's free resources and the shapes of the lease requests
+    /// waiting for resources, with how many of each, read at once.
+    fn load(self: &Arc<Self>) -> (ResourceSet, Vec<(ResourceSet, u64)>);
+    /// The node's membership, once registered.
+    fn membership(&self) -> Option<&Membership>;
+    /// Node `dead` left the cluster (the head no longer lists it).
+    fn node_left(self: &Arc<Self>, dead: &str);
+    /// Takes out the waiting requests that may go to another node and for
+    /// which `place` finds one (its raylet and id), and sends each on there.
+    fn spill_waiting(self: &Arc<Self>, place: impl FnMut(&ResourceSet) -> Option<(String, String)>);
+}
 
 /// How a raylet joins a cluster.
 #[derive(Debug, Clone)]
@@ -49,27 +70,24 @@ pub(crate) struct Membership {
 
 impl Membership {
     /// Registers `node` with the head and starts its heartbeats.
-    pub(crate) async fn join(
-        node: &Arc<Node>,
+    pub(crate) async fn join<N: MemberNode>(
+        node: &Arc<N>,
         link: &ClusterLink,
         raylet_address: String,
     ) -> Result<Membership, Error> {
         let mut client = GcsClient::connect(&link.head, &link.token)
             .await
             .map_err(Error::from)?;
-        let (total, available) = node.control(|c| {
-            let r = c.scheduler.resources();
-            (r.total().clone(), r.available())
-        });
+        let (total, available) = node.resources();
         let info = WireNode {
-            node_id: node.node_id.to_string(),
+            node_id: node.node_id().to_string(),
             node_ip: link.node_ip.clone(),
             hostname: hostname(),
             is_head: link.is_head,
             state: NodeState::Alive as i32,
             total: to_wire(&total),
             available: to_wire(&available),
-            session_dir: node.config.session_dir.display().to_string(),
+            session_dir: node.session_dir().display().to_string(),
             pid: std::process::id(),
             raylet_address,
             ..WireNode::default()
@@ -80,7 +98,7 @@ impl Membership {
         let beating = tokio::spawn(beat(Arc::downgrade(node), client.clone(), period, tell));
         tracing::info!(head = %link.head, cluster = %reply.cluster_id, "joined the cluster");
         Ok(Membership {
-            node_id: node.node_id.to_string(),
+            node_id: node.node_id().to_string(),
             view: parking_lot::Mutex::new(Vec::new()),
             spread_next: std::sync::atomic::AtomicUsize::new(0),
             peers: Peers::default(),
@@ -175,23 +193,18 @@ impl Membership {
     /// Every live node's room for placement: its total resources
     /// (`totals`) or its free ones as of the last heartbeat; this node,
     /// `here`, with `here_room`.
-    pub(crate) fn rooms(
-        &self,
-        here: &str,
-        here_room: ResourceSet,
-        totals: bool,
-    ) -> Vec<crate::placement::NodeRoom> {
+    pub(crate) fn rooms(&self, here: &str, here_room: ResourceSet, totals: bool) -> Vec<NodeRoom> {
         let mut rooms: Vec<_> = self
             .view
             .lock()
             .iter()
             .filter(|n| n.node_id != here && !n.raylet_address.is_empty())
-            .map(|n| crate::placement::NodeRoom {
+            .map(|n| NodeRoom {
                 node_id: n.node_id.clone(),
                 room: from_wire_set(if totals { &n.total } else { &n.available }),
             })
             .collect();
-        rooms.push(crate::placement::NodeRoom {
+        rooms.push(NodeRoom {
             node_id: here.to_string(),
             room: here_room,
         });
@@ -365,15 +378,9 @@ impl Membership {
     /// Sends the local requests waiting here on to nodes that now have
     /// their resources free (the view just changed): a request queued
     /// behind long tasks does not wait for them while another node idles.
-    fn respill(&self, node: &Arc<Node>) {
+    fn respill<N: MemberNode>(&self, node: &Arc<N>) {
         let none = ResourceSet::new();
-        let moved = node.control(|c| {
-            c.scheduler
-                .take_spillable(|shape| self.spill_target(shape, true, &none).ok().flatten())
-        });
-        for (reply, (raylet, node_id)) in moved {
-            reply.send(Response::Lease(LeaseReply::Spillback { raylet, node_id }));
-        }
+        node.spill_waiting(|shape| self.spill_target(shape, true, &none).ok().flatten());
     }
 
     /// The live nodes' total and free resources, summed.
@@ -432,8 +439,8 @@ impl Handler for AsksOnly {
 /// Sends a heartbeat every `period` until the node is gone or the head
 /// says it was given up. A head that does not answer is logged once per
 /// outage and tried again: the node keeps serving its local work.
-async fn beat(
-    node_ref: Weak<Node>,
+async fn beat<N: MemberNode>(
+    node_ref: Weak<N>,
     mut client: GcsClient,
     period: Duration,
     tell: watch::Sender<Option<String>>,
@@ -446,24 +453,21 @@ async fn beat(
         let Some(node) = node_ref.upgrade() else {
             return;
         };
-        let id = node.node_id.to_string();
-        let (available, demands) = node.control(|c| {
-            let demands = c
-                .scheduler
-                .demands()
-                .into_iter()
-                .map(|(shape, count)| Demand {
-                    shape: to_wire(&shape),
-                    count,
-                })
-                .collect::<Vec<_>>();
-            (to_wire(&c.scheduler.resources().available()), demands)
-        });
+        let id = node.node_id().to_string();
+        let (available, demands) = node.load();
         drop(node);
+        let demands = demands
+            .into_iter()
+            .map(|(shape, count)| Demand {
+                shape: to_wire(&shape),
+                count,
+            })
+            .collect::<Vec<_>>();
+        let available = to_wire(&available);
         match client.heartbeat(&id, available, demands).await {
             Ok(reply) if reply.alive => {
                 if let Some(node) = node_ref.upgrade() {
-                    if let Some(m) = node.membership.get() {
+                    if let Some(m) = node.membership() {
                         let died: Vec<String> = {
                             let mut view = m.view.lock();
                             let died = view
@@ -476,8 +480,7 @@ async fn beat(
                         };
                         for dead in died {
                             tracing::warn!(node = %dead, "a node left the cluster; telling this node's processes");
-                            node.announce_node_death(&dead);
-                            node.replace_lost_bundles(&dead);
+                            node.node_left(&dead);
                         }
                         m.respill(&node);
                     }
@@ -499,24 +502,6 @@ async fn beat(
                 }
             }
         }
-    }
-}
-
-/// The local node alone, for a raylet that is not part of a cluster.
-pub(crate) fn local_node(node: &Arc<Node>) -> NodeInfo {
-    let (total, available) = node.control(|c| {
-        let r = c.scheduler.resources();
-        (r.total().clone(), r.available())
-    });
-    NodeInfo {
-        node_id: node.node_id.to_string(),
-        node_ip: "127.0.0.1".into(),
-        hostname: hostname(),
-        is_head: true,
-        alive: true,
-        death_cause: String::new(),
-        total,
-        available,
     }
 }
 

@@ -14,9 +14,11 @@
 //! kills processes.
 
 use crate::actors::{ActorTable, Answers, Lost};
+use crate::config::RayletConfig;
 use crate::launcher::{Launcher, WorkerLaunch};
+use crate::membership::{MemberNode, Membership};
+use crate::reply::ReplyTo;
 use crate::scheduler::{Decision, Grantee, LeaseRequest, Limits, Scheduler};
-use crate::RayletConfig;
 use parking_lot::Mutex;
 use prism_gcs::KvTable;
 use prism_object_store::{Creator, ObjectTable, Pin, Placement, Segment, SpillFile, SpillOutcome};
@@ -24,40 +26,16 @@ use prism_protocol::error::Error;
 use prism_protocol::ids::{ActorId, JobId, LeaseId, NodeId, ObjectId, PlacementGroupId, WorkerId};
 use prism_protocol::messages::{
     ActorEnded, ActorPlacement, ActorRestarted, ActorSpec, ActorState, BecomeActor, LeaseGrant,
-    LeaseReply, LeasesWanted, NodeDied, Ownership, Registration, Reply, Response,
+    LeaseReply, LeasesWanted, NodeDied, NodeInfo, Ownership, Registration, Response,
     SchedulingStrategy,
 };
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::{Connection, Endpoint};
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Answers one request, now or later.
-#[derive(Debug)]
-pub(crate) struct ReplyTo {
-    conn: Connection,
-    request: Option<u64>,
-}
-
-impl ReplyTo {
-    pub(crate) fn new(conn: &Connection, request: Option<u64>) -> Self {
-        ReplyTo {
-            conn: conn.clone(),
-            request,
-        }
-    }
-
-    pub(crate) fn send(self, response: Response) {
-        self.conn.respond(self.request, response);
-    }
-
-    pub(crate) fn send_result<T: Reply>(self, answer: Result<T, Error>) {
-        self.send(Response::from_result(answer));
-    }
-}
 
 /// A driver and the binary its workers run.
 #[derive(Debug)]
@@ -154,18 +132,18 @@ pub(crate) struct Node {
     spill_write_nanos: AtomicU64,
     restore_read_nanos: AtomicU64,
     /// The node's membership of a cluster, once registered.
-    pub(crate) membership: std::sync::OnceLock<crate::membership::Membership>,
+    pub(crate) membership: std::sync::OnceLock<Membership>,
     /// The TCP listener for other nodes' processes (in a cluster).
     pub(crate) tcp_server: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Open connections of other nodes' processes leasing workers here,
     /// per job: the job ends here when its last one closes.
     lessees: Mutex<HashMap<JobId, usize>>,
     /// Objects pulled from and served to other nodes.
-    pub(crate) transfers: crate::transfer::Transfers,
+    pub(crate) transfers: crate::transfer::state::Transfers,
     /// Groups placed over several nodes from here, not placed yet.
-    pub(crate) pending_groups: crate::placement::PendingGroups,
+    pub(crate) pending_groups: crate::placement::state::PendingGroups,
     /// Copies of other nodes' jobs' programs, fetched one at a time.
-    pub(crate) programs: crate::programs::Programs,
+    pub(crate) programs: crate::programs::state::Programs,
 }
 
 impl Node {
@@ -249,7 +227,7 @@ impl Node {
         tokio::spawn(async move {
             let answer = match node.membership.get() {
                 Some(m) => m.nodes().await,
-                None => Ok(vec![crate::membership::local_node(&node)]),
+                None => Ok(vec![local_node(&node)]),
             };
             reply.send_result(answer);
         });
@@ -344,10 +322,10 @@ impl Node {
             } => {
                 // (A grant routed through a bundle's node may come after
                 // its client left: a closed connection is not kept.)
-                if !reply.conn.is_closed() {
+                if !reply.conn().is_closed() {
                     c.lease_holders
                         .entry(holder)
-                        .or_insert_with(|| reply.conn.clone());
+                        .or_insert_with(|| reply.conn().clone());
                 }
                 reply.send(Response::Lease(LeaseReply::Granted(LeaseGrant {
                     lease_id: lease,
@@ -1251,6 +1229,64 @@ impl Node {
         };
         for file in on_disk {
             self.config.spill.remove(file);
+        }
+    }
+}
+
+/// The local node alone, for a raylet that is not part of a cluster.
+fn local_node(node: &Arc<Node>) -> NodeInfo {
+    let (total, available) = node.resources();
+    NodeInfo {
+        node_id: node.node_id.to_string(),
+        node_ip: "127.0.0.1".into(),
+        hostname: crate::membership::hostname(),
+        is_head: true,
+        alive: true,
+        death_cause: String::new(),
+        total,
+        available,
+    }
+}
+
+/// The node as a member of a cluster, for its membership's heartbeats.
+impl MemberNode for Node {
+    fn node_id(&self) -> NodeId {
+        self.node_id
+    }
+
+    fn session_dir(&self) -> &Path {
+        &self.config.session_dir
+    }
+
+    fn resources(self: &Arc<Self>) -> (ResourceSet, ResourceSet) {
+        self.control(|c| {
+            let r = c.scheduler.resources();
+            (r.total().clone(), r.available())
+        })
+    }
+
+    fn load(self: &Arc<Self>) -> (ResourceSet, Vec<(ResourceSet, u64)>) {
+        self.control(|c| (c.scheduler.resources().available(), c.scheduler.demands()))
+    }
+
+    fn membership(&self) -> Option<&Membership> {
+        self.membership.get()
+    }
+
+    /// Tells this node's processes, and places again the bundles of the
+    /// groups created here that the node held.
+    fn node_left(self: &Arc<Self>, dead: &str) {
+        self.announce_node_death(dead);
+        self.replace_lost_bundles(dead);
+    }
+
+    fn spill_waiting(
+        self: &Arc<Self>,
+        place: impl FnMut(&ResourceSet) -> Option<(String, String)>,
+    ) {
+        let moved = self.control(|c| c.scheduler.take_spillable(place));
+        for (reply, (raylet, node_id)) in moved {
+            reply.send(Response::Lease(LeaseReply::Spillback { raylet, node_id }));
         }
     }
 }

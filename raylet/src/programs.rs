@@ -11,12 +11,15 @@
 //! The copy is checked by its build id and size (the bytes themselves are
 //! guarded by TCP's checksums, and by TLS where the cluster speaks it).
 
+pub(crate) mod state;
+
 use crate::node::Node;
 use prism_protocol::error::Error;
 use prism_protocol::messages::{ReadProgram, PROGRAM_CHUNK};
 use prism_protocol::program::Program;
 use prism_protocol::rpc::Connection;
-use std::collections::{HashMap, VecDeque};
+use state::{name_file, same};
+use std::collections::VecDeque;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -26,77 +29,6 @@ use std::time::{Duration, Instant};
 const CHUNK_LIMIT: Duration = Duration::from_secs(60);
 /// Chunks asked for at once.
 const IN_FLIGHT: usize = 3;
-
-/// The programs this node knows: which file holds which program (so a
-/// file is read once per change), and one lock per program being fetched
-/// (a second lessee of it waits, then finds the copy; other programs are
-/// fetched meanwhile).
-#[derive(Debug, Default)]
-pub(crate) struct Programs {
-    fetching: parking_lot::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    named: parking_lot::Mutex<HashMap<PathBuf, (FileKey, Program)>>,
-}
-
-/// What tells one version of a file from another without reading it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct FileKey {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime: i64,
-    mtime_nsec: i64,
-}
-
-impl FileKey {
-    fn of(path: &Path) -> Option<FileKey> {
-        use std::os::unix::fs::MetadataExt;
-        let m = std::fs::metadata(path).ok().filter(|m| m.is_file())?;
-        Some(FileKey {
-            dev: m.dev(),
-            ino: m.ino(),
-            size: m.size(),
-            mtime: m.mtime(),
-            mtime_nsec: m.mtime_nsec(),
-        })
-    }
-}
-
-impl Programs {
-    /// Says if the file at `path` holds `program`, reading the file (off
-    /// the runtime's threads) only when it changed since last asked.
-    async fn holds(&self, path: &Path, program: &Program) -> bool {
-        let Some(key) = FileKey::of(path) else {
-            return false;
-        };
-        let known = self
-            .named
-            .lock()
-            .get(path)
-            .filter(|(k, _)| *k == key)
-            .map(|(_, p)| p.clone());
-        let named = match known {
-            Some(p) => p,
-            None => match name_file(path).await {
-                Some(p) => {
-                    self.named
-                        .lock()
-                        .insert(path.to_path_buf(), (key, p.clone()));
-                    p
-                }
-                None => return false,
-            },
-        };
-        same(&named, program)
-    }
-
-    fn lock_for(&self, program: &Program) -> Arc<tokio::sync::Mutex<()>> {
-        self.fetching
-            .lock()
-            .entry(program.id.clone())
-            .or_default()
-            .clone()
-    }
-}
 
 impl Node {
     /// The file to start the job's workers from: `path` if it holds
@@ -245,21 +177,6 @@ async fn write_chunks(
             return Err(e);
         }
     }
-}
-
-/// The program in the file at `path`, read off the runtime's threads (a
-/// file without a build id is hashed whole); `None` if it cannot be read.
-async fn name_file(path: &Path) -> Option<Program> {
-    let at = path.to_path_buf();
-    tokio::task::spawn_blocking(move || Program::of(&at))
-        .await
-        .ok()?
-        .ok()
-}
-
-/// Whether two names are of one program.
-fn same(a: &Program, b: &Program) -> bool {
-    a.id == b.id && a.size == b.size
 }
 
 /// Checks that the fetched file is the program, and makes it executable.

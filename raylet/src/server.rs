@@ -7,7 +7,8 @@
 //! Requests that wait (a lease, an actor or a group to be ready) are given
 //! a [`ReplyTo`] to answer later; the rest are answered at once.
 
-use crate::node::{Job, Node, ReplyTo};
+use crate::node::{Job, Node};
+use crate::reply::ReplyTo;
 use crate::scheduler::{Grantee, LeaseRequest};
 use bytes::Bytes;
 use parking_lot::Mutex;

@@ -13,8 +13,10 @@
 //! The holder remembers which nodes pulled a copy; when the object is
 //! deleted (its owner freed it), so are the copies.
 
-use crate::node::{Node, ReplyTo};
-use parking_lot::Mutex;
+pub(crate) mod state;
+
+use crate::node::Node;
+use crate::reply::ReplyTo;
 use prism_object_store::{Creator, Placement};
 use prism_protocol::error::Error;
 use prism_protocol::ids::ObjectId;
@@ -22,7 +24,6 @@ use prism_protocol::messages::{DeleteObjects, Response};
 use prism_protocol::rpc::{self, Endpoint};
 use prism_protocol::tls::Stream;
 use prism_protocol::transfer::{self, ChunkRequest};
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,43 +42,6 @@ const CHUNK_TIMEOUT: Duration = Duration::from_secs(30);
 /// timeout) while the holder stays alive; a holder that refuses a range,
 /// or one that died, ends it at once.
 const PULL_ATTEMPTS: u32 = 3;
-
-/// The node's transfers: pulls under way, open streams, copies handed out.
-#[derive(Debug, Default)]
-pub(crate) struct Transfers {
-    /// Pulls under way, with who waits for each.
-    pulls: Mutex<HashMap<ObjectId, Vec<ReplyTo>>>,
-    /// Idle bulk streams, per holder's TCP address.
-    idle: Mutex<HashMap<String, Vec<Stream>>>,
-    /// The nodes that pulled a copy of an object held here.
-    copies: Mutex<HashMap<ObjectId, HashSet<String>>>,
-    /// Bytes pulled into this store, and served to other nodes.
-    pulled_bytes: AtomicU64,
-    served_bytes: AtomicU64,
-}
-
-impl Transfers {
-    /// The nodes that pulled copies of `ids`, forgetting them: each with
-    /// the ids it holds.
-    pub(crate) fn take_copies(&self, ids: &[ObjectId]) -> HashMap<String, Vec<ObjectId>> {
-        let mut copies = self.copies.lock();
-        let mut by_node: HashMap<String, Vec<ObjectId>> = HashMap::new();
-        for id in ids {
-            for node in copies.remove(id).into_iter().flatten() {
-                by_node.entry(node).or_default().push(*id);
-            }
-        }
-        by_node
-    }
-
-    /// Bytes this node pulled from others and served to others.
-    pub(crate) fn bytes(&self) -> (u64, u64) {
-        (
-            self.pulled_bytes.load(Ordering::Relaxed),
-            self.served_bytes.load(Ordering::Relaxed),
-        )
-    }
-}
 
 impl Node {
     /// Copies object `id` (`size` bytes) from node `holder`'s store into

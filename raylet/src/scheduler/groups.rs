@@ -13,8 +13,13 @@
 //! (`crate::placement`) is held here as a *shard*: the bundles this node
 //! holds, reserved in two phases (`prepare_shard`, `commit_shard`), with
 //! the node of every other bundle.
+//!
+//! [`Groups`] is the table of them, a part of the scheduler with its own
+//! state: it is handed the node's resources and the scheduler's decisions
+//! where it needs them, and the scheduler carries out what removing a
+//! group means for its leases and workers.
 
-use super::{Decision, Scheduler, WorkerUse};
+use super::decision::Decision;
 use crate::resources::{Allocation, NodeResources};
 use prism_protocol::error::Error;
 use prism_protocol::ids::{JobId, PlacementGroupId};
@@ -26,9 +31,9 @@ use std::collections::{HashMap, VecDeque};
 
 /// A group's reservation and who waits for it.
 #[derive(Debug)]
-pub(super) struct PlacementGroup<R> {
+struct PlacementGroup<R> {
     spec: PlacementGroupSpec,
-    pub(super) job: JobId,
+    job: JobId,
     state: PlacementGroupState,
     /// Per bundle: what it took from the node, and its own pool (`None`
     /// for a bundle another node holds). Empty while pending.
@@ -86,7 +91,7 @@ impl<R> PlacementGroup<R> {
 /// Removed groups whose resources went back to the node: their last state
 /// stays readable (`Removed`), the oldest forgotten first.
 #[derive(Debug)]
-pub(crate) struct RemovedGroups {
+struct RemovedGroups {
     limit: usize,
     order: VecDeque<PlacementGroupId>,
     info: HashMap<PlacementGroupId, PlacementGroupInfo>,
@@ -95,7 +100,7 @@ pub(crate) struct RemovedGroups {
 impl RemovedGroups {
     /// Keeps at most `limit` groups (Ray's GCS keeps removed groups too, up
     /// to a bound).
-    pub(crate) fn new(limit: usize) -> Self {
+    fn new(limit: usize) -> Self {
         RemovedGroups {
             limit,
             order: VecDeque::new(),
@@ -120,63 +125,86 @@ impl RemovedGroups {
     }
 }
 
-fn removed(id: PlacementGroupId) -> Error {
+/// The error for a group that is removed (or never was).
+pub(super) fn removed(id: PlacementGroupId) -> Error {
     Error::PlacementGroupRemoved { id: id.to_string() }
 }
 
-/// Rejects a lease naming a bundle that could never hold `shape`.
-pub(super) fn check_bundle_fits<R>(
-    groups: &HashMap<PlacementGroupId, PlacementGroup<R>>,
-    bundle: BundleRef,
-    shape: &ResourceSet,
-) -> Result<(), Error> {
-    let group = groups
-        .get(&bundle.group)
-        .filter(|g| g.state != PlacementGroupState::Removed)
-        .ok_or_else(|| removed(bundle.group))?;
-    let shapes = &group.spec.bundles;
-    let candidates: Vec<(usize, &ResourceSet)> = match bundle.index {
-        Some(i) => {
-            let i = i as usize;
-            let one = shapes.get(i).ok_or_else(|| {
-                Error::invalid(
-                    "placement_group_bundle_index",
-                    format!("{i}: the group has {} bundles", shapes.len()),
-                )
-            })?;
-            vec![(i, one)]
-        }
-        None => shapes.iter().enumerate().collect(),
-    };
-    if candidates.iter().any(|(_, b)| b.contains(shape)) {
-        return Ok(());
-    }
-    Err(Error::Infeasible {
-        shape: shape.to_string(),
-        total: candidates
-            .iter()
-            .map(|(i, b)| format!("bundle {i} of {}: {b}", bundle.group))
-            .collect::<Vec<_>>()
-            .join("; "),
-    })
+/// A lease's allocation and the bundle (group, index) it came from.
+pub(super) type Taken = (Allocation, Option<(PlacementGroupId, usize)>);
+
+/// The placement groups this node holds (whole, or a shard of a group
+/// over several nodes), the removed ones still readable, and the groups
+/// waiting for resources. `R` answers a caller waiting for a group.
+#[derive(Debug)]
+pub(super) struct Groups<R> {
+    held: HashMap<PlacementGroupId, PlacementGroup<R>>,
+    /// Groups removed and forgotten, still answered as `Removed`.
+    removed: RemovedGroups,
+    /// Groups waiting for resources, in arrival order.
+    pending: VecDeque<PlacementGroupId>,
+    /// The token of the next caller to wait for a group.
+    next_token: u64,
 }
 
-/// A lease's allocation and the bundle (group, index) it came from.
-type Taken = (Allocation, Option<(PlacementGroupId, usize)>);
+impl<R> Groups<R> {
+    /// No groups; at most `removed_kept` removed ones stay readable.
+    pub(super) fn new(removed_kept: usize) -> Self {
+        Groups {
+            held: HashMap::new(),
+            removed: RemovedGroups::new(removed_kept),
+            pending: VecDeque::new(),
+            next_token: 0,
+        }
+    }
 
-impl<R> Scheduler<R> {
-    /// Takes `shape` from the node or from a bundle of a created group.
-    /// `Ok(None)`: not now (no room, or the group is still pending).
+    /// Rejects a lease naming a bundle that could never hold `shape`.
+    pub(super) fn check_bundle_fits(
+        &self,
+        bundle: BundleRef,
+        shape: &ResourceSet,
+    ) -> Result<(), Error> {
+        let group = self
+            .held
+            .get(&bundle.group)
+            .filter(|g| g.state != PlacementGroupState::Removed)
+            .ok_or_else(|| removed(bundle.group))?;
+        let shapes = &group.spec.bundles;
+        let candidates: Vec<(usize, &ResourceSet)> = match bundle.index {
+            Some(i) => {
+                let i = i as usize;
+                let one = shapes.get(i).ok_or_else(|| {
+                    Error::invalid(
+                        "placement_group_bundle_index",
+                        format!("{i}: the group has {} bundles", shapes.len()),
+                    )
+                })?;
+                vec![(i, one)]
+            }
+            None => shapes.iter().enumerate().collect(),
+        };
+        if candidates.iter().any(|(_, b)| b.contains(shape)) {
+            return Ok(());
+        }
+        Err(Error::Infeasible {
+            shape: shape.to_string(),
+            total: candidates
+                .iter()
+                .map(|(i, b)| format!("bundle {i} of {}: {b}", bundle.group))
+                .collect::<Vec<_>>()
+                .join("; "),
+        })
+    }
+
+    /// Takes `shape` from a bundle of a created group. `Ok(None)`: not now
+    /// (no room, or the group is still pending).
     pub(super) fn allocate(
         &mut self,
+        bundle: BundleRef,
         shape: &ResourceSet,
-        bundle: Option<BundleRef>,
     ) -> Result<Option<Taken>, Error> {
-        let Some(bundle) = bundle else {
-            return Ok(self.resources.try_allocate(shape).map(|a| (a, None)));
-        };
         let group = self
-            .groups
+            .held
             .get_mut(&bundle.group)
             .filter(|g| g.state != PlacementGroupState::Removed)
             .ok_or_else(|| removed(bundle.group))?;
@@ -197,40 +225,37 @@ impl<R> Scheduler<R> {
         Ok(None)
     }
 
-    /// Gives back what [`Scheduler::allocate`] took.
-    pub(super) fn release_to(
+    /// The pool of bundle `index` of group `id`, when this node holds it.
+    pub(super) fn pool(
         &mut self,
-        bundle: Option<(PlacementGroupId, usize)>,
-        allocation: &Allocation,
-    ) {
-        let pool = bundle.and_then(|(g, i)| self.groups.get_mut(&g)?.bundles.get_mut(i));
-        match pool {
-            Some(Some((_, pool))) => pool.release(allocation),
-            _ => self.resources.release(allocation),
+        (id, index): (PlacementGroupId, usize),
+    ) -> Option<&mut NodeResources> {
+        match self.held.get_mut(&id)?.bundles.get_mut(index) {
+            Some(Some((_, pool))) => Some(pool),
+            _ => None,
         }
     }
 
-    /// Once a removed group has no lease left, its bundles go back to the
-    /// node and the group is forgotten. Until then they stay reserved, so
-    /// nothing new lands on resources (a GPU's memory, say) that a dying
-    /// worker of the group may still hold.
-    pub(super) fn forget_if_done(&mut self, id: PlacementGroupId) {
+    /// A removed group that no lease uses any more: its bundles go back
+    /// to the node's `resources` and the group is forgotten, its last
+    /// state kept readable. A group not removed stays.
+    pub(super) fn forget_if_removed(
+        &mut self,
+        id: PlacementGroupId,
+        resources: &mut NodeResources,
+    ) {
         let removed = self
-            .groups
+            .held
             .get(&id)
             .is_some_and(|g| g.state == PlacementGroupState::Removed);
-        let in_use = self
-            .leases
-            .values()
-            .any(|l| l.bundle.map(|(g, _)| g) == Some(id));
-        if !removed || in_use {
+        if !removed {
             return;
         }
-        if let Some(group) = self.groups.remove(&id) {
+        if let Some(group) = self.held.remove(&id) {
             for (allocation, _) in group.bundles.iter().flatten() {
-                self.resources.release(allocation);
+                resources.release(allocation);
             }
-            self.removed_groups.keep(
+            self.removed.keep(
                 id,
                 PlacementGroupInfo {
                     spec: group.spec,
@@ -242,12 +267,13 @@ impl<R> Scheduler<R> {
         }
     }
 
-    /// Accepts a group (it may wait for resources), or refuses one that
-    /// could never be placed.
-    pub(crate) fn create_group(
+    /// Accepts a group (it waits for [`Groups::place_pending`]), or
+    /// refuses one that could never be placed on a node of `resources`.
+    pub(super) fn create_group(
         &mut self,
         job: JobId,
         spec: PlacementGroupSpec,
+        resources: &NodeResources,
     ) -> Result<(), Error> {
         if spec.bundles.is_empty() {
             return Err(Error::invalid(
@@ -263,7 +289,7 @@ impl<R> Scheduler<R> {
                     format!("bundle {i} is empty: give it at least one resource"),
                 ));
             }
-            self.resources.check_feasible(bundle)?;
+            resources.check_feasible(bundle)?;
             sum.add(bundle);
         }
         if spec.strategy == PlacementStrategy::StrictSpread && spec.bundles.len() > 1 {
@@ -277,31 +303,35 @@ impl<R> Scheduler<R> {
         }
         // Every bundle must fit an empty node at once, GPU shares packed
         // onto devices (three 0.6-GPU bundles do not fit two GPUs).
-        let mut empty = NodeResources::new(self.resources.total().clone());
+        let mut empty = NodeResources::new(resources.total().clone());
         if !spec.bundles.iter().all(|b| empty.try_allocate(b).is_some()) {
             return Err(Error::Infeasible {
                 shape: format!("{sum} in {} bundles on one node", spec.bundles.len()),
-                total: self.resources.total().to_string(),
+                total: resources.total().to_string(),
             });
         }
         let id = spec.id;
         tracing::info!(group = %id, bundles = spec.bundles.len(), strategy = ?spec.strategy, "placement group requested");
-        self.groups.insert(
+        self.held.insert(
             id,
             PlacementGroup::pending(spec, job, Vec::new(), Vec::new()),
         );
-        self.pending_groups.push_back(id);
-        self.schedule();
+        self.pending.push_back(id);
         Ok(())
     }
 
-    /// Reserves every pending group that fits now, all bundles at once, in
-    /// arrival order.
-    pub(super) fn schedule_groups(&mut self) {
-        let pending: Vec<PlacementGroupId> = self.pending_groups.drain(..).collect();
+    /// Reserves every pending group that fits in `resources` now, all
+    /// bundles at once, in arrival order; its waiters are answered in
+    /// `out`.
+    pub(super) fn place_pending(
+        &mut self,
+        resources: &mut NodeResources,
+        out: &mut Vec<Decision<R>>,
+    ) {
+        let pending: Vec<PlacementGroupId> = self.pending.drain(..).collect();
         for id in pending {
             let Some(shapes) = self
-                .groups
+                .held
                 .get(&id)
                 .filter(|g| g.state == PlacementGroupState::Pending)
                 .map(|g| g.spec.bundles.clone())
@@ -310,19 +340,19 @@ impl<R> Scheduler<R> {
             };
             let mut taken: Vec<Allocation> = Vec::new();
             for shape in &shapes {
-                match self.resources.try_allocate(shape) {
+                match resources.try_allocate(shape) {
                     Some(a) => taken.push(a),
                     None => break,
                 }
             }
             if taken.len() < shapes.len() {
                 for a in &taken {
-                    self.resources.release(a);
+                    resources.release(a);
                 }
-                self.pending_groups.push_back(id);
+                self.pending.push_back(id);
                 continue;
             }
-            if let Some(group) = self.groups.get_mut(&id) {
+            if let Some(group) = self.held.get_mut(&id) {
                 group.bundles = taken
                     .into_iter()
                     .map(|a| {
@@ -332,21 +362,22 @@ impl<R> Scheduler<R> {
                     .collect();
                 group.state = PlacementGroupState::Created;
                 tracing::info!(group = %id, "placement group created");
-                group.wake(&mut self.out);
+                group.wake(out);
             }
         }
     }
 
-    /// First phase of a group placed over several nodes: reserves now the
-    /// bundles `nodes` gives to node `here`, or takes nothing and fails.
-    /// The group stays pending (its bundles unused) until
-    /// [`Scheduler::commit_shard`].
-    pub(crate) fn prepare_shard(
+    /// First phase of a group placed over several nodes: reserves now,
+    /// from `resources`, the bundles `nodes` gives to node `here`, or
+    /// takes nothing and fails. The group stays pending (its bundles
+    /// unused) until [`Groups::commit_shard`].
+    pub(super) fn prepare_shard(
         &mut self,
         job: JobId,
         spec: PlacementGroupSpec,
         nodes: Vec<String>,
         here: &str,
+        resources: &mut NodeResources,
     ) -> Result<(), Error> {
         if nodes.len() != spec.bundles.len() {
             return Err(Error::invalid(
@@ -354,7 +385,7 @@ impl<R> Scheduler<R> {
                 format!("{} nodes for {} bundles", nodes.len(), spec.bundles.len()),
             ));
         }
-        if self.groups.contains_key(&spec.id) {
+        if self.held.contains_key(&spec.id) {
             return Err(Error::invalid(
                 "placement group",
                 format!("{} is already placed here", spec.id),
@@ -366,60 +397,69 @@ impl<R> Scheduler<R> {
                 bundles.push(None);
                 continue;
             }
-            match self.resources.try_allocate(shape) {
+            match resources.try_allocate(shape) {
                 Some(a) => {
                     let pool = NodeResources::for_bundle(&a);
                     bundles.push(Some((a, pool)));
                 }
                 None => {
                     for (a, _) in bundles.iter().flatten() {
-                        self.resources.release(a);
+                        resources.release(a);
                     }
                     return Err(Error::Infeasible {
                         shape: format!("{shape} for a bundle of {} now", spec.id),
-                        total: format!("free here: {}", self.resources.available()),
+                        total: format!("free here: {}", resources.available()),
                     });
                 }
             }
         }
         let id = spec.id;
-        self.groups
+        self.held
             .insert(id, PlacementGroup::pending(spec, job, bundles, nodes));
         Ok(())
     }
 
-    /// Second phase: the group's bundles here may be used.
-    pub(crate) fn commit_shard(&mut self, id: PlacementGroupId) -> Result<(), Error> {
+    /// Second phase: the group's bundles here may be used; its waiters
+    /// are answered in `out`.
+    pub(super) fn commit_shard(
+        &mut self,
+        id: PlacementGroupId,
+        out: &mut Vec<Decision<R>>,
+    ) -> Result<(), Error> {
         let group = self
-            .groups
+            .held
             .get_mut(&id)
             .filter(|g| g.state == PlacementGroupState::Pending && !g.nodes.is_empty())
             .ok_or_else(|| removed(id))?;
         group.state = PlacementGroupState::Created;
         tracing::info!(group = %id, "placement group created (its bundles on this node)");
-        group.wake(&mut self.out);
-        self.schedule();
+        group.wake(out);
         Ok(())
     }
 
     /// Bundles of a group moved off a dead node (see `MoveBundles`):
-    /// reserves the bundles `nodes` newly gives `here`, or takes nothing and
-    /// fails; a group this node held none of is taken up here. Every bundle
-    /// node is `nodes` from now on. Sent again, it takes nothing more.
-    pub(crate) fn move_bundles(
+    /// reserves, from `resources`, the bundles `nodes` newly gives `here`,
+    /// or takes nothing and fails; a group this node held none of is taken
+    /// up here. Every bundle node is `nodes` from now on. Sent again, it
+    /// takes nothing more. True when bundles came here (or the group was
+    /// taken up): the scheduler has new room to schedule.
+    pub(super) fn move_bundles(
         &mut self,
         job: JobId,
         spec: PlacementGroupSpec,
         nodes: Vec<String>,
         here: &str,
-    ) -> Result<(), Error> {
+        resources: &mut NodeResources,
+        out: &mut Vec<Decision<R>>,
+    ) -> Result<bool, Error> {
         let id = spec.id;
-        if self.removed_groups.get(&id).is_some() {
+        if self.removed.get(&id).is_some() {
             return Err(removed(id));
         }
-        let Some(group) = self.groups.get_mut(&id) else {
-            self.prepare_shard(job, spec, nodes, here)?;
-            return self.commit_shard(id);
+        let Some(group) = self.held.get_mut(&id) else {
+            self.prepare_shard(job, spec, nodes, here, resources)?;
+            self.commit_shard(id, out)?;
+            return Ok(true);
         };
         if group.state == PlacementGroupState::Removed {
             return Err(removed(id));
@@ -435,15 +475,15 @@ impl<R> Scheduler<R> {
             if node != here || group.bundles[i].is_some() {
                 continue;
             }
-            match self.resources.try_allocate(&group.spec.bundles[i]) {
+            match resources.try_allocate(&group.spec.bundles[i]) {
                 Some(a) => taken.push((i, a)),
                 None => {
                     for (_, a) in &taken {
-                        self.resources.release(a);
+                        resources.release(a);
                     }
                     return Err(Error::Infeasible {
                         shape: format!("{} for a moved bundle of {id} now", group.spec.bundles[i]),
-                        total: format!("free here: {}", self.resources.available()),
+                        total: format!("free here: {}", resources.available()),
                     });
                 }
             }
@@ -456,18 +496,17 @@ impl<R> Scheduler<R> {
         group.nodes = nodes;
         if moved_here > 0 {
             tracing::info!(group = %id, bundles = moved_here, "bundles of a placement group moved here from a dead node");
-            self.schedule();
         }
-        Ok(())
+        Ok(moved_here > 0)
     }
 
     /// The groups held here with a bundle on `node`: each with its job
     /// and every bundle's node.
-    pub(crate) fn groups_on_node(
+    pub(super) fn groups_on_node(
         &self,
         node: &str,
     ) -> Vec<(PlacementGroupSpec, JobId, Vec<String>)> {
-        self.groups
+        self.held
             .values()
             .filter(|g| {
                 g.state == PlacementGroupState::Created && g.nodes.iter().any(|n| n == node)
@@ -476,31 +515,40 @@ impl<R> Scheduler<R> {
             .collect()
     }
 
-    /// Whether this node knows group `id` (held, or removed and
-    /// remembered).
     /// Whether `id` is held here and not removed.
-    pub(crate) fn group_is_live(&self, id: PlacementGroupId) -> bool {
-        self.groups
+    pub(super) fn group_is_live(&self, id: PlacementGroupId) -> bool {
+        self.held
             .get(&id)
             .is_some_and(|g| g.state != PlacementGroupState::Removed)
     }
 
-    pub(crate) fn knows_group(&self, id: PlacementGroupId) -> bool {
-        self.groups.contains_key(&id) || self.removed_groups.get(&id).is_some()
+    /// Whether this node knows group `id` (held, or removed and
+    /// remembered).
+    pub(super) fn knows_group(&self, id: PlacementGroupId) -> bool {
+        self.held.contains_key(&id) || self.removed.get(&id).is_some()
     }
 
     /// The nodes of a group placed over several nodes (empty when this
     /// node holds all of it or does not know it).
-    pub(crate) fn group_nodes(&self, id: PlacementGroupId) -> Vec<String> {
-        self.groups
+    pub(super) fn group_nodes(&self, id: PlacementGroupId) -> Vec<String> {
+        self.held
             .get(&id)
             .map(|g| g.nodes.clone())
             .unwrap_or_default()
     }
 
+    /// Job `job`'s groups held here, removed or not.
+    pub(super) fn groups_of(&self, job: JobId) -> Vec<PlacementGroupId> {
+        self.held
+            .iter()
+            .filter(|(_, g)| g.job == job)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
     /// Job `job`'s groups placed over several nodes, with their nodes.
-    pub(crate) fn spread_groups_of(&self, job: JobId) -> Vec<(PlacementGroupId, Vec<String>)> {
-        self.groups
+    pub(super) fn spread_groups_of(&self, job: JobId) -> Vec<(PlacementGroupId, Vec<String>)> {
+        self.held
             .iter()
             .filter(|(_, g)| g.job == job && !g.nodes.is_empty())
             .map(|(id, g)| (*id, g.nodes.clone()))
@@ -510,8 +558,8 @@ impl<R> Scheduler<R> {
     /// Where the bundle a lease names lies: `Some(None)` on this node,
     /// `Some(Some(node))` on another, `None` when this node does not know
     /// the group.
-    pub(crate) fn bundle_node(&self, bundle: BundleRef) -> Option<Option<String>> {
-        let group = self.groups.get(&bundle.group)?;
+    pub(super) fn bundle_node(&self, bundle: BundleRef) -> Option<Option<String>> {
+        let group = self.held.get(&bundle.group)?;
         if group.nodes.is_empty() || group.state == PlacementGroupState::Removed {
             return Some(None);
         }
@@ -524,26 +572,27 @@ impl<R> Scheduler<R> {
         })
     }
 
-    /// Answers `reply` with a group's state now, or (with `wait`) once it
-    /// is not pending. Returns the waiter's token when it waits, for
-    /// [`Scheduler::group_deadline`].
-    pub(crate) fn watch_group(
+    /// Answers `reply` (in `out`) with a group's state now, or (with
+    /// `wait`) once it is not pending. Returns the waiter's token when it
+    /// waits, for [`Groups::group_deadline`].
+    pub(super) fn watch_group(
         &mut self,
         id: PlacementGroupId,
         wait: bool,
         reply: R,
+        out: &mut Vec<Decision<R>>,
     ) -> Option<u64> {
-        let Some(group) = self.groups.get_mut(&id) else {
-            let answer = match self.removed_groups.get(&id) {
+        let Some(group) = self.held.get_mut(&id) else {
+            let answer = match self.removed.get(&id) {
                 Some(info) => Ok(info.clone()),
                 None => Err(removed(id)),
             };
-            self.out.push(Decision::GroupAnswer { reply, answer });
+            out.push(Decision::GroupAnswer { reply, answer });
             return None;
         };
         if !wait || group.state != PlacementGroupState::Pending {
             let answer = Ok(group.info());
-            self.out.push(Decision::GroupAnswer { reply, answer });
+            out.push(Decision::GroupAnswer { reply, answer });
             return None;
         }
         let token = self.next_token;
@@ -552,61 +601,40 @@ impl<R> Scheduler<R> {
         Some(token)
     }
 
-    /// A waiter's time ran out: it is answered with the group's state now
-    /// (still pending), so waiters that gave up do not pile up.
-    pub(crate) fn group_deadline(&mut self, id: PlacementGroupId, token: u64) {
-        let Some(group) = self.groups.get_mut(&id) else {
+    /// A waiter's time ran out: it is answered (in `out`) with the group's
+    /// state now (still pending), so waiters that gave up do not pile up.
+    pub(super) fn group_deadline(
+        &mut self,
+        id: PlacementGroupId,
+        token: u64,
+        out: &mut Vec<Decision<R>>,
+    ) {
+        let Some(group) = self.held.get_mut(&id) else {
             return;
         };
         if let Some(i) = group.waiters.iter().position(|(t, _)| *t == token) {
             let (_, reply) = group.waiters.swap_remove(i);
             let answer = Ok(group.info());
-            self.out.push(Decision::GroupAnswer { reply, answer });
+            out.push(Decision::GroupAnswer { reply, answer });
         }
     }
 
-    /// Removes a group: the actors and tasks running in it are stopped (as
-    /// Ray does), queued requests for it fail, and its bundles go back to
-    /// the node once its last lease ends.
-    pub(crate) fn remove_group(&mut self, id: PlacementGroupId) {
-        let Some(group) = self.groups.get_mut(&id) else {
-            return;
+    /// Marks a group removed and answers its waiters (in `out`). False
+    /// when it is not held here or was removed already: nothing more to
+    /// do.
+    pub(super) fn mark_removed(
+        &mut self,
+        id: PlacementGroupId,
+        out: &mut Vec<Decision<R>>,
+    ) -> bool {
+        let Some(group) = self.held.get_mut(&id) else {
+            return false;
         };
         if group.state == PlacementGroupState::Removed {
-            return;
+            return false;
         }
         group.state = PlacementGroupState::Removed;
-        group.wake(&mut self.out);
-        let in_group: Vec<_> = self
-            .leases
-            .values()
-            .filter(|l| l.bundle.map(|(g, _)| g) == Some(id))
-            .map(|l| l.worker)
-            .collect();
-        for worker_id in in_group {
-            let Some(worker) = self.workers.get(&worker_id) else {
-                continue;
-            };
-            if let WorkerUse::Actor(actor) = worker.usage {
-                self.out.push(Decision::ActorLost {
-                    actor,
-                    reason: format!("its placement group {id} was removed"),
-                });
-            }
-            self.out.push(Decision::StopWorker { pid: worker.pid });
-        }
-        let (mine, rest): (VecDeque<_>, _) = std::mem::take(&mut self.pending)
-            .into_iter()
-            .partition(|p| p.bundle.map(|b| b.group) == Some(id));
-        self.pending = rest;
-        for request in mine {
-            self.out.push(Decision::Refused {
-                grantee: request.grantee,
-                error: removed(id),
-            });
-        }
-        self.forget_if_done(id);
-        self.schedule();
-        tracing::info!(group = %id, "placement group removed");
+        group.wake(out);
+        true
     }
 }

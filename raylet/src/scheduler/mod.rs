@@ -19,23 +19,24 @@
 //! served in arrival order, and one that cannot run now does not hold back
 //! those behind it.
 
+mod decision;
 mod groups;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use groups::RemovedGroups;
+pub(crate) use decision::{Decision, Grantee};
 
 use crate::resources::{Allocation, NodeResources};
-use groups::PlacementGroup;
+use groups::{Groups, Taken};
 use prism_protocol::error::Error;
 use prism_protocol::ids::{ActorId, JobId, LeaseId, PlacementGroupId, WorkerId};
-use prism_protocol::messages::{BundleRef, PlacementGroupInfo};
+use prism_protocol::messages::{BundleRef, PlacementGroupSpec};
 use prism_protocol::resources::{ResourceSet, CPU};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// The limits the scheduler works within (from [`crate::RayletConfig`]).
+/// The limits the scheduler works within (from [`crate::config::RayletConfig`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Limits {
     /// Workers started for each job as soon as it registers, and kept.
@@ -91,16 +92,6 @@ impl Worker {
     }
 }
 
-/// Who a lease is for.
-#[derive(Debug)]
-pub(crate) enum Grantee<R> {
-    /// A client waiting for an answer through `reply`; `holder` names its
-    /// connection, so its leases go when it does.
-    Client { holder: u64, reply: R },
-    /// An actor's lifetime.
-    Actor(ActorId),
-}
-
 /// A queued lease request.
 #[derive(Debug)]
 pub(crate) struct LeaseRequest<R> {
@@ -142,41 +133,6 @@ struct JobRecord {
     retired: bool,
 }
 
-/// What the scheduler decided; the caller carries it out.
-#[derive(Debug)]
-pub(crate) enum Decision<R> {
-    /// A lease was granted on `worker` (at `address`, process `pid`).
-    Granted {
-        grantee: Grantee<R>,
-        lease: LeaseId,
-        worker: WorkerId,
-        address: String,
-        pid: u32,
-        /// Requests of other holders still wait after this round.
-        contended: bool,
-    },
-    /// A request can never be granted.
-    Refused { grantee: Grantee<R>, error: Error },
-    /// Start a worker process; it is already recorded as starting.
-    StartWorker {
-        worker: WorkerId,
-        job: JobId,
-        gpu_ids: Vec<u32>,
-    },
-    /// Kill a worker process.
-    StopWorker { pid: u32 },
-    /// An actor's worker is gone (or will be): the actor is dead.
-    ActorLost { actor: ActorId, reason: String },
-    /// Tell client connection `holder` that requests wait for what these
-    /// leases hold: it gives each back once its worker is idle.
-    LeasesWanted { holder: u64, leases: Vec<LeaseId> },
-    /// Answer a caller asking about a placement group.
-    GroupAnswer {
-        reply: R,
-        answer: Result<PlacementGroupInfo, Error>,
-    },
-}
-
 /// The node's scheduling state; see the module docs.
 #[derive(Debug)]
 pub(crate) struct Scheduler<R> {
@@ -186,12 +142,8 @@ pub(crate) struct Scheduler<R> {
     workers: HashMap<WorkerId, Worker>,
     pending: VecDeque<LeaseRequest<R>>,
     leases: HashMap<LeaseId, Lease>,
-    groups: HashMap<PlacementGroupId, PlacementGroup<R>>,
-    /// Groups removed and forgotten, still answered as `Removed`.
-    removed_groups: RemovedGroups,
-    /// Groups waiting for resources, in arrival order.
-    pending_groups: VecDeque<PlacementGroupId>,
-    next_token: u64,
+    /// The placement groups held here.
+    groups: Groups<R>,
     stopping: bool,
     out: Vec<Decision<R>>,
 }
@@ -200,16 +152,13 @@ impl<R> Scheduler<R> {
     /// A node with `total` resources and no jobs.
     pub(crate) fn new(total: ResourceSet, limits: Limits) -> Self {
         Scheduler {
-            removed_groups: RemovedGroups::new(limits.removed_placement_groups_kept),
+            groups: Groups::new(limits.removed_placement_groups_kept),
             limits,
             resources: NodeResources::new(total),
             jobs: HashMap::new(),
             workers: HashMap::new(),
             pending: VecDeque::new(),
             leases: HashMap::new(),
-            groups: HashMap::new(),
-            pending_groups: VecDeque::new(),
-            next_token: 0,
             stopping: false,
             out: Vec::new(),
         }
@@ -272,13 +221,7 @@ impl<R> Scheduler<R> {
                 r.job != job || matches!(r.grantee, Grantee::Actor(a) if keep.contains(&a))
             });
         }
-        let groups: Vec<PlacementGroupId> = self
-            .groups
-            .iter()
-            .filter(|(_, g)| g.job == job)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in groups {
+        for id in self.groups.groups_of(job) {
             self.remove_group(id);
         }
         let pids: Vec<u32> = self
@@ -307,7 +250,7 @@ impl<R> Scheduler<R> {
     ) -> Result<(), Error> {
         self.resources.check_feasible(shape)?;
         match bundle {
-            Some(bundle) => groups::check_bundle_fits(&self.groups, bundle, shape),
+            Some(bundle) => self.groups.check_bundle_fits(bundle, shape),
             None => Ok(()),
         }
     }
@@ -386,7 +329,8 @@ impl<R> Scheduler<R> {
         if self.stopping {
             return;
         }
-        self.schedule_groups();
+        self.groups
+            .place_pending(&mut self.resources, &mut self.out);
         let first_decision = self.out.len();
         let mut still_pending = VecDeque::new();
         // Workers being started, per (job, devices), not yet promised to a
@@ -881,5 +825,195 @@ impl<R> Scheduler<R> {
         if let Some((group, _)) = lease.bundle {
             self.forget_if_done(group);
         }
+    }
+}
+
+/// Placement groups: their table is [`Groups`]; the scheduler hands it the
+/// node's resources, schedules once a group's bundles are ready, and
+/// carries out what removing a group means for leases and workers.
+impl<R> Scheduler<R> {
+    /// Takes `shape` from the node or from a bundle of a created group.
+    /// `Ok(None)`: not now (no room, or the group is still pending).
+    fn allocate(
+        &mut self,
+        shape: &ResourceSet,
+        bundle: Option<BundleRef>,
+    ) -> Result<Option<Taken>, Error> {
+        match bundle {
+            None => Ok(self.resources.try_allocate(shape).map(|a| (a, None))),
+            Some(bundle) => self.groups.allocate(bundle, shape),
+        }
+    }
+
+    /// Gives back what [`Scheduler::allocate`] took.
+    fn release_to(&mut self, bundle: Option<(PlacementGroupId, usize)>, allocation: &Allocation) {
+        match bundle.and_then(|b| self.groups.pool(b)) {
+            Some(pool) => pool.release(allocation),
+            None => self.resources.release(allocation),
+        }
+    }
+
+    /// Once a removed group has no lease left, its bundles go back to the
+    /// node and the group is forgotten. Until then they stay reserved, so
+    /// nothing new lands on resources (a GPU's memory, say) that a dying
+    /// worker of the group may still hold.
+    fn forget_if_done(&mut self, id: PlacementGroupId) {
+        let in_use = self
+            .leases
+            .values()
+            .any(|l| l.bundle.map(|(g, _)| g) == Some(id));
+        if !in_use {
+            self.groups.forget_if_removed(id, &mut self.resources);
+        }
+    }
+
+    /// Accepts a group (it may wait for resources), or refuses one that
+    /// could never be placed.
+    pub(crate) fn create_group(
+        &mut self,
+        job: JobId,
+        spec: PlacementGroupSpec,
+    ) -> Result<(), Error> {
+        self.groups.create_group(job, spec, &self.resources)?;
+        self.schedule();
+        Ok(())
+    }
+
+    /// First phase of a group placed over several nodes: reserves now the
+    /// bundles `nodes` gives to node `here`, or takes nothing and fails.
+    /// The group stays pending (its bundles unused) until
+    /// [`Scheduler::commit_shard`].
+    pub(crate) fn prepare_shard(
+        &mut self,
+        job: JobId,
+        spec: PlacementGroupSpec,
+        nodes: Vec<String>,
+        here: &str,
+    ) -> Result<(), Error> {
+        self.groups
+            .prepare_shard(job, spec, nodes, here, &mut self.resources)
+    }
+
+    /// Second phase: the group's bundles here may be used.
+    pub(crate) fn commit_shard(&mut self, id: PlacementGroupId) -> Result<(), Error> {
+        self.groups.commit_shard(id, &mut self.out)?;
+        self.schedule();
+        Ok(())
+    }
+
+    /// Bundles of a group moved off a dead node (see `MoveBundles`):
+    /// reserves the bundles `nodes` newly gives `here`, or takes nothing and
+    /// fails; a group this node held none of is taken up here. Every bundle
+    /// node is `nodes` from now on. Sent again, it takes nothing more.
+    pub(crate) fn move_bundles(
+        &mut self,
+        job: JobId,
+        spec: PlacementGroupSpec,
+        nodes: Vec<String>,
+        here: &str,
+    ) -> Result<(), Error> {
+        let moved_here =
+            self.groups
+                .move_bundles(job, spec, nodes, here, &mut self.resources, &mut self.out)?;
+        if moved_here {
+            self.schedule();
+        }
+        Ok(())
+    }
+
+    /// The groups held here with a bundle on `node`: each with its job
+    /// and every bundle's node.
+    pub(crate) fn groups_on_node(
+        &self,
+        node: &str,
+    ) -> Vec<(PlacementGroupSpec, JobId, Vec<String>)> {
+        self.groups.groups_on_node(node)
+    }
+
+    /// Whether `id` is held here and not removed.
+    pub(crate) fn group_is_live(&self, id: PlacementGroupId) -> bool {
+        self.groups.group_is_live(id)
+    }
+
+    /// Whether this node knows group `id` (held, or removed and
+    /// remembered).
+    pub(crate) fn knows_group(&self, id: PlacementGroupId) -> bool {
+        self.groups.knows_group(id)
+    }
+
+    /// The nodes of a group placed over several nodes (empty when this
+    /// node holds all of it or does not know it).
+    pub(crate) fn group_nodes(&self, id: PlacementGroupId) -> Vec<String> {
+        self.groups.group_nodes(id)
+    }
+
+    /// Job `job`'s groups placed over several nodes, with their nodes.
+    pub(crate) fn spread_groups_of(&self, job: JobId) -> Vec<(PlacementGroupId, Vec<String>)> {
+        self.groups.spread_groups_of(job)
+    }
+
+    /// Where the bundle a lease names lies: `Some(None)` on this node,
+    /// `Some(Some(node))` on another, `None` when this node does not know
+    /// the group.
+    pub(crate) fn bundle_node(&self, bundle: BundleRef) -> Option<Option<String>> {
+        self.groups.bundle_node(bundle)
+    }
+
+    /// Answers `reply` with a group's state now, or (with `wait`) once it
+    /// is not pending. Returns the waiter's token when it waits, for
+    /// [`Scheduler::group_deadline`].
+    pub(crate) fn watch_group(
+        &mut self,
+        id: PlacementGroupId,
+        wait: bool,
+        reply: R,
+    ) -> Option<u64> {
+        self.groups.watch_group(id, wait, reply, &mut self.out)
+    }
+
+    /// A waiter's time ran out: it is answered with the group's state now
+    /// (still pending), so waiters that gave up do not pile up.
+    pub(crate) fn group_deadline(&mut self, id: PlacementGroupId, token: u64) {
+        self.groups.group_deadline(id, token, &mut self.out);
+    }
+
+    /// Removes a group: the actors and tasks running in it are stopped (as
+    /// Ray does), queued requests for it fail, and its bundles go back to
+    /// the node once its last lease ends.
+    pub(crate) fn remove_group(&mut self, id: PlacementGroupId) {
+        if !self.groups.mark_removed(id, &mut self.out) {
+            return;
+        }
+        let in_group: Vec<_> = self
+            .leases
+            .values()
+            .filter(|l| l.bundle.map(|(g, _)| g) == Some(id))
+            .map(|l| l.worker)
+            .collect();
+        for worker_id in in_group {
+            let Some(worker) = self.workers.get(&worker_id) else {
+                continue;
+            };
+            if let WorkerUse::Actor(actor) = worker.usage {
+                self.out.push(Decision::ActorLost {
+                    actor,
+                    reason: format!("its placement group {id} was removed"),
+                });
+            }
+            self.out.push(Decision::StopWorker { pid: worker.pid });
+        }
+        let (mine, rest): (VecDeque<_>, _) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|p| p.bundle.map(|b| b.group) == Some(id));
+        self.pending = rest;
+        for request in mine {
+            self.out.push(Decision::Refused {
+                grantee: request.grantee,
+                error: groups::removed(id),
+            });
+        }
+        self.forget_if_done(id);
+        self.schedule();
+        tracing::info!(group = %id, "placement group removed");
     }
 }

@@ -3,7 +3,9 @@
 //! workers the scheduler asks for (or reporting that they failed).
 
 use super::*;
-use prism_protocol::messages::{PlacementGroupSpec, PlacementGroupState, PlacementStrategy};
+use prism_protocol::messages::{
+    PlacementGroupInfo, PlacementGroupSpec, PlacementGroupState, PlacementStrategy,
+};
 use prism_protocol::resources::{Quantity, GPU};
 
 type Sched = Scheduler<u32>;
