@@ -155,7 +155,8 @@ impl ActorRef {
             .client(self.actor_id, &self.class, self.owner.as_ref());
         // The call keeps the actor alive until it answers, even if every
         // handle is dropped meanwhile.
-        let submission = Submission::new(spec, held).holding(self.handle.clone());
+        let submission =
+            Submission::new(spec, held).holding(self.handle.as_ref().map(ObjectRef::keep_alive));
         core.actors.send(&client, submission);
         Ok((refs, made))
     }
@@ -308,8 +309,8 @@ pub fn create_actor<A: Actor>(
             // Sent to another node (as a lessee of this job, so that it ends
             // with the job as here), it is kept to be created again if that
             // node dies.
-            if let Some(node) = place(&c.raylet, &c.tasks, spec.clone()).await? {
-                c.objects.owned_actors.placed(&spec, &node);
+            if let Some(node) = place(&c.raylet, &c.lessee, spec.clone()).await? {
+                c.owned_actors.placed(&spec, &node);
             }
             Ok(())
         })
@@ -421,7 +422,7 @@ fn kill_actor(actor_id: ActorId, no_restart: bool) -> Result<()> {
     if no_restart {
         // First: its node may be dying, and this kill must not be undone
         // by creating it again elsewhere.
-        core.objects.owned_actors.ended(actor_id);
+        core.owned_actors.ended(actor_id);
     }
     let c = core.clone();
     core.block_on(async move {

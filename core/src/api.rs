@@ -539,7 +539,7 @@ pub struct RetryStats {
 /// assert_eq!(prism::retry_stats(), prism::RetryStats::default());
 /// ```
 pub fn retry_stats() -> RetryStats {
-    let (task_retries, actor_call_retries) = crate::runtime::objects::retries();
+    let (task_retries, actor_call_retries) = crate::runtime::submission::retries();
     RetryStats {
         task_retries,
         actor_call_retries,

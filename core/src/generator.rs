@@ -108,7 +108,7 @@ impl Cursor {
         loop {
             if let Some(item) = self.stream.take(self.index) {
                 self.index += 1;
-                return Some(Ok(item));
+                return Some(Ok(ObjectRef::from_local(item)));
             }
             if let Some(ended) = &self.ended {
                 // Every value was taken in before the call answered.
@@ -214,7 +214,7 @@ impl<T> ObjectRefGenerator<T> {
         if let Some(cursor) = &mut self.cursor {
             if let Some(item) = cursor.stream.take(cursor.index) {
                 cursor.index += 1;
-                return Some(Ok(item.retype()));
+                return Some(Ok(ObjectRef::from_local(item)));
             }
         }
         let mut cursor = self.cursor.take()?;

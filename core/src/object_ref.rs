@@ -1,6 +1,8 @@
 //! Typed references to objects, and how arguments are passed.
 
+use crate::codec::KeepAlive;
 use crate::codec::{self, Arg, Element};
+use crate::runtime::local_ref::{LocalRef, RefOwner};
 use crate::runtime::{self, Objects};
 use crate::view::View;
 use crate::Result;
@@ -10,19 +12,6 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::{Arc, Weak};
-
-struct RefInner {
-    info: ObjectRefInfo,
-    objects: Weak<Objects>,
-}
-
-impl Drop for RefInner {
-    fn drop(&mut self) {
-        if let Some(objects) = self.objects.upgrade() {
-            objects.drop_local_ref(self.info.id);
-        }
-    }
-}
 
 /// A reference to an immutable object that is, or will be, somewhere in the
 /// cluster: the result of a task, or a value given to [`put`](crate::put).
@@ -40,7 +29,7 @@ impl Drop for RefInner {
 /// # fn main() { let _ = twice; }
 /// ```
 pub struct ObjectRef<T> {
-    inner: Arc<RefInner>,
+    inner: Arc<LocalRef>,
     _type: PhantomData<fn() -> T>,
 }
 
@@ -76,13 +65,21 @@ impl<T> std::hash::Hash for ObjectRef<T> {
 impl<T> ObjectRef<T> {
     /// Wraps a reference whose count was already taken in `objects`.
     pub(crate) fn from_counted(info: ObjectRefInfo, objects: &Arc<Objects>) -> Self {
+        let owner: Weak<dyn RefOwner> = Arc::downgrade(objects) as Weak<dyn RefOwner>;
+        Self::from_local(LocalRef::counted(info, owner))
+    }
+
+    /// Wraps a counted local handle the runtime kept.
+    pub(crate) fn from_local(inner: Arc<LocalRef>) -> Self {
         ObjectRef {
-            inner: Arc::new(RefInner {
-                info,
-                objects: Arc::downgrade(objects),
-            }),
+            inner,
             _type: PhantomData,
         }
+    }
+
+    /// Keeps this handle's count alive, untyped, as long as the result is.
+    pub(crate) fn keep_alive(&self) -> KeepAlive {
+        self.inner.clone()
     }
 
     /// The object's id.
@@ -131,10 +128,8 @@ impl<'de, T> Deserialize<'de> for ObjectRef<T> {
         if let Some(objects) = objects.upgrade() {
             objects.refs.add_local(&info);
         }
-        Ok(ObjectRef {
-            inner: Arc::new(RefInner { info, objects }),
-            _type: PhantomData,
-        })
+        let owner: Weak<dyn RefOwner> = objects;
+        Ok(Self::from_local(LocalRef::counted(info, owner)))
     }
 }
 

@@ -2,7 +2,7 @@
 
 use crate::placement::PlacementGroup;
 use crate::resources::{resource_builders, Resources};
-use crate::runtime::submitter::SchedulingKey;
+use crate::runtime::submission::SchedulingKey;
 use crate::{Error, Result};
 use prism_protocol::messages::{self, BundleRef, SchedulingStrategy};
 

@@ -21,7 +21,9 @@
 //! task resolves its arguments is noted in `cancelled`, and ends instead
 //! of being written.
 
-use super::objects::{Objects, Submission};
+use super::objects::Objects;
+use super::owned_actors::OwnedActors;
+use super::submission::Submission;
 use crate::{Error, Result};
 use parking_lot::Mutex;
 use prism_protocol::ids::{ActorId, ObjectId, WorkerId};
@@ -41,6 +43,9 @@ pub(crate) struct ActorSubmitter {
     worker_id: WorkerId,
     raylet: Connection,
     objects: Arc<Objects>,
+    /// The actors this process created on other nodes, which it places
+    /// again when their node dies.
+    owned_actors: Arc<OwnedActors>,
     clients: Mutex<HashMap<ActorId, Arc<ActorClient>>>,
 }
 
@@ -131,12 +136,14 @@ impl ActorSubmitter {
         worker_id: WorkerId,
         raylet: Connection,
         objects: Arc<Objects>,
+        owned_actors: Arc<OwnedActors>,
     ) -> Self {
         ActorSubmitter {
             rt,
             worker_id,
             raylet,
             objects,
+            owned_actors,
             clients: Mutex::new(HashMap::new()),
         }
     }
@@ -451,8 +458,7 @@ impl ActorSubmitter {
                     if let ActorState::Alive { address, .. } = &info.state {
                         state.node = Endpoint::parse(address).node;
                     }
-                    self.objects
-                        .owned_actors
+                    self.owned_actors
                         .seen_restarts(client.actor_id, info.num_restarts);
                     state.known = Some(info.clone());
                     state.seq = 0;
@@ -558,7 +564,7 @@ impl ActorSubmitter {
             },
         };
         let answer = if &owner == self.objects.address() {
-            self.objects.owned_actors.locate(client.actor_id)
+            self.owned_actors.locate(client.actor_id)
         } else {
             let asked = async {
                 let conn = self.objects.peers.get(&owner).await?;

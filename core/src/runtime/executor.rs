@@ -47,7 +47,7 @@ use super::pending::{Pending, PendingTasks};
 use super::refs::Release;
 use super::registry::{self, ActorCell, ActorClass, Args, CallError, CallResult, Invocation};
 use super::store::Loaded;
-use super::streams::{ItemAck, SinkGuard, Stop};
+use super::streams::{ItemAck, ItemSender, SinkGuard, Stop};
 use crate::codec;
 use crate::config::Config;
 use crate::{Error, Result};
@@ -696,6 +696,7 @@ impl Executor {
                 }
             };
             SinkGuard::enter(
+                Box::new(self.clone()),
                 spec.return_id,
                 spec.caller.clone(),
                 stop,
@@ -1451,4 +1452,27 @@ fn item_answered(
     };
     objects.apply_releases(copy.into_iter().collect());
     Err(error)
+}
+
+impl ItemSender for Arc<Executor> {
+    fn send_item(
+        &self,
+        generator: ObjectId,
+        index: u64,
+        owner: &Address,
+        encoded: codec::Encoded,
+    ) -> Result<ItemAck> {
+        Executor::send_item(self, generator, index, owner, encoded)
+    }
+
+    fn settle_items(&self, acks: Vec<ItemAck>) -> Result<()> {
+        Executor::settle_items(self, acks)
+    }
+
+    fn settle_answered(
+        &self,
+        acks: &mut std::collections::VecDeque<ItemAck>,
+    ) -> Option<Result<()>> {
+        Executor::settle_answered(self, acks)
+    }
 }

@@ -4,6 +4,8 @@
 
 use super::executor::Executor;
 use super::objects::Objects;
+use super::owned_actors::OwnedActors;
+use super::submitter::TaskSubmitter;
 use crate::Error;
 use parking_lot::Mutex;
 use prism_protocol::ids::ObjectId;
@@ -21,8 +23,18 @@ use std::sync::{Arc, OnceLock, Weak};
 struct Bound {
     objects: Weak<Objects>,
     executor: Weak<Executor>,
+    tasks: Weak<TaskSubmitter>,
+    owned_actors: Weak<OwnedActors>,
     /// A worker's raylet: when that connection closes, the worker exits.
     raylet_peer: Option<String>,
+}
+
+/// The components requests are routed to.
+pub(crate) struct Components {
+    pub(crate) objects: Arc<Objects>,
+    pub(crate) executor: Arc<Executor>,
+    pub(crate) tasks: Arc<TaskSubmitter>,
+    pub(crate) owned_actors: Arc<OwnedActors>,
 }
 
 /// Serves requests for a runtime that may not be built yet.
@@ -35,17 +47,14 @@ pub(crate) struct CoreHandler {
 }
 
 impl CoreHandler {
-    /// Starts serving `objects` and `executor`; `raylet_peer` is set for a
-    /// worker, which exits when its raylet goes away.
-    pub(crate) fn bind(
-        &self,
-        objects: &Arc<Objects>,
-        executor: &Arc<Executor>,
-        raylet_peer: Option<String>,
-    ) {
+    /// Starts serving the runtime's components; `raylet_peer` is set for
+    /// a worker, which exits when its raylet goes away.
+    pub(crate) fn bind(&self, core: &Components, raylet_peer: Option<String>) {
         let _ = self.bound.set(Bound {
-            objects: Arc::downgrade(objects),
-            executor: Arc::downgrade(executor),
+            objects: Arc::downgrade(&core.objects),
+            executor: Arc::downgrade(&core.executor),
+            tasks: Arc::downgrade(&core.tasks),
+            owned_actors: Arc::downgrade(&core.owned_actors),
             raylet_peer,
         });
     }
@@ -68,23 +77,22 @@ impl Handler for CoreHandler {
         let bound = self.bound.get();
         let objects = bound.and_then(|b| b.objects.upgrade());
         let executor = bound.and_then(|b| b.executor.upgrade());
+        let owned_actors = bound.and_then(|b| b.owned_actors.upgrade());
         if let Request::Driver(DriverRequest::ActorEnded(ended)) = &request {
-            if let Some(objects) = &objects {
-                objects.owned_actors.ended(ended.actor_id);
+            if let Some(owned_actors) = &owned_actors {
+                owned_actors.ended(ended.actor_id);
             }
             return;
         }
         if let Request::Driver(DriverRequest::LeasesWanted(w)) = &request {
-            if let Some(objects) = &objects {
-                objects.leases_wanted(&w.leases);
+            if let Some(tasks) = bound.and_then(|b| b.tasks.upgrade()) {
+                tasks.leases_wanted(&w.leases);
             }
             return;
         }
         if let Request::Driver(DriverRequest::ActorRestarted(r)) = &request {
-            if let Some(objects) = &objects {
-                objects
-                    .owned_actors
-                    .seen_restarts(r.actor_id, r.num_restarts);
+            if let Some(owned_actors) = &owned_actors {
+                owned_actors.seen_restarts(r.actor_id, r.num_restarts);
             }
             return;
         }
@@ -100,7 +108,9 @@ impl Handler for CoreHandler {
             if let Some(objects) = &objects {
                 let n = objects.peers.abandon_node(&died.node_id);
                 tracing::warn!(node = %died.node_id, connections = n, "a node died; its connections were given up");
-                objects.owned_actors.node_died(&died.node_id);
+                if let Some(owned_actors) = &owned_actors {
+                    owned_actors.node_died(&died.node_id);
+                }
             }
             if id.is_some() {
                 conn.respond(id, Response::Ok);

@@ -18,10 +18,17 @@
 //! table is plain data: [`Objects`](super::objects::Objects) holds it
 //! under a lock and runs what it decides.
 
-use super::submitter::SchedulingKey;
+use super::submission::SchedulingKey;
 use prism_protocol::ids::ObjectId;
 use prism_protocol::messages::TaskSpec;
 use std::collections::HashMap;
+
+/// Runs a task again from its lineage (the task submitter does), holding
+/// `held` (the objects it takes by reference) until it answers.
+pub(crate) trait Resubmit: Send + Sync {
+    /// Submits `lineage`'s task again.
+    fn resubmit(self: std::sync::Arc<Self>, lineage: Lineage, held: Vec<ObjectId>);
+}
 
 /// How a stored object was made: its task, with its arguments.
 #[derive(Debug, Clone)]

@@ -6,27 +6,39 @@
 //!  ├── tasks: TaskSubmitter       submitter.rs   leases per shape, pushes tasks
 //!  ├── actors: ActorSubmitter     actors.rs      one ordered client per actor
 //!  ├── executor: Executor         executor.rs    runs tasks and actor calls here
-//!  └── objects: Objects           objects.rs     owned values, references, fetching
-//!        ├── refs: RefTable       refs.rs        counts, borrowers, readiness
-//!        ├── store: StoreClient   store.rs       the mapped segment, pins
-//!        └── peers: Peers         peers.rs       connections to other processes
-//!  handler.rs    serves incoming requests: owner ones to objects, executor
-//!                ones to the executor
-//!  streams.rs    streaming calls: the caller's open streams, the
-//!                executor's sink for the running call's items
+//!  ├── objects: Objects           objects.rs     owned values, references, fetching
+//!  │     ├── refs: RefTable       refs.rs        counts, borrowers, readiness
+//!  │     ├── store: StoreClient   store.rs       the mapped segment, pins
+//!  │     ├── peers: Peers         peers.rs       connections to other processes
+//!  │     ├── lineage              lineage.rs     how owned objects were made
+//!  │     └── streams: Streams     streams.rs     streaming calls' values
+//!  ├── owned_actors: OwnedActors  owned_actors.rs  actors created on other nodes
+//!  └── lessee: Lessee             lessee.rs      registrations with other raylets
+//!  handler.rs    serves incoming requests, each to the component that owns it
 //!  registry.rs   the binary's remote functions and actor classes
-//!  startup.rs    a driver joining or starting a cluster; a worker's entry
+//!  startup.rs    a driver joining or starting a cluster; a worker's entry;
+//!                builds the components, each with what it uses
+//!  leaves        submission.rs (a call and its retry policy), local_ref.rs
+//!                (a counted handle), blocking.rs, spin.rs, pending.rs
 //! ```
 //!
-//! Components reach each other only downward in this picture: the
-//! submitters and the executor use `Objects`, which uses the store client,
-//! the peers and the reference table. The public API (the crate's root
-//! modules) reaches the runtime through [`current`].
+//! Components reach each other only downward in this picture, and the
+//! crate's layers (docs/architecture.md) are checked by the
+//! `prism-structure` test. Where a lower component must call a higher
+//! one, it is handed an interface: `Objects` reruns lineage through
+//! [`lineage::Resubmit`] (the task submitter), a streaming call sends its
+//! values through [`streams::ItemSender`] (the executor), and a local
+//! handle reports its drop through [`local_ref::RefOwner`] (`Objects`).
+//! The public API (the crate's root modules) reaches the runtime through
+//! [`current`].
 
 pub(crate) mod actors;
+mod blocking;
 pub(crate) mod executor;
 pub(crate) mod handler;
+pub(crate) mod lessee;
 pub(crate) mod lineage;
+pub(crate) mod local_ref;
 pub(crate) mod objects;
 pub(crate) mod owned_actors;
 pub(crate) mod peers;
@@ -37,9 +49,12 @@ pub(crate) mod spin;
 pub(crate) mod startup;
 pub(crate) mod store;
 pub(crate) mod streams;
+pub(crate) mod submission;
 pub(crate) mod submitter;
 
-pub(crate) use objects::{Objects, Submission};
+pub(crate) use blocking::block_on;
+pub(crate) use objects::Objects;
+pub(crate) use submission::Submission;
 
 use crate::config::Config;
 use crate::{Error, Result};
@@ -94,6 +109,10 @@ pub(crate) struct CoreWorker {
     pub(crate) tasks: Arc<submitter::TaskSubmitter>,
     pub(crate) actors: Arc<actors::ActorSubmitter>,
     pub(crate) executor: Arc<executor::Executor>,
+    /// This job's registrations with other nodes' raylets.
+    pub(crate) lessee: Arc<lessee::Lessee>,
+    /// The actors this process created on other nodes.
+    pub(crate) owned_actors: Arc<owned_actors::OwnedActors>,
     /// The cluster's total resources, for feasibility checks.
     pub(crate) cluster_total: Mutex<ResourceSet>,
     listeners: Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -130,36 +149,4 @@ impl CoreWorker {
             let _ = std::fs::remove_file(path);
         }
     }
-}
-
-/// Runs a future to completion from synchronous code, on `rt`.
-pub(crate) fn block_on<T: Send + 'static>(
-    rt: &tokio::runtime::Handle,
-    fut: impl Future<Output = Result<T>> + Send + 'static,
-) -> Result<T> {
-    if tokio::runtime::Handle::try_current().is_err() {
-        let _entered = rt.enter();
-        return spin::block_on(fut);
-    }
-    // Inside a runtime thread (a blocking task, or a blocking call from
-    // async code): run it on the runtime and wait for the answer on this
-    // thread. On a worker of a multi-thread runtime, the wait first hands
-    // the worker's other tasks to another thread, so that a few such waits
-    // (in async actor calls, say) cannot stop the runtime that serves them.
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    rt.spawn(async move {
-        let _ = tx.send(fut.await);
-    });
-    let multi_thread = tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-    let answer = if multi_thread {
-        tokio::task::block_in_place(|| rx.recv())
-    } else {
-        rx.recv()
-    };
-    answer.unwrap_or_else(|_| {
-        Err(Error::Disconnected {
-            peer: "the prism runtime (it shut down while a call was waiting)".into(),
-        })
-    })
 }

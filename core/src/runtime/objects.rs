@@ -8,185 +8,32 @@
 //! (deleting from the store, ending a borrow at its owner).
 
 use super::block_on;
-use super::lineage::{Lineage, LineageTable};
+use super::lineage::{Lineage, LineageTable, Resubmit};
+use super::local_ref::{LocalRef, RefOwner};
 use super::owned_actors::OwnedActors;
 use super::peers::Peers;
 use super::refs::{Readiness, Rebuild, RefTable, Release, ValueState};
 use super::store::{Loaded, StoreClient};
-use super::streams::{Held, Offered, Streams};
-use super::submitter::TaskSubmitter;
+use super::streams::{stream_closed, Held, Offered, Streams};
+use super::submission::Submission;
 use crate::codec::{self, Arg};
 use crate::config::Config;
 use crate::{Error, Result};
 use bytes::Bytes;
-use prism_protocol::ids::{ActorId, LeaseId, ObjectId};
+use prism_protocol::ids::{ActorId, ObjectId};
 use prism_protocol::messages::{
     AddBorrower, Address, ArgSpec, DeleteObjects, GetObjectStatus, KillActor, LocateActor,
     ObjectRefInfo, ObjectValue, OwnerRequest, Ownership, RemoveBorrower, Response, ReturnObject,
-    StreamItem, TaskSpec, WorkerBlocked,
+    StreamItem, WorkerBlocked,
 };
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
-/// A task (or actor call) with the object ids whose `submitted` count it
-/// holds until it answers, and what may be retried.
-#[derive(Debug)]
-pub(crate) struct Submission {
-    pub(crate) spec: TaskSpec,
-    pub(crate) held: Vec<ObjectId>,
-    /// Attempts left after a failure that may be retried (-1: no limit).
-    pub(crate) retries_left: i64,
-    /// Whether the function's own errors and panics are retried too.
-    pub(crate) retry_exceptions: bool,
-    /// With `retry_exceptions`: only errors whose message contains one of
-    /// these (empty: all).
-    pub(crate) retry_matching: Vec<String>,
-    /// Why each earlier attempt failed.
-    pub(crate) failures: Vec<String>,
-    /// An actor call's hold on its actor's handle object: the actor is
-    /// not stopped for lack of handles while the call is out.
-    pub(crate) actor_handle: Option<crate::ObjectRef<()>>,
-    /// Whether a value argument holds object references: `held` has an
-    /// object that no argument named by reference when it was made (before
-    /// resolution turned small ready ones into values).
-    pub(crate) refs_in_values: bool,
-}
-
-/// Attempts this process made again: tasks, and actor calls sent again to
-/// a restarted actor.
-static TASK_RETRIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-static ACTOR_CALL_RETRIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// What this process retried since it started: (tasks, actor calls).
-pub(crate) fn retries() -> (u64, u64) {
-    use std::sync::atomic::Ordering::Relaxed;
-    (TASK_RETRIES.load(Relaxed), ACTOR_CALL_RETRIES.load(Relaxed))
-}
-
-impl Submission {
-    /// A call that is not retried.
-    pub(crate) fn new(spec: TaskSpec, held: Vec<ObjectId>) -> Self {
-        let by_ref = |id: &ObjectId| {
-            spec.args
-                .iter()
-                .any(|a| matches!(a, ArgSpec::Ref(info) if info.id == *id))
-        };
-        let refs_in_values = held.iter().any(|h| !by_ref(h));
-        Submission {
-            refs_in_values,
-            spec,
-            held,
-            retries_left: 0,
-            retry_exceptions: false,
-            retry_matching: Vec::new(),
-            failures: Vec::new(),
-            actor_handle: None,
-        }
-    }
-
-    /// The error it ends with when `prism::cancel` stops it; `force`: its
-    /// worker was stopped.
-    pub(crate) fn cancelled(&self, force: bool) -> Error {
-        Error::TaskCancelled {
-            function: self.spec.function.clone(),
-            how: if force { ", force" } else { "" }.to_string(),
-        }
-    }
-
-    /// Keeps `handle` (an actor's handle object) until the call ends.
-    pub(crate) fn holding(mut self, handle: Option<crate::ObjectRef<()>>) -> Self {
-        self.actor_handle = handle;
-        self
-    }
-
-    /// Retried up to `max_retries` times (-1: no limit) when its worker
-    /// dies, and with `retry_exceptions` when the function fails.
-    pub(crate) fn retries(
-        mut self,
-        max_retries: i64,
-        retry_exceptions: bool,
-        retry_matching: Vec<String>,
-    ) -> Self {
-        self.retries_left = max_retries;
-        self.retry_exceptions = retry_exceptions;
-        self.retry_matching = retry_matching;
-        self
-    }
-
-    /// Whether `error` ends this attempt with another one to come; if so,
-    /// records it.
-    pub(crate) fn retry_after(&mut self, error: &Error) -> bool {
-        let retriable = match error {
-            Error::WorkerDied { .. } | Error::ActorUnavailable { .. } => true,
-            Error::TaskFailed { message, .. } => {
-                self.retry_exceptions
-                    && (self.retry_matching.is_empty()
-                        || self
-                            .retry_matching
-                            .iter()
-                            .any(|p| message.contains(p.as_str())))
-            }
-            _ => false,
-        };
-        if !retriable || self.retries_left == 0 {
-            return false;
-        }
-        if self.retries_left > 0 {
-            self.retries_left -= 1;
-        }
-        let counter = match error {
-            Error::ActorUnavailable { .. } => &ACTOR_CALL_RETRIES,
-            _ => &TASK_RETRIES,
-        };
-        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.failures.push(error.to_string());
-        true
-    }
-
-    /// The final error, saying how many attempts were made and why the
-    /// earlier ones failed.
-    pub(crate) fn final_error(&self, error: Error) -> Error {
-        if self.failures.is_empty() {
-            return error;
-        }
-        let attempts = self.failures.len() + 1;
-        let earlier = self
-            .failures
-            .iter()
-            .enumerate()
-            .map(|(i, f)| format!("attempt {}: {f}", i + 1))
-            .collect::<Vec<_>>()
-            .join("; ");
-        let note = format!(" (attempt {attempts} of {attempts}; earlier: {earlier})");
-        match error {
-            Error::WorkerDied {
-                function,
-                worker,
-                pid,
-                reason,
-            } => Error::WorkerDied {
-                function,
-                worker,
-                pid,
-                reason: reason + &note,
-            },
-            Error::TaskFailed {
-                function,
-                message,
-                kind,
-                worker,
-                pid,
-            } => Error::TaskFailed {
-                function,
-                message: message + &note,
-                kind,
-                worker,
-                pid,
-            },
-            other => other,
-        }
+impl RefOwner for Objects {
+    fn release_local(self: Arc<Self>, id: ObjectId) {
+        self.drop_local_ref(id);
     }
 }
 
@@ -216,11 +63,11 @@ pub(crate) struct Objects {
     waiting: AtomicUsize,
     /// The lineage of owned objects in a store, by object.
     lineage: parking_lot::Mutex<LineageTable>,
-    /// The task submitter: it runs lineage again, and gives back the
-    /// leases others wait for.
-    submitter: OnceLock<Weak<TaskSubmitter>>,
-    /// The actors this process created on other nodes.
-    pub(crate) owned_actors: Arc<OwnedActors>,
+    /// What runs lineage again (the task submitter, built after this).
+    resubmit: OnceLock<Weak<dyn Resubmit>>,
+    /// The actors this process created on other nodes: told when one's
+    /// last handle goes, asked where one is.
+    owned_actors: Arc<OwnedActors>,
     /// The values of this process's streaming calls, not taken yet.
     pub(crate) streams: Streams,
 }
@@ -273,18 +120,29 @@ impl Drop for WaitGuard {
     }
 }
 
+/// The components [`Objects`] is built on, made before it.
+pub(crate) struct ObjectsParts {
+    pub(crate) store: Arc<StoreClient>,
+    pub(crate) peers: Arc<Peers>,
+    pub(crate) owned_actors: Arc<OwnedActors>,
+}
+
 impl Objects {
     pub(crate) fn new(
         rt: tokio::runtime::Handle,
         config: Arc<Config>,
         is_worker: bool,
         raylet: Connection,
-        store: Arc<StoreClient>,
-        peers: Arc<Peers>,
         address: Address,
+        parts: ObjectsParts,
     ) -> Self {
+        let ObjectsParts {
+            store,
+            peers,
+            owned_actors,
+        } = parts;
         Objects {
-            owned_actors: Arc::new(OwnedActors::new(rt.clone(), raylet.clone())),
+            owned_actors,
             rt,
             config,
             is_worker,
@@ -294,7 +152,7 @@ impl Objects {
             refs: RefTable::new(address),
             waiting: AtomicUsize::new(0),
             lineage: parking_lot::Mutex::new(LineageTable::default()),
-            submitter: OnceLock::new(),
+            resubmit: OnceLock::new(),
             streams: Streams::default(),
         }
     }
@@ -561,25 +419,16 @@ impl Objects {
         self.lineage.lock().record(lineage);
     }
 
-    /// Sets the submitter that runs lineage again.
-    pub(crate) fn set_submitter(&self, submitter: &Arc<TaskSubmitter>) {
-        let _ = self.submitter.set(Arc::downgrade(submitter));
-        self.owned_actors.set_submitter(submitter);
-    }
-
-    /// A raylet says that others wait for these leases of this process
-    /// (see [`TaskSubmitter::leases_wanted`]).
-    pub(crate) fn leases_wanted(&self, leases: &[LeaseId]) {
-        if let Some(submitter) = self.submitter.get().and_then(Weak::upgrade) {
-            submitter.leases_wanted(leases);
-        }
+    /// Sets what runs lineage again.
+    pub(crate) fn set_resubmit(&self, resubmit: Weak<dyn Resubmit>) {
+        let _ = self.resubmit.set(resubmit);
     }
 
     /// Makes an owned object whose copy on node `lost_node` is gone again,
     /// by running its task again; false when it cannot be.
     pub(crate) fn rebuild(self: &Arc<Self>, id: ObjectId, lost_node: &str) -> bool {
         let lineage = self.lineage.lock().get(id);
-        let submitter = self.submitter.get().and_then(Weak::upgrade);
+        let submitter = self.resubmit.get().and_then(Weak::upgrade);
         let (Some(lineage), Some(submitter)) = (lineage, submitter) else {
             return false;
         };
@@ -628,7 +477,7 @@ impl Objects {
     /// held for the run; one whose value was freed since is made again
     /// first, from its own lineage (and so on down). False, with nothing
     /// run or held, when one of them is gone for good.
-    fn rerun(self: &Arc<Self>, first: Lineage, submitter: &Arc<TaskSubmitter>) -> bool {
+    fn rerun(self: &Arc<Self>, first: Lineage, submitter: &Arc<dyn Resubmit>) -> bool {
         let mut runs = Vec::new();
         let mut held: Vec<ObjectId> = Vec::new();
         let mut remade: Vec<ObjectId> = Vec::new();
@@ -673,7 +522,7 @@ impl Objects {
             tracing::debug!(object = %lineage.spec.return_id, function = %lineage.spec.function, "running a task again");
             REBUILT.fetch_add(1, Ordering::Relaxed);
             let deps = lineage.deps.clone();
-            submitter.rebuild(lineage, deps);
+            submitter.clone().resubmit(lineage, deps);
         }
         true
     }
@@ -957,7 +806,8 @@ impl Objects {
             id,
             item,
         } = item;
-        let handle = crate::ObjectRef::from_counted(self.new_pending(id), self);
+        let owner: Weak<dyn RefOwner> = Arc::downgrade(self) as Weak<dyn RefOwner>;
+        let handle = LocalRef::counted(self.new_pending(id), owner);
         let releases = self.set_result(id, Ok(item));
         self.apply_releases(releases);
         self.streams.offer(generator, index, handle, answer)
@@ -1030,14 +880,5 @@ impl Objects {
                 conn.respond(id, Response::OwnedActor(answer));
             }
         }
-    }
-}
-
-/// The answer to a streaming call's value whose generator was dropped:
-/// the executor ends the call, cancelled, instead of making more.
-pub(crate) fn stream_closed() -> Error {
-    Error::TaskCancelled {
-        function: String::new(),
-        how: String::new(),
     }
 }

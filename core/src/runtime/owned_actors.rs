@@ -15,14 +15,14 @@
 //! says so ([`ActorEnded`](prism_protocol::messages::ActorEnded)), or this
 //! process killed it for good or dropped its last handle.
 
-use super::submitter::TaskSubmitter;
+use super::lessee::Lessee;
 use crate::{Error, Result};
 use parking_lot::Mutex;
 use prism_protocol::ids::ActorId;
 use prism_protocol::messages::{ActorPlacement, ActorSpec, CreateActor, KillActor, OwnedActor};
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Creates an actor where its strategy puts it: here, or (answered
@@ -30,13 +30,13 @@ use std::time::Duration;
 /// job so that it ends with the job. Returns the other node, if any.
 pub(crate) async fn place(
     raylet: &Connection,
-    tasks: &TaskSubmitter,
+    lessee: &Lessee,
     spec: ActorSpec,
 ) -> Result<Option<String>> {
     match raylet.request(CreateActor { spec: spec.clone() }).await? {
         ActorPlacement::Accepted => Ok(None),
         ActorPlacement::Elsewhere { raylet, node_id } => {
-            let remote = tasks.remote_raylet(&raylet).await?;
+            let remote = lessee.connect(&raylet).await?;
             match remote.request(CreateActor { spec }).await? {
                 ActorPlacement::Accepted => Ok(Some(node_id)),
                 ActorPlacement::Elsewhere { .. } => Err(Error::Cluster {
@@ -74,23 +74,18 @@ struct Away {
 pub(crate) struct OwnedActors {
     rt: tokio::runtime::Handle,
     raylet: Connection,
-    tasks: OnceLock<Weak<TaskSubmitter>>,
+    lessee: Arc<Lessee>,
     away: Mutex<HashMap<ActorId, Away>>,
 }
 
 impl OwnedActors {
-    pub(crate) fn new(rt: tokio::runtime::Handle, raylet: Connection) -> Self {
+    pub(crate) fn new(rt: tokio::runtime::Handle, raylet: Connection, lessee: Arc<Lessee>) -> Self {
         OwnedActors {
             rt,
             raylet,
-            tasks: OnceLock::new(),
+            lessee,
             away: Mutex::new(HashMap::new()),
         }
-    }
-
-    /// Sets the submitter whose lessee connections reach other nodes.
-    pub(crate) fn set_submitter(&self, tasks: &Arc<TaskSubmitter>) {
-        let _ = self.tasks.set(Arc::downgrade(tasks));
     }
 
     /// Records an actor created on `node`, if it may restart and is not
@@ -176,7 +171,6 @@ impl OwnedActors {
     }
 
     async fn create_again(&self, id: ActorId, spec: ActorSpec, dead: &str) {
-        let tasks = self.tasks.get().and_then(Weak::upgrade);
         let class = spec.class.clone();
         let restart = spec.restarts;
         tracing::warn!(actor = %id, %class, node = %dead, restart, "an actor's node died; creating it again");
@@ -186,10 +180,7 @@ impl OwnedActors {
         let deadline = std::time::Instant::now() + PLACE_AGAIN_FOR;
         let mut pause = Duration::from_millis(100);
         let placed = loop {
-            let outcome = match &tasks {
-                Some(tasks) => place(&self.raylet, tasks, spec.clone()).await,
-                None => Err(Error::NotInitialized),
-            };
+            let outcome = place(&self.raylet, &self.lessee, spec.clone()).await;
             match outcome {
                 Err(e @ (Error::Io { .. } | Error::Disconnected { .. }))
                     if std::time::Instant::now() + pause < deadline =>

@@ -14,8 +14,11 @@
 
 use super::actors::ActorSubmitter;
 use super::executor::{Executor, Job};
-use super::handler::CoreHandler;
-use super::objects::Objects;
+use super::handler::{Components, CoreHandler};
+use super::lessee::Lessee;
+use super::lineage::Resubmit;
+use super::objects::{Objects, ObjectsParts};
+use super::owned_actors::OwnedActors;
 use super::peers::Peers;
 use super::store::StoreClient;
 use super::submitter::TaskSubmitter;
@@ -31,7 +34,7 @@ use prism_protocol::rpc::{self, Connection, Endpoint, Handler};
 use prism_protocol::tls::{self, Tls, TlsFiles};
 use prism_raylet::{NodeRecord, Raylet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 #[used]
 #[link_section = ".init_array"]
@@ -407,28 +410,45 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
         s.node_id.to_string(),
         Box::new(move || Arc::new(outgoing.for_connection()) as Arc<dyn Handler>),
     ));
+    let lessee = Arc::new(Lessee::new(
+        peers.clone(),
+        address.clone(),
+        s.job_id,
+        s.config.log_to_driver,
+        s.config.namespace.clone(),
+    ));
+    let owned_actors = Arc::new(OwnedActors::new(
+        s.rt.clone(),
+        s.raylet.clone(),
+        lessee.clone(),
+    ));
     let objects = Arc::new(Objects::new(
         s.rt.clone(),
         s.config.clone(),
         s.role == Role::Worker,
         s.raylet.clone(),
-        store,
-        peers,
         address,
+        ObjectsParts {
+            store,
+            peers,
+            owned_actors: owned_actors.clone(),
+        },
     ));
     let tasks = Arc::new(TaskSubmitter::new(
         s.rt.clone(),
         s.config.clone(),
         s.raylet.clone(),
         objects.clone(),
-        s.job_id,
+        lessee.clone(),
     ));
-    objects.set_submitter(&tasks);
+    let resubmit: Weak<dyn Resubmit> = Arc::downgrade(&tasks) as Weak<dyn Resubmit>;
+    objects.set_resubmit(resubmit);
     let actors = Arc::new(ActorSubmitter::new(
         s.rt.clone(),
         s.worker_id,
         s.raylet.clone(),
         objects.clone(),
+        owned_actors.clone(),
     ));
     let executor = Arc::new(Executor::new(
         s.rt.clone(),
@@ -438,7 +458,13 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
         s.raylet.clone(),
     ));
     let raylet_peer = (s.role == Role::Worker).then(|| s.raylet.peer().to_string());
-    s.handler.bind(&objects, &executor, raylet_peer);
+    let components = Components {
+        objects: objects.clone(),
+        executor: executor.clone(),
+        tasks: tasks.clone(),
+        owned_actors: owned_actors.clone(),
+    };
+    s.handler.bind(&components, raylet_peer);
     let handler = s.handler.clone();
     let listeners = {
         let _guard = s.rt.enter();
@@ -467,6 +493,8 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
         tasks,
         actors,
         executor,
+        lessee,
+        owned_actors,
         cluster_total: Mutex::new(ResourceSet::new()),
         listeners: Mutex::new(listeners),
     }))

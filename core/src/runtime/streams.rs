@@ -29,9 +29,10 @@
 //! that was dropped is freed, and its answer tells the executor, which
 //! ends the call (cancelled) instead of making more.
 
+use super::local_ref::LocalRef;
 use super::refs::Release;
 use super::registry::{CallError, CallResult};
-use crate::{Error, ObjectRef};
+use crate::Error;
 use parking_lot::Mutex;
 use prism_protocol::ids::{IdMap, ObjectId};
 use prism_protocol::messages::{Address, Response};
@@ -56,7 +57,7 @@ pub(crate) type Held = (Connection, Option<u64>);
 
 #[derive(Default)]
 struct StreamState {
-    items: BTreeMap<u64, ObjectRef<()>>,
+    items: BTreeMap<u64, Arc<LocalRef>>,
     /// Values before this index were taken.
     taken: u64,
     /// Answers held back while too many values wait, oldest first.
@@ -80,7 +81,7 @@ impl StreamState {
 impl Stream {
     /// The value at `index`, if it arrived. Taking one may release the
     /// answers held back for the values that came after it.
-    pub(crate) fn take(&self, index: u64) -> Option<ObjectRef<()>> {
+    pub(crate) fn take(&self, index: u64) -> Option<Arc<LocalRef>> {
         let (item, released) = {
             let mut state = self.state.lock();
             let item = state.items.remove(&index)?;
@@ -113,7 +114,7 @@ fn answer(held: impl IntoIterator<Item = Held>, response: impl Fn() -> Response)
 
 /// The answer to a value of a stream that ended: its executor stops.
 fn closed() -> Response {
-    Response::Error(super::objects::stream_closed())
+    Response::Error(stream_closed())
 }
 
 /// The open streams of this process's calls, by the call's `return_id`.
@@ -174,7 +175,7 @@ impl Streams {
         &self,
         generator: ObjectId,
         index: u64,
-        item: ObjectRef<()>,
+        item: Arc<LocalRef>,
         answer: Option<Held>,
     ) -> Offered {
         let Some(stream) = self.open.lock().get(&generator).cloned() else {
@@ -231,8 +232,34 @@ pub(crate) struct ItemAck {
     pub(crate) copy: Option<Release>,
 }
 
+/// How the values of a streaming call leave this process: the executor
+/// running the call implements it (see `Executor::send_item`).
+pub(crate) trait ItemSender {
+    /// Stores value `index` of the call `generator` and sends it to
+    /// `owner`; the caller's answer comes with the returned ack.
+    fn send_item(
+        &self,
+        generator: ObjectId,
+        index: u64,
+        owner: &Address,
+        encoded: crate::codec::Encoded,
+    ) -> crate::Result<ItemAck>;
+
+    /// Waits for the answers to `acks`, oldest first; the first failure.
+    fn settle_items(&self, acks: Vec<ItemAck>) -> crate::Result<()>;
+
+    /// The oldest of `acks` if answered already (taken off the front),
+    /// without waiting.
+    fn settle_answered(
+        &self,
+        acks: &mut std::collections::VecDeque<ItemAck>,
+    ) -> Option<crate::Result<()>>;
+}
+
 /// Where the values of the streaming call running on this thread go.
 pub(crate) struct ItemSink {
+    /// Sends them.
+    sender: Box<dyn ItemSender>,
     /// The call's `return_id`.
     pub(crate) generator: ObjectId,
     /// The caller.
@@ -261,6 +288,7 @@ pub(crate) struct SinkGuard(Rc<ItemSink>);
 impl SinkGuard {
     /// `backpressure`: the call's `stream_backpressure` (0: none).
     pub(crate) fn enter(
+        sender: Box<dyn ItemSender>,
         generator: ObjectId,
         owner: Address,
         stop: Stop,
@@ -271,6 +299,7 @@ impl SinkGuard {
             n => n.min(IN_FLIGHT),
         };
         let sink = Rc::new(ItemSink {
+            sender,
             generator,
             owner,
             stop,
@@ -311,14 +340,13 @@ pub(crate) fn emit_all(mut items: impl Iterator<Item = CallResult>) -> CallResul
         return Err(CallError::Runtime(Error::invalid("num_returns", reason)));
     };
     sink.used.set(true);
-    let core = super::current().map_err(CallError::Runtime)?;
     loop {
         // Answers that came in already: a closed stream (its generator
         // was dropped) or a refused value ends the call now, not values
         // later.
         loop {
-            let answered = core
-                .executor
+            let answered = sink
+                .sender
                 .settle_answered(&mut sink.in_flight.borrow_mut());
             match answered {
                 None => break,
@@ -338,8 +366,8 @@ pub(crate) fn emit_all(mut items: impl Iterator<Item = CallResult>) -> CallResul
         };
         let encoded = item?;
         let index = sink.sent.get();
-        let ack = core
-            .executor
+        let ack = sink
+            .sender
             .send_item(sink.generator, index, &sink.owner, encoded)
             .map_err(CallError::Runtime)?;
         sink.sent.set(index + 1);
@@ -349,10 +377,19 @@ pub(crate) fn emit_all(mut items: impl Iterator<Item = CallResult>) -> CallResul
             (in_flight.len() > sink.window).then(|| in_flight.pop_front())
         };
         if let Some(oldest) = oldest.flatten() {
-            core.executor
+            sink.sender
                 .settle_items(vec![oldest])
                 .map_err(CallError::Runtime)?;
         }
     }
-    crate::private::encode_return(sink.sent.get())
+    crate::codec::encode_owned(sink.sent.get()).map_err(CallError::Runtime)
+}
+
+/// The answer to a streaming call's value whose generator was dropped:
+/// the executor ends the call, cancelled, instead of making more.
+pub(crate) fn stream_closed() -> Error {
+    Error::TaskCancelled {
+        function: String::new(),
+        how: String::new(),
+    }
 }

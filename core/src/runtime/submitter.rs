@@ -32,33 +32,24 @@
 //! have been running; so a task with no attempts left is sent only to a
 //! worker with nothing in flight, and nothing is sent behind it.
 
-use super::lineage::Lineage;
-use super::objects::{Objects, Submission};
+use super::lessee::Lessee;
+use super::lineage::{Lineage, Resubmit};
+use super::objects::Objects;
 use super::refs::ValueState;
+use super::submission::{SchedulingKey, Submission};
 use crate::config::Config;
 use crate::{Error, Result};
 use parking_lot::Mutex;
-use prism_protocol::ids::{JobId, LeaseId, ObjectId, TaskId, WorkerId};
+use prism_protocol::ids::{LeaseId, ObjectId, TaskId, WorkerId};
 use prism_protocol::messages::{
-    ArgSpec, BundleRef, CancelLeaseRequests, CancelTask, LeaseGrant, LeaseReply, PushTask,
-    RegisterDriver, RequestLease, ReturnLease, ReturnObject, SchedulingStrategy, WorkerExitReason,
+    ArgSpec, CancelLeaseRequests, CancelTask, LeaseGrant, LeaseReply, PushTask, RequestLease,
+    ReturnLease, ReturnObject, WorkerExitReason,
 };
-use prism_protocol::program::Program;
-use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::Connection;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// What tasks are queued by: the resources a lease must hold, and the
-/// placement-group bundle it must come from.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct SchedulingKey {
-    pub(crate) shape: ResourceSet,
-    pub(crate) bundle: Option<BundleRef>,
-    pub(crate) strategy: SchedulingStrategy,
-}
 
 #[derive(Debug, Clone)]
 struct LeasedWorker {
@@ -198,10 +189,8 @@ pub(crate) struct TaskSubmitter {
     raylet: Connection,
     objects: Arc<Objects>,
     shapes: Mutex<HashMap<SchedulingKey, ShapeQueue>>,
-    /// This process's job, for leases on other nodes.
-    job_id: JobId,
-    /// Other nodes' raylets this process leased from, registered.
-    remote_raylets: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Connection>>>>,
+    /// Other nodes' raylets this process leases from, registered.
+    lessee: Arc<Lessee>,
     /// Busy leases others wait for (`LeasesWanted`): each goes back as
     /// soon as it is idle. Locked after `shapes`.
     wanted: Mutex<HashSet<LeaseId>>,
@@ -235,7 +224,7 @@ impl TaskSubmitter {
         config: Arc<Config>,
         raylet: Connection,
         objects: Arc<Objects>,
-        job_id: JobId,
+        lessee: Arc<Lessee>,
     ) -> Self {
         TaskSubmitter {
             rt,
@@ -243,8 +232,7 @@ impl TaskSubmitter {
             raylet,
             objects,
             shapes: Mutex::new(HashMap::new()),
-            job_id,
-            remote_raylets: Mutex::new(HashMap::new()),
+            lessee,
             wanted: Mutex::new(HashSet::new()),
             cancelled: Mutex::new(HashMap::new()),
             any_cancelled: AtomicBool::new(false),
@@ -385,7 +373,7 @@ impl TaskSubmitter {
                 LeaseReply::Cancelled => return Ok(None),
             };
             let leased = async {
-                let remote = self.remote_raylet(&raylet).await?;
+                let remote = self.lessee.connect(&raylet).await?;
                 match remote.request(request()).await? {
                     LeaseReply::Granted(grant) => Ok(Some((remote, grant))),
                     LeaseReply::Cancelled => Ok(None),
@@ -410,51 +398,6 @@ impl TaskSubmitter {
             }
         }
     }
-
-    /// A registered connection to another node's raylet. Registrations
-    /// with different nodes go on at once (one may wait while that node
-    /// fetches this program); two callers for one node share one.
-    pub(crate) async fn remote_raylet(&self, address: &str) -> Result<Connection> {
-        let cell = {
-            let mut open = self.remote_raylets.lock();
-            let cell = open.entry(address.to_string()).or_default();
-            if cell.get().is_some_and(|c| c.is_closed()) {
-                *cell = Arc::new(tokio::sync::OnceCell::new());
-            }
-            cell.clone()
-        };
-        cell.get_or_try_init(|| self.register_at(address))
-            .await
-            .cloned()
-    }
-
-    /// Connects to the raylet at `address` and registers there as a lessee
-    /// of this job.
-    async fn register_at(&self, address: &str) -> Result<Connection> {
-        let conn = self.objects.peers.get(address).await?;
-        // The node runs its copy of this program if it lacks the file; a
-        // program that cannot be named leaves the node to find the file at
-        // the same path. (Named once, off the runtime's threads: a binary
-        // without a build id is hashed whole.)
-        let program = tokio::task::spawn_blocking(|| Program::this().ok().cloned())
-            .await
-            .ok()
-            .flatten();
-        conn.request(RegisterDriver {
-            address: self.objects.address().clone(),
-            pid: std::process::id(),
-            executable: std::env::current_exe()
-                .map_err(|e| Error::io("find this program's executable", e))?,
-            cwd: std::env::current_dir().map_err(|e| Error::io("read the working directory", e))?,
-            log_to_driver: self.config.log_to_driver,
-            namespace: self.config.namespace.clone(),
-            job_id: Some(self.job_id),
-            program,
-        })
-        .await?;
-        Ok(conn)
-    }
-
     /// Runs a task again to make its lost result (see `Objects::rebuild`),
     /// holding `held` (its arguments by reference) until it answers.
     pub(crate) fn rebuild(self: &Arc<Self>, lineage: Lineage, held: Vec<ObjectId>) {
@@ -903,5 +846,11 @@ impl TaskSubmitter {
                 w.give_back();
             }
         }
+    }
+}
+
+impl Resubmit for TaskSubmitter {
+    fn resubmit(self: Arc<Self>, lineage: Lineage, held: Vec<ObjectId>) {
+        self.rebuild(lineage, held);
     }
 }
