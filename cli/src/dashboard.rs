@@ -18,6 +18,7 @@ use axum::routing::get;
 use axum::Router;
 use prism_gcs::pb::{NodeInfo, NodeState, Resource};
 use prism_gcs::{GcsView, Token};
+use prism_protocol::guard::{GuardedListener, QuietTimeout};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -47,8 +48,13 @@ pub(crate) async fn start(
     gcs: GcsView,
     token: Token,
 ) -> std::io::Result<Running> {
-    let listener = tokio::net::TcpListener::bind(address).await?;
-    let bound = listener.local_addr()?;
+    let limits = prism_protocol::guard::ConnectionLimits::from_env_or_default();
+    let listener = GuardedHttp(GuardedListener::new(
+        tokio::net::TcpListener::bind(address).await?,
+        limits,
+        "the dashboard",
+    ));
+    let bound = listener.0.local_addr()?;
     let app = Router::new()
         .route("/", get(page))
         .route("/api/nodes", get(nodes))
@@ -65,6 +71,23 @@ pub(crate) async fn start(
         address: bound,
         task,
     })
+}
+
+/// The dashboard's listener: connections within the limits, each closed
+/// when quiet (see `prism_protocol::guard`).
+struct GuardedHttp(GuardedListener);
+
+impl axum::serve::Listener for GuardedHttp {
+    type Io = QuietTimeout<tokio::net::TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, SocketAddr) {
+        self.0.accept().await
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.0.local_addr()
+    }
 }
 
 impl Dashboard {

@@ -93,6 +93,12 @@ impl fmt::Debug for Token {
 /// The header every call carries.
 pub(crate) const HEADER: &str = "authorization";
 
+/// Refused calls, logged a line per interval at most (the first at once,
+/// then how many were held back): a flood of bad tokens cannot fill the
+/// head's log.
+static REFUSED: prism_protocol::guard::LogLimiter =
+    prism_protocol::guard::LogLimiter::new(prism_protocol::guard::REFUSAL_LOG_INTERVAL);
+
 /// The server's check of every incoming call.
 pub(crate) fn check(
     token: Token,
@@ -110,10 +116,12 @@ pub(crate) fn check(
                     .map(|a| a.to_string())
                     .unwrap_or_else(|| "an unknown peer".into());
                 let what = if other.is_some() { "a wrong" } else { "no" };
-                tracing::warn!(%peer, "refused a connection with {what} cluster token");
+                if let Some(held_back) = REFUSED.allow() {
+                    tracing::warn!(%peer, refusals_not_logged = held_back, "refused a connection with {what} cluster token");
+                }
                 Err(tonic::Status::unauthenticated(format!(
                     "{what} cluster token was given; pass the token that `prism start --head` \
-                     printed with --token or PRISM_AUTH_TOKEN (on the head it is in the file \
+                     printed, with --token-file or PRISM_AUTH_TOKEN (on the head it is in the file \
                      `token` of its temp dir, /tmp/prism/token by default)"
                 )))
             }

@@ -62,7 +62,7 @@ pub enum GcsError {
     },
     /// No token was given and none is saved on this machine.
     #[error(
-        "no cluster token: give the one `prism start --head` printed with --token or \
+        "no cluster token: give the one `prism start --head` printed, with --token-file or \
          PRISM_AUTH_TOKEN (none is saved in {})",
         looked_in.display()
     )]

@@ -29,11 +29,13 @@
 mod auth;
 mod client;
 mod error;
+mod incoming;
 mod kv;
 pub mod pb;
 mod pem;
 mod server;
 mod table;
+mod validate;
 
 pub use auth::Token;
 pub use client::GcsClient;

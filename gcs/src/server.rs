@@ -4,6 +4,7 @@ use crate::auth::{self, Token};
 use crate::pb::gcs_server::{Gcs, GcsServer as Service};
 use crate::pb::*;
 use crate::table::{Beat, NodeTable};
+use crate::validate;
 use crate::GcsError;
 use parking_lot::Mutex;
 use std::net::SocketAddr;
@@ -85,8 +86,12 @@ impl GcsServer {
         let watcher = tokio::spawn(watch_heartbeats(Arc::downgrade(&state)));
         let service =
             Service::with_interceptor(Handler(state.clone()), auth::check(settings.token));
-        let incoming =
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        let limits = prism_protocol::guard::ConnectionLimits::from_env_or_default();
+        let incoming = crate::incoming::Incoming::new(prism_protocol::guard::GuardedListener::new(
+            listener,
+            limits,
+            "the control store",
+        ));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let mut builder = tonic::transport::Server::builder();
         if let Some(tls) = prism_protocol::tls::current() {
@@ -233,6 +238,7 @@ impl Gcs for Handler {
             .into_inner()
             .node
             .ok_or_else(|| Status::invalid_argument("RegisterNode without a node"))?;
+        validate::node(&node)?;
         let id = node.node_id.clone();
         let ip = node.node_ip.clone();
         self.0
@@ -252,6 +258,7 @@ impl Gcs for Handler {
         request: Request<HeartbeatRequest>,
     ) -> Result<Response<HeartbeatReply>, Status> {
         let beat = request.into_inner();
+        validate::heartbeat(&beat.node_id, &beat.available, &beat.demands)?;
         let now = Instant::now();
         let (outcome, nodes) = {
             let mut table = self.0.nodes.lock();
@@ -276,6 +283,8 @@ impl Gcs for Handler {
         request: Request<UnregisterNodeRequest>,
     ) -> Result<Response<UnregisterNodeReply>, Status> {
         let r = request.into_inner();
+        validate::id("node_id", &r.node_id)?;
+        validate::text("reason", &r.reason, validate::MAX_TEXT_BYTES)?;
         let reason = if r.reason.is_empty() {
             "stopped".to_string()
         } else {
@@ -308,12 +317,15 @@ impl Gcs for Handler {
 
     async fn kv_put(&self, request: Request<KvPutRequest>) -> Result<Response<KvPutReply>, Status> {
         let r = request.into_inner();
+        validate::key("key", &r.key)?;
         let added = self.0.kv.lock().put(r.key, r.value.into(), r.overwrite);
         Ok(Response::new(KvPutReply { added }))
     }
 
     async fn kv_get(&self, request: Request<KvGetRequest>) -> Result<Response<KvGetReply>, Status> {
-        let value = self.0.kv.lock().get(&request.into_inner().key);
+        let key = request.into_inner().key;
+        validate::key("key", &key)?;
+        let value = self.0.kv.lock().get(&key);
         Ok(Response::new(KvGetReply {
             found: value.is_some(),
             value: value.map(|v| v.to_vec()).unwrap_or_default(),
@@ -324,7 +336,9 @@ impl Gcs for Handler {
         &self,
         request: Request<KvDeleteRequest>,
     ) -> Result<Response<KvDeleteReply>, Status> {
-        let deleted = self.0.kv.lock().delete(&request.into_inner().key);
+        let key = request.into_inner().key;
+        validate::key("key", &key)?;
+        let deleted = self.0.kv.lock().delete(&key);
         Ok(Response::new(KvDeleteReply { deleted }))
     }
 
@@ -332,7 +346,9 @@ impl Gcs for Handler {
         &self,
         request: Request<KvKeysRequest>,
     ) -> Result<Response<KvKeysReply>, Status> {
-        let keys = self.0.kv.lock().keys(&request.into_inner().prefix);
+        let prefix = request.into_inner().prefix;
+        validate::key("prefix", &prefix)?;
+        let keys = self.0.kv.lock().keys(&prefix);
         Ok(Response::new(KvKeysReply { keys }))
     }
 
@@ -341,6 +357,13 @@ impl Gcs for Handler {
         request: Request<RegisterActorNameRequest>,
     ) -> Result<Response<RegisterActorNameReply>, Status> {
         let r = request.into_inner();
+        validate::key("namespace", &r.namespace)?;
+        validate::key("name", &r.name)?;
+        validate::id("actor_id", &r.actor_id)?;
+        validate::id("node_id", &r.node_id)?;
+        if !r.replace_actor_id.is_empty() {
+            validate::id("replace_actor_id", &r.replace_actor_id)?;
+        }
         let key = (r.namespace, r.name);
         let nodes = self.0.nodes.lock();
         let mut names = self.0.names.lock();
@@ -372,6 +395,8 @@ impl Gcs for Handler {
         request: Request<LookupActorNameRequest>,
     ) -> Result<Response<LookupActorNameReply>, Status> {
         let r = request.into_inner();
+        validate::key("namespace", &r.namespace)?;
+        validate::key("name", &r.name)?;
         let nodes = self.0.nodes.lock();
         let found = self
             .0

@@ -217,3 +217,50 @@ async fn an_actor_name_has_one_holder_until_its_node_dies_or_it_is_replaced() {
     );
     gcs.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_node_with_a_huge_or_empty_id_or_absurd_resources_is_refused_as_invalid() {
+    let (gcs, token) = start(Duration::from_secs(5)).await;
+    let address = gcs.address().to_string();
+    let mut client = GcsClient::connect(&address, &token).await.unwrap();
+    // A 1 MiB id, an empty one, 50,000 resources at i64::MAX: each is
+    // refused with the field named, and nothing is registered.
+    let huge = client
+        .register_node(node(&"n".repeat(1 << 20)))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        huge.contains("node_id") && huge.contains("longer than 64"),
+        "{huge}"
+    );
+    assert!(huge.len() < 1000, "the refusal does not echo the megabyte");
+    let empty = client
+        .register_node(node(""))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(empty.contains("node_id: is empty"), "{empty}");
+    assert!(
+        !empty.contains("already"),
+        "an empty id is invalid, not taken: {empty}"
+    );
+    let mut greedy = node("n2");
+    greedy.total = (0..50_000)
+        .map(|i| Resource {
+            name: format!("r{i}"),
+            units: i64::MAX,
+        })
+        .collect();
+    let greedy = client.register_node(greedy).await.unwrap_err().to_string();
+    assert!(greedy.contains("at most 1024"), "{greedy}");
+    assert!(
+        client.get_nodes().await.unwrap().is_empty(),
+        "nothing was registered"
+    );
+    client
+        .register_node(node("node-ok"))
+        .await
+        .expect("a sound node registers");
+    gcs.shutdown().await;
+}

@@ -4,6 +4,7 @@
 #![warn(missing_docs, missing_debug_implementations)]
 
 pub mod error;
+pub mod guard;
 pub mod ids;
 pub mod messages;
 pub mod program;

@@ -36,6 +36,9 @@
 //! [`Error::Disconnected`] and the handler's `closed` hook runs once.
 
 use crate::error::Error;
+use crate::guard::{
+    AcceptBackoff, Admission, Admitted, ConnectionLimits, LogLimiter, REFUSAL_LOG_INTERVAL,
+};
 use crate::messages::{Call, Request, Response};
 use crate::tls;
 use parking_lot::Mutex;
@@ -52,6 +55,13 @@ use tokio::sync::{mpsc, oneshot};
 /// The largest frame accepted, to stop a corrupt length from allocating
 /// without bound.
 pub const MAX_FRAME_BYTES: usize = 1 << 30;
+
+/// Frames up to this size are read into a buffer sized by their header at
+/// once; a larger one's buffer grows with the bytes that arrive, so that
+/// a header announcing a gigabyte costs nothing until the gigabyte comes
+/// (and reading it yields to other connections as it goes). 1 MiB: every
+/// message but those carrying large inline values.
+const EAGER_FRAME_BYTES: usize = 1 << 20;
 
 /// One unit on the wire.
 #[derive(Debug, Serialize, Deserialize)]
@@ -177,11 +187,17 @@ impl Connection {
             stream,
             format!("tcp://{address}"),
             handler,
+            None,
         ))
     }
 
     /// Starts a connection on a TCP stream between nodes, in TLS or not.
-    fn start_stream(stream: tls::Stream, peer: String, handler: Arc<dyn Handler>) -> Connection {
+    fn start_stream(
+        stream: tls::Stream,
+        peer: String,
+        handler: Arc<dyn Handler>,
+        admitted: Option<Admitted>,
+    ) -> Connection {
         match stream {
             tls::Stream::Plain(tcp) => {
                 let (read_half, write_half) = tcp.into_split();
@@ -190,6 +206,7 @@ impl Connection {
                     WriteHalf::Tcp(write_half),
                     peer,
                     handler,
+                    admitted,
                 )
             }
             encrypted => {
@@ -199,6 +216,7 @@ impl Connection {
                     WriteHalf::Tls(tokio::sync::Mutex::new(write_half)),
                     peer,
                     handler,
+                    admitted,
                 )
             }
         }
@@ -212,6 +230,7 @@ impl Connection {
             WriteHalf::Unix(write_half),
             peer,
             handler,
+            None,
         )
     }
 
@@ -220,6 +239,7 @@ impl Connection {
         write_half: WriteHalf,
         peer: String,
         handler: Arc<dyn Handler>,
+        admitted: Option<Admitted>,
     ) -> Connection {
         let write_half = Arc::new(write_half);
         let queued = Arc::new(Mutex::new(0usize));
@@ -263,6 +283,7 @@ impl Connection {
             }
             reader_conn.mark_closed();
             handler.closed(&reader_conn);
+            drop(admitted);
         });
         conn
     }
@@ -446,14 +467,14 @@ async fn read_loop(
                 message: format!("frame of {len} bytes exceeds the {MAX_FRAME_BYTES} byte limit"),
             });
         }
-        buf.resize(len, 0);
-        reader
-            .read_exact(&mut buf)
-            .await
-            .map_err(|e| Error::io("read frame", e))?;
+        read_body(reader, &mut buf, len).await?;
         let frame: Frame = rmp_serde::from_slice(&buf).map_err(|e| Error::Protocol {
             message: format!("cannot decode frame: {e}"),
         })?;
+        if buf.capacity() > EAGER_FRAME_BYTES {
+            // A large frame's buffer is not kept for the small ones after it.
+            buf = Vec::new();
+        }
         match frame {
             Frame::Request { id, body } => handler.handle(conn, Some(id), body),
             Frame::Notify(body) => handler.handle(conn, None, body),
@@ -471,6 +492,36 @@ async fn read_loop(
     }
 }
 
+/// Reads a frame body of `len` bytes into `buf`: at once up to
+/// [`EAGER_FRAME_BYTES`], growing with the bytes that arrive beyond.
+async fn read_body(
+    reader: &mut BufReader<Box<dyn AsyncRead + Send + Unpin>>,
+    buf: &mut Vec<u8>,
+    len: usize,
+) -> Result<(), Error> {
+    if len <= EAGER_FRAME_BYTES {
+        buf.resize(len, 0);
+        reader
+            .read_exact(buf)
+            .await
+            .map_err(|e| Error::io("read frame", e))?;
+        return Ok(());
+    }
+    buf.clear();
+    let got = (&mut *reader)
+        .take(len as u64)
+        .read_to_end(buf)
+        .await
+        .map_err(|e| Error::io("read frame", e))?;
+    if got < len {
+        return Err(Error::io(
+            "read frame",
+            format!("the peer closed the connection {got} bytes into a frame of {len}"),
+        ));
+    }
+    Ok(())
+}
+
 /// Accepts connections on `path` until the returned task is aborted,
 /// serving each with a handler made for it by `make_handler` (so per-peer
 /// state, such as a reader's pins, lives in the handler).
@@ -481,16 +532,16 @@ pub fn serve(
     let _ = std::fs::remove_file(path);
     let listener = UnixListener::bind(path)
         .map_err(|e| Error::io(format!("listen on {}", path.display()), e))?;
+    let name = listener_name(path);
     Ok(tokio::spawn(async move {
+        let mut backoff = AcceptBackoff::default();
         loop {
             match listener.accept().await {
                 Ok((stream, _)) => {
+                    backoff.succeeded();
                     Connection::start(stream, "peer".to_string(), make_handler());
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                }
+                Err(e) => accept_failed(&e, &mut backoff, &name).await,
             }
         }
     }))
@@ -543,51 +594,92 @@ fn serve_on(
         TcpListener::from_std(listener).map_err(|e| Error::io("set up the TCP listener", e))?;
     let token = Arc::new(token);
     let make_handler = Arc::new(make_handler);
+    let limits = ConnectionLimits::from_env_or_default();
+    let admission = Admission::with_limits(&limits);
+    let handshake_timeout = limits.handshake_timeout();
+    let name = listener
+        .local_addr()
+        .map_or_else(|_| "a TCP listener".to_string(), |a| a.to_string());
     Ok(tokio::spawn(async move {
+        let mut backoff = AcceptBackoff::default();
         loop {
-            match listener.accept().await {
-                Ok((tcp, peer)) => {
-                    let (token, make_handler) = (token.clone(), make_handler.clone());
-                    let bulk = bulk.clone();
-                    tokio::spawn(async move {
-                        let mut stream = match tokio::time::timeout(
-                            HANDSHAKE_TIMEOUT,
-                            tls::accept(tcp),
-                        )
-                        .await
-                        {
-                            Ok(Ok(stream)) => stream,
-                            Ok(Err(e)) => {
-                                return tracing::warn!(%peer, error = %e, "refused a connection")
-                            }
-                            Err(_) => {
-                                return tracing::warn!(%peer, "refused a connection: no TLS handshake within 5 s")
-                            }
-                        };
-                        let kind = server_handshake(&mut stream, &token, bulk.is_some()).await;
-                        match (kind, bulk) {
-                            (Ok(StreamKind::Messages), _) => {
-                                Connection::start_stream(
-                                    stream,
-                                    format!("tcp://{peer}"),
-                                    make_handler(),
-                                );
-                            }
-                            (Ok(StreamKind::Bulk), Some(serve)) => serve(stream),
-                            (Ok(StreamKind::Bulk), None) => {}
-                            (Err(e), _) => {
-                                tracing::warn!(%peer, error = %e, "refused a connection")
-                            }
-                        }
-                    });
-                }
+            let (tcp, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
                 Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    accept_failed(&e, &mut backoff, &name).await;
+                    continue;
                 }
-            }
+            };
+            backoff.succeeded();
+            let admitted = match admission.admit(peer.ip()) {
+                Ok(admitted) => admitted,
+                Err(refusal) => {
+                    log_refusal(&peer, &refusal.to_string());
+                    drop(tcp);
+                    continue;
+                }
+            };
+            let (token, make_handler) = (token.clone(), make_handler.clone());
+            let bulk = bulk.clone();
+            tokio::spawn(async move {
+                let greeted = async {
+                    let mut stream = tls::accept(tcp).await.map_err(|e| e.to_string())?;
+                    let kind = server_handshake(&mut stream, &token, bulk.is_some()).await?;
+                    Ok::<_, String>((stream, kind))
+                };
+                let (stream, kind) = match tokio::time::timeout(handshake_timeout, greeted).await {
+                    Ok(Ok(greeted)) => greeted,
+                    Ok(Err(e)) => return log_refusal(&peer, &e),
+                    Err(_) => {
+                        let why = format!("no greeting within {handshake_timeout:?}");
+                        return log_refusal(&peer, &why);
+                    }
+                };
+                match (kind, bulk) {
+                    (StreamKind::Messages, _) => {
+                        // Counted until the connection closes.
+                        Connection::start_stream(
+                            stream,
+                            format!("tcp://{peer}"),
+                            make_handler(),
+                            Some(admitted),
+                        );
+                    }
+                    (StreamKind::Bulk, Some(serve)) => serve(stream),
+                    (StreamKind::Bulk, None) => {}
+                }
+            });
         }
     }))
+}
+
+/// Refusals of connections, logged a line per interval at most.
+static REFUSED: LogLimiter = LogLimiter::new(REFUSAL_LOG_INTERVAL);
+/// Failed accepts, the same way.
+static ACCEPT_FAILED: LogLimiter = LogLimiter::new(REFUSAL_LOG_INTERVAL);
+
+fn log_refusal(peer: &std::net::SocketAddr, why: &str) {
+    if let Some(held_back) = REFUSED.allow() {
+        tracing::warn!(%peer, error = %why, refusals_not_logged = held_back, "refused a connection");
+    }
+}
+
+async fn accept_failed(error: &std::io::Error, backoff: &mut AcceptBackoff, listener: &str) {
+    let pause = backoff.failed();
+    if let Some(held_back) = ACCEPT_FAILED.allow() {
+        tracing::warn!(
+            %listener,
+            %error,
+            failures_not_logged = held_back,
+            pause_ms = pause.as_millis() as u64,
+            "accept failed (out of file descriptors? see `ulimit -n`); pausing before the next"
+        );
+    }
+    tokio::time::sleep(pause).await;
+}
+
+fn listener_name(path: &Path) -> String {
+    path.display().to_string()
 }
 
 /// Whether a connection is to a process on another node (over TCP).
@@ -718,7 +810,7 @@ async fn server_handshake<S: AsyncRead + AsyncWrite + Unpin>(
         let (why, logged) = if !constant_time_eq(presented.as_slice(), token.as_bytes()) {
             (
                 "a wrong cluster token was given; pass the token that `prism start --head` \
-                 printed with --token or PRISM_AUTH_TOKEN",
+                 printed, with --token-file or PRISM_AUTH_TOKEN",
                 "a wrong cluster token",
             )
         } else if kind == StreamKind::Bulk && !serves_bulk {
