@@ -97,9 +97,15 @@ pub(crate) struct StartArgs {
     /// Custom resources as JSON, such as '{"disk": 2, "accel": 0.5}'.
     #[arg(long)]
     pub(crate) resources: Option<String>,
-    /// The cluster token (joining nodes; the head makes one when not given).
+    /// The cluster token (joining nodes; the head makes one when not
+    /// given). Give it with --token-file or PRISM_AUTH_TOKEN instead: a
+    /// value on the command line can be read by every user of the machine.
     #[arg(long, env = "PRISM_AUTH_TOKEN", hide_env_values = true)]
     pub(crate) token: Option<String>,
+    /// A file holding the cluster token, such as the head's
+    /// `<temp dir>/token` copied here (wins over --token).
+    #[arg(long)]
+    pub(crate) token_file: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) tls: TlsArgs,
     #[command(flatten)]
@@ -127,6 +133,9 @@ pub(crate) struct StatusArgs {
     /// The cluster token (default: the one saved on this machine).
     #[arg(long, env = "PRISM_AUTH_TOKEN", hide_env_values = true)]
     pub(crate) token: Option<String>,
+    /// A file holding the cluster token (wins over --token).
+    #[arg(long)]
+    pub(crate) token_file: Option<PathBuf>,
     /// TLS files (default: those of this machine's node, if it has any).
     #[command(flatten)]
     pub(crate) tls: TlsArgs,

@@ -12,6 +12,7 @@
 //! the foreground instead, for containers and service managers.
 
 mod args;
+#[macro_use]
 mod common;
 mod dashboard;
 mod node;

@@ -2,7 +2,7 @@
 //! raylet joining a head), in the background or in the foreground.
 
 use crate::args::StartArgs;
-use crate::common::{find_token, runtime};
+use crate::common::{find_token, given_token, runtime, token_on_command_line};
 use prism_gcs::{GcsServer, GcsSettings, Token};
 use prism_raylet::{ClusterLink, NodeRecord, Raylet};
 use std::net::{SocketAddr, UdpSocket};
@@ -16,15 +16,26 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// The head's dashboard port unless `--dashboard-port` says otherwise (Ray's).
 const DASHBOARD_PORT: u16 = 8265;
 
-pub(crate) fn start(args: StartArgs) -> Result<ExitCode, String> {
+pub(crate) fn start(mut args: StartArgs) -> Result<ExitCode, String> {
     // Everything that can be checked here is, so a mistake is reported
     // before any process starts.
+    args.token = given_token(args.token.as_deref(), args.token_file.as_deref())?;
+    if token_on_command_line() && !args.block {
+        eprintln!(
+            "prism: warning: a token given with --token can be read by every user of this \
+             machine while this command runs; use --token-file FILE or PRISM_AUTH_TOKEN (the \
+             node started here gets it from its environment, not its command line)"
+        );
+    }
     let config = node_config(&args)?;
     if let Some(files) = args.tls.files()? {
         prism_protocol::tls::Tls::load(&files).map_err(|e| e.to_string())?;
     }
     if !args.head {
         find_token(args.token.as_deref(), &args.temp.temp_dir)?;
+    }
+    if let Some(warning) = no_route_warning(&args) {
+        eprintln!("prism: warning: {warning}");
     }
     if args.block {
         return run_node(args, config);
@@ -77,7 +88,9 @@ fn node_config(args: &StartArgs) -> Result<prism::Config, String> {
 fn start_in_background(args: &StartArgs) -> Result<ExitCode, String> {
     let temp = &args.temp.temp_dir;
     let logs = temp.join("logs");
-    std::fs::create_dir_all(&logs).map_err(|e| format!("cannot create {}: {e}", logs.display()))?;
+    prism_protocol::guard::private_dir(temp)
+        .and_then(|()| prism_protocol::guard::private_dir(&logs))
+        .map_err(|e| format!("cannot keep logs in {}: {e}", logs.display()))?;
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis())
@@ -90,12 +103,18 @@ fn start_in_background(args: &StartArgs) -> Result<ExitCode, String> {
         .map_err(|e| format!("cannot open {}: {e}", log_path.display()))?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let mut command = std::process::Command::new(exe);
+    // The token goes in the environment, which only this user can read;
+    // never on the node's command line, which every user can.
     command
-        .args(std::env::args_os().skip(1))
+        .args(without_token(std::env::args_os().skip(1)))
+        .env_remove("PRISM_AUTH_TOKEN")
         .arg("--block")
         .stdin(std::process::Stdio::null())
         .stdout(log)
         .stderr(err_log);
+    if let Some(token) = &args.token {
+        command.env("PRISM_AUTH_TOKEN", token);
+    }
     // SAFETY: setsid is async-signal-safe; it detaches the node from this
     // terminal's session, so closing the terminal does not stop it.
     unsafe {
@@ -144,45 +163,73 @@ fn print_started(record: &NodeRecord, temp: &Path, log: &Path, dashboard_wanted:
         .map(|t| t.reveal().to_string())
         .unwrap_or_else(|_| "<see the token file>".into());
     if record.is_head {
-        println!("Prism head node started.");
+        say!("Prism head node started.");
     } else {
-        println!(
+        say!(
             "Prism node started and joined the cluster at {}.",
             record.head
         );
     }
-    println!(
+    say!(
         "  node:     {} at {} (pid {})",
-        record.node_id, record.node_ip, record.pid
+        record.node_id,
+        record.node_ip,
+        record.pid
     );
-    println!("  session:  {}", record.session_dir.display());
-    println!("  log:      {}", log.display());
+    say!("  session:  {}", record.session_dir.display());
+    say!("  log:      {}", log.display());
     if record.is_head {
-        println!("  address:  {}", record.head);
-        println!(
+        say!("  address:  {}", record.head);
+        say!(
             "  token:    {token} (saved in {}, readable by you only)",
             token_path.display()
         );
-        println!();
+        say!();
         match &record.dashboard {
-            Some(at) => println!("  dashboard: {}", crate::dashboard::login_url(at, &token)),
-            None if dashboard_wanted => println!(
+            Some(at) => say!("  dashboard: {}", crate::dashboard::login_url(at, &token)),
+            None if dashboard_wanted => say!(
                 "  dashboard: none, port {DASHBOARD_PORT} is taken here (choose another with \
                  --dashboard-port)"
             ),
             None => {}
         }
-        println!("To add another machine to this cluster, run there:");
-        println!("  prism start --address {} --token {token}", record.head);
+        say!("To add another machine to this cluster, run there (the token in the");
+        say!("environment, where other users of that machine cannot read it):");
+        say!(
+            "  PRISM_AUTH_TOKEN={token} prism start --address {}",
+            record.head
+        );
+        say!(
+            "or copy {} there and give it with --token-file.",
+            token_path.display()
+        );
     }
-    println!();
-    println!("To run a driver on this machine, in this cluster:");
-    println!(
+    say!();
+    say!("To run a driver on this machine, in this cluster:");
+    say!(
         "  PRISM_ADDRESS={} cargo run --release --example pi",
         record.head
     );
-    println!("To see the cluster: prism status");
-    println!("To stop this machine's nodes: prism stop");
+    say!("To see the cluster: prism status");
+    say!("To stop this machine's nodes: prism stop");
+}
+
+/// The arguments of this command without the token's flags and values
+/// (`--token T`, `--token=T`, `--token-file F`, `--token-file=F`).
+fn without_token(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut kept = Vec::new();
+    let mut skip_value = false;
+    for arg in args {
+        if std::mem::take(&mut skip_value) {
+            continue;
+        }
+        match arg.to_str() {
+            Some("--token" | "--token-file") => skip_value = true,
+            Some(a) if a.starts_with("--token=") || a.starts_with("--token-file=") => {}
+            _ => kept.push(arg),
+        }
+    }
+    kept
 }
 
 /// The node process itself: runs until SIGTERM or SIGINT (it leaves the
@@ -194,13 +241,23 @@ fn run_node(args: StartArgs, config: prism::Config) -> Result<ExitCode, String> 
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
+    match prism_protocol::guard::raise_open_file_limit() {
+        Ok((before, after)) if after > before => {
+            tracing::info!(before, after, "raised the soft limit on open files");
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "could not raise the soft limit on open files"),
+    }
+    if let Some(warning) = no_route_warning(&args) {
+        tracing::warn!("{warning}");
+    }
     let rt = runtime()?;
     rt.block_on(serve(args, config))
 }
 
 async fn serve(args: StartArgs, config: prism::Config) -> Result<ExitCode, String> {
     let temp = args.temp.temp_dir.clone();
-    std::fs::create_dir_all(&temp).map_err(|e| format!("cannot create {}: {e}", temp.display()))?;
+    prism_protocol::guard::private_dir(&temp).map_err(|e| e.to_string())?;
     // Every TCP connection of this node, and of its workers, in TLS.
     let tls = args.tls.files()?;
     if let Some(files) = &tls {
@@ -274,6 +331,8 @@ async fn serve(args: StartArgs, config: prism::Config) -> Result<ExitCode, Strin
             if let Some(gcs) = gcs {
                 gcs.shutdown().await;
             }
+            // Nothing ran in it: a failed start leaves no session behind.
+            let _ = std::fs::remove_dir_all(&session_dir);
             return Err(format!(
                 "the node could not join the cluster at {head}: {e}"
             ));
@@ -328,12 +387,57 @@ async fn serve(args: StartArgs, config: prism::Config) -> Result<ExitCode, Strin
 
 /// The local address of the route to `head` (or to the outside, for a
 /// head): the address other machines reach this one at. No packet is sent;
-/// a machine with no route uses 127.0.0.1.
+/// a machine with no route uses 127.0.0.1 (see [`no_route_warning`]).
 fn route_ip(head: Option<&str>) -> String {
+    routed_ip(head).unwrap_or_else(|| "127.0.0.1".into())
+}
+
+fn routed_ip(head: Option<&str>) -> Option<String> {
     let target = head.unwrap_or("10.255.255.255:1");
     UdpSocket::bind("0.0.0.0:0")
         .and_then(|s| s.connect(target).map(|_| s))
         .and_then(|s| s.local_addr())
         .map(|a| a.ip().to_string())
-        .unwrap_or_else(|_| "127.0.0.1".into())
+        .ok()
+}
+
+/// What to tell the user of a head that would advertise 127.0.0.1 because
+/// this machine has no route out (no default route): other machines could
+/// not join with the address it prints.
+fn no_route_warning(args: &StartArgs) -> Option<String> {
+    if !args.head || args.node_ip_address.is_some() || routed_ip(None).is_some() {
+        return None;
+    }
+    Some(
+        "this machine has no route to other machines (no default route), so the head \
+         advertises 127.0.0.1 and only nodes on this machine can join it; give \
+         --node-ip-address with an address the other machines reach this one at \
+         (or --node-ip-address 127.0.0.1 to say that one machine is meant)"
+            .to_string(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_token;
+
+    #[test]
+    fn the_token_never_reaches_the_nodes_command_line() {
+        let given = [
+            "start",
+            "--address",
+            "h:6380",
+            "--token",
+            "SECRET1",
+            "--token=SECRET2",
+            "--token-file",
+            "/f",
+            "--token-file=/g",
+            "--num-cpus",
+            "2",
+        ];
+        let kept = without_token(given.iter().map(std::ffi::OsString::from));
+        let kept: Vec<&str> = kept.iter().filter_map(|a| a.to_str()).collect();
+        assert_eq!(kept, ["start", "--address", "h:6380", "--num-cpus", "2"]);
+    }
 }

@@ -2,7 +2,7 @@
 //! the head's control store.
 
 use crate::args::StatusArgs;
-use crate::common::{find_token, runtime};
+use crate::common::{find_token, given_token, runtime};
 use prism_gcs::pb::{NodeInfo, NodeState, Resource};
 use prism_gcs::GcsClient;
 use prism_raylet::NodeRecord;
@@ -25,7 +25,8 @@ pub(crate) fn run(args: StatusArgs) -> Result<ExitCode, String> {
                 )
             })?,
     };
-    let token = find_token(args.token.as_deref(), temp)?;
+    let given = given_token(args.token.as_deref(), args.token_file.as_deref())?;
+    let token = find_token(given.as_deref(), temp)?;
     args.tls.apply(temp, &address)?;
     let rt = runtime()?;
     let (info, nodes) = rt
@@ -36,7 +37,8 @@ pub(crate) fn run(args: StatusArgs) -> Result<ExitCode, String> {
             Ok::<_, prism_gcs::GcsError>((info, nodes))
         })
         .map_err(|e| e.to_string())?;
-    print!("{}", render(&address, &info.cluster_id, &nodes));
+    let text = render(&address, &info.cluster_id, &nodes);
+    say!("{}", text.trim_end_matches('\n'));
     Ok(ExitCode::SUCCESS)
 }
 

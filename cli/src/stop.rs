@@ -8,9 +8,25 @@ use std::time::{Duration, Instant};
 
 pub(crate) fn run(args: StopArgs) -> Result<ExitCode, String> {
     let temp = &args.temp.temp_dir;
-    let records = NodeRecord::list(temp);
+    if temp.exists() {
+        // Records in a folder another user controls could name any process.
+        prism_protocol::guard::private_dir(temp)
+            .and_then(|()| prism_protocol::guard::private_dir(&NodeRecord::dir(temp)))
+            .map_err(|e| e.to_string())?;
+    }
+    let (records, foreign): (Vec<NodeRecord>, Vec<NodeRecord>) = NodeRecord::list(temp)
+        .into_iter()
+        .partition(|r| is_node_process(r.pid));
+    for r in &foreign {
+        eprintln!(
+            "prism: the record of node {} names pid {}, which is not a Prism node of yours; \
+             it is left alone and its record removed",
+            r.node_id, r.pid
+        );
+        r.remove(temp);
+    }
     if records.is_empty() {
-        println!(
+        say!(
             "No Prism node runs on this machine (none recorded in {}).",
             NodeRecord::dir(temp).display()
         );
@@ -55,7 +71,7 @@ pub(crate) fn run(args: StopArgs) -> Result<ExitCode, String> {
             r.remove(temp);
             stopped += 1;
             let role = if r.is_head { "head node" } else { "node" };
-            println!(
+            say!(
                 "Stopped {role} {} (pid {}, session {}).",
                 r.node_id,
                 r.pid,
@@ -66,7 +82,7 @@ pub(crate) fn run(args: StopArgs) -> Result<ExitCode, String> {
             return Ok(ExitCode::FAILURE);
         }
     }
-    println!("Stopped {stopped} Prism node process(es) on this machine.");
+    say!("Stopped {stopped} Prism node process(es) on this machine.");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -81,4 +97,24 @@ fn wait_gone(records: &[NodeRecord], limit: Duration) -> Vec<NodeRecord> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Whether `pid` is a node process of this user: `prism start ... --block`
+/// (what `prism start` runs in the background), owned by this user. A
+/// record naming anything else is not acted on.
+fn is_node_process(pid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let proc_dir = std::path::PathBuf::from(format!("/proc/{pid}"));
+    let Ok(meta) = std::fs::metadata(&proc_dir) else {
+        return false;
+    };
+    // SAFETY: geteuid has no preconditions.
+    if meta.uid() != unsafe { libc::geteuid() } {
+        return false;
+    }
+    let Ok(cmdline) = std::fs::read(proc_dir.join("cmdline")) else {
+        return false;
+    };
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    args.contains(&&b"start"[..]) && args.contains(&&b"--block"[..])
 }

@@ -41,6 +41,11 @@ prism_config::table! {
     namespace: String = "default".to_string();
     /// Where session directories are made (logs, sockets).
     temp_dir: PathBuf = PathBuf::from("/tmp/prism");
+    /// Session folders of ended sessions kept in `temp_dir` (their logs);
+    /// older ones are removed when a new session starts. 10: the last few
+    /// runs to read back, a few MB of logs, not the program copies and
+    /// sockets of every run ever (those go when a session ends).
+    sessions_kept: usize = 10;
     /// Forward workers' stdout and stderr to the driver's terminal.
     log_to_driver: bool = true;
     /// Threads of the driver's runtime: two serve a 2-core machine, more
@@ -284,7 +289,7 @@ impl Config {
     /// Makes a fresh session directory under `temp_dir` (and points
     /// `session_latest` at it).
     pub fn new_session_dir(&self) -> Result<PathBuf, Error> {
-        crate::logging::new_session_dir(&self.temp_dir)
+        crate::logging::new_session_dir(&self.temp_dir, self.sessions_kept)
     }
 
     pub(crate) fn store_capacity(&self) -> u64 {

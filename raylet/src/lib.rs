@@ -205,6 +205,13 @@ impl Raylet {
         self.node.kill_all_workers();
         self.node.config.spill.remove_all();
         let _ = std::fs::remove_file(&self.socket);
+        // What a session needs only while it runs: its sockets and the
+        // program copies fetched for other nodes' drivers (tens of MB
+        // each). Its logs stay (`sessions_kept`).
+        let session = &self.node.config.session_dir;
+        for transient in ["sockets", "programs"] {
+            let _ = std::fs::remove_dir_all(session.join(transient));
+        }
         tracing::info!("raylet stopped");
     }
 }

@@ -52,8 +52,9 @@ impl NodeRecord {
     /// reader never sees half of one; its appearance means the node is up.
     pub fn write(&self, temp_dir: &Path) -> Result<PathBuf, Error> {
         let dir = Self::dir(temp_dir);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+        prism_protocol::guard::private_dir(temp_dir)
+            .and_then(|()| prism_protocol::guard::private_dir(&dir))
+            .map_err(|e| Error::io(format!("keep node records in {}", dir.display()), e))?;
         let path = dir.join(format!("{}.json", self.pid));
         let tmp = dir.join(format!(".{}.json.tmp", self.pid));
         let text = serde_json::to_string_pretty(self)

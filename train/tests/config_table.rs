@@ -33,7 +33,8 @@ fn render() -> String {
          overrides them when `prism::init` runs. A `CollectiveConfig` given to a group in \
          code is used as given; `CollectiveConfig::from_env` reads the variables.\n\n\
          This file is generated from the crates' declarations (`prism_config::table!` in \
-         `core/src/config.rs`, `collective/src/config.rs` and `train/src/trainer/config.rs`) \
+         `core/src/config.rs`, `protocol/src/guard.rs`, `collective/src/config.rs` and \
+         `train/src/trainer/config.rs`) \
          by `PRISM_WRITE_CONFIG_DOC=1 cargo test -p prism-train --test config_table`, and a \
          test fails when it is out of date.\n",
     );
@@ -41,6 +42,12 @@ fn render() -> String {
         &mut out,
         "Runtime (`prism::Config`, read by `prism::init`)",
         prism::Config::ENTRIES,
+    );
+    section(
+        &mut out,
+        "Listeners (`prism_protocol::guard::ConnectionLimits`, read when a node, the head's \
+         control store or its dashboard starts listening)",
+        prism_protocol::guard::ConnectionLimits::ENTRIES,
     );
     section(
         &mut out,
@@ -76,6 +83,7 @@ fn no_two_tunables_share_a_variable() {
     let mut keys: Vec<String> = prism::Config::ENTRIES
         .iter()
         .chain(prism_collective::CollectiveConfig::ENTRIES)
+        .chain(prism_protocol::guard::ConnectionLimits::ENTRIES)
         .chain(prism_train::TrainerTunables::ENTRIES)
         .map(Entry::key)
         .collect();

@@ -250,7 +250,7 @@ pub(crate) async fn start_driver(
 /// Starts the embedded raylet of a driver with no address, in a fresh
 /// session directory.
 async fn start_raylet(config: &Config) -> Result<Raylet> {
-    let session_dir = crate::logging::new_session_dir(&config.temp_dir)?;
+    let session_dir = crate::logging::new_session_dir(&config.temp_dir, config.sessions_kept)?;
     crate::logging::init_file_logging(&session_dir, &format!("driver-{}.log", std::process::id()));
     Raylet::start(config.raylet_config(session_dir)?).await
 }
