@@ -6,6 +6,8 @@
 //!  ├── tasks: TaskSubmitter       submitter.rs   leases per shape, pushes tasks
 //!  ├── actors: ActorSubmitter     actors.rs      one ordered client per actor
 //!  ├── executor: Executor         executor.rs    runs tasks and actor calls here
+//!  │     └── its parts            executor/      hosting.rs (an actor's calls),
+//!  │                                             lifecycle.rs, streaming.rs, state.rs
 //!  ├── objects: Objects           objects.rs     owned values, references, fetching
 //!  │     ├── refs: RefTable       refs.rs        counts, borrowers, readiness
 //!  │     ├── store: StoreClient   store.rs       the mapped segment, pins
