@@ -1,0 +1,232 @@
+//! A cluster's members through the `prism` command: a head started and
+//! two nodes joined, shown by `prism status` and by the head's dashboard
+//! (behind its token), a driver run on a joined node, nodes stopped one by
+//! one; and a node killed or cut off marked dead within the timeout, then
+//! joining again as a new node.
+//!
+//! Real node processes on test hosts in network namespaces (10.77.0.x, one
+//! per host), started through the `prism` command (the harness is in
+//! `common/mod.rs`). Needs root for the namespaces (CI runs as root);
+//! elsewhere each test says it was skipped and why.
+
+mod common;
+
+use common::{run_bounded, text, Machines, DRIVER, FAST_DEATH};
+use prism_tests::{must, must_become, must_eventually};
+use std::time::Duration;
+
+fn line_of<'a>(status: &'a str, ip: &str) -> &'a str {
+    status
+        .lines()
+        .find(|l| l.contains(&format!(" {ip} ")))
+        .unwrap_or("")
+}
+
+#[prism::remote]
+fn add(a: i64, b: i64) -> i64 {
+    a + b
+}
+
+/// The driver's part, run on a host by the test below.
+fn drive() {
+    must(
+        prism::init(prism::Config::default()),
+        "the driver joins its node",
+    );
+    let nodes = must(prism::nodes(), "the driver lists the nodes");
+    let alive = nodes.iter().filter(|n| n.alive).count();
+    println!("NODES alive={alive}");
+    for n in &nodes {
+        println!("NODE {} head={}", n.node_ip, n.is_head);
+    }
+    let sum = must(
+        prism::get(&must(add::remote(1, 2), "a task is submitted")),
+        "a task runs on the node",
+    );
+    println!("TASK {sum}");
+    prism::shutdown();
+}
+
+/// Asks the head's dashboard (on host 0's loopback) what a browser and an
+/// API client would, from a Python child on that host; returns what each
+/// request got, one line each.
+fn dashboard_requests(m: &Machines, token: &str) -> String {
+    let script = r#"
+import http.client, json, sys
+token = sys.argv[1]
+def get(path, headers={}):
+    c = http.client.HTTPConnection("127.0.0.1", 8265, timeout=10)
+    c.request("GET", path, headers=headers)
+    r = c.getresponse()
+    return r, r.read()
+r, body = get("/api/nodes")
+print("nodes", r.status)
+r, body = get("/api/nodes", {"Authorization": "Bearer " + token})
+print("nodes with token", r.status, "alive=%d" % sum(n["alive"] for n in json.loads(body)))
+r, body = get("/?token=" + token)
+cookie = r.getheader("Set-Cookie") or ""
+print("login", r.status, "cookie=%s" % cookie.startswith("prism_token="))
+r, body = get("/", {"Cookie": cookie.split(";")[0]})
+print("page", r.status, b"Prism cluster" in body)
+r, body = get("/api/cluster_status", {"Authorization": "Bearer " + token})
+s = json.loads(body)
+print("status", r.status, "nodes_alive=%d" % s["nodes_alive"], "CPU=%s" % s["total"]["CPU"])
+"#;
+    let mut command = m.net.command(0, "python3");
+    command.args(["-c", script, token]);
+    let out = run_bounded(command, &[], Duration::from_secs(60));
+    text(&out)
+}
+
+#[test]
+fn the_cli_starts_a_head_joins_two_nodes_shows_them_and_stops_everything() {
+    if std::env::var_os(DRIVER).is_some() {
+        return drive();
+    }
+    let Some(m) = Machines::new("e2e", 3) else {
+        return;
+    };
+    let head = m.start_head(&[]);
+    for host in [1, 2] {
+        let out = m.join(host, &head);
+        assert!(
+            out.status.success(),
+            "node {host} must join: {}",
+            text(&out)
+        );
+        assert!(
+            text(&out).contains("joined the cluster at 10.77.0.1:6380"),
+            "{}",
+            text(&out)
+        );
+    }
+    let status = m.status(2);
+    assert!(status.contains("Nodes: 3 alive, 0 dead"), "{status}");
+    // A node's sockets and logs are its user's alone.
+    use std::os::unix::fs::PermissionsExt;
+    for host in 0..3 {
+        let record = &prism_raylet::NodeRecord::list(&m.temps[host])[0];
+        let mode = must(std::fs::metadata(&record.session_dir), "the session exists")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700, "{}", record.session_dir.display());
+    }
+    for host in 0..3 {
+        assert!(
+            line_of(&status, m.ip(host)).contains("ALIVE  0/1 CPU"),
+            "{status}"
+        );
+    }
+    assert!(line_of(&status, m.ip(0)).contains("head"), "{status}");
+    assert!(status.contains(" 0/3 CPU"), "{status}");
+
+    // The head's dashboard, on the head's loopback, asks for the token.
+    let token = m.token();
+    let seen = dashboard_requests(&m, &token);
+    assert!(seen.contains("nodes 401"), "{seen}");
+    assert!(seen.contains("nodes with token 200 alive=3"), "{seen}");
+    assert!(seen.contains("login 303 cookie=True"), "{seen}");
+    assert!(seen.contains("page 200 True"), "{seen}");
+    assert!(seen.contains("status 200 nodes_alive=3 CPU=3.0"), "{seen}");
+
+    // A driver on host 1 joins through that host's node.
+    let said = m.run_driver(
+        1,
+        "the_cli_starts_a_head_joins_two_nodes_shows_them_and_stops_everything",
+        &head,
+        &[(DRIVER, "1")],
+        Duration::from_secs(60),
+    );
+    assert!(said.contains("NODES alive=3"), "{said}");
+    assert!(said.contains("NODE 10.77.0.1 head=true"), "{said}");
+    assert!(said.contains("NODE 10.77.0.3 head=false"), "{said}");
+    assert!(said.contains("TASK 3"), "{said}");
+
+    // Stopping a node: it leaves, and the head says so.
+    let pid1 = m.node_pid(1);
+    let out = m.prism(1, &["stop"], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("Stopped 1 Prism node process(es)"),
+        "{}",
+        text(&out)
+    );
+    // Its leader thread may have exited a moment before its others.
+    must_eventually("the node process is gone", Duration::from_secs(10), || {
+        prism_tests::is_gone(pid1)
+    });
+    let status = m.status(0);
+    assert!(status.contains("Nodes: 2 alive, 1 dead"), "{status}");
+    assert!(
+        line_of(&status, m.ip(1)).contains("DEAD   stopped by prism stop"),
+        "{status}"
+    );
+
+    let (pid0, pid2) = (m.node_pid(0), m.node_pid(2));
+    for host in [2, 0] {
+        let out = m.prism(host, &["stop"], &[]);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    must_eventually(
+        "every node process is gone",
+        Duration::from_secs(10),
+        || prism_tests::is_gone(pid0) && prism_tests::is_gone(pid2),
+    );
+    let out = m.prism(0, &["stop"], &[]);
+    assert!(
+        text(&out).contains("No Prism node runs on this machine"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn a_node_killed_or_cut_off_is_marked_dead_within_the_timeout() {
+    let Some(m) = Machines::new("death", 3) else {
+        return;
+    };
+    let head = m.start_head(FAST_DEATH);
+    for host in [1, 2] {
+        assert!(m.join(host, &head).status.success());
+    }
+    assert!(m.status(0).contains("Nodes: 3 alive"));
+
+    // A raylet that dies: SIGKILL, so it cannot say goodbye.
+    prism_tests::kill(m.node_pid(1));
+    let status = must_become(
+        "the killed node is marked dead",
+        Duration::from_secs(20),
+        || {
+            let s = m.status(0);
+            line_of(&s, m.ip(1)).contains("DEAD").then_some(s)
+        },
+    );
+    assert!(
+        line_of(&status, m.ip(1)).contains("no heartbeat for"),
+        "{status}"
+    );
+    assert!(line_of(&status, m.ip(2)).contains("ALIVE"), "{status}");
+
+    // A node cut off from the network.
+    let pid2 = m.node_pid(2);
+    must(m.net.cut(2), "host 2's link goes down");
+    let status = must_become(
+        "the cut-off node is marked dead",
+        Duration::from_secs(20),
+        || {
+            let s = m.status(0);
+            line_of(&s, m.ip(2)).contains("DEAD").then_some(s)
+        },
+    );
+    assert!(status.contains("Nodes: 1 alive, 2 dead"), "{status}");
+    // Back on the network, it learns it was given up and stops, to be
+    // started again as a new node.
+    must(m.net.join(2), "host 2's link comes back");
+    must_eventually("the given-up node stops", Duration::from_secs(20), || {
+        prism_raylet::start_ticks(pid2).is_none()
+    });
+    let out = m.join(2, &head);
+    assert!(out.status.success(), "it joins again: {}", text(&out));
+    let status = m.status(0);
+    assert!(status.contains("Nodes: 2 alive, 2 dead"), "{status}");
+}
