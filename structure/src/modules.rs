@@ -237,6 +237,9 @@ fn expand_use(tree: &syn::UseTree, prefix: Vec<String>, out: &mut Vec<UseLeaf>) 
     }
 }
 
+/// Macros whose input is code for another program (a proc macro's output).
+const QUOTING_MACROS: [&str; 3] = ["quote", "quote_spanned", "parse_quote"];
+
 /// Finds paths that start with `crate`, `super`, `self` or any other name
 /// followed by `::` (the resolver drops the ones that lead outside the
 /// crate), and `use` statements inside bodies.
@@ -248,6 +251,15 @@ fn scan_tokens(stream: TokenStream, refs: &mut Vec<Vec<String>>, uses: &mut Vec<
             TokenTree::Group(g) => {
                 scan_tokens(g.stream(), refs, uses);
                 i += 1;
+            }
+            // Code a macro writes (`quote!`) is the generated program's,
+            // not this crate's: its paths are not imports.
+            TokenTree::Ident(id)
+                if QUOTING_MACROS.iter().any(|m| id == m)
+                    && matches!(tokens.get(i + 1), Some(TokenTree::Punct(p)) if p.as_char() == '!')
+                    && matches!(tokens.get(i + 2), Some(TokenTree::Group(_))) =>
+            {
+                i += 3;
             }
             TokenTree::Ident(id) if id == "use" => {
                 let mut end = i + 1;

@@ -139,3 +139,23 @@ fn a_glob_import_is_followed_to_the_file_that_defines_the_name() {
     );
     assert!(!arrows.iter().any(|(_, to)| to == "lib.rs"), "{arrows:?}");
 }
+
+#[test]
+fn paths_inside_quote_are_the_generated_programs_not_imports() {
+    let s = Scratch::new(
+        "quote",
+        &[
+            MANIFESTS[0],
+            MANIFESTS[1],
+            ("docs/architecture.md", "\n"),
+            ("a/src/lib.rs", "mod gen;\npub fn root() {}\n"),
+            (
+                "a/src/gen.rs",
+                "pub fn expand() { let _ = quote! { super::root(); crate::root() }; let _ = crate::gen::expand; }\n",
+            ),
+        ],
+    );
+    let krate = prism_structure::Crate::read("a", &s.0.join("a/src/lib.rs")).expect("reads");
+    let arrows = prism_structure::graph::imports(&krate);
+    assert!(arrows.is_empty(), "{arrows:?}");
+}
