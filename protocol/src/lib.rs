@@ -5,6 +5,7 @@
 
 pub mod error;
 pub mod guard;
+mod handshake;
 pub mod ids;
 pub mod messages;
 pub mod program;
