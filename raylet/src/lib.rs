@@ -22,6 +22,7 @@ mod faults;
 mod launcher;
 mod membership;
 mod memory;
+mod names;
 mod node;
 mod placement;
 mod programs;
@@ -31,6 +32,7 @@ mod resources;
 mod scheduler;
 mod server;
 mod spill;
+mod store;
 mod transfer;
 
 pub use config::RayletConfig;
@@ -203,7 +205,7 @@ impl Raylet {
             tcp.abort();
         }
         self.node.kill_all_workers();
-        self.node.config.spill.remove_all();
+        self.node.store.spill_config.remove_all();
         let _ = std::fs::remove_file(&self.socket);
         // What a session needs only while it runs: its sockets and the
         // program copies fetched for other nodes' drivers (tens of MB
@@ -236,7 +238,7 @@ fn warm_store(node: &Arc<Node>) {
             }
             // After start-up: `init` returns in a few milliseconds.
             std::thread::sleep(std::time::Duration::from_millis(30));
-            if let Err(e) = node.segment.allocate_ahead(bytes) {
+            if let Err(e) = node.store.segment.allocate_ahead(bytes) {
                 tracing::warn!(error = %e, "the store's first pages were not allocated ahead");
             }
         });

@@ -1,8 +1,8 @@
 //! One node: the components the raylet is made of, and the glue that
 //! carries out what they decide.
 //!
-//! - the object store (`store`), with its own lock so object traffic never
-//!   waits on scheduling;
+//! - the object store (`store`, a [`StoreSide`], store.rs), with its own
+//!   lock so object traffic never waits on scheduling;
 //! - the control state (`state`): the [`Scheduler`], the actor table, and
 //!   what the node needs to start and reach each job's workers;
 //! - the key-value table (`kv`);
@@ -19,21 +19,20 @@ use crate::launcher::{Launcher, WorkerLaunch};
 use crate::membership::{MemberNode, Membership};
 use crate::reply::ReplyTo;
 use crate::scheduler::{Decision, Grantee, LeaseRequest, Limits, Scheduler};
+use crate::store::StoreSide;
 use parking_lot::Mutex;
 use prism_gcs::KvTable;
-use prism_object_store::{Creator, ObjectTable, Pin, Placement, Segment, SpillFile, SpillOutcome};
+use prism_object_store::Segment;
 use prism_protocol::error::Error;
-use prism_protocol::ids::{ActorId, JobId, LeaseId, NodeId, ObjectId, PlacementGroupId, WorkerId};
+use prism_protocol::ids::{ActorId, JobId, LeaseId, NodeId, PlacementGroupId, WorkerId};
 use prism_protocol::messages::{
     ActorEnded, ActorPlacement, ActorRestarted, ActorSpec, ActorState, BecomeActor, LeaseGrant,
-    LeaseReply, LeasesWanted, NodeDied, NodeInfo, Ownership, Registration, Response,
-    SchedulingStrategy,
+    LeaseReply, LeasesWanted, NodeDied, NodeInfo, Registration, Response, SchedulingStrategy,
 };
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::{Connection, Endpoint};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -119,18 +118,12 @@ struct AfterLock {
 pub(crate) struct Node {
     pub(crate) node_id: NodeId,
     pub(crate) config: RayletConfig,
-    pub(crate) segment: Segment,
-    pub(crate) store: Mutex<ObjectTable>,
+    /// The object store: its segment, its table (under its own lock) and
+    /// spilling.
+    pub(crate) store: Arc<StoreSide>,
     pub(crate) kv: Mutex<KvTable>,
     state: Mutex<Control>,
     launcher: Arc<dyn Launcher>,
-    /// Notified whenever a spill or a restore ends, or a client is gone.
-    pub(crate) store_changed: tokio::sync::Notify,
-    /// Whether a background spill pass runs.
-    background_spill: AtomicBool,
-    /// Time spent writing spill files and reading them back.
-    spill_write_nanos: AtomicU64,
-    restore_read_nanos: AtomicU64,
     /// The node's membership of a cluster, once registered.
     pub(crate) membership: std::sync::OnceLock<Membership>,
     /// The TCP listener for other nodes' processes (in a cluster).
@@ -163,7 +156,11 @@ impl Node {
         };
         Arc::new(Node {
             node_id,
-            store: Mutex::new(ObjectTable::new(config.object_store_bytes)),
+            store: Arc::new(StoreSide::new(
+                segment,
+                config.object_store_bytes,
+                config.spill.clone(),
+            )),
             kv: Mutex::new(KvTable::default()),
             state: Mutex::new(Control {
                 scheduler: Scheduler::new(config.resources.clone(), limits),
@@ -174,13 +171,8 @@ impl Node {
                 remote_owners: HashMap::new(),
                 lease_holders: HashMap::new(),
             }),
-            segment,
             launcher,
             config,
-            store_changed: tokio::sync::Notify::new(),
-            background_spill: AtomicBool::new(false),
-            spill_write_nanos: AtomicU64::new(0),
-            restore_read_nanos: AtomicU64::new(0),
             membership: std::sync::OnceLock::new(),
             tcp_server: Mutex::new(None),
             lessees: Mutex::new(HashMap::new()),
@@ -190,21 +182,12 @@ impl Node {
         })
     }
 
-    /// Frees the task results whose owner `gone` says is gone (it exited,
-    /// or its node died): no one can reach them through it any more.
-    pub(crate) fn owner_gone(&self, gone: impl Fn(&str) -> bool) {
-        let files = self.store.lock().owners_gone(gone);
-        for file in files {
-            self.config.spill.remove(file);
-        }
-        self.store_changed.notify_waiters();
-    }
-
     /// Tells every driver and worker of this node (and every process of
     /// another node leasing here) that `node_id` died, and frees the task
     /// results here that processes of that node owned.
     pub(crate) fn announce_node_death(&self, node_id: &str) {
-        self.owner_gone(|owner| Endpoint::parse(owner).node.as_deref() == Some(node_id));
+        self.store
+            .owner_gone(|owner| Endpoint::parse(owner).node.as_deref() == Some(node_id));
         let conns: Vec<Connection> = {
             let c = self.state.lock();
             c.jobs
@@ -237,7 +220,7 @@ impl Node {
         Registration {
             node_id: self.node_id,
             job_id,
-            store_path: self.segment.path().to_path_buf(),
+            store_path: self.store.segment.path().to_path_buf(),
             store_capacity: self.config.object_store_bytes,
             session_dir: self.config.session_dir.clone(),
         }
@@ -638,118 +621,6 @@ impl Node {
         Ok(ActorPlacement::Accepted)
     }
 
-    /// [`Node::accept_actor`], then, for a named actor taken here in a
-    /// cluster, claims its name; an actor whose name is held by another
-    /// live actor is given up.
-    pub(crate) async fn accept_named_actor(
-        self: &Arc<Self>,
-        job: JobId,
-        spec: ActorSpec,
-        lessee: Option<Connection>,
-    ) -> Result<ActorPlacement, Error> {
-        let (name, namespace) = (spec.options.name.clone(), spec.options.namespace.clone());
-        let actor_id = spec.actor_id;
-        let placed = self.accept_actor(job, spec, lessee)?;
-        match (placed, name) {
-            (ActorPlacement::Accepted, Some(name)) if self.membership.get().is_some() => {
-                if let Err(e) = self.claim_actor_name(&namespace, &name, actor_id).await {
-                    let _ = self.kill_actor(actor_id, true, false);
-                    return Err(e);
-                }
-                Ok(ActorPlacement::Accepted)
-            }
-            (placed, _) => Ok(placed),
-        }
-    }
-
-    /// Claims `name` in `namespace` for actor `actor_id` of this node in
-    /// the head's directory. A holder whose node is dead, or that its node
-    /// no longer holds alive, is replaced; a live one makes this
-    /// `ActorNameTaken`.
-    pub(crate) async fn claim_actor_name(
-        self: &Arc<Self>,
-        namespace: &str,
-        name: &str,
-        actor_id: ActorId,
-    ) -> Result<(), Error> {
-        let m = self.membership.get().ok_or(Error::NotRegistered)?;
-        let mut gcs = m.gcs();
-        let (actor, here) = (actor_id.to_string(), self.node_id.to_string());
-        let mut replace: Option<String> = None;
-        for _ in 0..3 {
-            let reply = gcs
-                .register_actor_name(namespace, name, &actor, &here, replace.as_deref())
-                .await
-                .map_err(Error::from)?;
-            if reply.registered {
-                return Ok(());
-            }
-            let holder = ActorId::parse(&reply.holder_actor_id);
-            let alive = match holder {
-                Some(holder) => self.actor_alive_on(&reply.holder_node_id, holder).await,
-                None => false,
-            };
-            if alive {
-                break;
-            }
-            replace = Some(reply.holder_actor_id);
-        }
-        Err(Error::ActorNameTaken {
-            name: name.to_string(),
-            namespace: namespace.to_string(),
-        })
-    }
-
-    /// Whether node `node`'s raylet holds `actor` and it is not dead (an
-    /// unreachable node counts as holding it).
-    async fn actor_alive_on(self: &Arc<Self>, node: &str, actor: ActorId) -> bool {
-        let alive =
-            |info: &prism_protocol::messages::ActorInfo| !matches!(info.state, ActorState::Dead(_));
-        if node == self.node_id.to_string() {
-            let now = self.state.lock().actors.info(actor);
-            return now.as_ref().is_some_and(alive);
-        }
-        let Some(m) = self.membership.get() else {
-            return false;
-        };
-        let conn = match m.raylet_conn(node).await {
-            Ok(conn) => conn,
-            Err(_) => return true,
-        };
-        match conn
-            .request(prism_protocol::messages::GetActor {
-                actor_id: actor,
-                wait: false,
-            })
-            .await
-        {
-            Ok(info) => alive(&info),
-            Err(Error::Disconnected { .. }) => true,
-            Err(_) => false,
-        }
-    }
-
-    /// A named actor held by another node, found through the head's
-    /// directory: `None` when no live actor holds the name.
-    pub(crate) async fn find_named_actor(
-        self: &Arc<Self>,
-        request: prism_protocol::messages::GetNamedActor,
-    ) -> Result<Option<prism_protocol::messages::ActorInfo>, Error> {
-        let m = self.membership.get().ok_or(Error::NotRegistered)?;
-        let found = m
-            .gcs()
-            .lookup_actor_name(&request.namespace, &request.name)
-            .await
-            .map_err(Error::from)?;
-        let Some((_, node)) = found.filter(|(_, node)| *node != self.node_id.to_string()) else {
-            return Ok(None);
-        };
-        match m.raylet_conn(&node).await?.request(request).await {
-            Ok(info) => Ok(Some(info)),
-            Err(_) => Ok(None),
-        }
-    }
-
     /// Accepts an actor: checks it could ever be placed and takes its name,
     /// then queues the lease for its lifetime.
     pub(crate) fn create_actor(
@@ -826,6 +697,11 @@ impl Node {
         if let Some((reply, answer)) = now {
             reply.send_result(answer);
         }
+    }
+
+    /// An actor's state now, if this node holds it.
+    pub(crate) fn actor_info(&self, actor: ActorId) -> Option<prism_protocol::messages::ActorInfo> {
+        self.state.lock().actors.info(actor)
     }
 
     pub(crate) fn get_named_actor(
@@ -929,233 +805,6 @@ impl Node {
             node.control(|c| c.scheduler.group_deadline(id, token));
         });
     }
-}
-
-/// The most rounds of spilling (or waiting for other spills) one create or
-/// restore makes before it reports the store full.
-const SPILL_ROUNDS: usize = 64;
-
-/// How long a create or restore that found nothing to spill waits for
-/// spills and restores under way before it looks again.
-const SPILL_WAIT: Duration = Duration::from_millis(200);
-
-impl Node {
-    /// Reserves room for a new object, spilling others to disk as needed
-    /// when the store is full. `ObjectStoreFull` only when nothing can be
-    /// spilled (every other object is pinned by a reader or being written)
-    /// or spilling is off. A copy of `id` already there that is in use
-    /// (read, spilled or restored, or held by another creator that is
-    /// still connected) is waited for, then replaced.
-    pub(crate) async fn create_object(
-        self: &Arc<Self>,
-        id: ObjectId,
-        size: u64,
-        creator: Creator,
-        owner: Option<&Ownership>,
-    ) -> Result<Placement, Error> {
-        let mut last = None;
-        for _ in 0..SPILL_ROUNDS {
-            let changed = self.store_changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            match self.try_create(id, size, creator, owner) {
-                Ok(p) => return Ok(p),
-                Err(e @ Error::ObjectStoreFull { .. }) => last = Some(e),
-                // A copy left by an earlier attempt of the task that makes
-                // `id` is in use (read, spilled, restored, or held by a
-                // process whose exit is not seen yet): replaced once that
-                // ends.
-                Err(e) if self.store.lock().busy(id, creator) => {
-                    last = Some(e);
-                    let _ = tokio::time::timeout(SPILL_WAIT, changed).await;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            }
-            if !self.config.spill.enabled || !self.make_room(size).await {
-                break;
-            }
-        }
-        Err(last.unwrap_or(Error::ObjectNotFound { object_id: id }))
-    }
-
-    /// Pins an object for a reader, reading it back from its spill file
-    /// first if it was spilled.
-    pub(crate) async fn pin_object(self: &Arc<Self>, id: ObjectId) -> Result<Placement, Error> {
-        for _ in 0..SPILL_ROUNDS {
-            let changed = self.store_changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            let pinned = self.store.lock().pin(id)?;
-            match pinned {
-                Pin::Pinned(p) => return Ok(p),
-                Pin::Restoring => {
-                    let _ = tokio::time::timeout(SPILL_WAIT, changed).await;
-                    continue;
-                }
-                Pin::OnDisk => {}
-            }
-            self.restore(id).await?;
-        }
-        Err(Error::Protocol {
-            message: format!(
-                "object {id} could not be read back from disk after {SPILL_ROUNDS} attempts"
-            ),
-        })
-    }
-
-    /// Reads a spilled object back into memory, spilling others to make
-    /// room if needed.
-    async fn restore(self: &Arc<Self>, id: ObjectId) -> Result<(), Error> {
-        let begun = self.store.lock().begin_restore(id);
-        let (at, file) = match begun {
-            Ok(Some(begun)) => begun,
-            Ok(None) => return Ok(()), // in memory, or someone restores it
-            Err(e @ Error::ObjectStoreFull { .. }) => {
-                if self.make_room(e_size(&e)).await {
-                    return Ok(());
-                }
-                return Err(e);
-            }
-            Err(e) => return Err(e),
-        };
-        let node = self.clone();
-        let read = tokio::task::spawn_blocking(move || {
-            let started = Instant::now();
-            let read = node.config.spill.read(&node.segment, file, at);
-            let took = started.elapsed().as_nanos() as u64;
-            node.restore_read_nanos.fetch_add(took, Ordering::Relaxed);
-            read
-        })
-        .await
-        .unwrap_or_else(|e| Err(Error::io("restore a spilled object", e)));
-        if let Err(e) = &read {
-            tracing::warn!(object = %id, error = %e, "could not restore a spilled object");
-        }
-        let remove_file = self.store.lock().restore_done(file, read.is_ok());
-        if remove_file {
-            self.config.spill.remove(file);
-        }
-        let read = match read {
-            // No copy is left anywhere: the object is lost.
-            Err(_) if !self.config.spill.exists(file) => {
-                let cause = format!(
-                    "it was spilled to disk and its spill file {} is gone",
-                    self.config.spill.path(file).display()
-                );
-                Err(self.store.lock().lost(file, cause))
-            }
-            other => other,
-        };
-        self.store_changed.notify_waiters();
-        read
-    }
-
-    /// Spills enough least recently used objects to free `size` bytes, or
-    /// waits a little for spills under way. False if nothing was spilled
-    /// and nothing is under way: no room can be made.
-    async fn make_room(self: &Arc<Self>, size: u64) -> bool {
-        let changed = self.store_changed.notified();
-        tokio::pin!(changed);
-        changed.as_mut().enable();
-        if self.spill(ObjectTable::footprint(size)).await > 0 {
-            return true;
-        }
-        // Spills or restores by others may still free room.
-        tokio::time::timeout(SPILL_WAIT, changed).await.is_ok()
-    }
-
-    /// Spills objects to free at least `need` bytes; returns the bytes
-    /// freed.
-    async fn spill(self: &Arc<Self>, need: u64) -> u64 {
-        let picked = self.store.lock().pick_spills(need);
-        if picked.is_empty() {
-            return 0;
-        }
-        let node = self.clone();
-        let written = tokio::task::spawn_blocking(move || {
-            let started = Instant::now();
-            let written = picked
-                .into_iter()
-                .map(|(file, at)| (file, at, node.config.spill.write(&node.segment, file, at)))
-                .collect::<Vec<_>>();
-            node.spill_write_nanos
-                .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            written
-        })
-        .await
-        .unwrap_or_default();
-        let mut freed = 0;
-        let mut discard = Vec::new();
-        {
-            let mut store = self.store.lock();
-            for (file, at, result) in written {
-                if let Err(e) = &result {
-                    tracing::warn!(object = %file.id, error = %e, "could not spill an object");
-                }
-                match store.spill_done(file, result.is_ok()) {
-                    SpillOutcome::Spilled => freed += ObjectTable::footprint(at.size),
-                    SpillOutcome::Discard => discard.push(file),
-                }
-            }
-        }
-        for file in discard {
-            self.config.spill.remove(file);
-        }
-        self.store_changed.notify_waiters();
-        freed
-    }
-
-    /// Reserves room for a new object now (no spilling), and starts a
-    /// background spill pass if that took the store past the spilling
-    /// threshold: one lock for both.
-    pub(crate) fn try_create(
-        self: &Arc<Self>,
-        id: ObjectId,
-        size: u64,
-        creator: Creator,
-        owner: Option<&Ownership>,
-    ) -> Result<Placement, Error> {
-        let spill = &self.config.spill;
-        let (placement, past, orphans) = {
-            let mut store = self.store.lock();
-            let placement = store.create(id, size, creator)?;
-            // (A copy pulled from another node, with no owner given, is
-            // freed with its object.)
-            match owner {
-                Some(Ownership::Creator) => store.owned_by_creator(id),
-                Some(Ownership::Caller(address)) => store.owned_by(id, address),
-                None => {}
-            }
-            let orphans = store.take_orphan_files();
-            (
-                placement,
-                spill.enabled && store.above(spill.threshold, 0),
-                orphans,
-            )
-        };
-        for file in orphans {
-            spill.remove(file);
-        }
-        if past {
-            self.spill_in_background();
-        }
-        Ok(placement)
-    }
-
-    /// Starts a spill pass in the background, bringing the store back
-    /// under the spilling threshold (one pass at a time).
-    fn spill_in_background(self: &Arc<Self>) {
-        if self.background_spill.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        let node = self.clone();
-        tokio::spawn(async move {
-            let need = node.store.lock().excess_over(node.config.spill.threshold);
-            node.spill(need).await;
-            node.background_spill.store(false, Ordering::SeqCst);
-        });
-    }
 
     /// Why a worker exited, if known.
     pub(crate) fn worker_exit_reason(&self, worker: WorkerId) -> Option<String> {
@@ -1210,26 +859,6 @@ impl Node {
                 }
             }
         });
-    }
-
-    /// The store's figures, with the time its spill I/O took.
-    pub(crate) fn store_stats(&self) -> prism_protocol::messages::StoreStats {
-        let mut stats = self.store.lock().stats();
-        stats.spill_write_nanos = self.spill_write_nanos.load(Ordering::Relaxed);
-        stats.restore_read_nanos = self.restore_read_nanos.load(Ordering::Relaxed);
-        (stats.pulled_bytes_total, stats.served_bytes_total) = self.transfers.bytes();
-        stats
-    }
-
-    /// Deletes objects, and the spill files of those on disk.
-    pub(crate) fn delete_objects(&self, ids: Vec<ObjectId>) {
-        let on_disk: Vec<SpillFile> = {
-            let mut store = self.store.lock();
-            ids.into_iter().filter_map(|id| store.delete(id)).collect()
-        };
-        for file in on_disk {
-            self.config.spill.remove(file);
-        }
     }
 }
 
@@ -1288,13 +917,6 @@ impl MemberNode for Node {
         for (reply, (raylet, node_id)) in moved {
             reply.send(Response::Lease(LeaseReply::Spillback { raylet, node_id }));
         }
-    }
-}
-
-fn e_size(e: &Error) -> u64 {
-    match e {
-        Error::ObjectStoreFull { requested, .. } => *requested,
-        _ => 0,
     }
 }
 

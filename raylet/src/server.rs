@@ -122,7 +122,7 @@ impl Handler for ClientHandler {
             R::ReleaseObject(r) => answer(self.handle_release_object(r.id)),
             R::DeleteObjects(r) => answer(self.handle_delete_objects(r.ids, r.node)),
             R::PullObject(r) => return self.node.pull_object(r.id, r.node, r.size, reply),
-            R::GetStoreStats(_) => answer(Ok(self.node.store_stats())),
+            R::GetStoreStats(_) => answer(Ok(self.node.store.stats(self.node.transfers.bytes()))),
             R::CreateActor(r) => return self.handle_create_actor(r.spec, conn, reply),
             R::GetNamedActor(r) => return self.handle_get_named_actor(r, reply),
             R::WorkerExitReason(r) => answer(Ok(self.node.worker_exit_reason(r.worker_id))),
@@ -188,7 +188,6 @@ impl Handler for ClientHandler {
     }
 
     fn closed(&self, _conn: &Connection) {
-        let mut orphaned;
         let address = self.address.lock().take();
         let pins: Vec<(ObjectId, u64)> = self
             .pins
@@ -196,28 +195,9 @@ impl Handler for ClientHandler {
             .take()
             .map(|held| held.into_iter().collect())
             .unwrap_or_default();
-        {
-            let mut store = self.node.store.lock();
-            // After every request it sent: nothing it left unsealed can be
-            // sealed any more, and what it owned has no owner.
-            orphaned = store.creator_gone(self.creator());
-            // A driver or worker exited: the task results it owned go too.
-            // (A lessee's connection is not its process: those go with its
-            // node.)
-            if let Some(address) = &address {
-                orphaned.extend(store.owners_gone(|owner| owner == address));
-            }
-            for (id, n) in pins {
-                for _ in 0..n {
-                    store.unpin(id);
-                }
-            }
-        }
-        for file in orphaned {
-            self.node.config.spill.remove(file);
-        }
-        // Creates waiting for this process's copies can go on.
-        self.node.store_changed.notify_waiters();
+        self.node
+            .store
+            .client_gone(self.creator(), address.as_deref(), pins);
         let holder = self.conn_id;
         self.node.control(|c| {
             c.lease_holders.remove(&holder);
@@ -435,8 +415,8 @@ impl ClientHandler {
 
     fn handle_create_object(&self, id: ObjectId, size: u64, owner: Ownership, reply: ReplyTo) {
         let creator = self.creator();
-        let placement = match self.node.try_create(id, size, creator, Some(&owner)) {
-            Err(Error::ObjectStoreFull { .. }) if self.node.config.spill.enabled => {
+        let placement = match self.node.store.try_create(id, size, creator, Some(&owner)) {
+            Err(Error::ObjectStoreFull { .. }) if self.node.store.spill_config.enabled => {
                 return self.create_later(id, size, owner, reply);
             }
             // A copy an earlier attempt left is in use or still written.
@@ -453,7 +433,10 @@ impl ClientHandler {
     fn create_later(&self, id: ObjectId, size: u64, owner: Ownership, reply: ReplyTo) {
         let (node, creator) = (self.node.clone(), self.creator());
         tokio::spawn(async move {
-            let created = node.create_object(id, size, creator, Some(&owner)).await;
+            let created = node
+                .store
+                .create_object(id, size, creator, Some(&owner))
+                .await;
             reply.send(Response::from_result(created.map(location)));
         });
     }
@@ -466,7 +449,7 @@ impl ClientHandler {
             Ok(Pin::OnDisk | Pin::Restoring) => {
                 let (node, pins) = (self.node.clone(), self.pins.clone());
                 tokio::spawn(async move {
-                    let pinned = node.pin_object(id).await;
+                    let pinned = node.store.pin_object(id).await;
                     if pinned.is_ok() && !hold_pin(&pins, id) {
                         // Its reader left while it was restored.
                         node.store.lock().unpin(id);

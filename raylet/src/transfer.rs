@@ -98,7 +98,10 @@ impl Node {
                 })
         };
         let mut address = address_of_holder()?;
-        let at = self.create_object(id, size, Creator::NODE, None).await?;
+        let at = self
+            .store
+            .create_object(id, size, Creator::NODE, None)
+            .await?;
         let mut attempt = 1;
         let copied = loop {
             match self.copy_chunks(id, &address, at).await {
@@ -223,8 +226,8 @@ impl Node {
             Err(Err(e)) => return Err(io(e)),
         }
         let dst = {
-            let ptr = self.segment.ptr(at.offset + offset, len)?;
-            self.segment.prefault(at.offset + offset, len);
+            let ptr = self.store.segment.ptr(at.offset + offset, len)?;
+            self.store.segment.prefault(at.offset + offset, len);
             // SAFETY: the range lies in the segment (checked by `ptr`) and
             // belongs to an object created here and not sealed yet, which
             // no other process reads or writes; each chunk is written by
@@ -290,7 +293,7 @@ impl Node {
             // As a broken connection: the stream ends mid-request.
             return Err(std::io::Error::other(e.to_string()));
         }
-        let at = match self.pin_object(id).await {
+        let at = match self.store.pin_object(id).await {
             Ok(at) => at,
             Err(e) => return transfer::refuse(stream, &e.to_string()).await,
         };
@@ -300,6 +303,7 @@ impl Node {
             .is_some_and(|end| end <= at.size);
         let range = match in_range {
             true => self
+                .store
                 .segment
                 .ptr(at.offset + request.offset, request.len)
                 // SAFETY: in the segment (checked by `ptr`), inside a
@@ -351,7 +355,7 @@ impl Node {
             Some(other) => self.tell_node(other, ids),
             None => {
                 let copies = self.transfers.take_copies(&ids);
-                self.delete_objects(ids);
+                self.store.delete_objects(ids);
                 for (node, ids) in copies {
                     self.tell_node(node, ids);
                 }

@@ -1,0 +1,125 @@
+//! Actor names in a cluster: a named actor taken here claims its name in
+//! the head's directory (replacing a holder that is dead), and a name this
+//! node does not hold is looked up there and asked of the node holding
+//! it. An `impl Node` block above node.rs, like placement.rs.
+
+use crate::node::Node;
+use prism_protocol::error::Error;
+use prism_protocol::ids::{ActorId, JobId};
+use prism_protocol::messages::{ActorPlacement, ActorSpec, ActorState};
+use prism_protocol::rpc::Connection;
+use std::sync::Arc;
+
+impl Node {
+    /// [`Node::accept_actor`], then, for a named actor taken here in a
+    /// cluster, claims its name; an actor whose name is held by another
+    /// live actor is given up.
+    pub(crate) async fn accept_named_actor(
+        self: &Arc<Self>,
+        job: JobId,
+        spec: ActorSpec,
+        lessee: Option<Connection>,
+    ) -> Result<ActorPlacement, Error> {
+        let (name, namespace) = (spec.options.name.clone(), spec.options.namespace.clone());
+        let actor_id = spec.actor_id;
+        let placed = self.accept_actor(job, spec, lessee)?;
+        match (placed, name) {
+            (ActorPlacement::Accepted, Some(name)) if self.membership.get().is_some() => {
+                if let Err(e) = self.claim_actor_name(&namespace, &name, actor_id).await {
+                    let _ = self.kill_actor(actor_id, true, false);
+                    return Err(e);
+                }
+                Ok(ActorPlacement::Accepted)
+            }
+            (placed, _) => Ok(placed),
+        }
+    }
+
+    /// Claims `name` in `namespace` for actor `actor_id` of this node in
+    /// the head's directory. A holder whose node is dead, or that its node
+    /// no longer holds alive, is replaced; a live one makes this
+    /// `ActorNameTaken`.
+    pub(crate) async fn claim_actor_name(
+        self: &Arc<Self>,
+        namespace: &str,
+        name: &str,
+        actor_id: ActorId,
+    ) -> Result<(), Error> {
+        let m = self.membership.get().ok_or(Error::NotRegistered)?;
+        let mut gcs = m.gcs();
+        let (actor, here) = (actor_id.to_string(), self.node_id.to_string());
+        let mut replace: Option<String> = None;
+        for _ in 0..3 {
+            let reply = gcs
+                .register_actor_name(namespace, name, &actor, &here, replace.as_deref())
+                .await
+                .map_err(Error::from)?;
+            if reply.registered {
+                return Ok(());
+            }
+            let holder = ActorId::parse(&reply.holder_actor_id);
+            let alive = match holder {
+                Some(holder) => self.actor_alive_on(&reply.holder_node_id, holder).await,
+                None => false,
+            };
+            if alive {
+                break;
+            }
+            replace = Some(reply.holder_actor_id);
+        }
+        Err(Error::ActorNameTaken {
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+        })
+    }
+
+    /// Whether node `node`'s raylet holds `actor` and it is not dead (an
+    /// unreachable node counts as holding it).
+    async fn actor_alive_on(self: &Arc<Self>, node: &str, actor: ActorId) -> bool {
+        let alive =
+            |info: &prism_protocol::messages::ActorInfo| !matches!(info.state, ActorState::Dead(_));
+        if node == self.node_id.to_string() {
+            let now = self.actor_info(actor);
+            return now.as_ref().is_some_and(alive);
+        }
+        let Some(m) = self.membership.get() else {
+            return false;
+        };
+        let conn = match m.raylet_conn(node).await {
+            Ok(conn) => conn,
+            Err(_) => return true,
+        };
+        match conn
+            .request(prism_protocol::messages::GetActor {
+                actor_id: actor,
+                wait: false,
+            })
+            .await
+        {
+            Ok(info) => alive(&info),
+            Err(Error::Disconnected { .. }) => true,
+            Err(_) => false,
+        }
+    }
+
+    /// A named actor held by another node, found through the head's
+    /// directory: `None` when no live actor holds the name.
+    pub(crate) async fn find_named_actor(
+        self: &Arc<Self>,
+        request: prism_protocol::messages::GetNamedActor,
+    ) -> Result<Option<prism_protocol::messages::ActorInfo>, Error> {
+        let m = self.membership.get().ok_or(Error::NotRegistered)?;
+        let found = m
+            .gcs()
+            .lookup_actor_name(&request.namespace, &request.name)
+            .await
+            .map_err(Error::from)?;
+        let Some((_, node)) = found.filter(|(_, node)| *node != self.node_id.to_string()) else {
+            return Ok(None);
+        };
+        match m.raylet_conn(&node).await?.request(request).await {
+            Ok(info) => Ok(Some(info)),
+            Err(_) => Ok(None),
+        }
+    }
+}
