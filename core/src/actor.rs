@@ -15,7 +15,7 @@ use crate::options::ActorOptions;
 use crate::runtime::owned_actors::place;
 use crate::runtime::{current, Objects, Submission};
 use crate::{Error, Result};
-use prism_protocol::ids::{ActorId, ObjectId, TaskId};
+use prism_protocol::ids::{ActorId, ObjectId};
 use prism_protocol::messages::{ActorSpec, Address, GetNamedActor, KillActor, TaskSpec};
 use serde::{Deserialize, Serialize};
 use std::marker::PhantomData;
@@ -139,16 +139,10 @@ impl ActorRef {
         if N > 1 {
             core.objects.refs.add_more_returns(ids[0], &ids[1..]);
         }
-        let spec = TaskSpec {
-            task_id: TaskId::new(),
-            function: format!("{}::{}", self.class, method),
-            args: spec_args,
-            return_id: ids[0],
-            more_returns: ids[1..].to_vec(),
-            streaming,
-            stream_backpressure: 0,
-            caller: core.objects.address().clone(),
-        };
+        let function = format!("{}::{}", self.class, method);
+        let caller = core.objects.address().clone();
+        let spec = TaskSpec::new(function, spec_args, ids[0], ids[1..].to_vec(), caller)
+            .streaming(streaming, 0);
         let made = before(&core.objects, &refs);
         let client = core
             .actors

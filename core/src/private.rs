@@ -8,7 +8,7 @@ use crate::options::TaskOptions;
 use crate::runtime::{current, Objects, Submission};
 use crate::{Error, Result};
 use prism_protocol::error::FailureKind;
-use prism_protocol::ids::{ObjectId, TaskId};
+use prism_protocol::ids::ObjectId;
 use prism_protocol::messages::TaskSpec;
 use serde::Serialize;
 use std::any::Any;
@@ -152,16 +152,15 @@ fn submit<const N: usize, R>(
     if N > 1 {
         core.objects.refs.add_more_returns(ids[0], &ids[1..]);
     }
-    let spec = TaskSpec {
-        task_id: TaskId::new(),
-        function: function.to_string(),
-        args: spec_args,
-        return_id: ids[0],
-        more_returns: ids[1..].to_vec(),
-        streaming,
-        stream_backpressure,
-        caller: core.objects.address().clone(),
-    };
+    let caller = core.objects.address().clone();
+    let spec = TaskSpec::new(
+        function.into(),
+        spec_args,
+        ids[0],
+        ids[1..].to_vec(),
+        caller,
+    )
+    .streaming(streaming, stream_backpressure);
     let made = before(&core.objects, &refs);
     core.tasks.submit(
         shape,

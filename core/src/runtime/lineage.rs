@@ -156,7 +156,6 @@ impl LineageTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use prism_protocol::ids::TaskId;
     use prism_protocol::resources::ResourceSet;
 
     fn made(id: ObjectId, deps: &[ObjectId]) -> Lineage {
@@ -166,16 +165,7 @@ mod tests {
                 bundle: None,
                 strategy: Default::default(),
             },
-            spec: TaskSpec {
-                task_id: TaskId::new(),
-                function: "f".into(),
-                args: Vec::new(),
-                return_id: id,
-                more_returns: Vec::new(),
-                streaming: false,
-                stream_backpressure: 0,
-                caller: String::new(),
-            },
+            spec: TaskSpec::new("f".into(), Vec::new(), id, Vec::new(), String::new()),
             max_retries: 3,
             deps: deps.to_vec(),
         }

@@ -196,7 +196,6 @@ impl PendingTasks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use prism_protocol::ids::TaskId;
     use prism_protocol::messages::{ExecutorRequest, PushTask, Request, ReturnObject};
     use prism_protocol::rpc::Handler;
     use tokio::sync::mpsc;
@@ -220,16 +219,13 @@ mod tests {
 
     fn push(function: &str) -> PushTask {
         PushTask {
-            spec: TaskSpec {
-                task_id: TaskId::new(),
-                function: function.into(),
-                args: Vec::new(),
-                return_id: ObjectId::new(),
-                more_returns: Vec::new(),
-                streaming: false,
-                stream_backpressure: 0,
-                caller: String::new(),
-            },
+            spec: TaskSpec::new(
+                function.into(),
+                Vec::new(),
+                ObjectId::new(),
+                Vec::new(),
+                String::new(),
+            ),
         }
     }
 

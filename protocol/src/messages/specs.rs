@@ -61,6 +61,45 @@ pub struct TaskSpec {
 }
 
 impl TaskSpec {
+    /// A new call (a fresh task id) of `function` with `args`, made by
+    /// `caller`, whose results are stored as `return_id` (which also names
+    /// the call) and then `more_returns`. Not streaming; see
+    /// [`TaskSpec::streaming`].
+    ///
+    /// ```
+    /// use prism_protocol::ids::ObjectId;
+    /// use prism_protocol::messages::TaskSpec;
+    /// let first = ObjectId::new();
+    /// let spec = TaskSpec::new("add".into(), Vec::new(), first, Vec::new(), "/s/core.sock".into());
+    /// assert!(spec.makes(first) && !spec.streaming);
+    /// ```
+    pub fn new(
+        function: String,
+        args: Vec<ArgSpec>,
+        return_id: ObjectId,
+        more_returns: Vec<ObjectId>,
+        caller: Address,
+    ) -> TaskSpec {
+        TaskSpec {
+            task_id: TaskId::new(),
+            function,
+            args,
+            return_id,
+            more_returns,
+            streaming: false,
+            stream_backpressure: 0,
+            caller,
+        }
+    }
+
+    /// The same call, streaming its values (`num_returns = "streaming"`),
+    /// with `stream_backpressure` (0: no bound but the executor's window).
+    pub fn streaming(mut self, streaming: bool, stream_backpressure: u32) -> TaskSpec {
+        self.streaming = streaming;
+        self.stream_backpressure = stream_backpressure;
+        self
+    }
+
     /// Every object the call's results are stored as, first to last.
     pub fn returns(&self) -> impl Iterator<Item = ObjectId> + '_ {
         std::iter::once(self.return_id).chain(self.more_returns.iter().copied())
