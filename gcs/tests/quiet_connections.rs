@@ -25,7 +25,7 @@ async fn closed_within(tcp: &mut TcpStream, limit: Duration) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_connections_are_closed_and_one_peer_holds_at_most_its_share() {
-    std::env::set_var("PRISM_HANDSHAKE_TIMEOUT_MS", "600");
+    std::env::set_var("PRISM_HANDSHAKE_TIMEOUT_MS", "3000");
     std::env::set_var("PRISM_MAX_CONNECTIONS_PER_PEER", "3");
     let token = Token::generate();
     let gcs = GcsServer::start(
@@ -43,17 +43,17 @@ async fn silent_connections_are_closed_and_one_peer_holds_at_most_its_share() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     let mut fourth = TcpStream::connect(&address).await.expect("connect");
     assert!(
-        closed_within(&mut fourth, Duration::from_millis(400)).await,
+        closed_within(&mut fourth, Duration::from_millis(1500)).await,
         "a fourth connection from one peer is closed at once"
     );
     let started = Instant::now();
     for tcp in &mut silent {
         assert!(
-            closed_within(tcp, Duration::from_secs(3)).await,
+            closed_within(tcp, Duration::from_secs(10)).await,
             "a connection that sends nothing is closed after the handshake timeout"
         );
     }
-    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(started.elapsed() >= Duration::from_millis(1000));
 
     // Room again: a real client is served, and stays served while it talks.
     let mut client = GcsClient::connect(&address, &token).await.expect("connect");

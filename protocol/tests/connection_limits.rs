@@ -29,7 +29,7 @@ async fn closed_within(tcp: &mut TcpStream, limit: Duration) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_peer_holds_at_most_its_share_and_silent_connections_are_closed() {
     std::env::set_var("PRISM_MAX_CONNECTIONS_PER_PEER", "4");
-    std::env::set_var("PRISM_HANDSHAKE_TIMEOUT_MS", "800");
+    std::env::set_var("PRISM_HANDSHAKE_TIMEOUT_MS", "3000");
     rpc::set_cluster_token(Some("secret".into()));
     let (server, bound) = rpc::serve_tcp(
         "127.0.0.1:0".parse().expect("an address"),
@@ -50,7 +50,7 @@ async fn one_peer_holds_at_most_its_share_and_silent_connections_are_closed() {
     // The fifth is closed at once, before its greeting times out.
     let mut fifth = TcpStream::connect(&address).await.expect("connect");
     assert!(
-        closed_within(&mut fifth, Duration::from_millis(400)).await,
+        closed_within(&mut fifth, Duration::from_millis(1500)).await,
         "a fifth connection from one peer must be closed at once"
     );
 
@@ -58,11 +58,11 @@ async fn one_peer_holds_at_most_its_share_and_silent_connections_are_closed() {
     let started = Instant::now();
     for tcp in &mut silent {
         assert!(
-            closed_within(tcp, Duration::from_secs(3)).await,
+            closed_within(tcp, Duration::from_secs(10)).await,
             "a connection that never greets must be closed"
         );
     }
-    assert!(started.elapsed() >= Duration::from_millis(500));
+    assert!(started.elapsed() >= Duration::from_millis(1000));
 
     // Their room came back: a real client is served.
     let conn = Connection::connect_tcp(&address, "secret", Arc::new(Answer))
