@@ -444,47 +444,69 @@ impl GuardedListener {
         self.listener.local_addr()
     }
 
-    /// The next admitted connection; refusals and accept errors are
-    /// handled (and logged) here.
-    pub async fn accept(&mut self) -> (QuietTimeout<tokio::net::TcpStream>, std::net::SocketAddr) {
+    /// The limits it was made with.
+    pub fn limits(&self) -> &ConnectionLimits {
+        &self.limits
+    }
+
+    /// The next admitted connection, with its count; refusals and accept
+    /// errors are handled (and logged) here.
+    pub async fn accept_counted(
+        &mut self,
+    ) -> (tokio::net::TcpStream, std::net::SocketAddr, Admitted) {
         loop {
             let (tcp, peer) = match self.listener.accept().await {
                 Ok(accepted) => accepted,
                 Err(error) => {
-                    let pause = self.backoff.failed();
-                    if let Some(held_back) = GUARDED_ACCEPT_FAILED.allow() {
-                        tracing::warn!(
-                            listener = self.name,
-                            %error,
-                            failures_not_logged = held_back,
-                            pause_ms = pause.as_millis() as u64,
-                            "accept failed (out of file descriptors? see `ulimit -n`); pausing before the next"
-                        );
-                    }
-                    tokio::time::sleep(pause).await;
+                    accept_failed(&error, &mut self.backoff, self.name).await;
                     continue;
                 }
             };
             self.backoff.succeeded();
             match self.admission.admit(peer.ip()) {
-                Ok(admitted) => {
-                    let _ = tcp.set_nodelay(true);
-                    return (QuietTimeout::new(tcp, Some(admitted), &self.limits), peer);
-                }
-                Err(refusal) => {
-                    if let Some(held_back) = GUARDED_REFUSALS.allow() {
-                        tracing::warn!(
-                            listener = self.name,
-                            %peer,
-                            error = %refusal,
-                            refusals_not_logged = held_back,
-                            "refused a connection"
-                        );
-                    }
-                }
+                Ok(admitted) => return (tcp, peer, admitted),
+                Err(refusal) => log_refusal(self.name, &peer, &refusal.to_string()),
             }
         }
     }
+
+    /// The next admitted connection, closed when quiet
+    /// ([`QuietTimeout`]).
+    pub async fn accept(&mut self) -> (QuietTimeout<tokio::net::TcpStream>, std::net::SocketAddr) {
+        let (tcp, peer, admitted) = self.accept_counted().await;
+        let _ = tcp.set_nodelay(true);
+        (QuietTimeout::new(tcp, Some(admitted), &self.limits), peer)
+    }
+}
+
+/// Logs that `listener` refused `peer`, a line per interval at most (with
+/// the count of refusals not logged).
+pub fn log_refusal(listener: &str, peer: &std::net::SocketAddr, why: &str) {
+    if let Some(held_back) = GUARDED_REFUSALS.allow() {
+        tracing::warn!(
+            %listener,
+            %peer,
+            error = %why,
+            refusals_not_logged = held_back,
+            "refused a connection"
+        );
+    }
+}
+
+/// A failed accept on `listener`: logged a line per interval at most, then
+/// the backoff's pause.
+pub async fn accept_failed(error: &std::io::Error, backoff: &mut AcceptBackoff, listener: &str) {
+    let pause = backoff.failed();
+    if let Some(held_back) = GUARDED_ACCEPT_FAILED.allow() {
+        tracing::warn!(
+            %listener,
+            %error,
+            failures_not_logged = held_back,
+            pause_ms = pause.as_millis() as u64,
+            "accept failed (out of file descriptors? see `ulimit -n`); pausing before the next"
+        );
+    }
+    tokio::time::sleep(pause).await;
 }
 
 /// How often each kind of refusal is logged.

@@ -37,7 +37,7 @@
 
 use crate::error::Error;
 use crate::guard::{
-    AcceptBackoff, Admission, Admitted, ConnectionLimits, LogLimiter, REFUSAL_LOG_INTERVAL,
+    accept_failed, log_refusal, AcceptBackoff, Admitted, ConnectionLimits, GuardedListener,
 };
 use crate::handshake::{client_handshake, cluster_token, server_handshake, StreamKind};
 pub use crate::handshake::{connect_bulk, constant_time_eq, set_cluster_token};
@@ -594,33 +594,17 @@ fn serve_on(
         .map_err(|e| Error::io("set up the TCP listener", e))?;
     let listener =
         TcpListener::from_std(listener).map_err(|e| Error::io("set up the TCP listener", e))?;
+    let mut listener = GuardedListener::new(
+        listener,
+        ConnectionLimits::from_env_or_default(),
+        "the cluster port",
+    );
+    let handshake_timeout = listener.limits().handshake_timeout();
     let token = Arc::new(token);
     let make_handler = Arc::new(make_handler);
-    let limits = ConnectionLimits::from_env_or_default();
-    let admission = Admission::with_limits(&limits);
-    let handshake_timeout = limits.handshake_timeout();
-    let name = listener
-        .local_addr()
-        .map_or_else(|_| "a TCP listener".to_string(), |a| a.to_string());
     Ok(tokio::spawn(async move {
-        let mut backoff = AcceptBackoff::default();
         loop {
-            let (tcp, peer) = match listener.accept().await {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    accept_failed(&e, &mut backoff, &name).await;
-                    continue;
-                }
-            };
-            backoff.succeeded();
-            let admitted = match admission.admit(peer.ip()) {
-                Ok(admitted) => admitted,
-                Err(refusal) => {
-                    log_refusal(&peer, &refusal.to_string());
-                    drop(tcp);
-                    continue;
-                }
-            };
+            let (tcp, peer, admitted) = listener.accept_counted().await;
             let (token, make_handler) = (token.clone(), make_handler.clone());
             let bulk = bulk.clone();
             tokio::spawn(async move {
@@ -629,13 +613,11 @@ fn serve_on(
                     let kind = server_handshake(&mut stream, &token, bulk.is_some()).await?;
                     Ok::<_, String>((stream, kind))
                 };
+                let refused = |why: &str| log_refusal("the cluster port", &peer, why);
                 let (stream, kind) = match tokio::time::timeout(handshake_timeout, greeted).await {
                     Ok(Ok(greeted)) => greeted,
-                    Ok(Err(e)) => return log_refusal(&peer, &e),
-                    Err(_) => {
-                        let why = format!("no greeting within {handshake_timeout:?}");
-                        return log_refusal(&peer, &why);
-                    }
+                    Ok(Err(e)) => return refused(&e),
+                    Err(_) => return refused(&format!("no greeting within {handshake_timeout:?}")),
                 };
                 match (kind, bulk) {
                     (StreamKind::Messages, _) => {
@@ -653,31 +635,6 @@ fn serve_on(
             });
         }
     }))
-}
-
-/// Refusals of connections, logged a line per interval at most.
-static REFUSED: LogLimiter = LogLimiter::new(REFUSAL_LOG_INTERVAL);
-/// Failed accepts, the same way.
-static ACCEPT_FAILED: LogLimiter = LogLimiter::new(REFUSAL_LOG_INTERVAL);
-
-fn log_refusal(peer: &std::net::SocketAddr, why: &str) {
-    if let Some(held_back) = REFUSED.allow() {
-        tracing::warn!(%peer, error = %why, refusals_not_logged = held_back, "refused a connection");
-    }
-}
-
-async fn accept_failed(error: &std::io::Error, backoff: &mut AcceptBackoff, listener: &str) {
-    let pause = backoff.failed();
-    if let Some(held_back) = ACCEPT_FAILED.allow() {
-        tracing::warn!(
-            %listener,
-            %error,
-            failures_not_logged = held_back,
-            pause_ms = pause.as_millis() as u64,
-            "accept failed (out of file descriptors? see `ulimit -n`); pausing before the next"
-        );
-    }
-    tokio::time::sleep(pause).await;
 }
 
 fn listener_name(path: &Path) -> String {
