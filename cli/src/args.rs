@@ -123,6 +123,41 @@ pub(crate) struct StartArgs {
     /// Keep the node in the foreground until it is stopped.
     #[arg(long)]
     pub(crate) block: bool,
+    /// Where the head keeps its control store's state (the key-value
+    /// table, actor names, members, the cluster's id and token), so that a
+    /// head started again resumes its cluster. Default
+    /// `<temp dir>/head-<port>`, removed when the head is stopped; a folder
+    /// given here is kept (put it on a disk that outlives the machine, or a
+    /// pod's volume).
+    #[arg(long)]
+    pub(crate) state_dir: Option<PathBuf>,
+}
+
+/// `prism gcs-server`: the head's control store, run by the head node.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct ControlStoreArgs {
+    /// The port to listen on, on every interface.
+    #[arg(long)]
+    pub(crate) port: u16,
+    /// The state file.
+    #[arg(long)]
+    pub(crate) state: PathBuf,
+    /// The dashboard's port.
+    #[arg(long)]
+    pub(crate) dashboard_port: Option<u16>,
+    /// The address the dashboard listens on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub(crate) dashboard_host: std::net::IpAddr,
+    /// Whether it serves a dashboard.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub(crate) include_dashboard: bool,
+    /// Serve no dashboard, rather than fail, when its port is taken.
+    #[arg(long)]
+    pub(crate) dashboard_optional: bool,
+    #[command(flatten)]
+    pub(crate) tls: TlsArgs,
+    #[command(flatten)]
+    pub(crate) temp: TempDir,
 }
 
 #[derive(Args, Debug, Clone)]

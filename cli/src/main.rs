@@ -14,12 +14,13 @@
 mod args;
 #[macro_use]
 mod common;
+mod control_store;
 mod dashboard;
 mod node;
 mod status;
 mod stop;
 
-use args::{StartArgs, StatusArgs, StopArgs};
+use args::{ControlStoreArgs, StartArgs, StatusArgs, StopArgs};
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -45,6 +46,9 @@ enum Command {
     /// Stop this machine's Prism node processes (gracefully, then by force
     /// after the grace period).
     Stop(StopArgs),
+    /// The head's control store, as `prism start --head` runs it.
+    #[command(hide = true)]
+    GcsServer(ControlStoreArgs),
 }
 
 fn main() -> ExitCode {
@@ -53,6 +57,7 @@ fn main() -> ExitCode {
         Command::Start(args) => node::start(args),
         Command::Status(args) => status::run(args),
         Command::Stop(args) => stop::run(args),
+        Command::GcsServer(args) => control_store::run(args),
     };
     match result {
         Ok(code) => code,

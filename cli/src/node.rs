@@ -3,9 +3,10 @@
 
 use crate::args::StartArgs;
 use crate::common::{find_token, given_token, runtime, token_on_command_line};
-use prism_gcs::{GcsServer, GcsSettings, Token};
+use crate::control_store::{ControlStore, Plan};
+use prism_gcs::{GcsSettings, Token};
 use prism_raylet::{ClusterLink, NodeRecord, Raylet};
-use std::net::{SocketAddr, UdpSocket};
+use std::net::UdpSocket;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::ExitCode;
@@ -265,24 +266,51 @@ async fn serve(args: StartArgs, config: prism::Config) -> Result<ExitCode, Strin
         prism_protocol::tls::set(Some(loaded));
     }
     let (gcs, head, token, node_ip) = if args.head {
+        // A head already running here holds both the port and the state:
+        // say so by the port, the clearer of the two.
+        if args.port != 0 {
+            let address = std::net::SocketAddr::from(([0, 0, 0, 0], args.port));
+            if let Err(e) = std::net::TcpListener::bind(address) {
+                if e.kind() == std::io::ErrorKind::AddrInUse {
+                    return Err(prism_gcs::GcsError::PortInUse { address }.to_string());
+                }
+            }
+        }
+        let state_dir = head_state_dir(&args);
+        let state = state_dir.join("state.redb");
         let token = match &args.token {
             Some(t) => Token::parse(t).map_err(|e| e.to_string())?,
-            None => Token::generate(),
+            None => match saved_token(&state).await? {
+                Some(saved) => {
+                    tracing::info!(state = %state.display(), "resuming the cluster saved there, with its token");
+                    saved
+                }
+                None => Token::generate(),
+            },
         };
         let node_ip = match &args.node_ip_address {
             Some(ip) => ip.clone(),
             None => route_ip(None),
         };
-        let mut settings = GcsSettings::new(token.clone());
-        settings.heartbeat_period = Duration::from_millis(config.heartbeat_period_ms.max(1));
-        settings.node_death_timeout = Duration::from_millis(config.node_death_timeout_ms.max(1));
-        let bind = SocketAddr::from(([0, 0, 0, 0], args.port));
-        let gcs = GcsServer::start(bind, settings)
-            .await
-            .map_err(|e| e.to_string())?;
+        let dashboard = args.include_dashboard.then(|| {
+            (
+                args.dashboard_port.unwrap_or(DASHBOARD_PORT),
+                args.dashboard_host,
+                args.dashboard_port.is_none(),
+            )
+        });
+        let store = ControlStore::start(Plan {
+            port: args.port,
+            state,
+            token: token.clone(),
+            dashboard,
+            tls: args.tls.clone(),
+            temp_dir: temp.clone(),
+        })
+        .await?;
         token.save(&temp.join("token")).map_err(|e| e.to_string())?;
-        let head = format!("{node_ip}:{}", gcs.address().port());
-        (Some(gcs), head, token, node_ip)
+        let head = format!("{node_ip}:{}", store.port);
+        (Some((store, state_dir)), head, token, node_ip)
     } else {
         let head = args.address.clone().unwrap_or_default();
         let token = find_token(args.token.as_deref(), &temp)?;
@@ -292,29 +320,7 @@ async fn serve(args: StartArgs, config: prism::Config) -> Result<ExitCode, Strin
         };
         (None, head, token, node_ip)
     };
-    let dashboard = match &gcs {
-        Some(gcs) if args.include_dashboard => {
-            let port = args.dashboard_port.unwrap_or(DASHBOARD_PORT);
-            let at = SocketAddr::new(args.dashboard_host, port);
-            match crate::dashboard::start(at, gcs.view(), token.clone()).await {
-                Ok(running) => Some(running),
-                Err(e)
-                    if args.dashboard_port.is_none()
-                        && e.kind() == std::io::ErrorKind::AddrInUse =>
-                {
-                    tracing::warn!(address = %at, error = %e, "no dashboard: the default port is taken (choose one with --dashboard-port)");
-                    None
-                }
-                Err(e) => {
-                    return Err(format!(
-                        "cannot serve the dashboard on {at}: {e} (choose another port with \
-                         --dashboard-port, or start without one with --include-dashboard false)"
-                    ))
-                }
-            }
-        }
-        _ => None,
-    };
+    let dashboard = gcs.as_ref().and_then(|(store, _)| store.dashboard.clone());
     let session_dir = config.new_session_dir().map_err(|e| e.to_string())?;
     let mut raylet_config = config
         .raylet_config(session_dir.clone())
@@ -324,12 +330,14 @@ async fn serve(args: StartArgs, config: prism::Config) -> Result<ExitCode, Strin
         token: token.clone(),
         node_ip: node_ip.clone(),
         is_head: args.head,
+        head_patience: Duration::from_millis(config.head_reconnect_timeout_ms),
     });
     let raylet = match Raylet::start(raylet_config).await {
         Ok(r) => r,
         Err(e) => {
-            if let Some(gcs) = gcs {
-                gcs.shutdown().await;
+            if let Some((store, state_dir)) = gcs {
+                store.stop().await;
+                forget_state(&args, &state_dir);
             }
             // Nothing ran in it: a failed start leaves no session behind.
             let _ = std::fs::remove_dir_all(&session_dir);
@@ -354,7 +362,7 @@ async fn serve(args: StartArgs, config: prism::Config) -> Result<ExitCode, Strin
         session_dir,
         socket: raylet.socket_path().to_path_buf(),
         tls,
-        dashboard: dashboard.as_ref().map(|d| d.address.to_string()),
+        dashboard,
     };
     record.write(&temp).map_err(|e| e.to_string())?;
     tracing::info!(node = %record.node_id, head = %head, "node up");
@@ -377,12 +385,56 @@ async fn serve(args: StartArgs, config: prism::Config) -> Result<ExitCode, Strin
         }
     };
     raylet.shutdown();
-    drop(dashboard);
-    if let Some(gcs) = gcs {
-        gcs.shutdown().await;
+    if let Some((store, state_dir)) = gcs {
+        store.stop().await;
+        // A head stopped on purpose ends its cluster; one that died keeps
+        // its state for the head started after it.
+        if code.is_none() {
+            forget_state(&args, &state_dir);
+        }
     }
     record.remove(&temp);
     Ok(exit)
+}
+
+/// The folder the head's control store keeps its state in.
+fn head_state_dir(args: &StartArgs) -> std::path::PathBuf {
+    match &args.state_dir {
+        Some(dir) => dir.clone(),
+        // Two heads on port 0 in one temp folder must not share a state.
+        None if args.port == 0 => args
+            .temp
+            .temp_dir
+            .join(format!("head-pid{}", std::process::id())),
+        None => args.temp.temp_dir.join(format!("head-{}", args.port)),
+    }
+}
+
+/// Removes the head's state when it is in the default folder (a cluster
+/// that ended); a folder the user named is theirs to keep.
+fn forget_state(args: &StartArgs, state_dir: &Path) {
+    if args.state_dir.is_none() {
+        if let Err(e) = std::fs::remove_dir_all(state_dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(dir = %state_dir.display(), error = %e, "could not remove the head's state");
+            }
+        }
+    }
+}
+
+/// The token saved in the head's state, waiting a little for a control
+/// store of a head that just died to let go of the file.
+async fn saved_token(state: &Path) -> Result<Option<Token>, String> {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        match GcsSettings::saved_token(state) {
+            Ok(token) => return Ok(token),
+            Err(prism_gcs::GcsError::StateInUse { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
 }
 
 /// The local address of the route to `head` (or to the outside, for a

@@ -2,7 +2,9 @@
 //! two nodes joined, shown by `prism status` and by the head's dashboard
 //! (behind its token), a driver run on a joined node, nodes stopped one by
 //! one; and a node killed or cut off marked dead within the timeout, then
-//! joining again as a new node.
+//! joining again as a new node; and the head's control store, then the
+//! whole head node, killed under a running driver and started again, the
+//! cluster going on with its names, keys and actors.
 //!
 //! Real node processes on test hosts in network namespaces (10.77.0.x, one
 //! per host), started through the `prism` command (the harness is in
@@ -11,7 +13,9 @@
 
 mod common;
 
-use common::{run_bounded, text, Machines, DRIVER, FAST_DEATH};
+use common::{
+    actor_on, join_and_find_b_c, on, run_bounded, text, Machines, Where, DRIVER, FAST_DEATH, MARKS,
+};
 use prism_tests::{must, must_become, must_eventually};
 use std::time::Duration;
 
@@ -229,4 +233,192 @@ fn a_node_killed_or_cut_off_is_marked_dead_within_the_timeout() {
     assert!(out.status.success(), "it joins again: {}", text(&out));
     let status = m.status(0);
     assert!(status.contains("Nodes: 2 alive, 2 dead"), "{status}");
+}
+
+/// Waits (bounded) for the test to leave mark `name` in `marks`.
+fn wait_mark(marks: &std::path::Path, name: &str) {
+    must_eventually(
+        &format!("the test marks {name}"),
+        Duration::from_secs(120),
+        || marks.join(name).exists(),
+    );
+}
+
+/// The driver's part of the head test below, on host 1: it makes what
+/// must outlive the head (a key, a named detached actor on host 2), then
+/// for each outage works on while the head is down and checks, once it is
+/// back, that all is there and that what needs the head works again.
+fn outlive_the_head(marks: &std::path::Path) {
+    let (b, c) = join_and_find_b_c();
+    must(prism::kv::put("survives", b"v1"), "a key is written");
+    let kept = must(
+        Where::remote_with(actor_on(&c).name("kept").detached()),
+        "a named detached actor is made on host 2",
+    );
+    let node_of = |w: &prism::ActorHandle<Where>| {
+        must(prism::get(&must(w.node(), "called")), "the actor answers")
+    };
+    let kept_on = node_of(&kept);
+    for phase in ["store", "head"] {
+        must(
+            std::fs::write(marks.join(format!("ready-{phase}")), ""),
+            "ready",
+        );
+        wait_mark(marks, &format!("down-{phase}"));
+        // The head is down (for "head", until the test starts it again):
+        // the actor on host 2 and tasks on host 1 answer meanwhile.
+        let mut answered = 0;
+        for _ in 0..5 {
+            assert_eq!(node_of(&kept), kept_on);
+            let sum = must(
+                prism::get(&must(add::remote_with(on(&b), 2, 3), "submitted")),
+                "a task runs",
+            );
+            assert_eq!(sum, 5);
+            answered += 2;
+        }
+        // A key read waits for the head and finds the value.
+        let asked = std::time::Instant::now();
+        let value = must(
+            prism::kv::get("survives"),
+            "the key is read once the head is back",
+        );
+        println!(
+            "PHASE {phase} read waited {} ms",
+            asked.elapsed().as_millis()
+        );
+        assert_eq!(value.as_deref(), Some(&b"v1"[..]));
+        let found = must(
+            prism::get_actor::<Where>("kept"),
+            "the name is found once the head is back",
+        );
+        assert_eq!(node_of(&found), kept_on);
+        let new_name = format!("after-{phase}");
+        let fresh = must(
+            Where::remote_with(actor_on(&c).name(new_name.clone())),
+            "a new named actor is made after the head is back",
+        );
+        let _ = node_of(&fresh);
+        must(
+            prism::kv::put(&new_name, phase.as_bytes()),
+            "a key is written after the head is back",
+        );
+        println!("PHASE {phase} answered={answered} kv=v1 named=ok new=ok");
+    }
+    for phase in ["store", "head"] {
+        let key = format!("after-{phase}");
+        let value = must(prism::kv::get(&key), "a key written between the outages");
+        assert_eq!(value.as_deref(), Some(phase.as_bytes()));
+        must(
+            prism::get_actor::<Where>(&key),
+            "an actor named between the outages",
+        );
+    }
+    println!("ALL KEPT");
+    prism::shutdown();
+}
+
+/// The pid of host 0's control store process (`prism gcs-server`).
+fn control_store_pid(m: &Machines) -> Option<u32> {
+    let temp = m.temps[0].display().to_string();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        (args.iter().any(|a| a == "gcs-server") && args.contains(&temp)).then_some(pid)
+    })
+}
+
+#[test]
+fn the_cluster_outlives_its_control_store_and_its_head_node() {
+    if let Some(marks) = std::env::var_os(MARKS) {
+        return outlive_the_head(std::path::Path::new(&marks));
+    }
+    let Some((m, head)) = common::nodes_up("headfail", 3, FAST_DEATH) else {
+        return;
+    };
+    let marks = common::fresh_marks("headfail");
+    let mut driver = m
+        .net
+        .command(1, must(std::env::current_exe(), "this test's binary"));
+    driver.args([
+        "--exact",
+        "the_cluster_outlives_its_control_store_and_its_head_node",
+        "--nocapture",
+    ]);
+    let (temp1, marks_text, address) = (
+        m.temps[1].display().to_string(),
+        marks.display().to_string(),
+        head.clone(),
+    );
+    let waiter = std::thread::spawn(move || {
+        let env = [
+            (MARKS, marks_text.as_str()),
+            ("PRISM_ADDRESS", address.as_str()),
+            ("PRISM_TEMP_DIR", temp1.as_str()),
+        ];
+        run_bounded(driver, &env, Duration::from_secs(240))
+    });
+
+    // 1. The control store alone is killed; the head node starts it again.
+    wait_mark(&marks, "ready-store");
+    let store = must(
+        control_store_pid(&m).ok_or("not found"),
+        "the head runs its control store as a process of its own",
+    );
+    let head_pid = m.node_pid(0);
+    prism_tests::kill(store);
+    must(std::fs::write(marks.join("down-store"), ""), "mark");
+    let again = must_become(
+        "the control store is started again",
+        Duration::from_secs(30),
+        || control_store_pid(&m).filter(|p| *p != store),
+    );
+    assert_ne!(again, store);
+    assert!(
+        !prism_tests::is_gone(head_pid),
+        "the head node's raylet lives on"
+    );
+
+    // 2. The whole head node is killed, and started again by hand.
+    wait_mark(&marks, "ready-head");
+    prism_tests::kill(head_pid);
+    must_eventually(
+        "the control store stops with its head node",
+        Duration::from_secs(10),
+        || control_store_pid(&m).is_none(),
+    );
+    must(std::fs::write(marks.join("down-head"), ""), "mark");
+    // Down for a while: the driver's key read waits meanwhile.
+    std::thread::sleep(Duration::from_secs(2));
+    let restarted = m.start_head(FAST_DEATH);
+    assert_eq!(restarted, head);
+
+    let out = must(waiter.join().map_err(|_| "panicked"), "the driver ends");
+    let said = text(&out);
+    assert!(out.status.success(), "the driver must finish: {said}");
+    for phase in ["store", "head"] {
+        assert!(
+            said.contains(&format!("PHASE {phase} answered=10 kv=v1 named=ok new=ok")),
+            "{said}"
+        );
+    }
+    assert!(said.contains("ALL KEPT"), "{said}");
+    // The key was read while the head was down (2 s): the read waited for
+    // it rather than failing.
+    let waited: u64 = must(
+        said.lines()
+            .find_map(|l| l.strip_prefix("PHASE head read waited "))
+            .and_then(|l| l.trim_end_matches(" ms").parse().ok())
+            .ok_or("no such line"),
+        "the driver says how long its read waited",
+    );
+    assert!(waited >= 500, "the read did not wait for the head: {said}");
+    let status = m.status(0);
+    assert!(status.contains("Nodes: 3 alive, 1 dead"), "{status}");
+    assert!(status.contains("the head node started again"), "{status}");
+    let _ = std::fs::remove_dir_all(&marks);
 }

@@ -149,6 +149,13 @@ prism_config::table! {
     /// machine is not taken for a death, while a dead node's callers learn
     /// of it within seconds (Ray waits about 15 s).
     node_death_timeout_ms: u64 = 5_000;
+    /// How long a node keeps trying a call to the head while the head
+    /// cannot be reached (its control store is restarting) before the
+    /// call fails with an error that says so: a new named actor, a
+    /// spillback, a placement group, a key-value call. The node's own tasks
+    /// and actors run on meanwhile. 60 s, as Ray's
+    /// `gcs_rpc_server_reconnect_timeout_s`.
+    head_reconnect_timeout_ms: u64 = 60_000;
     }
     extra {
         /// Custom resources this node offers (name to amount).

@@ -36,7 +36,16 @@ impl tonic::service::Interceptor for AddToken {
 pub struct GcsClient {
     address: String,
     inner: Generated<InterceptedService<Channel, AddToken>>,
+    /// How long a call keeps trying while the head cannot be reached.
+    patience: Duration,
 }
+
+type Inner = Generated<InterceptedService<Channel, AddToken>>;
+
+/// The first wait between two tries of a call the head did not answer;
+/// it doubles up to [`RETRY_WAIT_MAX`].
+const RETRY_WAIT: Duration = Duration::from_millis(50);
+const RETRY_WAIT_MAX: Duration = Duration::from_secs(1);
 
 impl GcsClient {
     /// Connects to the head at `address` (`HOST:PORT`).
@@ -90,7 +99,51 @@ impl GcsClient {
         Ok(GcsClient {
             address: address.to_string(),
             inner: Generated::with_interceptor(channel, AddToken(header)),
+            patience: Duration::ZERO,
         })
+    }
+
+    /// Makes every call but heartbeats keep trying for up to `patience`
+    /// while the head cannot be reached (it is restarting), and then fail
+    /// with [`GcsError::HeadDown`]. Zero, the default, tries once.
+    pub fn with_patience(mut self, patience: Duration) -> GcsClient {
+        self.patience = patience;
+        self
+    }
+
+    /// Makes `call` with `send`, again while the head cannot be reached
+    /// and the client's patience lasts.
+    async fn patiently<T, F, Fut>(&self, call: &'static str, mut send: F) -> Result<T, GcsError>
+    where
+        F: FnMut(Inner) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.patience;
+        let mut wait = RETRY_WAIT;
+        let mut tries = 0u32;
+        loop {
+            tries += 1;
+            let reply = send(self.inner.clone()).await;
+            match self.answer(call, reply) {
+                Err(GcsError::Unreachable { reason, .. }) if !self.patience.is_zero() => {
+                    let now = tokio::time::Instant::now();
+                    if now >= deadline {
+                        return Err(GcsError::HeadDown {
+                            address: self.address.clone(),
+                            waited: self.patience,
+                            tries,
+                            reason,
+                        });
+                    }
+                    if tries == 1 {
+                        tracing::warn!(address = %self.address, call, "the head does not answer; trying again until it does");
+                    }
+                    tokio::time::sleep(wait.min(deadline - now)).await;
+                    wait = (wait * 2).min(RETRY_WAIT_MAX);
+                }
+                other => return other,
+            }
+        }
     }
 
     /// The head's address.
@@ -100,11 +153,12 @@ impl GcsClient {
 
     /// Joins the cluster as `node`.
     pub async fn register_node(&mut self, node: NodeInfo) -> Result<RegisterNodeReply, GcsError> {
-        let reply = self
-            .inner
-            .register_node(RegisterNodeRequest { node: Some(node) })
-            .await;
-        self.answer("RegisterNode", reply)
+        let request = RegisterNodeRequest { node: Some(node) };
+        self.patiently("RegisterNode", |mut c| {
+            let request = request.clone();
+            async move { c.register_node(request).await }
+        })
+        .await
     }
 
     /// Reports the node's free resources and waiting demand.
@@ -127,26 +181,33 @@ impl GcsClient {
 
     /// Leaves the cluster on purpose.
     pub async fn unregister_node(&mut self, node_id: &str, reason: &str) -> Result<(), GcsError> {
-        let reply = self
-            .inner
-            .unregister_node(UnregisterNodeRequest {
-                node_id: node_id.to_string(),
-                reason: reason.to_string(),
-            })
-            .await;
-        self.answer("UnregisterNode", reply).map(|_| ())
+        let request = UnregisterNodeRequest {
+            node_id: node_id.to_string(),
+            reason: reason.to_string(),
+        };
+        self.patiently("UnregisterNode", |mut c| {
+            let request = request.clone();
+            async move { c.unregister_node(request).await }
+        })
+        .await
+        .map(|_| ())
     }
 
     /// Every node the cluster has had, in the order they joined.
     pub async fn get_nodes(&mut self) -> Result<Vec<NodeInfo>, GcsError> {
-        let reply = self.inner.get_nodes(GetNodesRequest {}).await;
-        self.answer("GetNodes", reply).map(|r| r.nodes)
+        self.patiently("GetNodes", |mut c| async move {
+            c.get_nodes(GetNodesRequest {}).await
+        })
+        .await
+        .map(|r| r.nodes)
     }
 
     /// The cluster's id and timing settings.
     pub async fn cluster_info(&mut self) -> Result<GetClusterInfoReply, GcsError> {
-        let reply = self.inner.get_cluster_info(GetClusterInfoRequest {}).await;
-        self.answer("GetClusterInfo", reply)
+        self.patiently("GetClusterInfo", |mut c| async move {
+            c.get_cluster_info(GetClusterInfoRequest {}).await
+        })
+        .await
     }
 
     /// Stores `value` under `key` in the cluster's key-value table unless
@@ -157,34 +218,47 @@ impl GcsClient {
         value: Vec<u8>,
         overwrite: bool,
     ) -> Result<bool, GcsError> {
-        let reply = self
-            .inner
-            .kv_put(KvPutRequest {
-                key,
-                value,
-                overwrite,
-            })
-            .await;
-        self.answer("KvPut", reply).map(|r| r.added)
+        let request = KvPutRequest {
+            key,
+            value,
+            overwrite,
+        };
+        self.patiently("KvPut", |mut c| {
+            let request = request.clone();
+            async move { c.kv_put(request).await }
+        })
+        .await
+        .map(|r| r.added)
     }
 
     /// The value of `key` in the cluster's key-value table.
     pub async fn kv_get(&mut self, key: String) -> Result<Option<Vec<u8>>, GcsError> {
-        let reply = self.inner.kv_get(KvGetRequest { key }).await;
-        self.answer("KvGet", reply)
-            .map(|r| r.found.then_some(r.value))
+        self.patiently("KvGet", |mut c| {
+            let key = key.clone();
+            async move { c.kv_get(KvGetRequest { key }).await }
+        })
+        .await
+        .map(|r| r.found.then_some(r.value))
     }
 
     /// Deletes `key`; true if it existed.
     pub async fn kv_delete(&mut self, key: String) -> Result<bool, GcsError> {
-        let reply = self.inner.kv_delete(KvDeleteRequest { key }).await;
-        self.answer("KvDelete", reply).map(|r| r.deleted)
+        self.patiently("KvDelete", |mut c| {
+            let key = key.clone();
+            async move { c.kv_delete(KvDeleteRequest { key }).await }
+        })
+        .await
+        .map(|r| r.deleted)
     }
 
     /// The keys starting with `prefix`, sorted.
     pub async fn kv_keys(&mut self, prefix: String) -> Result<Vec<String>, GcsError> {
-        let reply = self.inner.kv_keys(KvKeysRequest { prefix }).await;
-        self.answer("KvKeys", reply).map(|r| r.keys)
+        self.patiently("KvKeys", |mut c| {
+            let prefix = prefix.clone();
+            async move { c.kv_keys(KvKeysRequest { prefix }).await }
+        })
+        .await
+        .map(|r| r.keys)
     }
 
     /// Registers actor `actor_id` on node `node_id` as the holder of
@@ -198,17 +272,18 @@ impl GcsClient {
         node_id: &str,
         replace: Option<&str>,
     ) -> Result<RegisterActorNameReply, GcsError> {
-        let reply = self
-            .inner
-            .register_actor_name(RegisterActorNameRequest {
-                namespace: namespace.to_string(),
-                name: name.to_string(),
-                actor_id: actor_id.to_string(),
-                node_id: node_id.to_string(),
-                replace_actor_id: replace.unwrap_or_default().to_string(),
-            })
-            .await;
-        self.answer("RegisterActorName", reply)
+        let request = RegisterActorNameRequest {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            actor_id: actor_id.to_string(),
+            node_id: node_id.to_string(),
+            replace_actor_id: replace.unwrap_or_default().to_string(),
+        };
+        self.patiently("RegisterActorName", |mut c| {
+            let request = request.clone();
+            async move { c.register_actor_name(request).await }
+        })
+        .await
     }
 
     /// The actor holding `name` in `namespace`, and its node: `None` when
@@ -218,15 +293,16 @@ impl GcsClient {
         namespace: &str,
         name: &str,
     ) -> Result<Option<(String, String)>, GcsError> {
-        let reply = self
-            .inner
-            .lookup_actor_name(LookupActorNameRequest {
-                namespace: namespace.to_string(),
-                name: name.to_string(),
-            })
-            .await;
-        self.answer("LookupActorName", reply)
-            .map(|r| r.found.then_some((r.actor_id, r.node_id)))
+        let request = LookupActorNameRequest {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        };
+        self.patiently("LookupActorName", |mut c| {
+            let request = request.clone();
+            async move { c.lookup_actor_name(request).await }
+        })
+        .await
+        .map(|r| r.found.then_some((r.actor_id, r.node_id)))
     }
 
     fn answer<T>(

@@ -16,6 +16,25 @@ pub enum GcsError {
         /// What the connection attempt said.
         reason: String,
     },
+    /// The head could not be reached for as long as the caller waits for
+    /// it (it is down or restarting).
+    #[error(
+        "the cluster's head at {address} did not answer for {} s ({tries} tries; the last: \
+         {reason}): it is down or restarting; work that needs it (a new named actor, a \
+         placement group, the key-value table) waits up to PRISM_HEAD_RECONNECT_TIMEOUT_MS \
+         for it; check it with `prism status` on the head's machine",
+        waited.as_secs_f64()
+    )]
+    HeadDown {
+        /// The head's address.
+        address: String,
+        /// How long the call kept trying.
+        waited: std::time::Duration,
+        /// How many times it tried.
+        tries: u32,
+        /// What the last try said.
+        reason: String,
+    },
     /// The head refused the token.
     #[error("the head at {address} refused this connection: {message}")]
     Unauthenticated {
@@ -87,6 +106,34 @@ pub enum GcsError {
         message: String,
         /// What to check.
         hint: &'static str,
+    },
+    /// The head's durable state could not be opened, read or written.
+    #[error("the head's state in {}: {message}", path.display())]
+    State {
+        /// The state file.
+        path: std::path::PathBuf,
+        /// What went wrong, and what to do.
+        message: String,
+    },
+    /// Another control store has the state file open.
+    #[error(
+        "the head's state in {} is open in another control store (is a head already running \
+         with this state? `prism status` tells; or give another --state-dir)", path.display()
+    )]
+    StateInUse {
+        /// The state file.
+        path: std::path::PathBuf,
+    },
+    /// The state file belongs to a cluster whose token is another one than
+    /// the token given.
+    #[error(
+        "the head's state in {} belongs to cluster {cluster_id}, whose token is not the one          given: start without a token to resume that cluster with its own, or give another          --state-dir to start a new cluster", path.display()
+    )]
+    TokenMismatch {
+        /// The state file.
+        path: std::path::PathBuf,
+        /// The cluster the state belongs to.
+        cluster_id: String,
     },
     /// This process's TLS files could not be used for the control
     /// store's connections.

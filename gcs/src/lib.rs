@@ -9,6 +9,13 @@
 //! only process that knows the whole cluster, and it is never on a task's
 //! path: raylets grant leases from their own state.
 //!
+//! Given a state file ([`GcsSettings::state`]), it keeps what must outlive
+//! its process there (the cluster's id and token, the key-value table, the
+//! actor names and the member nodes), and a control store started again on
+//! the file resumes the cluster: its nodes' heartbeats are answered as
+//! before, and a member that does not send one within the death timeout is
+//! marked dead.
+//!
 //! Nodes, drivers and the `prism` command reach it over gRPC (tonic), with
 //! `proto/gcs.proto` as the contract. Every call must carry the cluster
 //! token; one without it is refused, logged, and answered with an error
@@ -28,6 +35,7 @@
 
 mod auth;
 mod client;
+mod durable;
 mod error;
 mod incoming;
 mod kv;

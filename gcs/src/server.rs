@@ -1,6 +1,7 @@
 //! The control store's gRPC service.
 
 use crate::auth::{self, Token};
+use crate::durable::Durable;
 use crate::pb::gcs_server::{Gcs, GcsServer as Service};
 use crate::pb::*;
 use crate::table::{Beat, NodeTable};
@@ -21,6 +22,9 @@ pub struct GcsSettings {
     pub heartbeat_period: Duration,
     /// A node silent this long is marked dead.
     pub node_death_timeout: Duration,
+    /// The file the durable state is kept in (see the crate docs); `None`
+    /// keeps it in memory only, to end with the process.
+    pub state: Option<std::path::PathBuf>,
 }
 
 impl GcsSettings {
@@ -30,6 +34,21 @@ impl GcsSettings {
             token,
             heartbeat_period: Duration::from_millis(500),
             node_death_timeout: Duration::from_secs(5),
+            state: None,
+        }
+    }
+
+    /// The token saved in the state file at `path`, if there is one: a head
+    /// started again on its state resumes its cluster with that token.
+    pub fn saved_token(path: &std::path::Path) -> Result<Option<Token>, GcsError> {
+        match Durable::saved_token(path)? {
+            Some(t) => Token::parse(&t).map(Some).map_err(|_| GcsError::State {
+                path: path.to_path_buf(),
+                message: "the token saved there is not a cluster token (remove the file to \
+                          start a new cluster)"
+                    .into(),
+            }),
+            None => Ok(None),
         }
     }
 }
@@ -43,6 +62,15 @@ struct State {
     kv: Mutex<crate::KvTable>,
     /// Actor names: (namespace, name) to (actor id, node id).
     names: Mutex<std::collections::HashMap<(String, String), (String, String)>>,
+    /// What outlives the process; written before a change is answered,
+    /// under the lock of the table it changes.
+    durable: Durable,
+}
+
+/// A change that could not be saved: the call fails and nothing changed.
+fn unsaved(e: GcsError) -> Status {
+    tracing::error!(error = %e, "a change could not be saved; the call fails");
+    Status::aborted(e.to_string())
 }
 
 /// A running control store. Stop it with [`GcsServer::shutdown`].
@@ -75,13 +103,54 @@ impl GcsServer {
             action: "read the listening address".into(),
             source,
         })?;
-        let cluster_id = uuid::Uuid::new_v4().simple().to_string();
+        let (durable, restored) = match &settings.state {
+            Some(path) => Durable::open(path)?,
+            None => (Durable::none(), Default::default()),
+        };
+        if let (Some(saved), Some(path)) = (&restored.token, durable.path()) {
+            if saved != settings.token.reveal() {
+                return Err(GcsError::TokenMismatch {
+                    path: path.to_path_buf(),
+                    cluster_id: restored.cluster_id.clone().unwrap_or_default(),
+                });
+            }
+        }
+        let resumed = restored.cluster_id.is_some();
+        let cluster_id = restored
+            .cluster_id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+        durable.save_identity(&cluster_id, settings.token.reveal())?;
+        let now = Instant::now();
+        let mut nodes = NodeTable::default();
+        let members = restored.nodes.len();
+        for info in restored.nodes {
+            nodes.restore(info, now);
+        }
+        let mut kv = crate::KvTable::default();
+        let keys = restored.kv.len();
+        for (key, value) in restored.kv {
+            kv.put(key, value.into(), true);
+        }
+        let names: std::collections::HashMap<_, _> = restored.names.into_iter().collect();
+        if let (true, Some(path)) = (resumed, durable.path()) {
+            tracing::info!(
+                cluster = %cluster_id,
+                state = %path.display(),
+                members,
+                keys,
+                names = names.len(),
+                "resumed the cluster from its saved state; members that do not send a heartbeat \
+                 within the death timeout are marked dead"
+            );
+        }
         let state = Arc::new(State {
             cluster_id: cluster_id.clone(),
             settings: settings.clone(),
-            nodes: Mutex::new(NodeTable::default()),
-            kv: Mutex::new(crate::KvTable::default()),
-            names: Mutex::new(std::collections::HashMap::new()),
+            nodes: Mutex::new(nodes),
+            kv: Mutex::new(kv),
+            names: Mutex::new(names),
+            durable,
         });
         let watcher = tokio::spawn(watch_heartbeats(Arc::downgrade(&state)));
         let service =
@@ -215,10 +284,16 @@ async fn watch_heartbeats(state: std::sync::Weak<State>) {
     loop {
         tick.tick().await;
         let Some(state) = state.upgrade() else { return };
-        let dead = state
-            .nodes
-            .lock()
-            .check_deaths(Instant::now(), state.settings.node_death_timeout);
+        let dead = {
+            let mut nodes = state.nodes.lock();
+            let dead = nodes.check_deaths(Instant::now(), state.settings.node_death_timeout);
+            let ids: Vec<&str> = dead.iter().map(|(id, _)| id.as_str()).collect();
+            if let Err(e) = state.durable.nodes_gone(&ids) {
+                // Read back later, such a node is marked dead again.
+                tracing::warn!(error = %e, "could not save that nodes died");
+            }
+            dead
+        };
         for (node, cause) in dead {
             tracing::warn!(%node, %cause, "node marked dead");
         }
@@ -241,11 +316,24 @@ impl Gcs for Handler {
         validate::node(&node)?;
         let id = node.node_id.clone();
         let ip = node.node_ip.clone();
-        self.0
-            .nodes
-            .lock()
-            .register(node, Instant::now())
-            .map_err(Status::already_exists)?;
+        {
+            let mut nodes = self.0.nodes.lock();
+            let replaced = nodes
+                .register(node, Instant::now())
+                .map_err(Status::already_exists)?;
+            let saved = match nodes.get(&id) {
+                Some(info) => self.0.durable.node_put(info),
+                None => Ok(()),
+            };
+            if let Err(e) = saved {
+                nodes.forget(&id);
+                return Err(unsaved(e));
+            }
+            let replaced: Vec<&str> = replaced.iter().map(String::as_str).collect();
+            if let Err(e) = self.0.durable.nodes_gone(&replaced) {
+                tracing::warn!(error = %e, "could not save that the old head node is gone");
+            }
+        }
         tracing::info!(node = %id, %ip, "node joined");
         Ok(Response::new(RegisterNodeReply {
             cluster_id: self.0.cluster_id.clone(),
@@ -290,7 +378,11 @@ impl Gcs for Handler {
         } else {
             r.reason
         };
-        if self.0.nodes.lock().mark_dead(&r.node_id, reason.clone()) {
+        let mut nodes = self.0.nodes.lock();
+        if nodes.mark_dead(&r.node_id, reason.clone()) {
+            if let Err(e) = self.0.durable.nodes_gone(&[r.node_id.as_str()]) {
+                tracing::warn!(error = %e, "could not save that a node left");
+            }
             tracing::info!(node = %r.node_id, %reason, "node left");
         }
         Ok(Response::new(UnregisterNodeReply {}))
@@ -318,7 +410,12 @@ impl Gcs for Handler {
     async fn kv_put(&self, request: Request<KvPutRequest>) -> Result<Response<KvPutReply>, Status> {
         let r = request.into_inner();
         validate::key("key", &r.key)?;
-        let added = self.0.kv.lock().put(r.key, r.value.into(), r.overwrite);
+        let mut kv = self.0.kv.lock();
+        let added = kv.get(&r.key).is_none();
+        if added || r.overwrite {
+            self.0.durable.kv_put(&r.key, &r.value).map_err(unsaved)?;
+            kv.put(r.key, r.value.into(), true);
+        }
         Ok(Response::new(KvPutReply { added }))
     }
 
@@ -338,7 +435,12 @@ impl Gcs for Handler {
     ) -> Result<Response<KvDeleteReply>, Status> {
         let key = request.into_inner().key;
         validate::key("key", &key)?;
-        let deleted = self.0.kv.lock().delete(&key);
+        let mut kv = self.0.kv.lock();
+        let deleted = kv.get(&key).is_some();
+        if deleted {
+            self.0.durable.kv_delete(&key).map_err(unsaved)?;
+            kv.delete(&key);
+        }
         Ok(Response::new(KvDeleteReply { deleted }))
     }
 
@@ -376,6 +478,10 @@ impl Gcs for Handler {
             }
         };
         if free {
+            self.0
+                .durable
+                .name_put(&key.0, &key.1, &r.actor_id, &r.node_id)
+                .map_err(unsaved)?;
             names.insert(key, (r.actor_id, r.node_id));
             return Ok(Response::new(RegisterActorNameReply {
                 registered: true,

@@ -16,6 +16,9 @@ struct Entry {
     last_heartbeat: Instant,
     /// Registration order, for a stable listing.
     seq: u64,
+    /// False for a member read back from the durable state that has not
+    /// sent a heartbeat to this control store yet.
+    confirmed: bool,
 }
 
 /// What a heartbeat found.
@@ -44,8 +47,13 @@ impl NodeTable {
     }
 
     /// Adds a node. An id seen before (alive or dead) is refused: a node
-    /// that comes back is a new node with a new id.
-    pub(crate) fn register(&mut self, mut info: NodeInfo, now: Instant) -> Result<(), String> {
+    /// that comes back is a new node with a new id. Returns the nodes it
+    /// marked dead: a new head replaces a restored head that never spoke.
+    pub(crate) fn register(
+        &mut self,
+        mut info: NodeInfo,
+        now: Instant,
+    ) -> Result<Vec<String>, String> {
         if info.node_id.is_empty() {
             return Err("the node has no id".into());
         }
@@ -58,8 +66,22 @@ impl NodeTable {
                 _ => format!("node {} is already registered", info.node_id),
             });
         }
-        if info.is_head && self.alive().any(|e| e.info.is_head) {
-            return Err("the cluster already has a live head node".into());
+        let mut replaced = Vec::new();
+        if info.is_head {
+            // A head read back from the state that has not spoken since is
+            // the one this new head replaces (the head node restarted).
+            let stale: Vec<String> = self
+                .alive()
+                .filter(|e| e.info.is_head && !e.confirmed)
+                .map(|e| e.info.node_id.clone())
+                .collect();
+            if self.alive().any(|e| e.info.is_head && e.confirmed) {
+                return Err("the cluster already has a live head node".into());
+            }
+            for id in &stale {
+                self.mark_dead(id, "the head node started again".into());
+            }
+            replaced = stale;
         }
         info.state = NodeState::Alive as i32;
         info.death_cause.clear();
@@ -73,9 +95,41 @@ impl NodeTable {
                 info,
                 last_heartbeat: now,
                 seq: self.next_seq,
+                confirmed: true,
             },
         );
-        Ok(())
+        Ok(replaced)
+    }
+
+    /// Takes back a member read from the durable state: alive as of `now`,
+    /// so that it is marked dead only if no heartbeat comes within the
+    /// death timeout.
+    pub(crate) fn restore(&mut self, mut info: NodeInfo, now: Instant) {
+        info.state = NodeState::Alive as i32;
+        info.death_cause.clear();
+        if info.available.is_empty() {
+            info.available = info.total.clone();
+        }
+        self.next_seq += 1;
+        self.nodes.insert(
+            info.node_id.clone(),
+            Entry {
+                info,
+                last_heartbeat: now,
+                seq: self.next_seq,
+                confirmed: false,
+            },
+        );
+    }
+
+    /// Drops a node outright (its registration could not be saved).
+    pub(crate) fn forget(&mut self, node_id: &str) {
+        self.nodes.remove(node_id);
+    }
+
+    /// A node's record, as registered.
+    pub(crate) fn get(&self, node_id: &str) -> Option<&NodeInfo> {
+        self.nodes.get(node_id).map(|e| &e.info)
     }
 
     pub(crate) fn heartbeat(
@@ -92,6 +146,7 @@ impl NodeTable {
             return Beat::Dead(entry.info.death_cause.clone());
         }
         entry.last_heartbeat = now;
+        entry.confirmed = true;
         entry.info.available = available;
         entry.info.demands = demands;
         Beat::Alive
@@ -261,6 +316,22 @@ mod tests {
         assert_eq!(listed[1].state, NodeState::Dead as i32);
         assert!(listed[1].available.is_empty());
         assert_eq!(listed[0].last_heartbeat_ms_ago, 2000);
+    }
+
+    #[test]
+    fn restored_members_must_beat_and_a_silent_old_head_gives_way() {
+        let (mut t, start) = (NodeTable::default(), Instant::now());
+        t.restore(node("old-head", true), start);
+        t.restore(node("w", false), start);
+        assert!(t.is_alive("old-head") && t.is_alive("w"));
+        assert_eq!(t.heartbeat("w", vec![], vec![], start), Beat::Alive);
+        t.register(node("new-head", true), start).unwrap();
+        assert!(!t.is_alive("old-head"));
+        assert!(t.is_alive("new-head"));
+        // A head that has spoken since is not replaced.
+        assert!(t.register(node("third", true), start).is_err());
+        let dead = t.check_deaths(start + Duration::from_secs(6), Duration::from_secs(5));
+        assert_eq!(dead.len(), 2, "{dead:?}");
     }
 
     #[test]

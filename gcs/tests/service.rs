@@ -264,3 +264,109 @@ async fn a_node_with_a_huge_or_empty_id_or_absurd_resources_is_refused_as_invali
         .expect("a sound node registers");
     gcs.shutdown().await;
 }
+
+/// Starts a control store keeping its state in `state`, at `address`.
+async fn start_with_state(
+    address: std::net::SocketAddr,
+    token: &Token,
+    state: &std::path::Path,
+) -> Result<GcsServer, GcsError> {
+    let mut settings = GcsSettings::new(token.clone());
+    settings.heartbeat_period = Duration::from_millis(50);
+    settings.node_death_timeout = Duration::from_millis(1500);
+    settings.state = Some(state.to_path_buf());
+    GcsServer::start(address, settings).await
+}
+
+#[tokio::test]
+async fn a_restarted_control_store_resumes_its_cluster_and_callers_wait_for_it() {
+    let dir = std::env::temp_dir().join(format!("prism-gcs-state-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let state = dir.join("state.redb");
+    let token = Token::generate();
+    let gcs = start_with_state("127.0.0.1:0".parse().unwrap(), &token, &state)
+        .await
+        .expect("the control store starts");
+    let (address, cluster) = (gcs.address(), gcs.cluster_id().to_string());
+    let mut client = GcsClient::connect(&address.to_string(), &token)
+        .await
+        .unwrap()
+        .with_patience(Duration::from_secs(20));
+    client.register_node(node("beats")).await.unwrap();
+    client.register_node(node("silent")).await.unwrap();
+    client
+        .kv_put("ckpt/a".into(), b"state".to_vec(), false)
+        .await
+        .unwrap();
+    client
+        .kv_put("gone".into(), b"x".to_vec(), false)
+        .await
+        .unwrap();
+    assert!(client.kv_delete("gone".into()).await.unwrap());
+    let named = client
+        .register_actor_name("ns", "ctr", "actor-1", "beats", None)
+        .await
+        .unwrap();
+    assert!(named.registered);
+    gcs.shutdown().await;
+
+    // Down: a call with no patience fails at once and says so; one with
+    // patience waits, and fails with HeadDown when the head stays down.
+    let mut hasty = client.clone().with_patience(Duration::ZERO);
+    assert!(matches!(
+        hasty.kv_get("ckpt/a".into()).await,
+        Err(GcsError::Unreachable { .. })
+    ));
+    let mut brief = client.clone().with_patience(Duration::from_millis(300));
+    let asked = Instant::now();
+    match brief.kv_get("ckpt/a".into()).await {
+        Err(e @ GcsError::HeadDown { .. }) => {
+            assert!(asked.elapsed() >= Duration::from_millis(300), "{e}");
+            let said = e.to_string();
+            assert!(said.contains("down or restarting"), "{said}");
+            assert!(said.contains("PRISM_HEAD_RECONNECT_TIMEOUT_MS"), "{said}");
+        }
+        other => panic!("a head that stays down must be named, got {other:?}"),
+    }
+
+    // Another token cannot take the state over.
+    let err = start_with_state(address, &Token::generate(), &state)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, GcsError::TokenMismatch { .. }), "{err:?}");
+    assert!(err.to_string().contains(&cluster), "{err}");
+
+    // A read made while the head is down is answered once it is back.
+    let mut waiting = client.clone();
+    let read = tokio::spawn(async move { waiting.kv_get("ckpt/a".into()).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let again = start_with_state(address, &token, &state)
+        .await
+        .expect("the control store starts again on its state");
+    assert_eq!(again.cluster_id(), cluster, "the same cluster");
+    assert_eq!(read.await.unwrap().unwrap().as_deref(), Some(&b"state"[..]));
+    assert_eq!(client.kv_get("gone".into()).await.unwrap(), None);
+    assert_eq!(
+        client.lookup_actor_name("ns", "ctr").await.unwrap(),
+        Some(("actor-1".to_string(), "beats".to_string()))
+    );
+    // The member that beats stays; the silent one is marked dead.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let reply = client.heartbeat("beats", vec![], vec![]).await.unwrap();
+        assert!(reply.alive, "a member that beats is taken back");
+        let nodes = client.get_nodes().await.unwrap();
+        let silent = nodes.iter().find(|n| n.node_id == "silent").unwrap();
+        if silent.state == NodeState::Dead as i32 {
+            assert!(silent.death_cause.contains("no heartbeat"), "{silent:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the silent member is never marked dead"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    again.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

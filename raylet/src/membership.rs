@@ -50,6 +50,9 @@ pub struct ClusterLink {
     pub node_ip: String,
     /// Whether this node is the head.
     pub is_head: bool,
+    /// How long a call to the head keeps trying while the head cannot be
+    /// reached (see [`prism_gcs::GcsClient::with_patience`]).
+    pub head_patience: Duration,
 }
 
 /// A raylet's membership, once registered.
@@ -77,7 +80,8 @@ impl Membership {
     ) -> Result<Membership, Error> {
         let mut client = GcsClient::connect(&link.head, &link.token)
             .await
-            .map_err(Error::from)?;
+            .map_err(Error::from)?
+            .with_patience(link.head_patience);
         let (total, available) = node.resources();
         let info = WireNode {
             node_id: node.node_id().to_string(),
@@ -127,7 +131,9 @@ impl Membership {
     /// Leaves the cluster on purpose (`prism stop`).
     pub(crate) async fn leave(&self, reason: &str) {
         self.beating.abort();
-        let mut client = self.client.clone();
+        // A head that is down is not waited for long: the node leaves
+        // anyway, and the head marks it dead when it is back.
+        let mut client = self.client.clone().with_patience(LEAVE_PATIENCE);
         if let Err(e) = client.unregister_node(&self.node_id, reason).await {
             tracing::warn!(error = %e, "could not tell the head that this node leaves");
         }
@@ -406,6 +412,9 @@ impl Membership {
 }
 
 type Peers = Arc<tokio::sync::Mutex<std::collections::HashMap<String, Connection>>>;
+
+/// How long a node that leaves waits for a head that does not answer.
+const LEAVE_PATIENCE: Duration = Duration::from_secs(2);
 
 /// How long one node is given to answer a question another node asks it.
 const ASK_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);

@@ -1,11 +1,16 @@
 //! `prism-structure [CRATE ...]`: checks the workspace's structure, or
 //! prints the import arrows of the crates named (by package name).
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // The checkout this runs in (cargo sets it at run time), not the one
+    // a cached build was made from.
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    let root = manifest.join("..");
     let wanted: Vec<String> = std::env::args().skip(1).collect();
     if wanted.is_empty() {
         return match prism_structure::check_workspace(&root) {

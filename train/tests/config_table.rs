@@ -64,7 +64,12 @@ fn render() -> String {
 
 #[test]
 fn docs_config_md_lists_every_tunable_of_every_crate() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/config.md");
+    // The checkout this runs in (cargo sets it at run time), not the one a
+    // cached build was made from.
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    let path = manifest.join("../docs/config.md");
     let want = render();
     if std::env::var_os("PRISM_WRITE_CONFIG_DOC").is_some() {
         std::fs::write(&path, &want).expect("docs/config.md is writable");
