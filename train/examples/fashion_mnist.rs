@@ -48,12 +48,12 @@ mod fmnist;
 
 use prism_train::collective::ReduceOp;
 use prism_train::data::{DistributedSampler, LazyDataset};
-use prism_train::torch::{get_device, prepare_model, DdpOptions};
+use prism_train::torch::{get_device, prepare_model, Adam, AdamConfig, DdpOptions};
 use prism_train::{CheckpointConfig, CheckpointScoreOrder, RunConfig, ScalingConfig, Trainer};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Instant;
-use tch::nn::{self, Module, OptimizerConfig};
+use tch::nn::{self, Module};
 use tch::{Device, Kind, Tensor};
 
 use common::BoxError;
@@ -204,8 +204,8 @@ fn train_loop_per_worker(config: Config) -> Result<(), BoxError> {
     let mut vs = nn::VarStore::new(device);
     let net = model(&vs.root(), config.arch);
     let ddp = prepare_model(&mut vs, DdpOptions::default())?;
-    let mut opt = nn::Adam::default().build(&vs, config.lr)?;
-    let start = common::resume(&mut vs)?;
+    let mut opt = Adam::new(&vs, config.lr, AdamConfig::default());
+    let start = common::resume(&mut vs, &mut opt)?;
     let mut sampler = DistributedSampler::new(num_train, rank, world)?.seed(config.seed);
     let stream = match config.ingest {
         Ingest::Stream => {
@@ -273,7 +273,7 @@ fn train_loop_per_worker(config: Config) -> Result<(), BoxError> {
         });
         counts[2] /= world as f64;
         group.all_reduce(&mut counts, ReduceOp::Sum)?;
-        let checkpoint = common::checkpoint(&vs, epoch, &staging)?;
+        let checkpoint = common::checkpoint(&vs, &opt, epoch, &staging)?;
         let metrics = EpochMetrics {
             epoch,
             loss: counts[2],

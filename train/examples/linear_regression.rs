@@ -15,7 +15,11 @@
 //! Options: `--workers N`, `--epochs N`, `--storage DIR`, `--seed N` (the
 //! initial weights; default 42), `--crash-at EPOCH` (the last worker's
 //! process aborts at that epoch; the Trainer restarts the group from the
-//! latest checkpoint, up to 2 failures, and the run ends as without it),
+//! latest checkpoint, which holds the model and Adam's state, up to 2
+//! failures, and the run ends as without it), `--write-loss FILE` (writes
+//! the final loss there), `--compare-loss FILE` (fails unless the final
+//! loss is within 10% of the one in FILE: a run with `--crash-at` against
+//! the same run without),
 //! `--use-gpu` (as the Ray example's `use_gpu = True`: the workers share
 //! GPU 0, the model and batches live on it, and the gradients are averaged
 //! there).
@@ -24,12 +28,12 @@
 mod common;
 
 use prism_train::data::Dataset;
-use prism_train::torch::{iter_torch_batches, prepare_model, DdpOptions};
+use prism_train::torch::{iter_torch_batches, prepare_model, Adam, AdamConfig, DdpOptions};
 use prism_train::{CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, Trainer};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Instant;
-use tch::nn::{self, Module, OptimizerConfig};
+use tch::nn::{self, Module};
 use tch::Kind;
 
 use common::BoxError;
@@ -70,12 +74,15 @@ fn train_loop_per_worker(config: Config) -> Result<(), BoxError> {
     let mut vs = nn::VarStore::new(device);
     let net = model(&vs.root(), config.hidden);
     let ddp = prepare_model(&mut vs, DdpOptions::default())?;
-    let mut opt = nn::Adam {
-        wd: config.weight_decay,
-        ..Default::default()
-    }
-    .build(&vs, config.lr)?;
-    let start = common::resume(&mut vs)?;
+    let mut opt = Adam::new(
+        &vs,
+        config.lr,
+        AdamConfig {
+            weight_decay: config.weight_decay,
+            ..AdamConfig::default()
+        },
+    );
+    let start = common::resume(&mut vs, &mut opt)?;
     let staging = std::env::temp_dir().join(format!("linear-regression-{}", std::process::id()));
     let crash_here = start == 0 && {
         let ctx = prism_train::get_context()?;
@@ -98,7 +105,7 @@ fn train_loop_per_worker(config: Config) -> Result<(), BoxError> {
             opt.step();
             loss_value = loss.to_kind(Kind::Double).double_value(&[]);
         }
-        let checkpoint = common::checkpoint(&vs, epoch, &staging)?;
+        let checkpoint = common::checkpoint(&vs, &opt, epoch, &staging)?;
         prism_train::report(
             EpochMetrics {
                 epoch,
@@ -185,6 +192,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     prism::shutdown();
     if loss.is_nan() || loss > 0.09 {
         return Err(format!("final loss {loss} is above 0.09").into());
+    }
+    if let Some(path) = common::arg::<PathBuf>("--write-loss")? {
+        std::fs::write(&path, format!("{loss}\n"))?;
+    }
+    if let Some(path) = common::arg::<PathBuf>("--compare-loss")? {
+        common::check_against(loss, &path).map_err(|e| e.to_string())?;
     }
     Ok(())
 }

@@ -86,6 +86,15 @@
 //! bucket and back. A CUDA build of libtorch needs `PRISM_TORCH_CUDA=1` at
 //! build time (see `scripts/setup-torch.sh`).
 //!
+//! # Checkpoints that resume a run exactly
+//!
+//! tch's optimizers keep their state (Adam's running averages) inside
+//! libtorch, out of reach: a checkpoint of the model alone resumes with that
+//! state at zero, and the first steps after a restart are too large.
+//! [`Adam`] is torch's Adam with its state in tensors of its own:
+//! [`Adam::save`] it into the checkpoint folder beside the model and
+//! [`Adam::load`] it when resuming (the training examples do).
+//!
 //! # Errors
 //!
 //! [`TorchError`]: a collective failure (which aborts the group on every
@@ -94,6 +103,7 @@
 //! before any collective, on every rank alike, so such a model fails
 //! everywhere without leaving a call half made.
 
+mod adam;
 mod buckets;
 mod error;
 #[cfg(any(feature = "cuda", test))]
@@ -101,6 +111,7 @@ mod flat;
 mod model;
 mod tensors;
 
+pub use adam::{Adam, AdamConfig, OPTIMIZER_FILE};
 pub use buckets::MAX_BUCKETS_IN_FLIGHT;
 pub use error::TorchError;
 pub use model::{

@@ -107,23 +107,37 @@ where
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Resumes from the run's latest checkpoint, if the worker group was
-/// restarted: loads the weights into `vs` and returns the epoch to start
-/// from (0 for a fresh run).
-pub fn resume(vs: &mut tch::nn::VarStore) -> Result<u32, BoxError> {
+/// restarted: loads the weights into `vs` and the optimizer's state into
+/// `opt`, and returns the epoch to start from (0 for a fresh run). The
+/// optimizer's state matters: Adam's running averages started again from
+/// zero make the first steps after a restart far too large.
+pub fn resume(
+    vs: &mut tch::nn::VarStore,
+    opt: &mut prism_train::torch::Adam,
+) -> Result<u32, BoxError> {
     let Some(checkpoint) = prism_train::get_checkpoint()? else {
         return Ok(0);
     };
     vs.load(checkpoint.path().join("model.safetensors"))?;
+    opt.load(checkpoint.path())?;
     let done: u32 = std::fs::read_to_string(checkpoint.path().join("epoch"))?
         .trim()
         .parse()?;
+    eprintln!(
+        "resuming at epoch {} from the checkpoint in {} (the model and the optimizer's state \
+         after epoch {done})",
+        done + 1,
+        checkpoint.path().display()
+    );
     Ok(done + 1)
 }
 
-/// On rank 0, writes the weights and the finished epoch into `folder` and
-/// returns it as the checkpoint to report; other ranks report none.
+/// On rank 0, writes the weights, the optimizer's state and the finished
+/// epoch into `folder` and returns it as the checkpoint to report; other
+/// ranks report none (their replicas and optimizers are the same).
 pub fn checkpoint(
     vs: &tch::nn::VarStore,
+    opt: &prism_train::torch::Adam,
     epoch: u32,
     folder: &Path,
 ) -> Result<Option<Checkpoint>, BoxError> {
@@ -132,6 +146,30 @@ pub fn checkpoint(
     }
     std::fs::create_dir_all(folder)?;
     vs.save(folder.join("model.safetensors"))?;
+    opt.save(folder)?;
     std::fs::write(folder.join("epoch"), epoch.to_string())?;
     Ok(Some(Checkpoint::from_directory(folder)))
+}
+
+/// Fails when `loss`, the final loss of a run that was restarted, is not
+/// within 10% (or 0.002) of the final loss of the same run without a
+/// restart, read from the file `reference` (as `--write-loss` wrote it).
+#[allow(dead_code)] // Not every example that shares this module uses it.
+pub fn check_against(loss: f64, reference: &Path) -> Result<(), BoxError> {
+    let text = std::fs::read_to_string(reference)
+        .map_err(|e| format!("--compare-loss {}: {e}", reference.display()))?;
+    let unbroken: f64 = text
+        .trim()
+        .parse()
+        .map_err(|e| format!("--compare-loss {}: {e}", reference.display()))?;
+    let allowed = (unbroken.abs() * 0.1).max(0.002);
+    if (loss - unbroken).abs() > allowed {
+        return Err(format!(
+            "final loss {loss:.5} after the restart, {unbroken:.5} without it: more than \
+             {allowed:.5} apart"
+        )
+        .into());
+    }
+    eprintln!("final loss {loss:.5}, without the restart {unbroken:.5}: within {allowed:.5}");
+    Ok(())
 }

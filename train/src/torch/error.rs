@@ -22,6 +22,14 @@ pub enum TorchError {
     /// libtorch refused an operation.
     #[error("libtorch: {0}")]
     Tch(#[from] TchError),
+    /// An optimizer's saved state that cannot be loaded onto this model.
+    #[error("the optimizer state in {}: {message}", path.display())]
+    Checkpoint {
+        /// The file read.
+        path: std::path::PathBuf,
+        /// What does not match.
+        message: String,
+    },
     /// A variable whose element kind the collectives do not carry.
     #[error(
         "variable {name:?} holds {kind:?} elements, which {purpose} cannot carry; \
