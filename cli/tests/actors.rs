@@ -144,6 +144,18 @@ fn place_actors() {
     let left = must(Where::remote_with(moving.name("gone")), "created");
     node_of(&left);
     must(prism::get(&must(left.leave(), "called")), "it leaves");
+    // Its name, looked up from B, says that it died, where and when.
+    let gone = must(
+        prism::get(&must(
+            find_named::remote_with(on(b), "gone".to_string()),
+            "submitted",
+        )),
+        "answered",
+    );
+    println!(
+        "GONE by name says it died on C: {} ({gone})",
+        gone.contains("died at") && gone.contains(&format!("on node {}", c.node_id))
+    );
     // A caller on B that is not its owner calls it while C dies.
     let later = must(
         node_later::remote_with(on(b), moved.clone(), 1000),
@@ -181,6 +193,18 @@ fn place_actors() {
         Ok(node) => println!("ONCE came back on {node}"),
         Err(e) => println!("ONCE stays dead: true ({e})"),
     }
+    // Its name says that its node died, and which.
+    let once_by_name = must(
+        prism::get(&must(
+            find_named::remote_with(on(b), "once".to_string()),
+            "submitted",
+        )),
+        "answered",
+    );
+    println!(
+        "ONCE by name says its node died: {} ({once_by_name})",
+        once_by_name.contains("its node died") && once_by_name.contains(&c.node_id)
+    );
     match prism::get(&must(left.node(), "called")) {
         Ok(node) => println!("LEFT came back on {node}"),
         Err(e) => println!("LEFT stays gone: true ({e})"),
@@ -219,4 +243,12 @@ fn actors_are_placed_on_other_nodes_named_cluster_wide_and_die_with_their_node()
     assert!(said.contains("LEFT stays gone: true"), "{said}");
     assert!(said.contains("ONCE restarted on C: true"), "{said}");
     assert!(said.contains("ONCE stays dead: true"), "{said}");
+    assert!(
+        said.contains("GONE by name says it died on C: true"),
+        "{said}"
+    );
+    assert!(
+        said.contains("ONCE by name says its node died: true"),
+        "{said}"
+    );
 }

@@ -647,6 +647,13 @@ pub struct RuntimeContext {
     /// cluster (Ray's `get_node_ip_address`); `None` in an embedded
     /// single-node cluster.
     pub node_ip: Option<String>,
+    /// Whether the actor this process hosts was restarted: its process
+    /// died (or its node) and this is a new one (Ray's
+    /// `was_current_actor_reconstructed`). False in the driver, in task
+    /// workers and for an actor's first process.
+    pub was_current_actor_restarted: bool,
+    /// How many times the hosted actor was restarted before this process.
+    pub actor_restarts: u32,
 }
 
 /// Where this code runs: worker id, job, the task or actor call running on
@@ -689,6 +696,8 @@ pub fn runtime_context() -> Result<RuntimeContext> {
         node_ip: prism_protocol::rpc::Endpoint::parse(core.objects.address())
             .tcp
             .and_then(|tcp| tcp.rsplit_once(':').map(|(ip, _)| ip.to_string())),
+        was_current_actor_restarted: core.executor.actor_restarts() > 0,
+        actor_restarts: core.executor.actor_restarts(),
     })
 }
 

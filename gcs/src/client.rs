@@ -286,13 +286,13 @@ impl GcsClient {
         .await
     }
 
-    /// The actor holding `name` in `namespace`, and its node: `None` when
-    /// the name is free or its holder's node is not alive.
+    /// Who holds `name` in `namespace`: a live node's actor, the last
+    /// holder whose node died (when and why), or nobody.
     pub async fn lookup_actor_name(
         &mut self,
         namespace: &str,
         name: &str,
-    ) -> Result<Option<(String, String)>, GcsError> {
+    ) -> Result<NameHolder, GcsError> {
         let request = LookupActorNameRequest {
             namespace: namespace.to_string(),
             name: name.to_string(),
@@ -302,7 +302,19 @@ impl GcsClient {
             async move { c.lookup_actor_name(request).await }
         })
         .await
-        .map(|r| r.found.then_some((r.actor_id, r.node_id)))
+        .map(|r| match r {
+            r if r.found => NameHolder::Alive {
+                actor_id: r.actor_id,
+                node_id: r.node_id,
+            },
+            r if r.node_died => NameHolder::NodeDied {
+                actor_id: r.actor_id,
+                node_id: r.node_id,
+                died_at_ms: r.node_died_at_unix_ms,
+                cause: r.node_death_cause,
+            },
+            _ => NameHolder::Free,
+        })
     }
 
     fn answer<T>(
@@ -349,6 +361,32 @@ impl GcsClient {
             }
         })
     }
+}
+
+/// What the head's directory of names says of a name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NameHolder {
+    /// No actor holds it, and none held it on a node that died.
+    Free,
+    /// An actor on a live node holds it.
+    Alive {
+        /// The actor.
+        actor_id: String,
+        /// Its node.
+        node_id: String,
+    },
+    /// Its last holder was on a node that died.
+    NodeDied {
+        /// The actor.
+        actor_id: String,
+        /// The node.
+        node_id: String,
+        /// When the node was marked dead (milliseconds since the Unix
+        /// epoch).
+        died_at_ms: u64,
+        /// Why.
+        cause: String,
+    },
 }
 
 /// An error with its causes, as one line.

@@ -46,7 +46,7 @@ mod table;
 mod validate;
 
 pub use auth::Token;
-pub use client::GcsClient;
+pub use client::{GcsClient, NameHolder};
 pub use error::{check_address, GcsError};
 pub use kv::KvTable;
 pub use server::{GcsServer, GcsSettings, GcsView, NamedActor};

@@ -504,18 +504,25 @@ impl Gcs for Handler {
         validate::key("namespace", &r.namespace)?;
         validate::key("name", &r.name)?;
         let nodes = self.0.nodes.lock();
-        let found = self
-            .0
-            .names
-            .lock()
-            .get(&(r.namespace, r.name))
-            .filter(|(_, node)| nodes.is_alive(node))
-            .cloned();
-        Ok(Response::new(match found {
-            Some((actor_id, node_id)) => LookupActorNameReply {
+        let held = self.0.names.lock().get(&(r.namespace, r.name)).cloned();
+        Ok(Response::new(match held {
+            Some((actor_id, node_id)) if nodes.is_alive(&node_id) => LookupActorNameReply {
                 found: true,
                 actor_id,
                 node_id,
+                ..LookupActorNameReply::default()
+            },
+            Some((actor_id, node_id)) => match nodes.get(&node_id) {
+                Some(node) => LookupActorNameReply {
+                    found: false,
+                    node_died: true,
+                    node_death_cause: node.death_cause.clone(),
+                    node_died_at_unix_ms: node.died_at_unix_ms,
+                    actor_id,
+                    node_id,
+                },
+                // A node long forgotten: nothing to say of it.
+                None => LookupActorNameReply::default(),
             },
             None => LookupActorNameReply::default(),
         }))

@@ -158,6 +158,7 @@ impl NodeTable {
             Some(e) if e.info.state == NodeState::Alive as i32 => {
                 e.info.state = NodeState::Dead as i32;
                 e.info.death_cause = cause;
+                e.info.died_at_unix_ms = prism_protocol::clock::unix_ms();
                 e.info.available.clear();
                 e.info.demands.clear();
                 true

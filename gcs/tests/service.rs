@@ -1,7 +1,7 @@
 //! The control store over real TCP: tokens, membership, death by silence.
 
 use prism_gcs::pb::{NodeInfo, NodeState, Resource};
-use prism_gcs::{GcsClient, GcsError, GcsServer, GcsSettings, Token};
+use prism_gcs::{GcsClient, GcsError, GcsServer, GcsSettings, NameHolder, Token};
 use std::time::{Duration, Instant};
 
 fn node(id: &str) -> NodeInfo {
@@ -192,7 +192,10 @@ async fn an_actor_name_has_one_holder_until_its_node_dies_or_it_is_replaced() {
     );
     assert_eq!(
         client.lookup_actor_name("ns", "counter").await.unwrap(),
-        Some(("actor-1".to_string(), "n1".to_string()))
+        NameHolder::Alive {
+            actor_id: "actor-1".to_string(),
+            node_id: "n1".to_string()
+        }
     );
     // The caller found actor-1 dead: it takes the name over.
     assert!(
@@ -202,12 +205,21 @@ async fn an_actor_name_has_one_holder_until_its_node_dies_or_it_is_replaced() {
             .unwrap()
             .registered
     );
-    // A holder whose node is gone holds nothing.
+    // A holder whose node is gone holds nothing; the lookup says so.
     client.unregister_node("n2", "stopped").await.unwrap();
-    assert_eq!(
-        client.lookup_actor_name("ns", "counter").await.unwrap(),
-        None
-    );
+    match client.lookup_actor_name("ns", "counter").await.unwrap() {
+        NameHolder::NodeDied {
+            actor_id,
+            node_id,
+            died_at_ms,
+            cause,
+        } => {
+            assert_eq!((actor_id.as_str(), node_id.as_str()), ("actor-2", "n2"));
+            assert_eq!(cause, "stopped");
+            assert!(died_at_ms > 1_700_000_000_000, "{died_at_ms}");
+        }
+        other => panic!("the holder's death must be told: {other:?}"),
+    }
     assert!(
         client
             .register_actor_name("ns", "counter", "actor-3", "n1", None)
@@ -348,7 +360,10 @@ async fn a_restarted_control_store_resumes_its_cluster_and_callers_wait_for_it()
     assert_eq!(client.kv_get("gone".into()).await.unwrap(), None);
     assert_eq!(
         client.lookup_actor_name("ns", "ctr").await.unwrap(),
-        Some(("actor-1".to_string(), "beats".to_string()))
+        NameHolder::Alive {
+            actor_id: "actor-1".to_string(),
+            node_id: "beats".to_string()
+        }
     );
     // The member that beats stays; the silent one is marked dead.
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -108,6 +108,20 @@ pub enum Error {
         /// The namespace searched.
         namespace: String,
     },
+    /// No live actor has the name, and the last actor that held it died
+    /// for good.
+    #[error(
+        "the actor named {name:?} in namespace {namespace:?} ({}) died at {} on node {}: {}",
+        death.actor_id, crate::clock::utc_text(death.died_at_ms), death.node, death.cause
+    )]
+    NamedActorDied {
+        /// The name asked for.
+        name: String,
+        /// The namespace searched.
+        namespace: String,
+        /// Which actor died, where, when and why.
+        death: Box<ActorDeath>,
+    },
     /// An actor name is already taken in the namespace.
     #[error("an actor named {name:?} already exists in namespace {namespace:?}; pick another name, or get it with prism::get_actor")]
     ActorNameTaken {
@@ -297,6 +311,19 @@ pub enum Error {
         /// What was wrong.
         message: String,
     },
+}
+
+/// How an actor that held a name died (see [`Error::NamedActorDied`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActorDeath {
+    /// The actor.
+    pub actor_id: ActorId,
+    /// The node it ran on.
+    pub node: String,
+    /// When it died, in milliseconds since the Unix epoch.
+    pub died_at_ms: u64,
+    /// Why.
+    pub cause: String,
 }
 
 impl Error {

@@ -3,6 +3,7 @@
 //! that carries them.
 #![warn(missing_docs, missing_debug_implementations)]
 
+pub mod clock;
 pub mod error;
 pub mod guard;
 mod handshake;

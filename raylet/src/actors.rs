@@ -8,7 +8,7 @@
 //! calls that settle an actor return the waiters to answer (`R` is the
 //! caller's reply handle).
 
-use prism_protocol::error::Error;
+use prism_protocol::error::{ActorDeath, Error};
 use prism_protocol::ids::{ActorId, JobId, WorkerId};
 use prism_protocol::messages::{ActorInfo, ActorSpec, ActorState};
 use std::collections::{HashMap, HashSet};
@@ -42,11 +42,27 @@ pub(crate) enum Lost<R> {
 /// Waiters to answer with an actor's settled state.
 pub(crate) type Answers<R> = Vec<(R, ActorInfo)>;
 
+/// The last holder of a name, which died for good: what a lookup of the
+/// name says while no live actor holds it.
+#[derive(Debug, Clone)]
+struct Tombstone {
+    actor_id: ActorId,
+    died_at_ms: u64,
+    cause: String,
+}
+
+/// Names whose holders died that are remembered; older ones are
+/// forgotten first.
+const TOMBSTONES_KEPT: usize = 1000;
+
 /// Every actor of the cluster, and the names they hold.
 #[derive(Debug)]
 pub(crate) struct ActorTable<R> {
     actors: HashMap<ActorId, ActorEntry<R>>,
     names: HashMap<(String, String), ActorId>,
+    /// Names whose holder died, with when and why, oldest first.
+    tombstones: HashMap<(String, String), Tombstone>,
+    tombstone_order: std::collections::VecDeque<(String, String)>,
     /// Actors that died for good since [`ActorTable::take_ended`] last ran.
     ended: Vec<ActorId>,
     /// Actors restarted since then, with their restart counts.
@@ -58,6 +74,8 @@ impl<R> Default for ActorTable<R> {
         ActorTable {
             actors: HashMap::new(),
             names: HashMap::new(),
+            tombstones: HashMap::new(),
+            tombstone_order: std::collections::VecDeque::new(),
             ended: Vec::new(),
             restarted: Vec::new(),
         }
@@ -129,7 +147,11 @@ impl<R> ActorTable<R> {
         }
         entry.worker = Some(worker);
         entry.handed = true;
-        Some(entry.spec.clone())
+        // The worker learns how many times the actor was restarted
+        // (`RuntimeContext::was_current_actor_restarted`).
+        let mut spec = entry.spec.clone();
+        spec.restarts = entry.info.num_restarts;
+        Some(spec)
     }
 
     /// The constructor on `worker` finished (`state` is `Alive` or
@@ -238,8 +260,30 @@ impl<R> ActorTable<R> {
     }
 
     fn free_name(&mut self, actor: ActorId) {
-        if let Some(key) = self.actors.get_mut(&actor).and_then(|e| e.name.take()) {
-            self.names.remove(&key);
+        let Some(entry) = self.actors.get_mut(&actor) else {
+            return;
+        };
+        let Some(key) = entry.name.take() else {
+            return;
+        };
+        self.names.remove(&key);
+        let cause = match &entry.info.state {
+            ActorState::Dead(Error::ActorDied { reason, .. }) => reason.clone(),
+            ActorState::Dead(other) => other.to_string(),
+            _ => "it ended".to_string(),
+        };
+        let stone = Tombstone {
+            actor_id: actor,
+            died_at_ms: prism_protocol::clock::unix_ms(),
+            cause,
+        };
+        if self.tombstones.insert(key.clone(), stone).is_none() {
+            self.tombstone_order.push_back(key);
+        }
+        while self.tombstone_order.len() > TOMBSTONES_KEPT {
+            if let Some(old) = self.tombstone_order.pop_front() {
+                self.tombstones.remove(&old);
+            }
         }
     }
 
@@ -278,16 +322,35 @@ impl<R> ActorTable<R> {
         self.actors.get(&actor).map(|e| e.info.clone())
     }
 
-    /// The actor holding `name` in `namespace`.
-    pub(crate) fn named(&self, name: &str, namespace: &str) -> Result<ActorInfo, Error> {
-        self.names
-            .get(&(namespace.to_string(), name.to_string()))
-            .and_then(|id| self.actors.get(id))
-            .map(|e| e.info.clone())
-            .ok_or_else(|| Error::ActorNotFound {
+    /// The actor holding `name` in `namespace`; when none does and the
+    /// last holder died here (on node `here`), an error that says when and
+    /// why.
+    pub(crate) fn named(
+        &self,
+        name: &str,
+        namespace: &str,
+        here: &str,
+    ) -> Result<ActorInfo, Error> {
+        let key = (namespace.to_string(), name.to_string());
+        if let Some(entry) = self.names.get(&key).and_then(|id| self.actors.get(id)) {
+            return Ok(entry.info.clone());
+        }
+        Err(match self.tombstones.get(&key) {
+            Some(t) => Error::NamedActorDied {
                 name: name.to_string(),
                 namespace: namespace.to_string(),
-            })
+                death: Box::new(ActorDeath {
+                    actor_id: t.actor_id,
+                    node: here.to_string(),
+                    died_at_ms: t.died_at_ms,
+                    cause: t.cause.clone(),
+                }),
+            },
+            None => Error::ActorNotFound {
+                name: name.to_string(),
+                namespace: namespace.to_string(),
+            },
+        })
     }
 
     /// The job an actor belongs to.
@@ -416,15 +479,19 @@ mod tests {
             table.watch(id, true, 7).is_none(),
             "a pending actor is waited for"
         );
-        assert_eq!(table.named("counter", "ns").unwrap().actor_id, id);
+        assert_eq!(table.named("counter", "ns", "node-a").unwrap().actor_id, id);
         let answers = table.died(id, "killed".into());
         assert_eq!(answers.len(), 1);
         assert_eq!(answers[0].0, 7);
         assert!(matches!(answers[0].1.state, ActorState::Dead(_)));
-        assert!(
-            table.named("counter", "ns").is_err(),
-            "the name is free again"
-        );
+        match table.named("counter", "ns", "node-a") {
+            Err(e @ Error::NamedActorDied { .. }) => {
+                let said = e.to_string();
+                assert!(said.contains("on node node-a: killed"), "{said}");
+                assert!(said.contains(" UTC"), "{said}");
+            }
+            other => panic!("a dead holder's name says that it died: {other:?}"),
+        }
         table.add(spec(Some("counter"))).unwrap();
     }
 
@@ -473,7 +540,7 @@ mod tests {
                 table.lost(id, "exit 9".into(), true),
                 Lost::Restart(_)
             ));
-            let info = table.named("svc", "ns").unwrap();
+            let info = table.named("svc", "ns", "node-a").unwrap();
             assert!(matches!(info.state, ActorState::Restarting));
             assert_eq!(info.num_restarts, restart);
             // Callers that wait hear the outcome of the restart.
@@ -494,7 +561,10 @@ mod tests {
             panic!("dead");
         };
         assert!(e.to_string().contains("restarted 2 time(s)"), "{e}");
-        assert!(table.named("svc", "ns").is_err(), "the name is free");
+        assert!(
+            table.named("svc", "ns", "node-a").is_err(),
+            "the name is free"
+        );
     }
 
     #[test]

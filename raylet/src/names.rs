@@ -4,7 +4,8 @@
 //! it. An `impl Node` block above node.rs, like placement.rs.
 
 use crate::node::Node;
-use prism_protocol::error::Error;
+use prism_gcs::NameHolder;
+use prism_protocol::error::{ActorDeath, Error};
 use prism_protocol::ids::{ActorId, JobId};
 use prism_protocol::messages::{ActorPlacement, ActorSpec, ActorState};
 use prism_protocol::rpc::Connection;
@@ -109,16 +110,42 @@ impl Node {
         request: prism_protocol::messages::GetNamedActor,
     ) -> Result<Option<prism_protocol::messages::ActorInfo>, Error> {
         let m = self.membership.get().ok_or(Error::NotRegistered)?;
-        let found = m
+        let holder = m
             .gcs()
             .lookup_actor_name(&request.namespace, &request.name)
             .await
             .map_err(Error::from)?;
-        let Some((_, node)) = found.filter(|(_, node)| *node != self.node_id.to_string()) else {
-            return Ok(None);
+        let node = match holder {
+            NameHolder::Alive { node_id, .. } if node_id != self.node_id.to_string() => node_id,
+            NameHolder::NodeDied {
+                actor_id,
+                node_id,
+                died_at_ms,
+                cause,
+            } => {
+                let Some(actor_id) = ActorId::parse(&actor_id) else {
+                    return Ok(None);
+                };
+                return Err(Error::NamedActorDied {
+                    name: request.name,
+                    namespace: request.namespace,
+                    death: Box::new(ActorDeath {
+                        actor_id,
+                        node: node_id,
+                        died_at_ms,
+                        cause: format!(
+                            "its node died ({cause}); an actor with restarts left is created \
+                             again on another node by its owner, and found by its name once it is"
+                        ),
+                    }),
+                });
+            }
+            _ => return Ok(None),
         };
         match m.raylet_conn(&node).await?.request(request).await {
             Ok(info) => Ok(Some(info)),
+            // The holder died there: that node says when and why.
+            Err(e @ Error::NamedActorDied { .. }) => Err(e),
             Err(_) => Ok(None),
         }
     }

@@ -709,7 +709,8 @@ impl Node {
         name: &str,
         namespace: &str,
     ) -> Result<prism_protocol::messages::ActorInfo, Error> {
-        self.state.lock().actors.named(name, namespace)
+        let here = self.node_id.to_string();
+        self.state.lock().actors.named(name, namespace, &here)
     }
 
     /// Kills an actor's process. With `no_restart` it is marked dead at

@@ -371,6 +371,12 @@ impl Counter {
         std::process::id()
     }
 
+    /// Whether this process is a restart of the actor, and how many.
+    fn restarted(&self) -> (bool, u32) {
+        let here = prism::runtime_context().expect("inside the actor");
+        (here.was_current_actor_restarted, here.actor_restarts)
+    }
+
     /// Kills its own process the first time (the marker file does not
     /// exist yet), as a crash in the middle of a call would.
     fn die_once(&mut self, marker: String) -> u32 {
@@ -410,11 +416,20 @@ fn an_actor_whose_process_dies_runs_its_constructor_again_until_max_restarts() {
         assert_eq!(prism::get(&counter.incr().unwrap()).unwrap(), expected);
     }
     let first = prism::get(&counter.pid().unwrap()).unwrap();
+    assert_eq!(
+        prism::get(&counter.restarted().unwrap()).unwrap(),
+        (false, 0)
+    );
     c.kill_worker(first, LIMIT);
     // A call sent right after the death waits for the restart; the new
     // process ran the constructor again, so the count starts over.
     let after = prism::get_timeout(&counter.incr().unwrap(), LIMIT).unwrap();
     assert_eq!(after, 1, "a restarted actor starts from its constructor");
+    assert_eq!(
+        prism::get(&counter.restarted().unwrap()).unwrap(),
+        (true, 1),
+        "the new process knows it is a restart"
+    );
     let second = prism::get(&counter.pid().unwrap()).unwrap();
     assert_ne!(first, second, "the restarted actor runs in a new process");
     let same: ActorHandle<Counter> = prism::get_actor("restarting").unwrap();
@@ -433,6 +448,23 @@ fn an_actor_whose_process_dies_runs_its_constructor_again_until_max_restarts() {
         matches!(&err, Error::ActorDied { reason, .. } if reason.contains("restarted 1 time")),
         "{err}"
     );
+    // Its name now says that it died, when, where and why.
+    let err = must_fail(
+        prism::get_actor::<Counter>("restarting"),
+        "a dead actor's name finds nothing",
+    );
+    match &err {
+        Error::NamedActorDied { death, .. } => {
+            assert_eq!(death.actor_id, counter.id());
+            assert!(death.cause.contains("restarted 1 time"), "{err}");
+            let said = err.to_string();
+            assert!(
+                said.contains("died at ") && said.contains(" UTC on node node-"),
+                "{said}"
+            );
+        }
+        other => panic!("the name must say its actor died: {other}"),
+    }
 }
 
 #[test]

@@ -78,8 +78,9 @@ pub(crate) struct Executor {
     objects: Arc<Objects>,
     jobs: Mutex<Option<std::sync::mpsc::Sender<Job>>>,
     actor: Mutex<Option<ActorInstance>>,
-    /// The actor this process became, from its constructor on.
-    hosted: std::sync::OnceLock<ActorId>,
+    /// The actor this process became, from its constructor on, and how
+    /// many times it was restarted before this process.
+    hosted: std::sync::OnceLock<(ActorId, u32)>,
     calls: Mutex<CallBook>,
     raylet: Connection,
     exit: AtomicU8,
@@ -123,7 +124,13 @@ impl Executor {
 
     /// The actor this process hosts (from its constructor on).
     pub(crate) fn actor_id(&self) -> Option<ActorId> {
-        self.hosted.get().copied()
+        self.hosted.get().map(|(id, _)| *id)
+    }
+
+    /// How many times the hosted actor was restarted before this process
+    /// (0 for its first one, and outside an actor).
+    pub(crate) fn actor_restarts(&self) -> u32 {
+        self.hosted.get().map_or(0, |(_, n)| *n)
     }
 
     /// Installs the executor thread's queue.

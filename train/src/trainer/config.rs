@@ -206,7 +206,7 @@ fn default_name() -> String {
         .map(|d| d.as_secs())
         .unwrap_or(0);
     let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days as i64);
+    let (y, m, d) = prism_protocol::clock::civil_from_days(days as i64);
     format!(
         "PrismTrainer_{y:04}-{m:02}-{d:02}_{:02}-{:02}-{:02}_{}",
         rem / 3600,
@@ -216,29 +216,9 @@ fn default_name() -> String {
     )
 }
 
-/// Days since 1970-01-01 to a (year, month, day) civil date.
-pub(crate) fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn civil_dates_match_known_days() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(20_413), (2025, 11, 21));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-    }
 
     #[test]
     fn worker_resources_fill_in_defaults_and_take_overrides() {

@@ -116,7 +116,7 @@ where
 impl Executor {
     pub(super) async fn become_actor(self: &Arc<Self>, spec: ActorSpec) -> Result<()> {
         // A process becomes one actor only; the constructor already sees it.
-        let _ = self.hosted.set(spec.actor_id);
+        let _ = self.hosted.set((spec.actor_id, spec.restarts));
         let class = registry::find_class(&spec.class).ok_or_else(|| self.unknown(&spec.class))?;
         let checkpointed =
             spec.options.checkpoint_every > 0 || spec.options.checkpoint_interval_ms > 0;
