@@ -131,6 +131,40 @@ pub(crate) struct StartArgs {
     /// pod's volume).
     #[arg(long)]
     pub(crate) state_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) redis: RedisArgs,
+}
+
+/// An external store for the head's state (Ray's GCS fault tolerance with
+/// Redis), for heads whose disk is not kept.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct RedisArgs {
+    /// Keep the head's state in the Redis server at HOST:PORT instead of
+    /// the head's disk; its password, if any, from PRISM_REDIS_PASSWORD.
+    #[arg(long, env = "PRISM_REDIS_ADDRESS")]
+    pub(crate) redis_address: Option<String>,
+    /// The prefix of the head's keys in Redis: one cluster per namespace.
+    #[arg(
+        long,
+        env = "PRISM_EXTERNAL_STORAGE_NAMESPACE",
+        default_value = "prism"
+    )]
+    pub(crate) storage_namespace: String,
+}
+
+impl RedisArgs {
+    /// The Redis place given, if any.
+    pub(crate) fn place(&self) -> Option<prism_gcs::RedisPlace> {
+        self.redis_address
+            .as_ref()
+            .map(|address| prism_gcs::RedisPlace {
+                address: address.clone(),
+                password: std::env::var("PRISM_REDIS_PASSWORD")
+                    .ok()
+                    .filter(|p| !p.is_empty()),
+                namespace: self.storage_namespace.clone(),
+            })
+    }
 }
 
 /// `prism gcs-server`: the head's control store, run by the head node.
@@ -139,9 +173,11 @@ pub(crate) struct ControlStoreArgs {
     /// The port to listen on, on every interface.
     #[arg(long)]
     pub(crate) port: u16,
-    /// The state file.
-    #[arg(long)]
-    pub(crate) state: PathBuf,
+    /// The state file (unless Redis keeps the state).
+    #[arg(long, required_unless_present = "redis_address")]
+    pub(crate) state: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) redis: RedisArgs,
     /// The dashboard's port.
     #[arg(long)]
     pub(crate) dashboard_port: Option<u16>,

@@ -2,7 +2,8 @@
 //! which `prism start --head` runs), and the supervisor in the head node's
 //! process that starts it and starts it again when it dies.
 //!
-//! The control store keeps its state in a file (see `prism_gcs`), so one
+//! The control store keeps its state in a file or in Redis (see
+//! `prism_gcs`), so one
 //! that starts again resumes the cluster: the head's raylet and workers,
 //! and every other node, run on while it is down, and their calls to the
 //! head wait for it (`PRISM_HEAD_RECONNECT_TIMEOUT_MS`). The dashboard
@@ -10,7 +11,7 @@
 
 use crate::args::{ControlStoreArgs, TlsArgs};
 use crate::common::runtime;
-use prism_gcs::{GcsServer, GcsSettings, Token};
+use prism_gcs::{GcsServer, GcsSettings, StateStore, Token};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -70,7 +71,11 @@ async fn serve(args: ControlStoreArgs) -> Result<ExitCode, String> {
     let mut settings = GcsSettings::new(token.clone());
     settings.heartbeat_period = Duration::from_millis(config.heartbeat_period_ms.max(1));
     settings.node_death_timeout = Duration::from_millis(config.node_death_timeout_ms.max(1));
-    settings.state = Some(args.state.clone());
+    settings.state = match (args.redis.place(), &args.state) {
+        (Some(place), _) => Some(StateStore::Redis(place)),
+        (None, Some(file)) => Some(StateStore::File(file.clone())),
+        (None, None) => return Err("the control store needs --state or --redis-address".into()),
+    };
     let bind = SocketAddr::from(([0, 0, 0, 0], args.port));
     let gcs = GcsServer::start(bind, settings)
         .await
@@ -128,8 +133,8 @@ async fn serve(args: ControlStoreArgs) -> Result<ExitCode, String> {
 pub(crate) struct Plan {
     /// The port to listen on (0 picks one, kept for the restarts).
     pub(crate) port: u16,
-    /// The state file.
-    pub(crate) state: PathBuf,
+    /// Where the state is kept.
+    pub(crate) state: StateStore,
     /// The cluster token.
     pub(crate) token: Token,
     /// The dashboard's port and address, if it serves one, and whether
@@ -188,8 +193,6 @@ async fn launch(plan: &Plan) -> Result<(tokio::process::Child, Ready), String> {
         .arg("gcs-server")
         .arg("--port")
         .arg(plan.port.to_string())
-        .arg("--state")
-        .arg(&plan.state)
         .arg("--temp-dir")
         .arg(&plan.temp_dir)
         .env("PRISM_AUTH_TOKEN", plan.token.reveal())
@@ -197,6 +200,19 @@ async fn launch(plan: &Plan) -> Result<(tokio::process::Child, Ready), String> {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::inherit())
         .kill_on_drop(true);
+    match &plan.state {
+        StateStore::File(file) => {
+            command.arg("--state").arg(file);
+        }
+        // The password, if any, is in the environment it inherits.
+        StateStore::Redis(place) => {
+            command
+                .arg("--redis-address")
+                .arg(&place.address)
+                .arg("--storage-namespace")
+                .arg(&place.namespace);
+        }
+    }
     match plan.dashboard {
         Some((port, host, optional)) => {
             command

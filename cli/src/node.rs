@@ -4,7 +4,7 @@
 use crate::args::StartArgs;
 use crate::common::{find_token, given_token, runtime, token_on_command_line};
 use crate::control_store::{ControlStore, Plan};
-use prism_gcs::{GcsSettings, Token};
+use prism_gcs::{GcsSettings, StateStore, Token};
 use prism_raylet::{ClusterLink, NodeRecord, Raylet};
 use std::net::UdpSocket;
 use std::os::unix::process::CommandExt;
@@ -277,12 +277,15 @@ async fn serve(args: StartArgs, config: prism::Config) -> Result<ExitCode, Strin
             }
         }
         let state_dir = head_state_dir(&args);
-        let state = state_dir.join("state.redb");
+        let state = match args.redis.place() {
+            Some(place) => StateStore::Redis(place),
+            None => StateStore::File(state_dir.join("state.redb")),
+        };
         let token = match &args.token {
             Some(t) => Token::parse(t).map_err(|e| e.to_string())?,
             None => match saved_token(&state).await? {
                 Some(saved) => {
-                    tracing::info!(state = %state.display(), "resuming the cluster saved there, with its token");
+                    tracing::info!(%state, "resuming the cluster saved there, with its token");
                     saved
                 }
                 None => Token::generate(),
@@ -424,7 +427,7 @@ fn forget_state(args: &StartArgs, state_dir: &Path) {
 
 /// The token saved in the head's state, waiting a little for a control
 /// store of a head that just died to let go of the file.
-async fn saved_token(state: &Path) -> Result<Option<Token>, String> {
+async fn saved_token(state: &StateStore) -> Result<Option<Token>, String> {
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
         match GcsSettings::saved_token(state) {

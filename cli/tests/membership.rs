@@ -422,3 +422,73 @@ fn the_cluster_outlives_its_control_store_and_its_head_node() {
     assert!(status.contains("the head node started again"), "{status}");
     let _ = std::fs::remove_dir_all(&marks);
 }
+
+#[test]
+fn a_head_on_a_new_disk_resumes_its_cluster_from_redis() {
+    let Some(m) = Machines::new("redis", 2) else {
+        return;
+    };
+    // Redis on the head's host, as a service beside a head pod would be.
+    let mut redis = m.net.command(0, "redis-server");
+    redis
+        .args(["--port", "6390", "--bind", "127.0.0.1", "--save", ""])
+        .args(["--appendonly", "no"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // Killed when the test ends, passed or not.
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _redis = match redis.spawn() {
+        Ok(child) => Killed(child),
+        Err(e) => {
+            eprintln!("skipped: redis-server cannot run here ({e}); .ci/run installs it");
+            return;
+        }
+    };
+    must_eventually("redis-server answers", Duration::from_secs(10), || {
+        let mut ping = m.net.command(0, "redis-cli");
+        ping.args(["-p", "6390", "ping"]);
+        text(&run_bounded(ping, &[], Duration::from_secs(5))).contains("PONG")
+    });
+    let with_redis = ["--num-cpus", "1", "--redis-address", "127.0.0.1:6390"];
+    let head = common::run_bounded_until_started(&m, &with_redis);
+    assert!(m.join(1, &head).status.success());
+    let before = must_become("both nodes are up", Duration::from_secs(20), || {
+        let s = m.status(0);
+        s.contains("Nodes: 2 alive").then_some(s)
+    });
+    let cluster_line = before.lines().next().unwrap_or("").to_string();
+    let (head_pid, node_pid) = (m.node_pid(0), m.node_pid(1));
+
+    // The head's machine is lost with its disk: a new one starts with an
+    // empty temp folder and no token, and finds both in Redis.
+    prism_tests::kill(head_pid);
+    must_eventually("the head is gone", Duration::from_secs(10), || {
+        prism_tests::is_gone(head_pid)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    must(std::fs::remove_dir_all(&m.temps[0]), "the old disk is gone");
+    let again = common::run_bounded_until_started(&m, &with_redis);
+    assert_eq!(again, head);
+    let after = must_become(
+        "the joined node is taken back and the old head marked dead",
+        Duration::from_secs(20),
+        || {
+            let s = m.status(0);
+            s.contains("Nodes: 2 alive, 1 dead").then_some(s)
+        },
+    );
+    assert_eq!(
+        after.lines().next().unwrap_or(""),
+        cluster_line,
+        "the same cluster: {after}"
+    );
+    assert!(after.contains("the head node started again"), "{after}");
+    assert_eq!(m.node_pid(1), node_pid, "the joined node ran on throughout");
+    assert!(!prism_tests::is_gone(node_pid));
+}

@@ -15,12 +15,35 @@
 //! at the commit before. Every commit here is synced to disk
 //! (`Durability::Immediate`), so a machine that loses power loses nothing
 //! that was answered either.
+//!
+//! A head whose disk is not kept (a pod) keeps the same tables in Redis
+//! instead ([`StateStore::Redis`], see `redis.rs`), as Ray's GCS does with
+//! fault tolerance on.
 
 use crate::pb::NodeInfo;
+use crate::redis::{Redis, RedisPlace, Reply};
 use crate::GcsError;
 use prost::Message;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use std::path::{Path, PathBuf};
+
+/// Where a control store keeps its durable state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateStore {
+    /// A redb file on the head's disk.
+    File(PathBuf),
+    /// Hashes in a Redis server, under a namespace.
+    Redis(RedisPlace),
+}
+
+impl std::fmt::Display for StateStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StateStore::File(path) => write!(f, "{}", path.display()),
+            StateStore::Redis(place) => write!(f, "{place}"),
+        }
+    }
+}
 
 const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
 const KV: TableDefinition<&str, &[u8]> = TableDefinition::new("kv");
@@ -47,25 +70,60 @@ pub(crate) struct Restored {
     pub(crate) nodes: Vec<NodeInfo>,
 }
 
-/// The file, or nothing when the control store keeps no state (an
+/// The file, Redis, or nothing when the control store keeps no state (an
 /// embedded or test cluster).
 #[derive(Debug)]
 pub(crate) struct Durable {
     db: Option<(Database, PathBuf)>,
+    redis: Option<Redis>,
+    place: String,
 }
 
 impl Durable {
     /// State kept in memory only: every write succeeds and nothing is
     /// kept.
     pub(crate) fn none() -> Durable {
-        Durable { db: None }
+        Durable {
+            db: None,
+            redis: None,
+            place: "memory".into(),
+        }
+    }
+
+    /// Opens the state wherever `store` says, and reads everything in it.
+    pub(crate) fn open_store(store: &StateStore) -> Result<(Durable, Restored), GcsError> {
+        match store {
+            StateStore::File(path) => Durable::open(path),
+            StateStore::Redis(place) => {
+                let failed = |message: String| GcsError::State {
+                    place: place.to_string(),
+                    message,
+                };
+                let redis = Redis::connect(place.clone()).map_err(failed)?;
+                let durable = Durable {
+                    db: None,
+                    redis: Some(redis),
+                    place: place.to_string(),
+                };
+                let restored = durable.read_redis().map_err(failed)?;
+                Ok((durable, restored))
+            }
+        }
+    }
+
+    /// The token saved wherever `store` says, if any.
+    pub(crate) fn saved_token_in(store: &StateStore) -> Result<Option<String>, GcsError> {
+        match store {
+            StateStore::File(path) => Durable::saved_token(path),
+            StateStore::Redis(_) => Ok(Durable::open_store(store)?.1.token),
+        }
     }
 
     /// Opens the state file at `path` (made, with its folder readable by
     /// this user only, when missing) and reads everything in it.
     pub(crate) fn open(path: &Path) -> Result<(Durable, Restored), GcsError> {
         let failed = |message: String| GcsError::State {
-            path: path.to_path_buf(),
+            place: path.display().to_string(),
             message,
         };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -80,6 +138,8 @@ impl Durable {
         restrict(path).map_err(|e| failed(format!("cannot make it private: {e}")))?;
         let durable = Durable {
             db: Some((db, path.to_path_buf())),
+            redis: None,
+            place: path.display().to_string(),
         };
         let restored = durable.read().map_err(failed)?;
         Ok((durable, restored))
@@ -97,8 +157,64 @@ impl Durable {
     }
 
     /// Where the state is kept, if anywhere.
-    pub(crate) fn path(&self) -> Option<&Path> {
-        self.db.as_ref().map(|(_, p)| p.as_path())
+    pub(crate) fn place(&self) -> Option<&str> {
+        (self.db.is_some() || self.redis.is_some()).then_some(self.place.as_str())
+    }
+
+    fn read_redis(&self) -> Result<Restored, String> {
+        let Some(redis) = &self.redis else {
+            return Ok(Restored::default());
+        };
+        let text =
+            |b: Vec<u8>| String::from_utf8(b).map_err(|_| "a key that is not text".to_string());
+        let mut restored = Restored::default();
+        for (k, v) in redis.hgetall("meta")? {
+            match text(k)?.as_str() {
+                CLUSTER_ID => restored.cluster_id = Some(text(v)?),
+                TOKEN => restored.token = Some(text(v)?),
+                _ => {}
+            }
+        }
+        for (k, v) in redis.hgetall("kv")? {
+            restored.kv.push((text(k)?, v));
+        }
+        restored.kv.sort();
+        for (k, v) in redis.hgetall("names")? {
+            let (namespace, name) = split_pair(&text(k)?)?;
+            let (actor, node) = split_pair(&text(v)?)?;
+            restored.names.push(((namespace, name), (actor, node)));
+        }
+        for (k, v) in redis.hgetall("nodes")? {
+            let info = NodeInfo::decode(v.as_slice()).map_err(|x| {
+                format!(
+                    "the record of node {} cannot be read: {x}",
+                    String::from_utf8_lossy(&k)
+                )
+            })?;
+            restored.nodes.push(info);
+        }
+        Ok(restored)
+    }
+
+    /// Runs one Redis command for a change.
+    fn redis_write(&self, what: &str, args: &[&[u8]]) -> Result<(), GcsError> {
+        let Some(redis) = &self.redis else {
+            return Ok(());
+        };
+        redis
+            .command(args)
+            .map(|_: Reply| ())
+            .map_err(|e| GcsError::State {
+                place: self.place.clone(),
+                message: format!("cannot save {what}: {e}"),
+            })
+    }
+
+    fn hash(&self, table: &str) -> Vec<u8> {
+        self.redis
+            .as_ref()
+            .map(|r| r.hash(table))
+            .unwrap_or_default()
     }
 
     fn read(&self) -> Result<Restored, String> {
@@ -174,7 +290,7 @@ impl Durable {
             return Ok(());
         };
         let failed = |e: redb::Error| GcsError::State {
-            path: path.clone(),
+            place: path.display().to_string(),
             message: format!("cannot save {what}: {e}"),
         };
         let tx = db.begin_write().map_err(|e| failed(e.into()))?;
@@ -184,6 +300,18 @@ impl Durable {
 
     /// Saves the cluster's id and token.
     pub(crate) fn save_identity(&self, cluster_id: &str, token: &str) -> Result<(), GcsError> {
+        let meta = self.hash("meta");
+        self.redis_write(
+            "the cluster's id",
+            &[
+                b"HSET",
+                &meta,
+                CLUSTER_ID.as_bytes(),
+                cluster_id.as_bytes(),
+                TOKEN.as_bytes(),
+                token.as_bytes(),
+            ],
+        )?;
         self.write("the cluster's id", |tx| {
             let mut meta = tx.open_table(META)?;
             meta.insert(CLUSTER_ID, cluster_id)?;
@@ -194,6 +322,8 @@ impl Durable {
 
     /// Saves a key's value.
     pub(crate) fn kv_put(&self, key: &str, value: &[u8]) -> Result<(), GcsError> {
+        let kv = self.hash("kv");
+        self.redis_write("a key-value entry", &[b"HSET", &kv, key.as_bytes(), value])?;
         self.write("a key-value entry", |tx| {
             tx.open_table(KV)?.insert(key, value)?;
             Ok(())
@@ -202,6 +332,8 @@ impl Durable {
 
     /// Removes a key.
     pub(crate) fn kv_delete(&self, key: &str) -> Result<(), GcsError> {
+        let kv = self.hash("kv");
+        self.redis_write("a key-value deletion", &[b"HDEL", &kv, key.as_bytes()])?;
         self.write("a key-value deletion", |tx| {
             tx.open_table(KV)?.remove(key)?;
             Ok(())
@@ -216,6 +348,13 @@ impl Durable {
         actor_id: &str,
         node_id: &str,
     ) -> Result<(), GcsError> {
+        let names = self.hash("names");
+        let field = join_pair(namespace, name);
+        let value = join_pair(actor_id, node_id);
+        self.redis_write(
+            "an actor name",
+            &[b"HSET", &names, field.as_bytes(), value.as_bytes()],
+        )?;
         self.write("an actor name", |tx| {
             tx.open_table(NAMES)?
                 .insert((namespace, name), (actor_id, node_id))?;
@@ -231,6 +370,11 @@ impl Durable {
         kept.demands.clear();
         kept.last_heartbeat_ms_ago = 0;
         let bytes = kept.encode_to_vec();
+        let nodes = self.hash("nodes");
+        self.redis_write(
+            "a node's membership",
+            &[b"HSET", &nodes, info.node_id.as_bytes(), &bytes],
+        )?;
         self.write("a node's membership", |tx| {
             tx.open_table(NODES)?
                 .insert(info.node_id.as_str(), bytes.as_slice())?;
@@ -243,6 +387,10 @@ impl Durable {
         if ids.is_empty() {
             return Ok(());
         }
+        let nodes = self.hash("nodes");
+        let mut args: Vec<&[u8]> = vec![b"HDEL", &nodes];
+        args.extend(ids.iter().map(|id| id.as_bytes()));
+        self.redis_write("a node's departure", &args)?;
         self.write("a node's departure", |tx| {
             let mut nodes = tx.open_table(NODES)?;
             for id in ids {
@@ -251,6 +399,23 @@ impl Durable {
             Ok(())
         })
     }
+}
+
+/// Two strings as one, the first's length first, so that any bytes may
+/// be in either: `"<len>:<a><b>"`.
+fn join_pair(a: &str, b: &str) -> String {
+    format!("{}:{a}{b}", a.len())
+}
+
+fn split_pair(text: &str) -> Result<(String, String), String> {
+    let bad = || format!("{text:?} is not a pair this control store wrote");
+    let (len, rest) = text.split_once(':').ok_or_else(bad)?;
+    let len: usize = len.parse().map_err(|_| bad())?;
+    if !rest.is_char_boundary(len.min(rest.len())) || len > rest.len() {
+        return Err(bad());
+    }
+    let (a, b) = rest.split_at(len);
+    Ok((a.to_string(), b.to_string()))
 }
 
 /// Makes the file readable and writable by its owner only: it holds the
@@ -320,6 +485,24 @@ mod tests {
         drop(_d);
         assert_eq!(Durable::saved_token(&path).unwrap().as_deref(), Some("tok"));
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn pairs_of_any_text_come_apart_as_they_went_in() {
+        for (a, b) in [
+            ("ns", "ctr"),
+            ("", "x"),
+            ("a:b", ":c"),
+            ("é", "ü"),
+            ("", ""),
+        ] {
+            assert_eq!(
+                split_pair(&join_pair(a, b)).unwrap(),
+                (a.to_string(), b.to_string())
+            );
+        }
+        assert!(split_pair("x").is_err());
+        assert!(split_pair("9:ab").is_err());
     }
 
     #[test]

@@ -108,10 +108,10 @@ pub enum GcsError {
         hint: &'static str,
     },
     /// The head's durable state could not be opened, read or written.
-    #[error("the head's state in {}: {message}", path.display())]
+    #[error("the head's state in {place}: {message}")]
     State {
-        /// The state file.
-        path: std::path::PathBuf,
+        /// The state file, or the Redis server and namespace.
+        place: String,
         /// What went wrong, and what to do.
         message: String,
     },
@@ -124,14 +124,16 @@ pub enum GcsError {
         /// The state file.
         path: std::path::PathBuf,
     },
-    /// The state file belongs to a cluster whose token is another one than
-    /// the token given.
+    /// The state belongs to a cluster whose token is another one than the
+    /// token given.
     #[error(
-        "the head's state in {} belongs to cluster {cluster_id}, whose token is not the one          given: start without a token to resume that cluster with its own, or give another          --state-dir to start a new cluster", path.display()
+        "the head's state in {place} belongs to cluster {cluster_id}, whose token is not the \
+         one given: start without a token to resume that cluster with its own, or give another \
+         --state-dir (or Redis namespace) to start a new cluster"
     )]
     TokenMismatch {
-        /// The state file.
-        path: std::path::PathBuf,
+        /// The state file, or the Redis server and namespace.
+        place: String,
         /// The cluster the state belongs to.
         cluster_id: String,
     },

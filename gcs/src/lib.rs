@@ -41,12 +41,15 @@ mod incoming;
 mod kv;
 pub mod pb;
 mod pem;
+mod redis;
 mod server;
 mod table;
 mod validate;
 
 pub use auth::Token;
 pub use client::{GcsClient, NameHolder};
+pub use durable::StateStore;
 pub use error::{check_address, GcsError};
 pub use kv::KvTable;
+pub use redis::RedisPlace;
 pub use server::{GcsServer, GcsSettings, GcsView, NamedActor};

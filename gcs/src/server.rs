@@ -1,7 +1,7 @@
 //! The control store's gRPC service.
 
 use crate::auth::{self, Token};
-use crate::durable::Durable;
+use crate::durable::{Durable, StateStore};
 use crate::pb::gcs_server::{Gcs, GcsServer as Service};
 use crate::pb::*;
 use crate::table::{Beat, NodeTable};
@@ -22,9 +22,9 @@ pub struct GcsSettings {
     pub heartbeat_period: Duration,
     /// A node silent this long is marked dead.
     pub node_death_timeout: Duration,
-    /// The file the durable state is kept in (see the crate docs); `None`
-    /// keeps it in memory only, to end with the process.
-    pub state: Option<std::path::PathBuf>,
+    /// Where the durable state is kept (see the crate docs); `None` keeps
+    /// it in memory only, to end with the process.
+    pub state: Option<StateStore>,
 }
 
 impl GcsSettings {
@@ -38,14 +38,14 @@ impl GcsSettings {
         }
     }
 
-    /// The token saved in the state file at `path`, if there is one: a head
+    /// The token saved in the state `store`, if there is one: a head
     /// started again on its state resumes its cluster with that token.
-    pub fn saved_token(path: &std::path::Path) -> Result<Option<Token>, GcsError> {
-        match Durable::saved_token(path)? {
+    pub fn saved_token(store: &StateStore) -> Result<Option<Token>, GcsError> {
+        match Durable::saved_token_in(store)? {
             Some(t) => Token::parse(&t).map(Some).map_err(|_| GcsError::State {
-                path: path.to_path_buf(),
-                message: "the token saved there is not a cluster token (remove the file to \
-                          start a new cluster)"
+                place: store.to_string(),
+                message: "the token saved there is not a cluster token (remove it to start a \
+                          new cluster)"
                     .into(),
             }),
             None => Ok(None),
@@ -104,13 +104,13 @@ impl GcsServer {
             source,
         })?;
         let (durable, restored) = match &settings.state {
-            Some(path) => Durable::open(path)?,
+            Some(store) => Durable::open_store(store)?,
             None => (Durable::none(), Default::default()),
         };
-        if let (Some(saved), Some(path)) = (&restored.token, durable.path()) {
+        if let (Some(saved), Some(place)) = (&restored.token, durable.place()) {
             if saved != settings.token.reveal() {
                 return Err(GcsError::TokenMismatch {
-                    path: path.to_path_buf(),
+                    place: place.to_string(),
                     cluster_id: restored.cluster_id.clone().unwrap_or_default(),
                 });
             }
@@ -133,10 +133,10 @@ impl GcsServer {
             kv.put(key, value.into(), true);
         }
         let names: std::collections::HashMap<_, _> = restored.names.into_iter().collect();
-        if let (true, Some(path)) = (resumed, durable.path()) {
+        if let (true, Some(place)) = (resumed, durable.place()) {
             tracing::info!(
                 cluster = %cluster_id,
-                state = %path.display(),
+                state = %place,
                 members,
                 keys,
                 names = names.len(),

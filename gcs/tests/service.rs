@@ -286,7 +286,7 @@ async fn start_with_state(
     let mut settings = GcsSettings::new(token.clone());
     settings.heartbeat_period = Duration::from_millis(50);
     settings.node_death_timeout = Duration::from_millis(1500);
-    settings.state = Some(state.to_path_buf());
+    settings.state = Some(prism_gcs::StateStore::File(state.to_path_buf()));
     GcsServer::start(address, settings).await
 }
 
@@ -384,4 +384,150 @@ async fn a_restarted_control_store_resumes_its_cluster_and_callers_wait_for_it()
     }
     again.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A redis-server of this test's own on a free loopback port, killed on
+/// drop; `None` (and a note) where Redis is not installed.
+struct RedisServer {
+    child: std::process::Child,
+    address: String,
+}
+
+impl RedisServer {
+    fn start(password: Option<&str>) -> Option<RedisServer> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .ok()?;
+        let mut command = std::process::Command::new("redis-server");
+        command.args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]);
+        if let Some(p) = password {
+            command.args(["--requirepass", p]);
+        }
+        let child = match command
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+        {
+            Ok(child) => child,
+            Err(e) => {
+                eprintln!("skipped: redis-server cannot run here ({e}); .ci/run installs it");
+                return None;
+            }
+        };
+        let address = format!("127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(&address).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(RedisServer { child, address })
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn a_control_store_on_redis_resumes_its_cluster_on_a_new_machine() {
+    let Some(redis) = RedisServer::start(Some("s3cret")) else {
+        return;
+    };
+    let place = |password: Option<&str>, namespace: &str| {
+        prism_gcs::StateStore::Redis(prism_gcs::RedisPlace {
+            address: redis.address.clone(),
+            password: password.map(str::to_string),
+            namespace: namespace.to_string(),
+        })
+    };
+    let token = Token::generate();
+    let start = |store: prism_gcs::StateStore, token: Token| async move {
+        let mut settings = GcsSettings::new(token);
+        settings.heartbeat_period = Duration::from_millis(50);
+        settings.node_death_timeout = Duration::from_millis(1500);
+        settings.state = Some(store);
+        GcsServer::start("127.0.0.1:0".parse().unwrap(), settings).await
+    };
+    // A wrong password is told at start.
+    let err = start(place(Some("wrong"), "c1"), token.clone())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("refused the password"), "{err}");
+
+    let gcs = start(place(Some("s3cret"), "c1"), token.clone())
+        .await
+        .expect("the control store starts on Redis");
+    let cluster = gcs.cluster_id().to_string();
+    let mut client = GcsClient::connect(&gcs.address().to_string(), &token)
+        .await
+        .unwrap();
+    client.register_node(node("n1")).await.unwrap();
+    client
+        .kv_put("bin".into(), vec![0, 255, 13, 10, 0], false)
+        .await
+        .unwrap();
+    client
+        .register_actor_name("a:b", ":ctr", "actor-1", "n1", None)
+        .await
+        .unwrap();
+    gcs.shutdown().await;
+
+    // Another head (another port, no disk of the first): the same cluster.
+    assert_eq!(
+        GcsSettings::saved_token(&place(Some("s3cret"), "c1"))
+            .unwrap()
+            .map(|t| t.reveal().to_string()),
+        Some(token.reveal().to_string()),
+        "a new head finds the cluster's token in Redis"
+    );
+    let again = start(place(Some("s3cret"), "c1"), token.clone())
+        .await
+        .expect("a second head resumes from Redis");
+    assert_eq!(again.cluster_id(), cluster);
+    let mut client = GcsClient::connect(&again.address().to_string(), &token)
+        .await
+        .unwrap();
+    assert_eq!(
+        client.kv_get("bin".into()).await.unwrap(),
+        Some(vec![0, 255, 13, 10, 0])
+    );
+    assert_eq!(
+        client.lookup_actor_name("a:b", ":ctr").await.unwrap(),
+        NameHolder::Alive {
+            actor_id: "actor-1".into(),
+            node_id: "n1".into()
+        }
+    );
+    assert!(client.heartbeat("n1", vec![], vec![]).await.unwrap().alive);
+    // Another namespace is another cluster.
+    let other = start(place(Some("s3cret"), "c2"), token.clone())
+        .await
+        .expect("a second namespace");
+    assert_ne!(other.cluster_id(), cluster);
+    other.shutdown().await;
+
+    // Redis gone: a change fails, saying where, and nothing changed.
+    drop(redis);
+    let err = client
+        .kv_put("k".into(), b"v".to_vec(), false)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("Redis at 127.0.0.1:"), "{err}");
+    assert_eq!(client.kv_get("k".into()).await.unwrap(), None);
+    again.shutdown().await;
 }

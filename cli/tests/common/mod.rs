@@ -205,6 +205,17 @@ impl Drop for Machines {
     }
 }
 
+/// Starts the head on host 0 with FAST_DEATH and `extra` flags, its
+/// temp folder made first (a machine whose disk was wiped), and returns
+/// its address.
+pub fn run_bounded_until_started(m: &Machines, extra: &[&str]) -> String {
+    must(
+        std::fs::create_dir_all(&m.temps[0]),
+        "the head's temp folder",
+    );
+    m.start_head_with(FAST_DEATH, extra)
+}
+
 pub fn run_bounded(mut command: Command, env: &[(&str, &str)], limit: Duration) -> Output {
     command
         .env_remove("PRISM_ADDRESS")
