@@ -199,6 +199,10 @@ async fn launch(plan: &Plan) -> Result<(tokio::process::Child, Ready), String> {
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::inherit())
+        // A group of its own: a Ctrl-C at the head's terminal stops the
+        // head node, which then stops it (it would be started again
+        // otherwise); it stops by itself if the head node is killed.
+        .process_group(0)
         .kill_on_drop(true);
     match &plan.state {
         StateStore::File(file) => {

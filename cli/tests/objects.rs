@@ -67,6 +67,13 @@ fn checksum(data: Vec<u8>) -> (u64, u64) {
     (sum, pulled)
 }
 
+/// `bytes` bytes of `fill`, after `ms` milliseconds.
+#[prism::remote]
+fn slow_fill(ms: u64, bytes: usize) -> Vec<u8> {
+    std::thread::sleep(Duration::from_millis(ms));
+    fill(bytes)
+}
+
 /// How many objects this node's store holds.
 #[prism::remote]
 fn objects_here() -> u64 {
@@ -133,6 +140,51 @@ fn pull() {
         last = counts();
     }
     println!("FREED everywhere: {last:?}");
+    // An actor on B owns a result stored on C and a copy of it pulled to
+    // B: both go when the actor exits, though both nodes live on.
+    let count_on = |node: &prism::NodeInfo| -> u64 {
+        must(
+            prism::get(&must(objects_here::remote_with(on(node)), "s")),
+            "counted",
+        )
+    };
+    let until = |what: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !what() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        what()
+    };
+    let (b0, c0) = (count_on(b), count_on(c));
+    let keeper = must(Keeper::remote_with(actor_on(b)), "created");
+    let read = must(
+        prism::get(&must(keeper.keep_and_read_on(c.node_id.clone()), "called")),
+        "the keeper keeps and reads its result",
+    );
+    println!(
+        "OWNED result on C, copy on B: {}",
+        read == 1 << 20 && count_on(b) == b0 + 1 && count_on(c) == c0 + 1
+    );
+    must(prism::kill(&keeper), "the keeper is killed");
+    println!(
+        "FREED when its owner exited: {}",
+        until(&|| count_on(b) == b0 && count_on(c) == c0)
+    );
+    // A result sealed after its owner exited is freed at once.
+    let keeper = must(Keeper::remote_with(actor_on(b)), "created");
+    must(
+        prism::get(&must(
+            keeper.start_slow_on(c.node_id.clone(), 1500),
+            "called",
+        )),
+        "the keeper starts its slow task",
+    );
+    must(prism::kill(&keeper), "the keeper is killed");
+    std::thread::sleep(Duration::from_millis(2500));
+    println!(
+        "FREED when sealed after its owner exited: {}",
+        until(&|| count_on(c) == c0)
+    );
     // An object whose node dies, and whose task may not run again
     // (max_retries 0), is lost, and the error names the node.
     let doomed = must(fill::remote_with(on(b).max_retries(0), SIZE), "submitted");
@@ -224,6 +276,15 @@ fn objects_are_pulled_between_nodes_once_and_freed_with_their_object() {
         "{said}"
     );
     assert!(said.contains("FREED everywhere: [0, 0, 0]"), "{said}");
+    assert!(
+        said.contains("OWNED result on C, copy on B: true"),
+        "{said}"
+    );
+    assert!(said.contains("FREED when its owner exited: true"), "{said}");
+    assert!(
+        said.contains("FREED when sealed after its owner exited: true"),
+        "{said}"
+    );
     assert!(said.contains("LOST naming its node: true"), "{said}");
 }
 
@@ -251,6 +312,29 @@ impl Keeper {
         );
         let r = fill::remote_with(there, 1 << 20).map_err(|e| e.to_string())?;
         prism::wait(std::slice::from_ref(&r), 1, None).map_err(|e| e.to_string())?;
+        self.kept.push(r);
+        Ok(())
+    }
+
+    /// As `keep_result_on`, then reads the result here: a copy is pulled
+    /// into this node's store.
+    fn keep_and_read_on(&mut self, node_id: String) -> Result<usize, String> {
+        self.keep_result_on(node_id)?;
+        let last = self.kept.last().ok_or("nothing kept")?;
+        prism::get(last).map(|d| d.len()).map_err(|e| e.to_string())
+    }
+
+    /// Starts a task on node `node_id` that stores 1 MiB there after
+    /// `ms` milliseconds, and keeps its result without waiting.
+    fn start_slow_on(&mut self, node_id: String, ms: u64) -> Result<(), String> {
+        let node_id = prism::NodeId::parse(&node_id).ok_or("bad node id")?;
+        let there = prism::TaskOptions::new().scheduling_strategy(
+            prism::SchedulingStrategy::NodeAffinity {
+                node_id,
+                soft: false,
+            },
+        );
+        let r = slow_fill::remote_with(there, ms, 1 << 20).map_err(|e| e.to_string())?;
         self.kept.push(r);
         Ok(())
     }

@@ -294,6 +294,12 @@ impl ObjectTable {
         }
     }
 
+    /// The owner recorded for `id` (a task's result, or a copy pulled
+    /// from another node), if any.
+    pub fn owner_of(&self, id: ObjectId) -> Option<&str> {
+        self.objects.get(&id).and_then(|e| e.owner.as_deref())
+    }
+
     /// The owners for which `gone` is true exited (or their node died):
     /// the sealed objects they owned are freed, since no one can reach
     /// them through their owner any more (readers get `OwnerDied`).

@@ -262,6 +262,9 @@ services! {
             node: String,
             /// Its size in bytes.
             size: u64,
+            /// Its owner: the copy is freed when the owner exits, as the
+            /// object is.
+            owner: Address,
         } => ();
         /// Store usage.
         GetStoreStats {} => StoreStats;
@@ -396,6 +399,13 @@ services! {
             /// The prefix.
             prefix: String,
         } => Vec<String>;
+        /// From another node's raylet: a process of that node that owned
+        /// objects exited, so what it owned here (task results stored
+        /// here, copies pulled here) is freed, now or when it is sealed.
+        OwnerExited {
+            /// The process's address.
+            address: Address,
+        } => ();
     }
 
     /// Requests to a worker's executor: tasks and actor calls (straight from

@@ -117,11 +117,15 @@ impl Handler for ClientHandler {
             R::GetObject(r) => return self.handle_get_object(r.id, reply),
             R::SealObject(r) => answer(match crate::faults::injected("object_seal") {
                 Some(e) => Err(e),
-                None => self.node.store.lock().seal(r.id, self.creator()),
+                None => self.node.store.seal(r.id, self.creator()),
             }),
             R::ReleaseObject(r) => answer(self.handle_release_object(r.id)),
             R::DeleteObjects(r) => answer(self.handle_delete_objects(r.ids, r.node)),
-            R::PullObject(r) => return self.node.pull_object(r.id, r.node, r.size, reply),
+            R::PullObject(r) => return self.node.pull_object(r.id, r.node, r.size, r.owner, reply),
+            R::OwnerExited(r) => answer({
+                self.node.store.owner_exited(&r.address);
+                Ok(())
+            }),
             R::GetStoreStats(_) => answer(Ok(self.node.store.stats(self.node.transfers.bytes()))),
             R::CreateActor(r) => return self.handle_create_actor(r.spec, conn, reply),
             R::GetNamedActor(r) => return self.handle_get_named_actor(r, reply),
@@ -198,6 +202,11 @@ impl Handler for ClientHandler {
         self.node
             .store
             .client_gone(self.creator(), address.as_deref(), pins);
+        // What it owned on other nodes goes too: tell them.
+        if let (Some(address), Some(m)) = (address, self.node.membership.get()) {
+            let telling = m.ask_all(prism_protocol::messages::OwnerExited { address });
+            tokio::spawn(telling);
+        }
         let holder = self.conn_id;
         self.node.control(|c| {
             c.lease_holders.remove(&holder);

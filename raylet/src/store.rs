@@ -24,6 +24,9 @@ pub(crate) struct StoreSide {
     pub(crate) segment: Segment,
     /// The objects, under the store's own lock.
     table: Mutex<ObjectTable>,
+    /// Owners known to have exited, the latest [`GONE_OWNERS_KEPT`]: a
+    /// result of theirs sealed after they left is freed at once.
+    gone_owners: Mutex<GoneOwners>,
     /// How objects are spilled, and their spill files.
     pub(crate) spill_config: SpillConfig,
     /// Notified whenever a spill or a restore ends, or a client is gone.
@@ -42,6 +45,7 @@ impl StoreSide {
         StoreSide {
             segment,
             table: Mutex::new(ObjectTable::new(capacity)),
+            gone_owners: Mutex::new(GoneOwners::default()),
             spill_config,
             changed: tokio::sync::Notify::new(),
             background_spill: AtomicBool::new(false),
@@ -65,6 +69,37 @@ impl StoreSide {
         self.changed.notify_waiters();
     }
 
+    /// A process that owned objects exited (here or on another node):
+    /// frees what it owned here, and what of its is sealed later.
+    pub(crate) fn owner_exited(&self, address: &str) {
+        self.gone_owners.lock().add(address);
+        self.owner_gone(|owner| owner == address);
+    }
+
+    /// Seals an object its creator finished writing; one whose owner has
+    /// exited meanwhile is freed at once (no one can reach it any more).
+    pub(crate) fn seal(&self, id: ObjectId, creator: Creator) -> Result<(), Error> {
+        let orphan = {
+            let mut store = self.table.lock();
+            store.seal(id, creator)?;
+            let gone = self.gone_owners.lock();
+            match store.owner_of(id) {
+                Some(owner) if gone.contains(owner) => {
+                    tracing::debug!(object = %id, %owner, "sealed after its owner exited; freed");
+                    Some(store.delete(id))
+                }
+                _ => None,
+            }
+        };
+        if let Some(file) = orphan.flatten() {
+            self.spill_config.remove(file);
+        }
+        if orphan.is_some() {
+            self.changed.notify_waiters();
+        }
+        Ok(())
+    }
+
     /// A client's connection closed: frees what it left unsealed (as
     /// `creator`) and, for a driver's or worker's process at `address`,
     /// what it owned, and releases the `pins` it held.
@@ -84,6 +119,7 @@ impl StoreSide {
             // (A lessee's connection is not its process: those go with its
             // node.)
             if let Some(address) = address {
+                self.gone_owners.lock().add(address);
                 orphaned.extend(store.owners_gone(|owner| owner == address));
             }
             for (id, n) in pins {
@@ -97,6 +133,33 @@ impl StoreSide {
         }
         // Creates waiting for this process's copies can go on.
         self.changed.notify_waiters();
+    }
+}
+
+/// Owners remembered as exited.
+const GONE_OWNERS_KEPT: usize = 4096;
+
+/// The latest owners that exited, oldest forgotten first.
+#[derive(Debug, Default)]
+struct GoneOwners {
+    set: std::collections::HashSet<String>,
+    order: std::collections::VecDeque<String>,
+}
+
+impl GoneOwners {
+    fn add(&mut self, address: &str) {
+        if self.set.insert(address.to_string()) {
+            self.order.push_back(address.to_string());
+        }
+        while self.order.len() > GONE_OWNERS_KEPT {
+            if let Some(old) = self.order.pop_front() {
+                self.set.remove(&old);
+            }
+        }
+    }
+
+    fn contains(&self, address: &str) -> bool {
+        !self.set.is_empty() && self.set.contains(address)
     }
 }
 

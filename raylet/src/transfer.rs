@@ -20,7 +20,7 @@ use crate::reply::ReplyTo;
 use prism_object_store::{Creator, Placement};
 use prism_protocol::error::Error;
 use prism_protocol::ids::ObjectId;
-use prism_protocol::messages::{DeleteObjects, Response};
+use prism_protocol::messages::{DeleteObjects, Ownership, Response};
 use prism_protocol::rpc::{self, Endpoint};
 use prism_protocol::tls::Stream;
 use prism_protocol::transfer::{self, ChunkRequest};
@@ -45,12 +45,14 @@ const PULL_ATTEMPTS: u32 = 3;
 
 impl Node {
     /// Copies object `id` (`size` bytes) from node `holder`'s store into
-    /// this one and answers `reply` once it is sealed here.
+    /// this one and answers `reply` once it is sealed here. The copy is
+    /// freed when `owner` exits, as the object is.
     pub(crate) fn pull_object(
         self: &Arc<Self>,
         id: ObjectId,
         holder: String,
         size: u64,
+        owner: String,
         reply: ReplyTo,
     ) {
         if holder == self.node_id.to_string() || self.store.lock().has(id) {
@@ -66,7 +68,7 @@ impl Node {
         }
         let node = self.clone();
         tokio::spawn(async move {
-            let pulled = node.pull(id, &holder, size).await;
+            let pulled = node.pull(id, &holder, size, owner).await;
             if let Err(e) = &pulled {
                 tracing::warn!(object = %id, %holder, error = %e, "could not pull an object");
             }
@@ -77,7 +79,13 @@ impl Node {
         });
     }
 
-    async fn pull(self: &Arc<Self>, id: ObjectId, holder: &str, size: u64) -> Result<(), Error> {
+    async fn pull(
+        self: &Arc<Self>,
+        id: ObjectId,
+        holder: &str,
+        size: u64,
+        owner: String,
+    ) -> Result<(), Error> {
         let lost = |cause: String| Error::ObjectLost {
             object_id: id,
             cause,
@@ -100,7 +108,7 @@ impl Node {
         let mut address = address_of_holder()?;
         let at = self
             .store
-            .create_object(id, size, Creator::NODE, None)
+            .create_object(id, size, Creator::NODE, Some(&Ownership::Caller(owner)))
             .await?;
         let mut attempt = 1;
         let copied = loop {
@@ -120,7 +128,7 @@ impl Node {
         };
         match copied {
             Ok(()) => {
-                self.store.lock().seal(id, Creator::NODE)?;
+                self.store.seal(id, Creator::NODE)?;
                 self.transfers
                     .pulled_bytes
                     .fetch_add(size, Ordering::Relaxed);

@@ -368,7 +368,7 @@ impl Objects {
                 ObjectValue::InStore { node, .. } => node.clone(),
                 ObjectValue::Inline(_) => None,
             };
-            match (self.load(info.id, value).await, holder) {
+            match (self.load(info.id, &info.owner, value).await, holder) {
                 (Err(e @ Error::ObjectLost { .. }), Some(node)) => lost = Some((node, e)),
                 (other, _) => return other,
             }
@@ -529,14 +529,19 @@ impl Objects {
 
     /// The bytes of a ready value: carried inline, in this node's store, or
     /// pulled from the node whose store holds it into this one first.
-    pub(crate) async fn load(&self, id: ObjectId, value: ObjectValue) -> Result<Loaded> {
+    pub(crate) async fn load(
+        &self,
+        id: ObjectId,
+        owner: &str,
+        value: ObjectValue,
+    ) -> Result<Loaded> {
         match value {
             ObjectValue::Inline(bytes) => Ok(Loaded::Inline(bytes)),
             ObjectValue::InStore {
                 node: Some(holder),
                 size,
             } if !self.store.holds(Some(&holder)) => {
-                self.store.pull(id, holder, size).await?;
+                self.store.pull(id, holder, size, owner).await?;
                 self.store.load(id).await
             }
             ObjectValue::InStore { .. } => self.store.load(id).await,

@@ -90,12 +90,19 @@ impl StoreClient {
     }
 
     /// Copies object `id` from the store of node `holder` into this one.
-    pub(crate) async fn pull(&self, id: ObjectId, holder: String, size: u64) -> Result<()> {
+    pub(crate) async fn pull(
+        &self,
+        id: ObjectId,
+        holder: String,
+        size: u64,
+        owner: &str,
+    ) -> Result<()> {
         self.raylet
             .request(PullObject {
                 id,
                 node: holder,
                 size,
+                owner: owner.to_string(),
             })
             .await
     }
