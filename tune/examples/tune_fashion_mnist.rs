@@ -24,11 +24,12 @@ mod fmnist;
 use common::BoxError;
 use fmnist::{load, OnDevice, PIXELS};
 use prism_train::data::DistributedSampler;
+use prism_train::torch::{Adam, AdamConfig};
 use prism_tune::{choice, grid, loguniform, Asha, Mode, SearchSpace, TuneConfig, Tuner};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Instant;
-use tch::nn::{self, Module, OptimizerConfig};
+use tch::nn::{self, Module};
 use tch::{Device, Kind, Tensor};
 
 #[derive(Serialize, Deserialize)]
@@ -66,8 +67,8 @@ fn trial(p: Params) -> Result<(), BoxError> {
         ))
         .add_fn(|x| x.relu())
         .add(nn::linear(&root / "fc2", p.hidden, 10, Default::default()));
-    let mut opt = nn::Adam::default().build(&vs, p.lr)?;
-    let start = common::resume(&mut vs)?;
+    let mut opt = Adam::new(&vs, p.lr, AdamConfig::default());
+    let start = common::resume(&mut vs, &mut opt)?;
     let mut sampler = DistributedSampler::new(images.train.len(), 0, 1)?.seed(p.seed);
     let staging = std::env::temp_dir().join(format!("tune-fmnist-{}", std::process::id()));
     for epoch in start..p.epochs {
@@ -90,7 +91,7 @@ fn trial(p: Params) -> Result<(), BoxError> {
                 correct += predicted.eq_tensor(&y).sum(Kind::Int64).int64_value(&[]);
             }
         });
-        let checkpoint = common::checkpoint(&vs, epoch, &staging)?;
+        let checkpoint = common::checkpoint(&vs, &opt, epoch, &staging)?;
         prism_train::report(
             serde_json::json!({
                 "epoch": epoch,

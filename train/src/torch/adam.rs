@@ -175,6 +175,14 @@ impl Adam {
         });
     }
 
+    /// Clears the gradients, runs `loss.backward()`, and steps (tch's
+    /// `Optimizer::backward_step`).
+    pub fn backward_step(&mut self, loss: &Tensor) {
+        self.zero_grad();
+        loss.backward();
+        self.step();
+    }
+
     /// Writes the running averages and the step count to
     /// [`OPTIMIZER_FILE`] in `folder` (which must exist).
     pub fn save(&self, folder: &Path) -> Result<(), TorchError> {
