@@ -222,6 +222,20 @@ impl<R> ActorTable<R> {
         Lost::Restart(Box::new(entry.spec.clone()))
     }
 
+    /// `job` ended: its live actors other than `keep` (its detached ones)
+    /// die, when their processes are stopped, saying so.
+    pub(crate) fn job_ending(&mut self, job: JobId, keep: &HashSet<ActorId>) {
+        for (id, entry) in self.actors.iter_mut() {
+            if entry.spec.job == job
+                && !keep.contains(id)
+                && !matches!(entry.info.state, ActorState::Dead(_))
+            {
+                entry.death_reason =
+                    Some("its job ended: the driver that started the job exited".into());
+            }
+        }
+    }
+
     /// The reason the actor dies with if its process exits with no restart
     /// left (a kill that allows a restart).
     pub(crate) fn set_death_reason(&mut self, actor: ActorId, reason: String) {

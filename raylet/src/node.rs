@@ -496,6 +496,7 @@ impl Node {
         }
         let kept = self.control(|c| {
             let keep = c.actors.detached_of(job_id);
+            c.actors.job_ending(job_id, &keep);
             if keep.is_empty() {
                 c.jobs.remove(&job_id);
             } else if let Some(job) = c.jobs.get_mut(&job_id) {

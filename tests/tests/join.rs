@@ -207,6 +207,12 @@ fn a_detached_actor_outlives_its_driver_and_another_driver_finds_it() {
         Duration::from_secs(20),
         || prism::get_actor_in::<Tally>("gone", "detached-test").err(),
     );
-    assert!(matches!(err, Error::ActorNotFound { .. }), "{err}");
+    // Its name says that it died, and why.
+    match &err {
+        Error::NamedActorDied { death, .. } => {
+            assert!(death.cause.contains("its job ended"), "{err}")
+        }
+        other => panic!("the name must say its actor died: {other}"),
+    }
     prism::kill(&kept).unwrap();
 }
