@@ -62,8 +62,13 @@ impl TlsArgs {
 /// Where this machine's node records, token and sessions are kept.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct TempDir {
-    /// The folder for sessions, logs, node records and the token.
-    #[arg(long, env = "PRISM_TEMP_DIR", default_value = "/tmp/prism")]
+    /// The folder for sessions, logs, node records and the token
+    /// (default: /tmp/prism for root, /tmp/prism-<uid> for other users).
+    #[arg(
+        long,
+        env = "PRISM_TEMP_DIR",
+        default_value_os_t = prism_protocol::guard::default_temp_dir()
+    )]
     pub(crate) temp_dir: PathBuf,
 }
 

@@ -1,7 +1,7 @@
 //! The defects a probe of a running cluster found, each through real
 //! processes: tokens on command lines, output into a closed pipe, folders
-//! and node records planted by someone else, and a flood of wrong tokens
-//! filling the head's log.
+//! and node records planted by someone else, a temp folder shared by
+//! users, and a flood of wrong tokens filling the head's log.
 
 mod common;
 
@@ -103,6 +103,57 @@ fn output_into_a_closed_pipe_ends_quietly() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(out.status.success(), "{:?}: {stderr}", out.status);
     let _ = std::fs::remove_dir_all(&temp);
+}
+
+#[test]
+fn another_user_gets_a_temp_folder_of_their_own_by_default() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: running as another user needs root");
+        return;
+    }
+    // The binary where that user may run it.
+    let dir = scratch("otheruser");
+    std::fs::create_dir_all(&dir).expect("a folder");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let exe = dir.join("prism");
+    std::fs::copy(PRISM, &exe).expect("copy the binary");
+    let as_nobody = |args: &[&str]| {
+        let out = Command::new(&exe)
+            .args(args)
+            .env_remove("PRISM_TEMP_DIR")
+            .env_remove("PRISM_AUTH_TOKEN")
+            .env_remove("PRISM_ADDRESS")
+            .current_dir("/")
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .expect("run prism as nobody");
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    let said = as_nobody(&["stop"]);
+    assert!(
+        said.contains("none recorded in /tmp/prism-65534/nodes"),
+        "{said}"
+    );
+    let said = as_nobody(&["status"]);
+    assert!(
+        said.contains("none recorded in /tmp/prism-65534/nodes"),
+        "{said}"
+    );
+    // Root's stays /tmp/prism.
+    assert_eq!(
+        prism_protocol::guard::default_temp_dir(),
+        std::path::PathBuf::from("/tmp/prism")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all("/tmp/prism-65534");
 }
 
 #[test]

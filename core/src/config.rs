@@ -39,8 +39,10 @@ prism_config::table! {
     max_direct_call_object_size_bytes: u64 = 100 * 1024;
     /// Namespace for named actors.
     namespace: String = "default".to_string();
-    /// Where session directories are made (logs, sockets).
-    temp_dir: PathBuf = PathBuf::from("/tmp/prism");
+    /// Where session directories are made (logs, sockets): `/tmp/prism`
+    /// for root, `/tmp/prism-<uid>` for any other user, so that users of
+    /// one machine never share one.
+    temp_dir: PathBuf = prism_protocol::guard::default_temp_dir();
     /// Session folders of ended sessions kept in `temp_dir` (their logs);
     /// older ones are removed when a new session starts. 10: the last few
     /// runs to read back, a few MB of logs, not the program copies and

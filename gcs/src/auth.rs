@@ -122,7 +122,8 @@ pub(crate) fn check(
                 Err(tonic::Status::unauthenticated(format!(
                     "{what} cluster token was given; pass the token that `prism start --head` \
                      printed, with --token-file or PRISM_AUTH_TOKEN (on the head it is in the file \
-                     `token` of its temp dir, /tmp/prism/token by default)"
+                     `token` of its temp dir: /tmp/prism/token by default for root, \
+                     /tmp/prism-<uid>/token for another user)"
                 )))
             }
         }

@@ -536,6 +536,23 @@ pub fn raise_open_file_limit() -> std::io::Result<(u64, u64)> {
     Ok((before, limit.rlim_cur))
 }
 
+/// The temp folder this user's nodes, drivers and `prism` commands use
+/// unless told otherwise: `/tmp/prism` for root, `/tmp/prism-<uid>` for
+/// any other user, so that two users of one machine never share one (and
+/// neither can plant node records in the other's).
+///
+/// ```
+/// let dir = prism_protocol::guard::default_temp_dir();
+/// assert!(dir.starts_with("/tmp") && dir.to_string_lossy().contains("prism"));
+/// ```
+pub fn default_temp_dir() -> std::path::PathBuf {
+    // SAFETY: geteuid has no preconditions.
+    match unsafe { libc::geteuid() } {
+        0 => "/tmp/prism".into(),
+        uid => format!("/tmp/prism-{uid}").into(),
+    }
+}
+
 /// Makes `dir` (and its missing parents) readable and writable by this
 /// user alone, or checks that an existing one is this user's own: a folder
 /// of another user, or one other users may write to, is refused, since
