@@ -366,6 +366,10 @@ async fn serve(args: StartArgs, config: prism::Config) -> Result<ExitCode, Strin
         socket: raylet.socket_path().to_path_buf(),
         tls,
         dashboard,
+        scratch_state: gcs
+            .as_ref()
+            .filter(|_| args.state_dir.is_none() && args.redis.redis_address.is_none())
+            .map(|(_, dir)| dir.clone()),
     };
     record.write(&temp).map_err(|e| e.to_string())?;
     tracing::info!(node = %record.node_id, head = %head, "node up");

@@ -69,6 +69,7 @@ pub(crate) fn run(args: StopArgs) -> Result<ExitCode, String> {
                 continue;
             }
             r.remove(temp);
+            forget_scratch_state(r, temp);
             stopped += 1;
             let role = if r.is_head { "head node" } else { "node" };
             say!(
@@ -84,6 +85,31 @@ pub(crate) fn run(args: StopArgs) -> Result<ExitCode, String> {
     }
     say!("Stopped {stopped} Prism node process(es) on this machine.");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Removes a stopped head's default state folder: its cluster ended, even
+/// when the head had to be killed (a head that stops by itself removes it
+/// too). Only a `head-*` folder in this temp folder is touched.
+fn forget_scratch_state(record: &NodeRecord, temp: &std::path::Path) {
+    let Some(dir) = &record.scratch_state else {
+        return;
+    };
+    let ours = dir.parent() == Some(temp)
+        && dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("head-"));
+    if !ours {
+        return;
+    }
+    if let Err(e) = std::fs::remove_dir_all(dir) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            eprintln!(
+                "prism: could not remove the head's state in {}: {e}",
+                dir.display()
+            );
+        }
+    }
 }
 
 /// Waits up to `limit` for the processes to end; returns those still

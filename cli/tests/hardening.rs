@@ -178,6 +178,7 @@ fn a_planted_node_record_does_not_make_stop_signal_another_process() {
         socket: temp.join("raylet.sock"),
         tls: None,
         dashboard: None,
+        scratch_state: None,
     };
     record.write(&temp).expect("plant the record");
     let out = Command::new(PRISM)
@@ -247,4 +248,32 @@ fn a_flood_of_wrong_tokens_leaves_a_few_log_lines_and_a_healthy_head() {
         m.status(0).contains("Nodes: 1 alive"),
         "the head is healthy"
     );
+}
+
+#[test]
+fn a_head_stopped_even_by_force_leaves_no_state_behind() {
+    let Some(m) = Machines::new("forcestop", 1) else {
+        return;
+    };
+    let state = m.temps[0].join("head-6380");
+    for force in [false, true] {
+        m.start_head(&[]);
+        assert!(
+            state.join("state.redb").exists(),
+            "the head keeps its state in {}",
+            state.display()
+        );
+        let args: &[&str] = if force {
+            &["stop", "--force"]
+        } else {
+            &["stop"]
+        };
+        let out = m.prism(0, args, &[]);
+        assert!(out.status.success(), "{}", text(&out));
+        assert!(
+            !state.exists(),
+            "a stopped head's cluster ended (force: {force}): {}",
+            text(&out)
+        );
+    }
 }

@@ -35,6 +35,11 @@ pub struct NodeRecord {
     /// Where the head's dashboard listens, `ip:port`, if it has one.
     #[serde(default)]
     pub dashboard: Option<String>,
+    /// A head's control-store state folder that ends with its cluster (the
+    /// default one in the temp folder, not one the user named): `prism
+    /// stop` removes it once the head is gone, even when it had to kill it.
+    #[serde(default)]
+    pub scratch_state: Option<PathBuf>,
 }
 
 impl NodeRecord {
@@ -137,6 +142,7 @@ mod tests {
             socket: temp.join("s/sockets/raylet.sock"),
             tls: None,
             dashboard: None,
+            scratch_state: None,
         };
         me.write(&temp).unwrap();
         // The same pid with another start time: a reused pid, not the node.
