@@ -115,16 +115,8 @@ pub(crate) struct StartArgs {
     pub(crate) tls: TlsArgs,
     #[command(flatten)]
     pub(crate) temp: TempDir,
-    /// The head's dashboard port (default 8265; when that default is taken
-    /// the head starts without a dashboard and says so).
-    #[arg(long)]
-    pub(crate) dashboard_port: Option<u16>,
-    /// The address the dashboard listens on (0.0.0.0 for every interface).
-    #[arg(long, default_value = "127.0.0.1")]
-    pub(crate) dashboard_host: std::net::IpAddr,
-    /// Whether the head serves a dashboard.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    pub(crate) include_dashboard: bool,
+    #[command(flatten)]
+    pub(crate) dashboard: DashboardArgs,
     /// Keep the node in the foreground until it is stopped.
     #[arg(long)]
     pub(crate) block: bool,
@@ -138,6 +130,21 @@ pub(crate) struct StartArgs {
     pub(crate) state_dir: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) redis: RedisArgs,
+}
+
+/// The head's dashboard.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct DashboardArgs {
+    /// The head's dashboard port (default 8265; when that default is taken
+    /// the head starts without a dashboard and says so).
+    #[arg(long)]
+    pub(crate) dashboard_port: Option<u16>,
+    /// The address the dashboard listens on (0.0.0.0 for every interface).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub(crate) dashboard_host: std::net::IpAddr,
+    /// Whether the head serves a dashboard.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub(crate) include_dashboard: bool,
 }
 
 /// An external store for the head's state (Ray's GCS fault tolerance with
@@ -183,15 +190,8 @@ pub(crate) struct ControlStoreArgs {
     pub(crate) state: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) redis: RedisArgs,
-    /// The dashboard's port.
-    #[arg(long)]
-    pub(crate) dashboard_port: Option<u16>,
-    /// The address the dashboard listens on.
-    #[arg(long, default_value = "127.0.0.1")]
-    pub(crate) dashboard_host: std::net::IpAddr,
-    /// Whether it serves a dashboard.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    pub(crate) include_dashboard: bool,
+    #[command(flatten)]
+    pub(crate) dashboard: DashboardArgs,
     /// Serve no dashboard, rather than fail, when its port is taken.
     #[arg(long)]
     pub(crate) dashboard_optional: bool,

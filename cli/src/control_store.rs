@@ -80,9 +80,9 @@ async fn serve(args: ControlStoreArgs) -> Result<ExitCode, String> {
     let gcs = GcsServer::start(bind, settings)
         .await
         .map_err(|e| e.to_string())?;
-    let dashboard = match args.dashboard_port {
-        Some(port) if args.include_dashboard => {
-            let at = SocketAddr::new(args.dashboard_host, port);
+    let dashboard = match args.dashboard.dashboard_port {
+        Some(port) if args.dashboard.include_dashboard => {
+            let at = SocketAddr::new(args.dashboard.dashboard_host, port);
             match crate::dashboard::start(at, gcs.view(), token.clone()).await {
                 Ok(running) => Some(running),
                 Err(e) if args.dashboard_optional && e.kind() == std::io::ErrorKind::AddrInUse => {

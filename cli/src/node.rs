@@ -134,7 +134,7 @@ fn start_in_background(args: &StartArgs) -> Result<ExitCode, String> {
             .into_iter()
             .find(|r| r.pid == child.id())
         {
-            print_started(&record, temp, &log_path, args.include_dashboard);
+            print_started(&record, temp, &log_path, args.dashboard.include_dashboard);
             return Ok(ExitCode::SUCCESS);
         }
         if let Ok(Some(status)) = child.try_wait() {
@@ -295,11 +295,12 @@ async fn serve(args: StartArgs, config: prism::Config) -> Result<ExitCode, Strin
             Some(ip) => ip.clone(),
             None => route_ip(None),
         };
-        let dashboard = args.include_dashboard.then(|| {
+        let asked = &args.dashboard;
+        let dashboard = asked.include_dashboard.then(|| {
             (
-                args.dashboard_port.unwrap_or(DASHBOARD_PORT),
-                args.dashboard_host,
-                args.dashboard_port.is_none(),
+                asked.dashboard_port.unwrap_or(DASHBOARD_PORT),
+                asked.dashboard_host,
+                asked.dashboard_port.is_none(),
             )
         });
         let store = ControlStore::start(Plan {

@@ -49,11 +49,7 @@ impl NodeTable {
     /// Adds a node. An id seen before (alive or dead) is refused: a node
     /// that comes back is a new node with a new id. Returns the nodes it
     /// marked dead: a new head replaces a restored head that never spoke.
-    pub(crate) fn register(
-        &mut self,
-        mut info: NodeInfo,
-        now: Instant,
-    ) -> Result<Vec<String>, String> {
+    pub(crate) fn register(&mut self, info: NodeInfo, now: Instant) -> Result<Vec<String>, String> {
         if info.node_id.is_empty() {
             return Err("the node has no id".into());
         }
@@ -83,28 +79,19 @@ impl NodeTable {
             }
             replaced = stale;
         }
-        info.state = NodeState::Alive as i32;
-        info.death_cause.clear();
-        if info.available.is_empty() {
-            info.available = info.total.clone();
-        }
-        self.next_seq += 1;
-        self.nodes.insert(
-            info.node_id.clone(),
-            Entry {
-                info,
-                last_heartbeat: now,
-                seq: self.next_seq,
-                confirmed: true,
-            },
-        );
+        self.insert(info, now, true);
         Ok(replaced)
     }
 
     /// Takes back a member read from the durable state: alive as of `now`,
     /// so that it is marked dead only if no heartbeat comes within the
     /// death timeout.
-    pub(crate) fn restore(&mut self, mut info: NodeInfo, now: Instant) {
+    pub(crate) fn restore(&mut self, info: NodeInfo, now: Instant) {
+        self.insert(info, now, false);
+    }
+
+    /// Adds a live member, all free unless it says otherwise.
+    fn insert(&mut self, mut info: NodeInfo, now: Instant, confirmed: bool) {
         info.state = NodeState::Alive as i32;
         info.death_cause.clear();
         if info.available.is_empty() {
@@ -117,7 +104,7 @@ impl NodeTable {
                 info,
                 last_heartbeat: now,
                 seq: self.next_seq,
-                confirmed: false,
+                confirmed,
             },
         );
     }
