@@ -195,6 +195,12 @@ pub(crate) struct ControlStoreArgs {
     /// Serve no dashboard, rather than fail, when its port is taken.
     #[arg(long)]
     pub(crate) dashboard_optional: bool,
+    /// Where the job table, the jobs' logs and their packages are kept.
+    #[arg(long)]
+    pub(crate) jobs_dir: PathBuf,
+    /// The address of the head node (what a job's driver joins), HOST:PORT.
+    #[arg(long)]
+    pub(crate) node_ip: String,
     #[command(flatten)]
     pub(crate) tls: TlsArgs,
     #[command(flatten)]
@@ -229,4 +235,97 @@ pub(crate) struct StopArgs {
     pub(crate) grace_period: u64,
     #[command(flatten)]
     pub(crate) temp: TempDir,
+}
+
+/// Where `prism job` finds the head.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct JobTarget {
+    /// The head's dashboard, http://HOST:PORT (default: PRISM_ADDRESS when
+    /// it is an http:// address, else the head running on this machine).
+    /// The token comes from PRISM_AUTH_TOKEN, or the one saved here.
+    #[arg(long, global = true)]
+    pub(crate) address: Option<String>,
+    #[command(flatten)]
+    pub(crate) temp: TempDir,
+}
+
+/// `prism job`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct JobArgs {
+    #[command(flatten)]
+    pub(crate) target: JobTarget,
+    #[command(subcommand)]
+    pub(crate) command: JobCommand,
+}
+
+/// The `prism job` subcommands (Ray's `ray job`).
+#[derive(clap::Subcommand, Debug, Clone)]
+pub(crate) enum JobCommand {
+    /// Submit a job, follow its log until it ends, and exit 0 only if it
+    /// succeeded.
+    Submit(SubmitArgs),
+    /// A job's status and message.
+    Status {
+        /// The submission id.
+        id: String,
+    },
+    /// A job's log.
+    Logs {
+        /// The submission id.
+        id: String,
+        /// Follow the log until the job ends.
+        #[arg(long, short = 'f')]
+        follow: bool,
+    },
+    /// Stop a job (SIGTERM, then SIGKILL after 3 s).
+    Stop {
+        /// The submission id.
+        id: String,
+        /// Return without waiting for the job to end.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Every job the head keeps, newest first, as JSON.
+    List,
+    /// Forget an ended job and remove its log.
+    Delete {
+        /// The submission id.
+        id: String,
+    },
+}
+
+/// `prism job submit`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct SubmitArgs {
+    /// The id to submit under (default: a new `raysubmit_...` id).
+    #[arg(long)]
+    pub(crate) submission_id: Option<String>,
+    /// A local folder to upload and run the job in (`.git` and `target`
+    /// folders are left out).
+    #[arg(long)]
+    pub(crate) working_dir: Option<PathBuf>,
+    /// The runtime environment as JSON (`{"env_vars": {"K": "V"}}`).
+    #[arg(long)]
+    pub(crate) runtime_env_json: Option<String>,
+    /// Labels as a JSON object of strings.
+    #[arg(long)]
+    pub(crate) metadata_json: Option<String>,
+    /// CPUs for the entrypoint.
+    #[arg(long)]
+    pub(crate) entrypoint_num_cpus: Option<f64>,
+    /// GPUs for the entrypoint.
+    #[arg(long)]
+    pub(crate) entrypoint_num_gpus: Option<f64>,
+    /// Memory for the entrypoint, in bytes.
+    #[arg(long)]
+    pub(crate) entrypoint_memory: Option<u64>,
+    /// Custom resources for the entrypoint, as a JSON object of numbers.
+    #[arg(long)]
+    pub(crate) entrypoint_resources: Option<String>,
+    /// Return once submitted, without following the log.
+    #[arg(long)]
+    pub(crate) no_wait: bool,
+    /// The command to run, after `--`.
+    #[arg(last = true)]
+    pub(crate) entrypoint: Vec<String>,
 }

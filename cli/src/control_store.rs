@@ -80,10 +80,11 @@ async fn serve(args: ControlStoreArgs) -> Result<ExitCode, String> {
     let gcs = GcsServer::start(bind, settings)
         .await
         .map_err(|e| e.to_string())?;
+    let jobs = crate::jobs::manager(&args, &gcs, &token).map_err(|e| e.to_string())?;
     let dashboard = match args.dashboard.dashboard_port {
         Some(port) if args.dashboard.include_dashboard => {
             let at = SocketAddr::new(args.dashboard.dashboard_host, port);
-            match crate::dashboard::start(at, gcs.view(), token.clone()).await {
+            match crate::dashboard::start(at, gcs.view(), token.clone(), Some(jobs.clone())).await {
                 Ok(running) => Some(running),
                 Err(e) if args.dashboard_optional && e.kind() == std::io::ErrorKind::AddrInUse => {
                     tracing::warn!(address = %at, error = %e, "no dashboard: the default port is taken (choose one with --dashboard-port)");
@@ -124,6 +125,9 @@ async fn serve(args: ControlStoreArgs) -> Result<ExitCode, String> {
         _ = orphaned => tracing::warn!("the head node's process is gone; the control store stops"),
     }
     drop(dashboard);
+    // The head stops: so do its jobs (a control store that dies leaves
+    // them running, for the one started after it to find again).
+    jobs.stop_all().await;
     gcs.shutdown().await;
     Ok(ExitCode::SUCCESS)
 }
@@ -144,6 +148,10 @@ pub(crate) struct Plan {
     pub(crate) tls: TlsArgs,
     /// The temp folder, passed on.
     pub(crate) temp_dir: PathBuf,
+    /// The folder of the job table and the jobs' logs.
+    pub(crate) jobs_dir: PathBuf,
+    /// The head node's address.
+    pub(crate) node_ip: String,
 }
 
 /// A control store process kept running until [`ControlStore::stop`].
@@ -195,6 +203,10 @@ async fn launch(plan: &Plan) -> Result<(tokio::process::Child, Ready), String> {
         .arg(plan.port.to_string())
         .arg("--temp-dir")
         .arg(&plan.temp_dir)
+        .arg("--jobs-dir")
+        .arg(&plan.jobs_dir)
+        .arg("--node-ip")
+        .arg(&plan.node_ip)
         .env("PRISM_AUTH_TOKEN", plan.token.reveal())
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())

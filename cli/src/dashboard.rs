@@ -42,11 +42,13 @@ impl Drop for Running {
     }
 }
 
-/// Listens on `address` and serves the dashboard until dropped.
+/// Listens on `address` and serves the dashboard (and the Jobs API, when
+/// given a job manager) until dropped.
 pub(crate) async fn start(
     address: SocketAddr,
     gcs: GcsView,
     token: Token,
+    jobs: Option<Arc<prism_jobs::JobManager>>,
 ) -> std::io::Result<Running> {
     let limits = prism_protocol::guard::ConnectionLimits::from_env_or_default();
     let listener = GuardedHttp(GuardedListener::new(
@@ -55,12 +57,21 @@ pub(crate) async fn start(
         "the dashboard",
     ));
     let bound = listener.0.local_addr()?;
-    let app = Router::new()
+    let session = gcs.cluster_id().to_string();
+    let dashboard = Arc::new(Dashboard { gcs, token });
+    let mut app = Router::new()
         .route("/", get(page))
         .route("/api/nodes", get(nodes))
         .route("/api/cluster_status", get(cluster_status))
         .route("/api/actors", get(actors))
-        .with_state(Arc::new(Dashboard { gcs, token }));
+        .with_state(dashboard.clone());
+    if let Some(jobs) = jobs {
+        // Ray's Jobs API, behind the same token check.
+        let api = prism_jobs::router(jobs, session).route_layer(
+            axum::middleware::from_fn_with_state(dashboard, admit_or_refuse),
+        );
+        app = app.merge(api);
+    }
     let task = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "the dashboard stopped serving");
@@ -124,6 +135,19 @@ impl Dashboard {
     }
 }
 
+/// Passes a request that carries the token on; refuses the rest.
+async fn admit_or_refuse(
+    State(d): State<Arc<Dashboard>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if d.admits(request.headers()) {
+        next.run(request).await
+    } else {
+        refused_text()
+    }
+}
+
 /// The address that logs a browser in: the dashboard with the token,
 /// percent-encoded.
 pub(crate) fn login_url(at: &str, token: &str) -> String {
@@ -168,10 +192,19 @@ fn percent_decode(text: &str) -> Option<String> {
 /// line per 10 s at most, so that requests cannot flood the log.
 static LAST_REFUSAL_LOGGED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-fn refused(api: bool) -> Response {
-    let why = "this dashboard needs the cluster token: open /?token=<token> once (the token \
-               `prism start --head` printed, saved in <temp dir>/token on the head), or send \
-               `Authorization: Bearer <token>`";
+/// A refusal in plain text, as Ray's job server answers (its clients
+/// show the body).
+fn refused_text() -> Response {
+    log_refusal();
+    (StatusCode::UNAUTHORIZED, REFUSED).into_response()
+}
+
+const REFUSED: &str = "this dashboard needs the cluster token: open /?token=<token> once (the token \
+                       `prism start --head` printed, saved in <temp dir>/token on the head), or send \
+                       `Authorization: Bearer <token>`";
+
+/// Logs a refusal, once per 10 s at most.
+fn log_refusal() {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -191,6 +224,11 @@ fn refused(api: bool) -> Response {
             "refused a dashboard request without the cluster token (logged once per 10 s)"
         );
     }
+}
+
+fn refused(api: bool) -> Response {
+    let why = REFUSED;
+    log_refusal();
     if api {
         (
             StatusCode::UNAUTHORIZED,

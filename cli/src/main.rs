@@ -16,11 +16,12 @@ mod args;
 mod common;
 mod control_store;
 mod dashboard;
+mod jobs;
 mod node;
 mod status;
 mod stop;
 
-use args::{ControlStoreArgs, StartArgs, StatusArgs, StopArgs};
+use args::{ControlStoreArgs, JobArgs, StartArgs, StatusArgs, StopArgs};
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -46,6 +47,8 @@ enum Command {
     /// Stop this machine's Prism node processes (gracefully, then by force
     /// after the grace period).
     Stop(StopArgs),
+    /// Submit jobs to a cluster and follow them (Ray's `ray job`).
+    Job(JobArgs),
     /// The head's control store, as `prism start --head` runs it.
     #[command(hide = true)]
     GcsServer(ControlStoreArgs),
@@ -57,6 +60,7 @@ fn main() -> ExitCode {
         Command::Start(args) => node::start(args),
         Command::Status(args) => status::run(args),
         Command::Stop(args) => stop::run(args),
+        Command::Job(args) => jobs::run(args),
         Command::GcsServer(args) => control_store::run(args),
     };
     match result {

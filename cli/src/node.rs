@@ -310,6 +310,8 @@ async fn serve(args: StartArgs, config: prism::Config) -> Result<ExitCode, Strin
             dashboard,
             tls: args.tls.clone(),
             temp_dir: temp.clone(),
+            jobs_dir: state_dir.clone(),
+            node_ip: node_ip.clone(),
         })
         .await?;
         token.save(&temp.join("token")).map_err(|e| e.to_string())?;

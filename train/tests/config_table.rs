@@ -51,6 +51,11 @@ fn render() -> String {
     );
     section(
         &mut out,
+        "Jobs (`prism_jobs::JobConfig`, read when the head's control store starts)",
+        prism_jobs::JobConfig::ENTRIES,
+    );
+    section(
+        &mut out,
         "Collectives (`prism_collective::CollectiveConfig`, read when a group forms)",
         prism_collective::CollectiveConfig::ENTRIES,
     );
