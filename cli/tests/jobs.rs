@@ -266,7 +266,9 @@ fn jobs_run_on_the_head_and_prism_job_follows_them() {
         text(&out)
     );
     assert!(
-        text(&out).contains("DRIVER joined a cluster of 1 CPU; driver sees \"hello workers\""),
+        text(&out).contains(
+            "DRIVER joined a cluster of 1 CPU; driver sees \"hello workers\"; a worker sees \"hello workers\""
+        ),
         "{}",
         text(&out)
     );

@@ -158,6 +158,11 @@ prism_config::table! {
     /// and actors run on meanwhile. 60 s, as Ray's
     /// `gcs_rpc_server_reconnect_timeout_s`.
     head_reconnect_timeout_ms: u64 = 60_000;
+    /// Environment variables for every worker and actor of this driver's
+    /// job, as a JSON object of strings (Ray's `ray.init(runtime_env=
+    /// {"env_vars": ...})`); a job submitted through the Jobs API gets its
+    /// `env_vars` here. Set in code with [`Config::job_env_vars`].
+    job_env_vars_json: Option<String> = None;
     }
     extra {
         /// Custom resources this node offers (name to amount).
@@ -180,6 +185,45 @@ impl Config {
 }
 
 impl Config {
+    /// Sets environment variables for every worker and actor of this
+    /// driver's job (Ray's `runtime_env={"env_vars": ...}` in `ray.init`).
+    ///
+    /// ```
+    /// let config = prism::Config::default().job_env_vars([("MODE", "fast")]);
+    /// # let _ = config;
+    /// ```
+    pub fn job_env_vars<K: Into<String>, V: Into<String>>(
+        mut self,
+        vars: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        let vars: BTreeMap<String, String> = vars
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        self.job_env_vars_json = serde_json::to_string(&vars).ok();
+        self
+    }
+
+    /// The job's environment variables, checked.
+    pub(crate) fn job_env_vars_checked(&self) -> Result<BTreeMap<String, String>, Error> {
+        let Some(text) = &self.job_env_vars_json else {
+            return Ok(BTreeMap::new());
+        };
+        let bad = || Error::Config {
+            key: "PRISM_JOB_ENV_VARS_JSON".into(),
+            value: text.clone(),
+            expected: "a JSON object of strings, names without '=' or NUL".into(),
+        };
+        let vars: BTreeMap<String, String> = serde_json::from_str(text).map_err(|_| bad())?;
+        if vars
+            .iter()
+            .any(|(k, v)| k.is_empty() || k.contains(['=', '\0']) || v.contains('\0'))
+        {
+            return Err(bad());
+        }
+        Ok(vars)
+    }
+
     /// Sets the CPU count.
     pub fn num_cpus(mut self, n: u32) -> Self {
         self.num_cpus = Some(n);

@@ -270,6 +270,11 @@ impl JobManager {
         env.insert("PRISM_AUTH_TOKEN".to_string(), self.settings.token.clone());
         env.insert("PRISM_JOB_SUBMISSION_ID".to_string(), id.clone());
         env.extend(self.settings.driver_env.clone());
+        if !vars.is_empty() {
+            // For the workers and actors of a Prism driver the job starts.
+            let json = serde_json::to_string(&vars).unwrap_or_default();
+            env.insert("PRISM_JOB_ENV_VARS_JSON".to_string(), json);
+        }
         env.extend(vars);
         let log = self.files.log(&id);
         let exit_status = self.files.exit_status(&id);

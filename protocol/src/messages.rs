@@ -180,6 +180,10 @@ services! {
             /// not this program fetches it from the process
             /// (`ReadProgram`) and runs its copy.
             program: Option<Program>,
+            /// Environment variables for every worker of the job (its
+            /// runtime environment's `env_vars`).
+            #[serde(default)]
+            env_vars: std::collections::BTreeMap<String, String>,
         } => Registration;
         /// A worker started by the raylet reports in.
         RegisterWorker {

@@ -28,6 +28,9 @@ pub(crate) struct WorkerLaunch {
     pub(crate) cwd: PathBuf,
     /// The job's namespace (`PRISM_NAMESPACE` in its environment).
     pub(crate) namespace: String,
+    /// The job's environment variables (set before the node's own, which
+    /// they cannot change).
+    pub(crate) env_vars: std::collections::BTreeMap<String, String>,
     /// Its `CUDA_VISIBLE_DEVICES`, when not empty.
     pub(crate) gpu_ids: Vec<u32>,
     /// Where its output goes besides the log files.
@@ -78,12 +81,14 @@ impl Launcher for ProcessLauncher {
             executable,
             cwd,
             namespace,
+            env_vars,
             gpu_ids,
             driver,
             label,
         } = launch;
         let mut cmd = Command::new(&executable);
         cmd.current_dir(&cwd)
+            .envs(&env_vars)
             .env("PRISM_WORKER", "1")
             .env("PRISM_WORKER_ID", worker.0.to_string())
             .env("PRISM_RAYLET_SOCKET", &self.raylet_socket)

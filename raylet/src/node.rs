@@ -45,6 +45,8 @@ pub(crate) struct Job {
     pub(crate) log_to_driver: bool,
     /// The namespace the job's workers look up and name actors in.
     pub(crate) namespace: String,
+    /// Environment variables for each of the job's workers.
+    pub(crate) env_vars: std::collections::BTreeMap<String, String>,
 }
 
 /// How the node reaches a worker it started.
@@ -369,6 +371,7 @@ impl Node {
                     executable: job_info.executable.clone(),
                     cwd: job_info.cwd.clone(),
                     namespace: job_info.namespace.clone(),
+                    env_vars: job_info.env_vars.clone(),
                     gpu_ids,
                     driver: job_info.log_to_driver.then(|| job_info.driver.clone()),
                     label: label.clone(),

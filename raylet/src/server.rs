@@ -322,6 +322,7 @@ impl ClientHandler {
                     namespace,
                     job_id,
                     program,
+                    env_vars,
                     ..
                 } = r;
                 let job_id = job_id.ok_or(Error::NotRegistered)?;
@@ -346,6 +347,7 @@ impl ClientHandler {
                         driver: conn.clone(),
                         log_to_driver,
                         namespace,
+                        env_vars,
                     },
                 );
                 *role = Role::Lessee(job_id);
@@ -364,6 +366,7 @@ impl ClientHandler {
             cwd,
             log_to_driver,
             namespace,
+            env_vars,
             ..
         } = r;
         let job_id = JobId::new();
@@ -378,6 +381,7 @@ impl ClientHandler {
                 driver: conn.clone(),
                 log_to_driver,
                 namespace,
+                env_vars,
             },
         );
         Ok(self.node.registration(job_id))

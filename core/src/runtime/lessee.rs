@@ -21,6 +21,8 @@ pub(crate) struct Lessee {
     job_id: JobId,
     log_to_driver: bool,
     namespace: String,
+    /// The job's environment variables for its workers.
+    env_vars: std::collections::BTreeMap<String, String>,
     /// Other nodes' raylets, registered once each.
     open: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Connection>>>>,
 }
@@ -32,6 +34,7 @@ impl Lessee {
         job_id: JobId,
         log_to_driver: bool,
         namespace: String,
+        env_vars: std::collections::BTreeMap<String, String>,
     ) -> Self {
         Lessee {
             peers,
@@ -39,6 +42,7 @@ impl Lessee {
             job_id,
             log_to_driver,
             namespace,
+            env_vars,
             open: Mutex::new(HashMap::new()),
         }
     }
@@ -82,6 +86,7 @@ impl Lessee {
             namespace: self.namespace.clone(),
             job_id: Some(self.job_id),
             program,
+            env_vars: self.env_vars.clone(),
         })
         .await?;
         Ok(conn)

@@ -227,6 +227,7 @@ pub(crate) async fn start_driver(
             namespace: config.namespace.clone(),
             job_id: None,
             program: None,
+            env_vars: config.job_env_vars_checked()?,
         })
         .await?;
     let core = build(Startup {
@@ -416,6 +417,7 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
         s.job_id,
         s.config.log_to_driver,
         s.config.namespace.clone(),
+        s.config.job_env_vars_checked()?,
     ));
     let owned_actors = Arc::new(OwnedActors::new(
         s.rt.clone(),
