@@ -232,7 +232,7 @@ pub use codec::Element;
 pub use config::Config;
 pub use generator::ObjectRefGenerator;
 pub use object_ref::{IntoArg, ObjectRef};
-pub use options::{ActorOptions, TaskOptions, ASYNC_ACTOR_CONCURRENCY};
+pub use options::{ActorOptions, RuntimeEnv, TaskOptions, ASYNC_ACTOR_CONCURRENCY};
 pub use placement::{
     get_placement_group, list_placement_groups, named_placement_group, placement_group,
     remove_placement_group, Bundle, PlacementGroup, PlacementStrategy,

@@ -4,7 +4,84 @@ use crate::placement::PlacementGroup;
 use crate::resources::{resource_builders, Resources};
 use crate::runtime::submission::SchedulingKey;
 use crate::{Error, Result};
-use prism_protocol::messages::{self, BundleRef, SchedulingStrategy};
+use prism_protocol::messages::{self, BundleRef, EnvVars, SchedulingStrategy};
+
+/// The variables a node sets for each worker it starts.
+const WORKER_VARIABLES: &[&str] = &[
+    "PRISM_WORKER",
+    "PRISM_WORKER_ID",
+    "PRISM_RAYLET_SOCKET",
+    "PRISM_SESSION_DIR",
+    "PRISM_STORE_PATH",
+    "PRISM_NODE_ID",
+    "PRISM_JOB_ID",
+    "PRISM_NAMESPACE",
+    "PRISM_NODE_IP",
+    "PRISM_AUTH_TOKEN",
+];
+
+/// A task's or an actor's runtime environment (Ray's `runtime_env` in
+/// `.options(...)`): environment variables its worker process has beyond
+/// its job's. A worker started with one environment serves only tasks that
+/// ask for the same, as Ray's worker pool keys workers by it.
+///
+/// ```no_run
+/// #[prism::remote]
+/// fn mode() -> String {
+///     std::env::var("MODE").unwrap_or_default()
+/// }
+///
+/// fn main() -> prism::Result<()> {
+///     prism::init(prism::Config::default())?;
+///     let env = prism::RuntimeEnv::new().env_var("MODE", "fast");
+///     let got = mode::remote_with(prism::TaskOptions::new().runtime_env(env))?;
+///     assert_eq!(prism::get(&got)?, "fast");
+///     Ok(())
+/// }
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuntimeEnv {
+    env_vars: EnvVars,
+}
+
+impl RuntimeEnv {
+    /// No variables.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets variable `name` to `value`.
+    pub fn env_var(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env_vars.insert(name.into(), value.into());
+        self
+    }
+
+    /// The variables, by name.
+    pub fn env_vars(&self) -> &EnvVars {
+        &self.env_vars
+    }
+
+    /// The variables, checked: a name must be non-empty without `=` or NUL,
+    /// a value without NUL, and not one the node sets for each worker
+    /// (`PRISM_WORKER`, `PRISM_NODE_ID`, ...).
+    fn checked(&self) -> Result<EnvVars> {
+        for (name, value) in &self.env_vars {
+            if name.is_empty() || name.contains(['=', '\0']) || value.contains('\0') {
+                return Err(Error::invalid(
+                    "runtime_env",
+                    format!("{name:?} is not a valid environment variable (a name without '=' or NUL, a value without NUL)"),
+                ));
+            }
+            if WORKER_VARIABLES.contains(&name.as_str()) || name.starts_with("PRISM_TLS_") {
+                return Err(Error::invalid(
+                    "runtime_env",
+                    format!("{name} is set by the node for each worker; choose another name"),
+                ));
+            }
+        }
+        Ok(self.env_vars.clone())
+    }
+}
 
 /// Options for one task submission; start from [`TaskOptions::new`].
 ///
@@ -35,6 +112,8 @@ pub struct TaskOptions {
     retry_matching: Vec<String>,
     /// For streaming tasks: values left unread before the task pauses.
     generator_backpressure: Option<u32>,
+    /// Its worker's environment beyond the job's.
+    runtime_env: RuntimeEnv,
 }
 
 /// Retries of a task whose worker dies, unless set (Ray's default).
@@ -134,6 +213,13 @@ impl TaskOptions {
         self
     }
 
+    /// Runs the task in a worker with these environment variables beyond
+    /// its job's (Ray's `.options(runtime_env=...)`); see [`RuntimeEnv`].
+    pub fn runtime_env(mut self, env: RuntimeEnv) -> Self {
+        self.runtime_env = env;
+        self
+    }
+
     /// The streaming bound, checked: 0 when unset.
     pub(crate) fn stream_backpressure(&self) -> Result<u32> {
         match self.generator_backpressure {
@@ -216,6 +302,7 @@ impl TaskOptions {
             shape: self.resources.to_set(1.0)?,
             bundle,
             strategy: self.strategy,
+            env_vars: self.runtime_env.checked()?,
         })
     }
 }
@@ -271,6 +358,7 @@ pub struct ActorOptions {
     get_if_exists: bool,
     checkpoint_every: Option<u32>,
     checkpoint_interval: Option<std::time::Duration>,
+    runtime_env: RuntimeEnv,
 }
 
 impl Default for ActorOptions {
@@ -288,6 +376,7 @@ impl Default for ActorOptions {
             get_if_exists: false,
             checkpoint_every: None,
             checkpoint_interval: None,
+            runtime_env: RuntimeEnv::default(),
         }
     }
 }
@@ -408,6 +497,13 @@ impl ActorOptions {
         self
     }
 
+    /// The actor's process runs with these environment variables beyond
+    /// its job's (Ray's `.options(runtime_env=...)`).
+    pub fn runtime_env(mut self, env: RuntimeEnv) -> Self {
+        self.runtime_env = env;
+        self
+    }
+
     /// With a [`name`](Self::name): if an actor of that name already
     /// exists in the namespace, `remote_with` returns a handle to it
     /// instead of failing with [`Error::ActorNameTaken`] (Ray's
@@ -520,6 +616,7 @@ impl ActorOptions {
         let max_restarts = check_count("max_restarts", self.max_restarts.unwrap_or(0))?;
         let max_task_retries = check_count("max_task_retries", self.max_task_retries.unwrap_or(0))?;
         Ok(messages::ActorOptions {
+            env_vars: self.runtime_env.checked()?,
             max_restarts,
             max_task_retries,
             detached: self.detached,

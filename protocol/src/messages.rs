@@ -202,6 +202,10 @@ services! {
             bundle: Option<BundleRef>,
             /// Where in the cluster it may run.
             strategy: SchedulingStrategy,
+            /// Environment variables the worker must have, beyond its
+            /// job's (the task's runtime environment).
+            #[serde(default)]
+            env_vars: EnvVars,
         } => LeaseReply;
         /// Give a leased worker back.
         ReturnLease {
@@ -221,6 +225,9 @@ services! {
             shape: ResourceSet,
             /// The placement-group bundle they would draw from, if any.
             bundle: Option<BundleRef>,
+            /// The environment variables they ask for.
+            #[serde(default)]
+            env_vars: EnvVars,
         } => ();
         /// Allocate space for an object in the store.
         CreateObject {

@@ -445,6 +445,7 @@ mod tests {
                 detached: false,
                 checkpoint_every: 0,
                 checkpoint_interval_ms: 0,
+                env_vars: Default::default(),
             },
             owner: String::new(),
             job: JobId::new(),

@@ -360,6 +360,7 @@ impl Node {
                 worker,
                 job,
                 gpu_ids,
+                env,
             } => {
                 let Some(job_info) = c.jobs.get(&job) else {
                     return;
@@ -371,7 +372,13 @@ impl Node {
                     executable: job_info.executable.clone(),
                     cwd: job_info.cwd.clone(),
                     namespace: job_info.namespace.clone(),
-                    env_vars: job_info.env_vars.clone(),
+                    // The request's variables over the job's.
+                    env_vars: job_info
+                        .env_vars
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .chain(env)
+                        .collect(),
                     gpu_ids,
                     driver: job_info.log_to_driver.then(|| job_info.driver.clone()),
                     label: label.clone(),
@@ -931,6 +938,7 @@ fn actor_lease(spec: &ActorSpec) -> LeaseRequest<ReplyTo> {
         may_spill: false,
         shape: spec.options.resources.clone(),
         job: spec.job,
+        env: spec.options.env_vars.clone(),
         bundle: spec.options.placement,
         grantee: Grantee::Actor(spec.actor_id),
     }

@@ -16,7 +16,7 @@ use prism_object_store::{Creator, Pin, Placement};
 use prism_protocol::error::{Error, Result};
 use prism_protocol::ids::{JobId, LeaseId, ObjectId, PlacementGroupId, WorkerId};
 use prism_protocol::messages::{
-    ActorPlacement, ActorSpec, BundleRef, ClusterResources, GetActor, GetNamedActor,
+    ActorPlacement, ActorSpec, BundleRef, ClusterResources, EnvVars, GetActor, GetNamedActor,
     GetPlacementGroup, KillActor, LeaseReply, ObjectLocation, Ownership, PlacementGroupSpec,
     RayletRequest, RegisterDriver, RegisterWorker, Registration, Reply, Request, RequestLease,
     Response, SchedulingStrategy, ACTOR_CHECKPOINT_PREFIX,
@@ -84,7 +84,8 @@ impl Handler for ClientHandler {
                 shape,
                 bundle,
                 strategy,
-            }) => return self.handle_request_lease(shape, bundle, strategy, reply),
+                env_vars,
+            }) => return self.handle_request_lease(shape, bundle, strategy, env_vars, reply),
             R::GetActor(GetActor { actor_id, wait }) => {
                 return self
                     .node
@@ -109,7 +110,7 @@ impl Handler for ClientHandler {
             R::RegisterWorker(r) => answer(self.handle_register_worker(conn, r)),
             R::ReturnLease(r) => answer(self.handle_return_lease(r.lease_id, r.unreachable)),
             R::CancelLeaseRequests(r) => {
-                answer(self.handle_cancel_lease_requests(r.shape, r.bundle))
+                answer(self.handle_cancel_lease_requests(r.shape, r.bundle, r.env_vars))
             }
             R::WorkerBlocked(r) => answer(self.handle_worker_blocked(r.blocked)),
             // Answered now, or once spilling made room or a restore ended.
@@ -239,6 +240,7 @@ impl ClientHandler {
         shape: ResourceSet,
         bundle: Option<BundleRef>,
         strategy: SchedulingStrategy,
+        env: EnvVars,
         reply: ReplyTo,
     ) {
         if let Some(e) = crate::faults::injected("lease_grant") {
@@ -270,6 +272,7 @@ impl ClientHandler {
                         let request = LeaseRequest {
                             shape,
                             job,
+                            env,
                             bundle,
                             grantee: Grantee::Client { holder, reply },
                             may_spill: false,
@@ -297,6 +300,7 @@ impl ClientHandler {
         let request = LeaseRequest {
             shape,
             job,
+            env,
             bundle,
             grantee: Grantee::Client {
                 holder: self.conn_id,
@@ -407,10 +411,12 @@ impl ClientHandler {
         &self,
         shape: ResourceSet,
         bundle: Option<BundleRef>,
+        env: EnvVars,
     ) -> Result<()> {
-        let withdrawn = self
-            .node
-            .control(|c| c.scheduler.cancel_requests(self.conn_id, &shape, bundle));
+        let withdrawn = self.node.control(|c| {
+            c.scheduler
+                .cancel_requests(self.conn_id, &shape, bundle, &env)
+        });
         for reply in withdrawn {
             reply.send(Response::Lease(LeaseReply::Cancelled));
         }

@@ -164,6 +164,7 @@ mod tests {
                 shape: ResourceSet::new(),
                 bundle: None,
                 strategy: Default::default(),
+                env_vars: Default::default(),
             },
             spec: TaskSpec::new("f".into(), Vec::new(), id, Vec::new(), String::new()),
             max_retries: 3,

@@ -13,7 +13,7 @@
 use crate::codec::KeepAlive;
 use crate::Error;
 use prism_protocol::ids::ObjectId;
-use prism_protocol::messages::{ArgSpec, BundleRef, SchedulingStrategy, TaskSpec};
+use prism_protocol::messages::{ArgSpec, BundleRef, EnvVars, SchedulingStrategy, TaskSpec};
 use prism_protocol::resources::ResourceSet;
 
 /// What tasks are queued by: the resources a lease must hold, and the
@@ -23,6 +23,8 @@ pub(crate) struct SchedulingKey {
     pub(crate) shape: ResourceSet,
     pub(crate) bundle: Option<BundleRef>,
     pub(crate) strategy: SchedulingStrategy,
+    /// The worker's environment variables beyond the job's.
+    pub(crate) env_vars: EnvVars,
 }
 
 /// A task (or actor call) with the object ids whose `submitted` count it

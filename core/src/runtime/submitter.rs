@@ -360,6 +360,7 @@ impl TaskSubmitter {
             shape: shape.shape.clone(),
             bundle: shape.bundle,
             strategy: shape.strategy,
+            env_vars: shape.env_vars.clone(),
         };
         // A node can die between its last heartbeat and our request: ask
         // this node's raylet again (its view counts the first try against
@@ -810,6 +811,7 @@ impl TaskSubmitter {
         let _ = self.raylet.notify(CancelLeaseRequests {
             shape: shape.shape.clone(),
             bundle: shape.bundle,
+            env_vars: shape.env_vars.clone(),
         });
     }
 

@@ -10,6 +10,11 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
+/// Environment variables of a runtime environment (Ray's `env_vars`), in
+/// name order: a worker started with one set serves only requests that
+/// ask for the same.
+pub type EnvVars = std::collections::BTreeMap<String, String>;
+
 /// Where a core worker listens: a Unix socket path.
 pub type Address = String;
 
@@ -175,6 +180,9 @@ pub struct ActorOptions {
     /// Save its state after a call once this long has passed since the
     /// last save (0: not by time).
     pub checkpoint_interval_ms: u64,
+    /// Environment variables of its process, beyond its job's.
+    #[serde(default)]
+    pub env_vars: EnvVars,
 }
 
 /// The key-value table key under which an actor's latest checkpoint is

@@ -4,7 +4,7 @@
 
 use prism_protocol::error::Error;
 use prism_protocol::ids::{ActorId, JobId, LeaseId, WorkerId};
-use prism_protocol::messages::PlacementGroupInfo;
+use prism_protocol::messages::{EnvVars, PlacementGroupInfo};
 
 /// Who a lease is for.
 #[derive(Debug)]
@@ -36,6 +36,8 @@ pub(crate) enum Decision<R> {
         worker: WorkerId,
         job: JobId,
         gpu_ids: Vec<u32>,
+        /// Environment variables beyond the job's.
+        env: EnvVars,
     },
     /// Kill a worker process.
     StopWorker { pid: u32 },

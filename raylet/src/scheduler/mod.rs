@@ -31,7 +31,7 @@ use crate::resources::{Allocation, NodeResources};
 use groups::Groups;
 use prism_protocol::error::Error;
 use prism_protocol::ids::{ActorId, JobId, LeaseId, PlacementGroupId, WorkerId};
-use prism_protocol::messages::BundleRef;
+use prism_protocol::messages::{BundleRef, EnvVars};
 use prism_protocol::resources::{ResourceSet, CPU};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
@@ -61,7 +61,8 @@ pub(crate) enum WorkerUse {
     Idle,
     Leased(LeaseId),
     Actor(ActorId),
-    /// A holder could not connect to it: stopped, never granted again,
+    /// A holder could not connect to it, or it was stopped to make room
+    /// for a worker of another environment: stopped, never granted again,
     /// kept until its exit is seen (so the actors it owns end then).
     Unreachable,
 }
@@ -70,6 +71,9 @@ pub(crate) enum WorkerUse {
 #[derive(Debug)]
 pub(crate) struct Worker {
     pub(crate) job: JobId,
+    /// The environment variables it was started with beyond its job's:
+    /// it serves only requests that ask for the same.
+    pub(crate) env: EnvVars,
     /// Zero until forked (or until it registers, whichever is first).
     pub(crate) pid: u32,
     pub(crate) gpu_ids: Vec<u32>,
@@ -98,6 +102,8 @@ impl Worker {
 pub(crate) struct LeaseRequest<R> {
     pub(crate) shape: ResourceSet,
     pub(crate) job: JobId,
+    /// The environment variables its worker must have beyond its job's.
+    pub(crate) env: EnvVars,
     /// The placement-group bundle to draw from instead of the node.
     pub(crate) bundle: Option<BundleRef>,
     pub(crate) grantee: Grantee<R>,
@@ -204,7 +210,7 @@ impl<R> Scheduler<R> {
             },
         );
         for _ in 0..self.limits.prestart_workers {
-            self.start_worker(job, Vec::new());
+            self.start_worker(job, Vec::new(), EnvVars::new());
         }
     }
 
@@ -300,13 +306,17 @@ impl<R> Scheduler<R> {
         holder: u64,
         shape: &ResourceSet,
         bundle: Option<BundleRef>,
+        env: &EnvVars,
     ) -> Vec<R> {
         let mut withdrawn = Vec::new();
         let mut kept = VecDeque::with_capacity(self.pending.len());
         for request in self.pending.drain(..) {
             match request.grantee {
                 Grantee::Client { holder: h, reply }
-                    if h == holder && request.shape == *shape && request.bundle == bundle =>
+                    if h == holder
+                        && request.shape == *shape
+                        && request.bundle == bundle
+                        && request.env == *env =>
                 {
                     withdrawn.push(reply)
                 }
@@ -336,11 +346,11 @@ impl<R> Scheduler<R> {
         let mut still_pending = VecDeque::new();
         // Workers being started, per (job, devices), not yet promised to a
         // request.
-        let mut spare_starting: HashMap<(JobId, Vec<u32>), usize> = HashMap::new();
+        let mut spare_starting: HashMap<(JobId, Vec<u32>, EnvVars), usize> = HashMap::new();
         for w in self.workers.values() {
             if w.usage == WorkerUse::Starting {
                 *spare_starting
-                    .entry((w.job, w.gpu_ids.clone()))
+                    .entry((w.job, w.gpu_ids.clone(), w.env.clone()))
                     .or_default() += 1;
             }
         }
@@ -371,6 +381,7 @@ impl<R> Scheduler<R> {
                     w.usage == WorkerUse::Idle
                         && w.job == request.job
                         && w.gpu_ids == gpu_ids
+                        && w.env == request.env
                         && !(for_actor && w.owns_actors)
                 })
                 .map(|(id, _)| *id);
@@ -379,14 +390,19 @@ impl<R> Scheduler<R> {
                 None => {
                     self.release_to(bundle, &allocation);
                     let spare = spare_starting
-                        .entry((request.job, gpu_ids.clone()))
+                        .entry((request.job, gpu_ids.clone(), request.env.clone()))
                         .or_default();
                     if *spare > 0 {
                         *spare -= 1;
                     } else if self.task_workers_of(request.job) < self.limits.max_workers_per_job
                         || matches!(request.grantee, Grantee::Actor(_))
                     {
-                        self.start_worker(request.job, gpu_ids);
+                        self.start_worker(request.job, gpu_ids, request.env.clone());
+                    } else {
+                        // At the job's limit, with idle workers of another
+                        // environment: one makes room (the request's
+                        // worker starts once its exit is seen).
+                        self.stop_idle_of_other_env(request.job, &request.env);
                     }
                     still_pending.push_back(request);
                 }
@@ -470,6 +486,26 @@ impl<R> Scheduler<R> {
         }
     }
 
+    /// Stops an idle worker of `job` whose environment is not `env`,
+    /// unless one is being stopped already.
+    fn stop_idle_of_other_env(&mut self, job: JobId, env: &EnvVars) {
+        let stopping = self
+            .workers
+            .values()
+            .any(|w| w.job == job && w.usage == WorkerUse::Unreachable);
+        if stopping {
+            return;
+        }
+        let other = self
+            .workers
+            .values_mut()
+            .find(|w| w.job == job && w.usage == WorkerUse::Idle && w.env != *env && w.pid > 0);
+        if let Some(w) = other {
+            w.usage = WorkerUse::Unreachable;
+            self.out.push(Decision::StopWorker { pid: w.pid });
+        }
+    }
+
     fn task_workers_of(&self, job: JobId) -> usize {
         self.workers
             .values()
@@ -477,7 +513,7 @@ impl<R> Scheduler<R> {
             .count()
     }
 
-    fn start_worker(&mut self, job: JobId, gpu_ids: Vec<u32>) {
+    fn start_worker(&mut self, job: JobId, gpu_ids: Vec<u32>, env: EnvVars) {
         if !self.jobs.contains_key(&job) {
             return;
         }
@@ -486,6 +522,7 @@ impl<R> Scheduler<R> {
             worker,
             Worker {
                 job,
+                env: env.clone(),
                 pid: 0,
                 gpu_ids: gpu_ids.clone(),
                 address: None,
@@ -499,6 +536,7 @@ impl<R> Scheduler<R> {
             worker,
             job,
             gpu_ids,
+            env,
         });
     }
 
@@ -716,17 +754,22 @@ impl<R> Scheduler<R> {
         if let Some(lease) = lease.and_then(|id| self.leases.remove(&id)) {
             self.release_lease(&lease);
         }
-        let keeps_pool = self.jobs.get(&worker.job).is_some_and(|j| !j.retired);
+        // The pool is refilled while nothing of the job waits: requests
+        // that wait start the workers they need (of their environment).
+        let keeps_pool = self.jobs.get(&worker.job).is_some_and(|j| !j.retired)
+            && !self.pending.iter().any(|r| r.job == worker.job);
         if keeps_pool && !self.stopping {
             let pool = self
                 .workers
                 .values()
                 .filter(|w| {
-                    w.job == worker.job && matches!(w.usage, WorkerUse::Idle | WorkerUse::Starting)
+                    w.job == worker.job
+                        && w.env.is_empty()
+                        && matches!(w.usage, WorkerUse::Idle | WorkerUse::Starting)
                 })
                 .count();
             if pool < self.limits.prestart_workers {
-                self.start_worker(worker.job, Vec::new());
+                self.start_worker(worker.job, Vec::new(), EnvVars::new());
             }
         }
         self.schedule();
@@ -790,7 +833,9 @@ impl<R> Scheduler<R> {
     }
 
     pub(crate) fn idle_workers_to_stop(&self, now: Instant) -> Vec<(WorkerId, u32)> {
-        let mut kept: HashMap<JobId, usize> = HashMap::new();
+        // The prestarted pool is of workers with the job's environment
+        // only; one started for a task's own variables stops when idle.
+        let mut kept: HashMap<(JobId, bool), usize> = HashMap::new();
         let mut idle: Vec<(&WorkerId, &Worker)> = self
             .workers
             .iter()
@@ -799,9 +844,10 @@ impl<R> Scheduler<R> {
         idle.sort_by_key(|(_, w)| std::cmp::Reverse(w.idle_since));
         let mut victims = Vec::new();
         for (id, w) in idle {
-            let n = kept.entry(w.job).or_default();
+            let plain = w.env.is_empty();
+            let n = kept.entry((w.job, plain)).or_default();
             let pool = match self.jobs.get(&w.job) {
-                Some(j) if !j.retired => self.limits.prestart_workers,
+                Some(j) if !j.retired && plain => self.limits.prestart_workers,
                 _ => 0,
             };
             if *n < pool

@@ -38,6 +38,7 @@ fn lease(job: JobId, reply: u32, shape: ResourceSet) -> LeaseRequest<u32> {
         may_spill: false,
         shape,
         job,
+        env: Default::default(),
         bundle: None,
         grantee: Grantee::Client {
             holder: u64::from(reply),
@@ -112,6 +113,85 @@ fn job_with_workers(s: &mut Sched) -> JobId {
     boot(s, &r.started);
     assert!(round(s).granted.is_empty());
     job
+}
+
+#[test]
+fn a_request_with_its_own_environment_gets_a_worker_started_with_it() {
+    let mut s = scheduler(2.0, 0.0, 1, 8);
+    let job = job_with_workers(&mut s);
+    let env: EnvVars = [("MODE".to_string(), "fast".to_string())].into();
+    let with_env = |reply: u32| LeaseRequest {
+        env: env.clone(),
+        ..lease(job, reply, shape(1.0, 0.0))
+    };
+    s.request_lease(with_env(1));
+    let r = round(&mut s);
+    assert!(
+        r.granted.is_empty(),
+        "the idle worker has the job's environment only"
+    );
+    assert_eq!(
+        r.started.len(),
+        1,
+        "a worker with the environment is started"
+    );
+    let mut started_env = None;
+    for d in s.drain() {
+        if let Decision::StartWorker { env, .. } = d {
+            started_env = Some(env);
+        }
+    }
+    assert_eq!(started_env, None, "one start, not two");
+    let new = r.started[0].0;
+    assert!(s.set_pid(new, 200));
+    s.register_worker(new, "w200".into(), 200).unwrap();
+    let r = round(&mut s);
+    assert_eq!(
+        r.granted.iter().map(|g| (g.0, g.1)).collect::<Vec<_>>(),
+        vec![(1, new)]
+    );
+    assert_eq!(s.worker(new).map(|w| w.env.clone()), Some(env.clone()));
+    // Returned, it serves the next request with that environment, and a
+    // plain request goes to a plain worker.
+    s.return_lease(r.granted[0].2, false);
+    s.request_lease(with_env(2));
+    s.request_lease(lease(job, 3, shape(1.0, 0.0)));
+    let r = round(&mut s);
+    let grants: Vec<(u32, bool)> = r.granted.iter().map(|g| (g.0, g.1 == new)).collect();
+    assert_eq!(grants, vec![(2, true), (3, false)]);
+    assert!(r.started.is_empty());
+}
+
+#[test]
+fn at_the_job_limit_an_idle_worker_of_another_environment_makes_room() {
+    let mut s = scheduler(4.0, 0.0, 1, 1);
+    let job = job_with_workers(&mut s);
+    let plain = s
+        .workers
+        .iter()
+        .find(|(_, w)| w.job == job)
+        .map(|(id, _)| *id)
+        .expect("the prestarted worker");
+    let env: EnvVars = [("MODE".to_string(), "fast".to_string())].into();
+    s.request_lease(LeaseRequest {
+        env: env.clone(),
+        ..lease(job, 1, shape(1.0, 0.0))
+    });
+    let r = round(&mut s);
+    assert!(r.granted.is_empty() && r.started.is_empty());
+    assert_eq!(r.stopped, vec![100], "the plain idle worker is stopped");
+    s.request_lease(LeaseRequest {
+        env: env.clone(),
+        ..lease(job, 2, shape(1.0, 0.0))
+    });
+    assert!(round(&mut s).stopped.is_empty(), "one at a time");
+    s.worker_exited(plain, "stopped".into());
+    let r = round(&mut s);
+    assert_eq!(
+        r.started.len(),
+        1,
+        "the request's worker starts once room is made"
+    );
 }
 
 #[test]
@@ -300,9 +380,13 @@ fn a_client_withdraws_its_queued_requests_of_one_shape_and_others_keep_theirs() 
     s.request_lease(from(1, 12, 0.5));
     let r = round(&mut s);
     assert_eq!(r.granted.iter().map(|g| g.0).collect::<Vec<_>>(), vec![10]);
-    assert_eq!(s.cancel_requests(1, &shape(1.0, 0.0), None), vec![11]);
+    assert_eq!(
+        s.cancel_requests(1, &shape(1.0, 0.0), None, &EnvVars::new()),
+        vec![11]
+    );
     assert!(
-        s.cancel_requests(1, &shape(1.0, 0.0), None).is_empty(),
+        s.cancel_requests(1, &shape(1.0, 0.0), None, &EnvVars::new())
+            .is_empty(),
         "a request is withdrawn once"
     );
     s.return_lease(r.granted[0].2, false);
@@ -313,7 +397,7 @@ fn a_client_withdraws_its_queued_requests_of_one_shape_and_others_keep_theirs() 
         "the withdrawn request does not take the freed CPU"
     );
     assert_eq!(
-        s.cancel_requests(1, &shape(0.5, 0.0), None),
+        s.cancel_requests(1, &shape(0.5, 0.0), None, &EnvVars::new()),
         vec![12],
         "a request of another shape stays until withdrawn itself"
     );
@@ -643,6 +727,7 @@ fn an_actor_lease_is_not_bound_by_the_job_limit_and_dies_with_its_worker() {
         may_spill: false,
         shape: shape(1.0, 0.0),
         job,
+        env: Default::default(),
         bundle: None,
         grantee: Grantee::Actor(actor),
     });
@@ -674,6 +759,7 @@ fn actor_lease(job: JobId, actor: ActorId) -> LeaseRequest<u32> {
         may_spill: false,
         shape: shape(0.0, 0.0),
         job,
+        env: Default::default(),
         bundle: None,
         grantee: Grantee::Actor(actor),
     }
