@@ -6,7 +6,10 @@ use crate::args::{ControlStoreArgs, JobArgs, JobCommand, JobTarget, SubmitArgs};
 use crate::common::runtime;
 use prism_gcs::pb::NodeState;
 use prism_gcs::{GcsServer, Token};
-use prism_jobs::{JobConfig, JobManager, JobRequest, JobSettings, JobStatus, JobSubmissionClient};
+use prism_jobs::{
+    JobConfig, JobDetails, JobManager, JobRequest, JobSettings, JobStatus, JobSubmissionClient,
+};
+use prism_protocol::messages::{DriverRecord, DRIVER_RECORD_PREFIX};
 use prism_raylet::NodeRecord;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -42,6 +45,23 @@ pub(crate) fn manager(
                 .map(|r| (r.name.clone(), r.units as f64 / 10_000.0))
                 .collect(),
         )
+    }));
+    let view = gcs.view();
+    settings.drivers = Some(Arc::new(move || {
+        let alive: std::collections::HashSet<String> = view
+            .nodes()
+            .into_iter()
+            .filter(|n| n.state == NodeState::Alive as i32)
+            .map(|n| n.node_id)
+            .collect();
+        view.kv_entries(DRIVER_RECORD_PREFIX)
+            .into_iter()
+            .filter_map(|(_, value)| serde_json::from_slice::<DriverRecord>(&value).ok())
+            .map(|r| {
+                let details = JobDetails::from_driver(&r, alive.contains(&r.node_id));
+                (r.submission_id, details)
+            })
+            .collect()
     }));
     JobManager::open(settings).map_err(|e| e.to_string())
 }

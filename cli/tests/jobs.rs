@@ -19,6 +19,8 @@ const JOB_DRIVER: &str = "PRISM_JOBS_TEST_DRIVER";
 /// A head on this machine's loopback, stopped and removed when dropped.
 struct Head {
     temp: PathBuf,
+    /// The control store, HOST:PORT.
+    address: String,
     dashboard: String,
     token: String,
 }
@@ -54,6 +56,7 @@ impl Head {
         );
         Head {
             temp,
+            address: record.head.clone(),
             dashboard,
             token: token.trim().to_string(),
         }
@@ -330,7 +333,62 @@ fn jobs_run_on_the_head_and_prism_job_follows_them() {
         text(&out)
     );
 
+    // A driver started by hand is listed too, as Ray lists drivers; the
+    // submitted driver's job carries its driver's job id.
+    let mut by_hand = Command::new(must(std::env::current_exe(), "this test's binary"));
+    by_hand.args(["--exact", "job_driver", "--nocapture"]);
+    let temp = head.temp.display().to_string();
+    let out = run_bounded(
+        by_hand,
+        &[
+            (JOB_DRIVER, "1"),
+            ("PRISM_ADDRESS", head.address.as_str()),
+            ("PRISM_TEMP_DIR", temp.as_str()),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let mut drivers = Vec::new();
+    must_eventually(
+        "the driver is listed as ended",
+        Duration::from_secs(10),
+        || {
+            drivers = rt
+                .block_on(client.list())
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|j| j.job_type == prism_jobs::JobType::Driver)
+                .collect();
+            drivers.len() == 1 && drivers[0].status == JobStatus::Succeeded
+        },
+    );
+    assert!(
+        drivers[0].entrypoint.contains("job_driver"),
+        "{:?}",
+        drivers[0]
+    );
+    let driver_id = drivers[0].job_id.clone().expect("a driver has a job id");
+    let out = head.job(&["logs", &driver_id]);
+    assert!(
+        !out.status.success() && text(&out).contains("driver started by hand"),
+        "{}",
+        text(&out)
+    );
     let list = must(rt.block_on(client.list()), "the job list");
+    let submitted_driver = list
+        .iter()
+        .find(|j| {
+            j.entrypoint.contains("job_driver") && j.job_type == prism_jobs::JobType::Submission
+        })
+        .expect("the driver job");
+    assert_ne!(
+        submitted_driver.job_id, submitted_driver.submission_id,
+        "it has its driver's job id"
+    );
+    let list: Vec<_> = list
+        .into_iter()
+        .filter(|j| j.job_type == prism_jobs::JobType::Submission)
+        .collect();
     assert_eq!(list.len(), 5, "{list:?}");
     assert!(list
         .iter()

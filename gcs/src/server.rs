@@ -271,6 +271,16 @@ impl GcsView {
         actors.sort();
         actors
     }
+
+    /// The key-value table's entries whose keys start with `prefix`, in
+    /// key order.
+    pub fn kv_entries(&self, prefix: &str) -> Vec<(String, Vec<u8>)> {
+        let kv = self.0.kv.lock();
+        kv.keys(prefix)
+            .into_iter()
+            .filter_map(|k| kv.get(&k).map(|v| (k, v.to_vec())))
+            .collect()
+    }
 }
 
 /// Marks nodes dead when their heartbeats stop, checking a few times per

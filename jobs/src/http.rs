@@ -178,7 +178,7 @@ async fn logs(State(api): S, Path(id): Path<String>) -> Response {
 }
 
 async fn tail(State(api): S, Path(id): Path<String>, ws: WebSocketUpgrade) -> Response {
-    if let Err(e) = api.manager.get(&id) {
+    if let Err(e) = api.manager.logs_from(&id, 0, 0) {
         return e.into_response();
     }
     ws.on_upgrade(move |socket| follow(api, id, socket))

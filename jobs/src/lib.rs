@@ -36,7 +36,7 @@ pub use client::{JobRequest, JobSubmissionClient};
 pub use config::JobConfig;
 pub use error::JobError;
 pub use http::{router, API_VERSION, RAY_VERSION};
-pub use manager::{Capacity, JobManager, JobSettings};
+pub use manager::{Capacity, Drivers, JobManager, JobSettings};
 pub use model::{
     check_id, new_submission_id, DriverInfo, JobDetails, JobStatus, JobType, RuntimeEnv,
     Submission, SUPPORTED_RUNTIME_ENV_KEYS,

@@ -17,6 +17,10 @@ use std::time::Duration;
 /// (resource name to amount); `None` while unknown.
 pub type Capacity = Arc<dyn Fn() -> Option<BTreeMap<String, f64>> + Send + Sync>;
 
+/// The cluster's drivers, each with the submission it runs for (if any)
+/// and its details as a job of type DRIVER.
+pub type Drivers = Arc<dyn Fn() -> Vec<(Option<String>, JobDetails)> + Send + Sync>;
+
 /// How a job manager is set up.
 #[derive(Clone)]
 pub struct JobSettings {
@@ -40,6 +44,9 @@ pub struct JobSettings {
     /// More variables for every job's entrypoint (before its own
     /// `env_vars`), such as `PRISM_TEMP_DIR`.
     pub driver_env: BTreeMap<String, String>,
+    /// The cluster's drivers: those started by hand are listed as jobs of
+    /// type DRIVER, and a submitted job's driver gives it its job id.
+    pub drivers: Option<Drivers>,
 }
 
 impl std::fmt::Debug for JobSettings {
@@ -68,6 +75,7 @@ impl JobSettings {
             package_limit_bytes: 100 << 20,
             capacity: None,
             driver_env: BTreeMap::new(),
+            drivers: None,
         }
     }
 }
@@ -459,32 +467,102 @@ impl JobManager {
         }
     }
 
-    /// One job's details.
-    pub fn get(&self, id: &str) -> Result<JobDetails, JobError> {
-        self.table
-            .lock()
-            .jobs
-            .get(id)
-            .map(|r| r.details.clone())
-            .ok_or_else(|| JobError::NoSuchJob(id.to_string()))
+    /// The cluster's drivers: the job id of each submission's driver,
+    /// and the drivers started by hand.
+    fn drivers(&self) -> (HashMap<String, String>, Vec<JobDetails>) {
+        let mut linked = HashMap::new();
+        let mut by_hand = Vec::new();
+        let all = self
+            .settings
+            .drivers
+            .as_ref()
+            .map(|d| d())
+            .unwrap_or_default();
+        for (submission, details) in all {
+            match submission {
+                Some(s) => {
+                    linked.insert(s, details.job_id.unwrap_or_default());
+                }
+                None => by_hand.push(details),
+            }
+        }
+        (linked, by_hand)
     }
 
-    /// Jobs, newest first, `offset` skipped and at most `limit` given.
+    /// One job's details: a submission by its id, or a driver started by
+    /// hand by its job id.
+    pub fn get(&self, id: &str) -> Result<JobDetails, JobError> {
+        let submitted = self.table.lock().jobs.get(id).map(|r| r.details.clone());
+        let (linked, by_hand) = self.drivers();
+        match submitted {
+            Some(mut details) => {
+                if let Some(job_id) = linked.get(id) {
+                    details.job_id = Some(job_id.clone());
+                }
+                Ok(details)
+            }
+            None => by_hand
+                .into_iter()
+                .find(|d| d.job_id.as_deref() == Some(id))
+                .ok_or_else(|| JobError::NoSuchJob(id.to_string())),
+        }
+    }
+
+    /// A submission's details, or why there is none: a driver started by
+    /// hand is named as such.
+    fn submitted(&self, id: &str) -> Result<JobDetails, JobError> {
+        if let Some(r) = self.table.lock().jobs.get(id) {
+            return Ok(r.details.clone());
+        }
+        let driver = self.get(id)?;
+        let info = driver.driver_info.unwrap_or(DriverInfo {
+            id: String::new(),
+            node_ip_address: "?".into(),
+            pid: "?".into(),
+        });
+        Err(JobError::BadRequest(format!(
+            "job {id} is a driver started by hand (pid {} on {}), not a submission: stop it \
+             where it runs, and read its output there",
+            info.pid, info.node_ip_address
+        )))
+    }
+
+    /// Jobs, newest first (submissions and drivers started by hand),
+    /// `offset` skipped and at most `limit` given.
     pub fn list(&self, offset: usize, limit: usize) -> Vec<JobDetails> {
-        let table = self.table.lock();
-        let mut records: Vec<&JobRecord> = table.jobs.values().collect();
-        records.sort_by_key(|r| std::cmp::Reverse(r.seq));
-        records
-            .into_iter()
+        let (linked, by_hand) = self.drivers();
+        let mut all: Vec<(u64, u64, JobDetails)> = {
+            let table = self.table.lock();
+            table
+                .jobs
+                .values()
+                .map(|r| {
+                    let mut details = r.details.clone();
+                    let driver = details.submission_id.as_ref().and_then(|s| linked.get(s));
+                    if let Some(job_id) = driver {
+                        details.job_id = Some(job_id.clone());
+                    }
+                    (details.start_time.unwrap_or(0), r.seq, details)
+                })
+                .collect()
+        };
+        all.extend(
+            by_hand
+                .into_iter()
+                .map(|d| (d.start_time.unwrap_or(0), 0, d)),
+        );
+        all.sort_by_key(|(start, seq, _)| std::cmp::Reverse((*start, *seq)));
+        all.into_iter()
             .skip(offset)
             .take(limit)
-            .map(|r| r.details.clone())
+            .map(|(_, _, d)| d)
             .collect()
     }
 
     /// Stops a job: SIGTERM to its processes, SIGKILL after the grace.
     /// False when it had ended already.
     pub fn stop(self: &Arc<Self>, id: &str) -> Result<bool, JobError> {
+        self.submitted(id)?;
         let pid = {
             let mut table = self.table.lock();
             let record = table
@@ -514,6 +592,7 @@ impl JobManager {
     /// Forgets an ended job and removes its log; a job that has not ended
     /// is refused.
     pub fn delete(&self, id: &str) -> Result<bool, JobError> {
+        self.submitted(id)?;
         let mut table = self.table.lock();
         let record = table
             .jobs
@@ -532,7 +611,7 @@ impl JobManager {
 
     /// A job's log so far (its last 64 MiB).
     pub fn logs(&self, id: &str) -> Result<String, JobError> {
-        self.get(id)?;
+        self.submitted(id)?;
         let path = self.files.log(id);
         Ok(read_tail(&path, LOG_READ_MAX).unwrap_or_default())
     }
@@ -540,7 +619,7 @@ impl JobManager {
     /// The job's log from byte `offset`: the text (at most `max` bytes,
     /// cut at a line end where one is near) and the offset after it.
     pub fn logs_from(&self, id: &str, offset: u64, max: usize) -> Result<(String, u64), JobError> {
-        self.get(id)?;
+        self.submitted(id)?;
         let path = self.files.log(id);
         let (text, next) = read_from(&path, offset, max).unwrap_or((String::new(), offset));
         Ok((text, next))

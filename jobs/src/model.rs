@@ -112,6 +112,46 @@ pub struct JobDetails {
     pub entrypoint_resources: Option<BTreeMap<String, f64>>,
 }
 
+impl JobDetails {
+    /// A driver started by hand, as the job list shows it (`node_alive`:
+    /// whether the node it ran on is still a member).
+    pub fn from_driver(
+        record: &prism_protocol::messages::DriverRecord,
+        node_alive: bool,
+    ) -> JobDetails {
+        let (status, message) = match (record.end_time, node_alive) {
+            (Some(_), _) => (JobStatus::Succeeded, "The driver disconnected."),
+            (None, true) => (JobStatus::Running, "The driver is connected."),
+            (None, false) => (JobStatus::Failed, "The driver's node died."),
+        };
+        JobDetails {
+            job_type: JobType::Driver,
+            job_id: Some(record.job_id.clone()),
+            submission_id: None,
+            driver_info: Some(DriverInfo {
+                id: record.job_id.clone(),
+                node_ip_address: record.node_ip.clone(),
+                pid: record.pid.to_string(),
+            }),
+            status,
+            entrypoint: record.entrypoint.clone(),
+            message: Some(message.into()),
+            error_type: None,
+            start_time: Some(record.start_time),
+            end_time: record.end_time,
+            metadata: None,
+            runtime_env: None,
+            driver_agent_http_address: None,
+            driver_node_id: Some(record.node_id.clone()),
+            driver_exit_code: None,
+            entrypoint_num_cpus: None,
+            entrypoint_num_gpus: None,
+            entrypoint_memory: None,
+            entrypoint_resources: None,
+        }
+    }
+}
+
 /// The runtime environment keys Prism applies.
 pub const SUPPORTED_RUNTIME_ENV_KEYS: &[&str] = &["working_dir", "env_vars", "excludes", "config"];
 

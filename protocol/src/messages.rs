@@ -184,6 +184,10 @@ services! {
             /// runtime environment's `env_vars`).
             #[serde(default)]
             env_vars: std::collections::BTreeMap<String, String>,
+            /// The Jobs API submission the driver runs for, if any
+            /// (`PRISM_JOB_SUBMISSION_ID`).
+            #[serde(default)]
+            submission_id: Option<String>,
         } => Registration;
         /// A worker started by the raylet reports in.
         RegisterWorker {

@@ -18,6 +18,7 @@
 
 mod actors;
 mod config;
+mod drivers;
 mod faults;
 mod launcher;
 mod membership;

@@ -59,6 +59,8 @@ pub struct ClusterLink {
 #[derive(Debug)]
 pub(crate) struct Membership {
     node_id: String,
+    /// The address other nodes reach this node at.
+    node_ip: String,
     /// The live nodes as of the last heartbeat's answer.
     view: parking_lot::Mutex<Vec<WireNode>>,
     /// Where the next SPREAD request starts looking.
@@ -103,6 +105,7 @@ impl Membership {
         tracing::info!(head = %link.head, cluster = %reply.cluster_id, "joined the cluster");
         Ok(Membership {
             node_id: node.node_id().to_string(),
+            node_ip: link.node_ip.clone(),
             view: parking_lot::Mutex::new(Vec::new()),
             spread_next: std::sync::atomic::AtomicUsize::new(0),
             peers: Peers::default(),
@@ -111,6 +114,11 @@ impl Membership {
             lost,
             beating,
         })
+    }
+
+    /// This node's id and address.
+    pub(crate) fn node(&self) -> (&str, &str) {
+        (&self.node_id, &self.node_ip)
     }
 
     /// The cluster's id.

@@ -7,6 +7,7 @@
 //! Requests that wait (a lease, an actor or a group to be ready) are given
 //! a [`ReplyTo`] to answer later; the rest are answered at once.
 
+use crate::drivers::DriverEntry;
 use crate::node::{Job, Node};
 use crate::reply::ReplyTo;
 use crate::scheduler::{Grantee, LeaseRequest};
@@ -53,6 +54,8 @@ struct ClientHandler {
     /// The address of the driver or worker on this connection: the task
     /// results it owns are freed when it closes.
     address: Mutex<Option<String>>,
+    /// A driver's record in the head's job list (in a cluster).
+    driver: Mutex<Option<DriverEntry>>,
 }
 
 pub(crate) fn handler(node: &Arc<Node>) -> Arc<dyn Handler> {
@@ -62,6 +65,7 @@ pub(crate) fn handler(node: &Arc<Node>) -> Arc<dyn Handler> {
         role: Arc::new(Mutex::new(Role::Unregistered)),
         pins: Arc::new(Mutex::new(Some(HashMap::new()))),
         address: Mutex::new(None),
+        driver: Mutex::new(None),
     })
 }
 
@@ -215,7 +219,13 @@ impl Handler for ClientHandler {
         });
         let role = std::mem::replace(&mut *self.role.lock(), Role::Closed);
         match role {
-            Role::Driver(job) => self.node.end_job(job),
+            Role::Driver(job) => {
+                self.node.end_job(job);
+                let entry = self.driver.lock().take();
+                if let (Some(entry), Some(m)) = (entry, self.node.membership.get()) {
+                    entry.ended(m);
+                }
+            }
             Role::Lessee(job) => self.node.lessee_gone(job),
             _ => {}
         }
@@ -371,6 +381,7 @@ impl ClientHandler {
             log_to_driver,
             namespace,
             env_vars,
+            submission_id,
             ..
         } = r;
         let job_id = JobId::new();
@@ -388,6 +399,9 @@ impl ClientHandler {
                 env_vars,
             },
         );
+        if let Some(m) = self.node.membership.get() {
+            *self.driver.lock() = Some(DriverEntry::started(m, job_id, pid, submission_id));
+        }
         Ok(self.node.registration(job_id))
     }
 

@@ -87,6 +87,7 @@ impl Lessee {
             job_id: Some(self.job_id),
             program,
             env_vars: self.env_vars.clone(),
+            submission_id: None,
         })
         .await?;
         Ok(conn)

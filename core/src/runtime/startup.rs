@@ -228,6 +228,7 @@ pub(crate) async fn start_driver(
             job_id: None,
             program: None,
             env_vars: config.job_env_vars_checked()?,
+            submission_id: std::env::var("PRISM_JOB_SUBMISSION_ID").ok(),
         })
         .await?;
     let core = build(Startup {

@@ -194,6 +194,33 @@ pub fn actor_checkpoint_key(actor: ActorId) -> String {
 /// What every actor checkpoint's key begins with.
 pub const ACTOR_CHECKPOINT_PREFIX: &str = "prism/actor-checkpoint/";
 
+/// The key-value table prefix under which each driver of a cluster is
+/// recorded ([`DriverRecord`], JSON) by the raylet it registered with: the
+/// head lists them as jobs of type DRIVER.
+pub const DRIVER_RECORD_PREFIX: &str = "prism/driver/";
+
+/// A driver as the head's job list shows it, kept in the key-value table
+/// under [`DRIVER_RECORD_PREFIX`] and its job id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriverRecord {
+    /// The job id the raylet gave it.
+    pub job_id: String,
+    /// The submission it runs for, when the Jobs API started it.
+    pub submission_id: Option<String>,
+    /// Its process id.
+    pub pid: u32,
+    /// The node it runs on.
+    pub node_id: String,
+    /// That node's address.
+    pub node_ip: String,
+    /// Its command line.
+    pub entrypoint: String,
+    /// When it registered, in Unix milliseconds.
+    pub start_time: u64,
+    /// When its connection closed, in Unix milliseconds.
+    pub end_time: Option<u64>,
+}
+
 /// The most bytes one `ReadProgram` asks for.
 pub const PROGRAM_CHUNK: u64 = 8 << 20;
 
