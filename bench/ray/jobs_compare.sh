@@ -39,7 +39,7 @@ bash bench/ray/setup.sh >/dev/null
 venv="$root/bench/ray/.venv/bin"
 prism="$target/release/prism"
 work="$(mktemp -d /tmp/prism-jobs-bench.XXXXXX)"
-ray_port=18266
+ray_port=28265
 
 cleanup() {
     "$prism" stop --force --temp-dir "$work/prism" >/dev/null 2>&1 || true
