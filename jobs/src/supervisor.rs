@@ -56,20 +56,9 @@ pub(crate) fn spawn(launch: &Launch<'_>) -> std::io::Result<tokio::process::Chil
     command.spawn()
 }
 
-/// When process `pid` started, in clock ticks since boot, if it runs.
-pub(crate) fn start_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces and parentheses: fields
-    // are counted from the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    // rest starts at field 3 (state); start time is field 22.
-    let state = fields.next()?;
-    if state == "Z" || state == "X" {
-        return None;
-    }
-    fields.nth(18)?.parse().ok()
-}
+/// When process `pid` started, in clock ticks since boot, if it runs (the
+/// node records' own reading of `/proc/<pid>/stat`).
+pub(crate) use prism_raylet::start_ticks;
 
 /// Whether the process `pid` that started at `ticks` still runs.
 pub(crate) fn still_runs(pid: u32, ticks: u64) -> bool {
