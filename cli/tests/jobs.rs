@@ -498,6 +498,143 @@ fn the_job_table_outlives_the_control_store() {
     assert!(!group_runs(pid), "the head's jobs ended with it");
 }
 
+#[test]
+fn entrypoint_resources_are_held_and_a_job_waits_for_them() {
+    // The head has 1 CPU: two entrypoints asking for 1 CPU each take turns.
+    let head = Head::start("resources");
+    let client = head.client();
+    let rt = runtime();
+    let gate = head.temp.join("gate");
+    let one_cpu = |entrypoint: String| JobRequest {
+        entrypoint,
+        entrypoint_num_cpus: Some(1.0),
+        ..Default::default()
+    };
+    let first = must(
+        rt.block_on(client.submit(&one_cpu(format!(
+            "for i in $(seq 600); do [ -e {} ] && exit 0; sleep 0.05; done; exit 9",
+            gate.display()
+        )))),
+        "a job holding the CPU",
+    );
+    must_eventually("the first job runs", Duration::from_secs(10), || {
+        rt.block_on(client.get(&first))
+            .is_ok_and(|d| d.status == JobStatus::Running)
+    });
+    let second = must(
+        rt.block_on(client.submit(&one_cpu("echo second".into()))),
+        "a job that waits",
+    );
+    must_eventually(
+        "the second job says what it waits for",
+        Duration::from_secs(10),
+        || {
+            rt.block_on(client.get(&second)).is_ok_and(|d| {
+                d.status == JobStatus::Pending
+                    && d.message.as_deref().is_some_and(|m| {
+                        m.contains("waiting for resources")
+                            && m.contains("1 CPU")
+                            && m.contains(&first)
+                    })
+            })
+        },
+    );
+    // An entrypoint that asks for nothing does not wait.
+    let free = must(
+        rt.block_on(client.submit(&JobRequest {
+            entrypoint: "echo free".into(),
+            ..Default::default()
+        })),
+        "a job asking for no CPU",
+    );
+    assert_eq!(
+        must(
+            rt.block_on(client.wait(&free, Duration::from_secs(20))),
+            "it ends"
+        ),
+        JobStatus::Succeeded
+    );
+    // A waiting job can be stopped; it never starts.
+    let third = must(
+        rt.block_on(client.submit(&one_cpu("echo never".into()))),
+        "a third job",
+    );
+    assert!(must(rt.block_on(client.stop(&third)), "stop answers"));
+    assert_eq!(
+        must(
+            rt.block_on(client.wait(&third, Duration::from_secs(20))),
+            "it ends"
+        ),
+        JobStatus::Stopped
+    );
+    assert_eq!(must(rt.block_on(client.logs(&third)), "its log"), "");
+    assert_eq!(
+        must(rt.block_on(client.get(&second)), "still waiting").status,
+        JobStatus::Pending
+    );
+    // The first gives the CPU back; the second runs.
+    must(std::fs::write(&gate, b""), "the gate opens");
+    for id in [&first, &second] {
+        let status = must(
+            rt.block_on(client.wait(id, Duration::from_secs(20))),
+            "the job ends",
+        );
+        assert_eq!(
+            status,
+            JobStatus::Succeeded,
+            "{:?}",
+            rt.block_on(client.get(id))
+        );
+    }
+    assert_eq!(
+        must(rt.block_on(client.logs(&second)), "its log"),
+        "second\n"
+    );
+
+    // A working_dir package goes with the last job that names it.
+    let folder = head.temp.join("package");
+    must(std::fs::create_dir_all(&folder), "a folder");
+    must(std::fs::write(folder.join("word"), "zipped"), "a file");
+    let uri = must(
+        rt.block_on(client.upload_working_dir(&folder)),
+        "the folder is uploaded",
+    );
+    let name = uri.trim_start_matches("gcs://").to_string();
+    let path = format!("/api/packages/gcs/{name}");
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let id = must(
+            rt.block_on(
+                client.submit(&JobRequest {
+                    entrypoint: "cat word".into(),
+                    runtime_env: Some(
+                        serde_json::json!({ "working_dir": uri })
+                            .as_object()
+                            .cloned()
+                            .unwrap_or_default(),
+                    ),
+                    ..Default::default()
+                }),
+            ),
+            "a job in the package",
+        );
+        must(
+            rt.block_on(client.wait(&id, Duration::from_secs(20))),
+            "it ends",
+        );
+        assert_eq!(must(rt.block_on(client.logs(&id)), "its log"), "zipped");
+        ids.push(id);
+    }
+    let (status, _) = http(&head.dashboard, "GET", &path, Some(&head.token), b"");
+    assert_eq!(status, 200, "the package is kept while jobs name it");
+    must(rt.block_on(client.delete(&ids[0])), "one job is deleted");
+    let (status, _) = http(&head.dashboard, "GET", &path, Some(&head.token), b"");
+    assert_eq!(status, 200, "the other job still names the package");
+    must(rt.block_on(client.delete(&ids[1])), "the last is deleted");
+    let (status, body) = http(&head.dashboard, "GET", &path, Some(&head.token), b"");
+    assert_eq!(status, 404, "the package went with its last job: {body}");
+}
+
 /// A request (method, path, token, body), the status it must get, and
 /// what the answer must say.
 type Case<'a> = (&'a str, &'a str, Option<&'a str>, &'a [u8], u16, &'a str);

@@ -22,6 +22,7 @@
 //! ```
 #![warn(missing_docs, missing_debug_implementations)]
 
+mod admission;
 mod client;
 mod config;
 mod error;

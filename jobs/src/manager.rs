@@ -2,13 +2,14 @@
 //! task per running job that waits for its process (no process per job:
 //! supervising a job costs the head a record and a task).
 
+use crate::admission::{Admission, Request};
 use crate::error::JobError;
 use crate::model::{new_submission_id, DriverInfo, JobDetails, JobStatus, JobType, Submission};
 use crate::packages::{PackageName, PackageStore};
 use crate::store::{JobFiles, JobRecord};
 use crate::supervisor::{self, Launch, STOP_GRACE};
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,13 +85,16 @@ impl JobSettings {
 struct Table {
     jobs: HashMap<String, JobRecord>,
     next_seq: u64,
-    /// Jobs a user asked to stop.
-    stopping: HashSet<String>,
+    /// What the entrypoints of running jobs hold.
+    admission: Admission,
 }
 
 /// The head's jobs: submits, watches, stops and forgets them.
 pub struct JobManager {
     table: Mutex<Table>,
+    /// Woken when an entrypoint gives its resources back, or a waiting
+    /// job is stopped.
+    freed: tokio::sync::Notify,
     files: JobFiles,
     packages: PackageStore,
     settings: JobSettings,
@@ -121,6 +125,7 @@ impl JobManager {
         let records = files.load()?;
         let manager = Arc::new(JobManager {
             table: Mutex::new(Table::default()),
+            freed: tokio::sync::Notify::new(),
             files,
             packages,
             settings,
@@ -137,11 +142,12 @@ impl JobManager {
                     match (record.pid, record.pid_start) {
                         (Some(pid), Some(ticks)) if supervisor::still_runs(pid, ticks) => {
                             tracing::info!(job = %id, pid, "found a running job again");
+                            table.admission.hold(&id, request_of(&record.details));
                             adopted.push((id.clone(), pid, ticks));
                         }
                         _ => {
                             let code = supervisor::written_status(&manager.files.exit_status(&id));
-                            manager.end(&mut record, code, None, true);
+                            end(&manager.files, &mut record, code, None, true);
                             let _ = manager.files.save(&record).map_err(
                                 |e| tracing::warn!(error = %e, "cannot save a job's record"),
                             );
@@ -202,12 +208,7 @@ impl JobManager {
                     driver_info: None,
                     status: JobStatus::Pending,
                     entrypoint: submission.entrypoint.clone(),
-                    message: Some(match &package {
-                        Some(_) => {
-                            "Job has not started yet: its working_dir is being unpacked.".into()
-                        }
-                        None => "Job has not started yet.".into(),
-                    }),
+                    message: Some("Job has not started yet.".into()),
                     error_type: None,
                     start_time: Some(now_ms()),
                     end_time: None,
@@ -223,6 +224,7 @@ impl JobManager {
                 },
                 pid: None,
                 pid_start: None,
+                stop_requested: false,
             };
             self.files.save(&record)?;
             table.jobs.insert(id.clone(), record.clone());
@@ -244,6 +246,9 @@ impl JobManager {
         package: Option<PackageName>,
         vars: BTreeMap<String, String>,
     ) {
+        if !self.admitted(&id, package.is_some()).await {
+            return;
+        }
         let folder = self.files.folder(&id);
         let cwd = match package {
             None => Ok(folder.clone()),
@@ -288,7 +293,7 @@ impl JobManager {
         let exit_status = self.files.exit_status(&id);
         let started = {
             let mut table = self.table.lock();
-            if table.stopping.contains(&id) {
+            if table.jobs.get(&id).is_some_and(|r| r.stop_requested) {
                 drop(table);
                 self.update(&id, |r| {
                     set_end(
@@ -356,14 +361,72 @@ impl JobManager {
             }
         };
         // A stopped job has ended once the last process of its group has.
-        let stopping = self.table.lock().stopping.contains(&id);
+        let stopping = self
+            .table
+            .lock()
+            .jobs
+            .get(&id)
+            .is_some_and(|r| r.stop_requested);
         if let (Some(pid), true) = (pid, stopping) {
             let deadline = tokio::time::Instant::now() + STOP_GRACE + Duration::from_secs(1);
             while supervisor::group_runs(pid) && tokio::time::Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
-        self.update(&id, |r| self.end(r, code.0, code.1, false));
+        self.update(&id, |r| end(&self.files, r, code.0, code.1, false));
+    }
+
+    /// Waits until the job's entrypoint resources are free and holds them;
+    /// false when the job was stopped (or forgotten) meanwhile.
+    async fn admitted(&self, id: &str, has_package: bool) -> bool {
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            let total = self.settings.capacity.as_ref().and_then(|c| c());
+            {
+                let mut table = self.table.lock();
+                let Some(record) = table.jobs.get(id) else {
+                    return false;
+                };
+                if record.stop_requested {
+                    drop(table);
+                    self.update(id, |r| {
+                        set_end(
+                            r,
+                            JobStatus::Stopped,
+                            None,
+                            "Job was stopped before it started.".into(),
+                        )
+                    });
+                    return false;
+                }
+                let request = request_of(&record.details);
+                let outcome = table.admission.admit(id, request, total.as_ref());
+                let admitted = outcome.is_ok();
+                let message = match outcome {
+                    Ok(()) if has_package => {
+                        Some("Job has not started yet: its working_dir is being unpacked.".into())
+                    }
+                    Ok(()) => None,
+                    Err(why) => Some(why),
+                };
+                if let (Some(message), Some(record)) = (message, table.jobs.get_mut(id)) {
+                    if record.details.message.as_deref() != Some(message.as_str()) {
+                        record.details.message = Some(message);
+                        if let Err(e) = self.files.save(record) {
+                            tracing::warn!(job = %id, error = %e, "cannot save a job's record");
+                        }
+                    }
+                }
+                if admitted {
+                    return true;
+                }
+            }
+            // Woken when resources are given back; the timeout notices a
+            // node that grew or registered late.
+            let _ = tokio::time::timeout(Duration::from_secs(1), freed).await;
+        }
     }
 
     fn record_entrypoint(&self, table: &Table, id: &str) -> String {
@@ -380,68 +443,25 @@ impl JobManager {
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
         let code = supervisor::written_status(&self.files.exit_status(&id));
-        self.update(&id, |r| self.end(r, code, None, false));
+        self.update(&id, |r| end(&self.files, r, code, None, false));
     }
 
-    /// Marks a job ended, from its exit status (or the signal that ended
-    /// it); `restarted` when the head found it gone after starting again.
-    fn end(&self, record: &mut JobRecord, code: Option<i32>, signal: Option<i32>, restarted: bool) {
-        let id = record.details.submission_id.clone().unwrap_or_default();
-        let stopping = self.table.try_lock().map(|t| t.stopping.contains(&id));
-        let stopped = stopping.unwrap_or(false) || record.details.status == JobStatus::Stopped;
-        record.details.driver_exit_code = code;
-        match (code, signal) {
-            (Some(0), _) => set_end(record, JobStatus::Succeeded, None, "Job finished successfully.".into()),
-            _ if stopped => set_end(record, JobStatus::Stopped, None, "Job was intentionally stopped.".into()),
-            (Some(code), _) => {
-                let tail = log_tail(&self.files.log(&id), 20, 20_000);
-                set_end(
-                    record,
-                    JobStatus::Failed,
-                    Some("ENTRYPOINT_FAILED"),
-                    format!("Job entrypoint command failed with exit code {code}, last available logs:\n{tail}"),
-                )
-            }
-            (None, Some(signal)) => set_end(
-                record,
-                JobStatus::Failed,
-                Some("ENTRYPOINT_FAILED"),
-                format!("Job entrypoint was ended by signal {signal}."),
-            ),
-            (None, None) if restarted => set_end(
-                record,
-                JobStatus::Failed,
-                Some("HEAD_RESTARTED"),
-                "The head restarted while the job ran, and the job's process was gone when it came back.".into(),
-            ),
-            (None, None) => set_end(
-                record,
-                JobStatus::Failed,
-                Some("ENTRYPOINT_FAILED"),
-                "Job's process ended without an exit status.".into(),
-            ),
-        }
-    }
-
-    /// Changes a job's record and saves it.
+    /// Changes a job's record and saves it, under the table's lock (so
+    /// no other change is lost); a job that ended gives back what its
+    /// entrypoint held.
     fn update(&self, id: &str, change: impl FnOnce(&mut JobRecord)) {
-        let mut record = {
-            let table = self.table.lock();
-            match table.jobs.get(id) {
-                Some(r) => r.clone(),
-                None => return,
-            }
-        };
-        change(&mut record);
         let mut table = self.table.lock();
-        if let Some(r) = table.jobs.get_mut(id) {
-            *r = record;
-            if let Err(e) = self.files.save(r) {
-                tracing::warn!(job = %id, error = %e, "cannot save a job's record");
-            }
-            if r.details.status.is_terminal() {
-                tracing::info!(job = %id, status = %r.details.status, "job ended");
-                table.stopping.remove(id);
+        let Some(r) = table.jobs.get_mut(id) else {
+            return;
+        };
+        change(r);
+        if let Err(e) = self.files.save(r) {
+            tracing::warn!(job = %id, error = %e, "cannot save a job's record");
+        }
+        if r.details.status.is_terminal() {
+            tracing::info!(job = %id, status = %r.details.status, "job ended");
+            if table.admission.release(id) {
+                self.freed.notify_waiters();
             }
         }
     }
@@ -460,9 +480,29 @@ impl JobManager {
         ended.sort();
         let excess = table.jobs.len() - self.settings.max_jobs;
         for (_, id) in ended.into_iter().take(excess) {
-            table.jobs.remove(&id);
-            if let Err(e) = self.files.remove(&id) {
-                tracing::warn!(job = %id, error = %e, "cannot remove an old job's folder");
+            self.forget(table, &id);
+        }
+    }
+
+    /// Removes an ended job from the table and its folder from the disk,
+    /// and its working_dir package once no kept job names it.
+    fn forget(&self, table: &mut Table, id: &str) {
+        let Some(record) = table.jobs.remove(id) else {
+            return;
+        };
+        if let Err(e) = self.files.remove(id) {
+            tracing::warn!(job = %id, error = %e, "cannot remove a job's folder");
+        }
+        let Some(package) = package_of(&record.details) else {
+            return;
+        };
+        let named = table
+            .jobs
+            .values()
+            .any(|r| package_of(&r.details).as_ref() == Some(&package));
+        if !named {
+            if let Err(e) = self.packages.remove(&package) {
+                tracing::warn!(package = %package.as_str(), error = %e, "cannot remove a package");
             }
         }
     }
@@ -573,10 +613,17 @@ impl JobManager {
                 return Ok(false);
             }
             let pid = record.pid;
-            table.stopping.insert(id.to_string());
+            if let Some(record) = table.jobs.get_mut(id) {
+                record.stop_requested = true;
+                if let Err(e) = self.files.save(record) {
+                    tracing::warn!(job = %id, error = %e, "cannot save a job's record");
+                }
+            }
             pid
         };
         tracing::info!(job = %id, "stopping a job");
+        // A job waiting for resources sees it at once.
+        self.freed.notify_waiters();
         if let Some(pid) = pid {
             supervisor::signal_group(pid, libc::SIGTERM);
             tokio::spawn(async move {
@@ -604,8 +651,7 @@ impl JobManager {
                 record.details.status
             )));
         }
-        self.files.remove(id)?;
-        table.jobs.remove(id);
+        self.forget(&mut table, id);
         Ok(true)
     }
 
@@ -635,17 +681,16 @@ impl JobManager {
     pub async fn stop_all(self: &Arc<Self>) {
         let running: Vec<(String, Option<u32>)> = {
             let mut table = self.table.lock();
-            let ids: Vec<(String, Option<u32>)> = table
-                .jobs
-                .iter()
-                .filter(|(_, r)| !r.details.status.is_terminal())
-                .map(|(id, r)| (id.clone(), r.pid))
-                .collect();
-            for (id, _) in &ids {
-                table.stopping.insert(id.clone());
+            let mut ids = Vec::new();
+            for (id, r) in table.jobs.iter_mut() {
+                if !r.details.status.is_terminal() {
+                    r.stop_requested = true;
+                    ids.push((id.clone(), r.pid));
+                }
             }
             ids
         };
+        self.freed.notify_waiters();
         for (_, pid) in &running {
             if let Some(pid) = pid {
                 supervisor::signal_group(*pid, libc::SIGTERM);
@@ -686,21 +731,99 @@ fn set_end(record: &mut JobRecord, status: JobStatus, error_type: Option<&str>, 
     record.details.end_time = Some(now_ms());
 }
 
-/// Refuses a job whose entrypoint asks for more than the node has in all.
-fn check_fits(s: &Submission, total: &BTreeMap<String, f64>) -> Result<(), JobError> {
-    let mut asked: Vec<(String, f64)> = Vec::new();
-    if let Some(c) = s.entrypoint_num_cpus {
+/// Marks a job ended, from its exit status (or the signal that ended
+/// it); `restarted` when the head found it gone after starting again.
+fn end(
+    files: &JobFiles,
+    record: &mut JobRecord,
+    code: Option<i32>,
+    signal: Option<i32>,
+    restarted: bool,
+) {
+    let id = record.details.submission_id.clone().unwrap_or_default();
+    let stopped = record.stop_requested || record.details.status == JobStatus::Stopped;
+    record.details.driver_exit_code = code;
+    match (code, signal) {
+        (Some(0), _) => set_end(record, JobStatus::Succeeded, None, "Job finished successfully.".into()),
+        _ if stopped => set_end(record, JobStatus::Stopped, None, "Job was intentionally stopped.".into()),
+        (Some(code), _) => {
+            let tail = log_tail(&files.log(&id), 20, 20_000);
+            set_end(
+                record,
+                JobStatus::Failed,
+                Some("ENTRYPOINT_FAILED"),
+                format!("Job entrypoint command failed with exit code {code}, last available logs:\n{tail}"),
+            )
+        }
+        (None, Some(signal)) => set_end(
+            record,
+            JobStatus::Failed,
+            Some("ENTRYPOINT_FAILED"),
+            format!("Job entrypoint was ended by signal {signal}."),
+        ),
+        (None, None) if restarted => set_end(
+            record,
+            JobStatus::Failed,
+            Some("HEAD_RESTARTED"),
+            "The head restarted while the job ran, and the job's process was gone when it came back.".into(),
+        ),
+        (None, None) => set_end(
+            record,
+            JobStatus::Failed,
+            Some("ENTRYPOINT_FAILED"),
+            "Job's process ended without an exit status.".into(),
+        ),
+    }
+}
+
+/// The working_dir package a job runs in, if any.
+fn package_of(d: &JobDetails) -> Option<PackageName> {
+    let uri = d.runtime_env.as_ref()?.get("working_dir")?.as_str()?;
+    PackageName::from_uri(uri).ok()
+}
+
+/// What a job's entrypoint asks for, as resource name and amount (nothing
+/// of amount 0).
+fn request_of(d: &JobDetails) -> Request {
+    request(
+        d.entrypoint_num_cpus,
+        d.entrypoint_num_gpus,
+        d.entrypoint_memory,
+        d.entrypoint_resources.as_ref(),
+    )
+}
+
+fn request(
+    cpus: Option<f64>,
+    gpus: Option<f64>,
+    memory: Option<u64>,
+    resources: Option<&BTreeMap<String, f64>>,
+) -> Request {
+    let mut asked: Request = Vec::new();
+    if let Some(c) = cpus {
         asked.push(("CPU".into(), c));
     }
-    if let Some(g) = s.entrypoint_num_gpus {
+    if let Some(g) = gpus {
         asked.push(("GPU".into(), g));
     }
-    if let Some(m) = s.entrypoint_memory {
+    if let Some(m) = memory {
         asked.push(("memory".into(), m as f64));
     }
-    for (k, v) in s.entrypoint_resources.iter().flatten() {
+    for (k, v) in resources.into_iter().flatten() {
         asked.push((k.clone(), *v));
     }
+    asked.retain(|(_, amount)| *amount > 0.0);
+    asked
+}
+
+/// Refuses a job whose entrypoint asks for more than the node has in all.
+fn check_fits(s: &Submission, total: &BTreeMap<String, f64>) -> Result<(), JobError> {
+    let asked = request(
+        s.entrypoint_num_cpus,
+        s.entrypoint_num_gpus,
+        s.entrypoint_memory,
+        s.entrypoint_resources.as_ref(),
+    );
     for (name, amount) in asked {
         let has = total.get(&name).copied().unwrap_or(0.0);
         if amount > has {

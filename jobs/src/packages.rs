@@ -113,6 +113,24 @@ impl PackageStore {
         std::fs::rename(&partial, &path).map_err(JobError::disk("cannot store the package", &path))
     }
 
+    /// Removes a package and its unpacked folder (a job still running in
+    /// that folder keeps its open files; its new ones fail).
+    pub(crate) fn remove(&self, name: &PackageName) -> Result<(), JobError> {
+        let stem = name.as_str().trim_end_matches(".zip");
+        let unpacked = self.dir.join(stem);
+        match std::fs::remove_dir_all(&unpacked) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(JobError::disk("cannot remove", &unpacked)(e)),
+        }
+        let zip = self.zip_path(name);
+        match std::fs::remove_file(&zip) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(JobError::disk("cannot remove", &zip)(e)),
+        }
+    }
+
     /// The package unpacked, unpacking it the first time: the folder a
     /// job with this working_dir runs in.
     pub(crate) fn unpacked(&self, name: &PackageName) -> Result<PathBuf, JobError> {

@@ -20,6 +20,10 @@ pub(crate) struct JobRecord {
     /// When that process started, in clock ticks since boot
     /// (`/proc/<pid>/stat`), so that a reused pid is not taken for it.
     pub(crate) pid_start: Option<u64>,
+    /// A user asked to stop it (kept, so that a head started again still
+    /// reports it STOPPED rather than FAILED).
+    #[serde(default)]
+    pub(crate) stop_requested: bool,
 }
 
 /// The folders of the job table.
