@@ -130,6 +130,11 @@ pub(crate) struct StartArgs {
     pub(crate) state_dir: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) redis: RedisArgs,
+    /// The port this node serves Prometheus metrics on (`/metrics`, on its
+    /// node address, behind the cluster token); 0 picks a free one. The
+    /// head lists every node's in `<temp dir>/prom_metrics_service_discovery.json`.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) metrics_export_port: u16,
 }
 
 /// The head's dashboard.

@@ -106,6 +106,8 @@ async fn serve(args: ControlStoreArgs) -> Result<ExitCode, String> {
         cluster_id: gcs.cluster_id().to_string(),
         dashboard: dashboard.as_ref().map(|d| d.address.to_string()),
     };
+    let discovery =
+        crate::discovery::start(gcs.view(), &args.temp.temp_dir, ready.dashboard.clone());
     let line = serde_json::to_string(&ready).map_err(|e| e.to_string())?;
     say!("{line}");
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -125,6 +127,7 @@ async fn serve(args: ControlStoreArgs) -> Result<ExitCode, String> {
         _ = orphaned => tracing::warn!("the head node's process is gone; the control store stops"),
     }
     drop(dashboard);
+    drop(discovery);
     // The head stops: so do its jobs (a control store that dies leaves
     // them running, for the one started after it to find again).
     jobs.stop_all().await;

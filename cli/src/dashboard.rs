@@ -64,6 +64,7 @@ pub(crate) async fn start(
         .route("/api/nodes", get(nodes))
         .route("/api/cluster_status", get(cluster_status))
         .route("/api/actors", get(actors))
+        .route("/metrics", get(metrics))
         .with_state(dashboard.clone());
     if let Some(jobs) = jobs {
         // Ray's Jobs API, behind the same token check.
@@ -86,7 +87,7 @@ pub(crate) async fn start(
 
 /// The dashboard's listener: connections within the limits, each closed
 /// when quiet (see `prism_protocol::guard`).
-struct GuardedHttp(GuardedListener);
+pub(crate) struct GuardedHttp(pub(crate) GuardedListener);
 
 impl axum::serve::Listener for GuardedHttp {
     type Io = QuietTimeout<tokio::net::TcpStream>;
@@ -282,6 +283,45 @@ async fn page(State(d): State<Arc<Dashboard>>, headers: HeaderMap, uri: Uri) -> 
         &d.gcs.named_actors(),
     ))
     .into_response()
+}
+
+/// The cluster's own gauges, for Prometheus (each node serves its own).
+async fn metrics(State(d): State<Arc<Dashboard>>, headers: HeaderMap) -> Response {
+    use prism_protocol::exposition::{Exposition, Kind, CONTENT_TYPE};
+    if !d.admits(&headers) {
+        return refused_text();
+    }
+    let nodes = d.gcs.nodes();
+    let mut out = Exposition::new(d.gcs.cluster_id());
+    out.family(
+        "ray_cluster_active_nodes",
+        Kind::Gauge,
+        "Live nodes of the cluster, by type (head or worker).",
+    );
+    for (kind, head) in [("head", true), ("worker", false)] {
+        let count = nodes
+            .iter()
+            .filter(|n| is_alive(n) && n.is_head == head)
+            .count();
+        out.sample(
+            "ray_cluster_active_nodes",
+            &[("node_type", kind)],
+            count as f64,
+        );
+    }
+    out.single(
+        "prism_cluster_dead_nodes",
+        Kind::Gauge,
+        "Nodes the head has marked dead and still lists.",
+        nodes.iter().filter(|n| !is_alive(n)).count() as f64,
+    );
+    out.single(
+        "prism_cluster_named_actors",
+        Kind::Gauge,
+        "Names held in the cluster's actor name directory.",
+        d.gcs.named_actors().len() as f64,
+    );
+    ([(header::CONTENT_TYPE, CONTENT_TYPE)], out.finish()).into_response()
 }
 
 async fn nodes(State(d): State<Arc<Dashboard>>, headers: HeaderMap) -> Response {

@@ -327,6 +327,16 @@ async fn serve(args: StartArgs, config: prism::Config) -> Result<ExitCode, Strin
         (None, head, token, node_ip)
     };
     let dashboard = gcs.as_ref().and_then(|(store, _)| store.dashboard.clone());
+    let metrics = match crate::metrics::bind(&node_ip, args.metrics_export_port).await {
+        Ok(m) => m,
+        Err(e) => {
+            if let Some((store, state_dir)) = gcs {
+                store.stop().await;
+                forget_state(&args, &state_dir);
+            }
+            return Err(e);
+        }
+    };
     let session_dir = config.new_session_dir().map_err(|e| e.to_string())?;
     let mut raylet_config = config
         .raylet_config(session_dir.clone())
@@ -337,6 +347,7 @@ async fn serve(args: StartArgs, config: prism::Config) -> Result<ExitCode, Strin
         node_ip: node_ip.clone(),
         is_head: args.head,
         head_patience: Duration::from_millis(config.head_reconnect_timeout_ms),
+        metrics_address: Some(metrics.address.to_string()),
     });
     let raylet = match Raylet::start(raylet_config).await {
         Ok(r) => r,
@@ -352,6 +363,7 @@ async fn serve(args: StartArgs, config: prism::Config) -> Result<ExitCode, Strin
             ));
         }
     };
+    let _metrics = metrics.serve(raylet.metrics(), token.clone());
     if !args.head && args.token.is_some() {
         // The head took it: drivers and `prism status` on this machine
         // find it here.

@@ -5,6 +5,7 @@
 
 pub mod clock;
 pub mod error;
+pub mod exposition;
 pub mod guard;
 mod handshake;
 pub mod ids;

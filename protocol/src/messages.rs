@@ -283,6 +283,13 @@ services! {
         } => ();
         /// Store usage.
         GetStoreStats {} => StoreStats;
+        /// Tasks this process owned that ended since its last report, for
+        /// the node's metrics (sent about once a second while any ended,
+        /// and when the process stops).
+        ReportTaskCounts {
+            /// The counts, one per function, outcome and retry.
+            counts: Vec<TaskCount>,
+        } => ();
         /// The calling worker started (or stopped) waiting in `get`.
         WorkerBlocked {
             /// True when it starts waiting.

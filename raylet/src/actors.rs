@@ -327,6 +327,21 @@ impl<R> ActorTable<R> {
     }
 
     /// Whether the table holds `actor` (in any state).
+    /// How many actors the table holds, by Ray's state name and class.
+    pub(crate) fn counts(&self) -> std::collections::BTreeMap<(&'static str, String), u64> {
+        let mut out = std::collections::BTreeMap::new();
+        for entry in self.actors.values() {
+            let state = match entry.info.state {
+                ActorState::Pending => "PENDING_CREATION",
+                ActorState::Restarting => "RESTARTING",
+                ActorState::Alive { .. } => "ALIVE",
+                ActorState::Dead(_) => "DEAD",
+            };
+            *out.entry((state, entry.info.class.clone())).or_insert(0) += 1;
+        }
+        out
+    }
+
     pub(crate) fn knows(&self, actor: ActorId) -> bool {
         self.actors.contains_key(&actor)
     }

@@ -23,6 +23,7 @@ mod faults;
 mod launcher;
 mod membership;
 mod memory;
+mod metrics;
 mod names;
 mod node;
 mod placement;
@@ -182,6 +183,13 @@ impl Raylet {
         self.node.membership.get().map(|m| m.cluster_id())
     }
 
+    /// The node's metrics, to render at each scrape.
+    pub fn metrics(&self) -> NodeMetrics {
+        NodeMetrics {
+            node: self.node.clone(),
+        }
+    }
+
     /// Waits until the cluster's head gives this node up (it missed its
     /// heartbeats), and returns why; never returns for a raylet that is not
     /// part of a cluster.
@@ -216,6 +224,50 @@ impl Raylet {
             let _ = std::fs::remove_dir_all(session.join(transient));
         }
         tracing::info!("raylet stopped");
+    }
+}
+
+/// A running raylet's metrics, rendered anew on each call (cheap to
+/// clone; after [`Raylet::shutdown`] it answers from what is left).
+#[derive(Debug, Clone)]
+pub struct NodeMetrics {
+    node: Arc<Node>,
+}
+
+impl NodeMetrics {
+    /// The node's metrics in Prometheus's text format (see
+    /// [`prism_protocol::exposition`]): tasks, actors, workers, resources,
+    /// the object store and the machine.
+    pub fn render(&self) -> String {
+        let node = &self.node;
+        let tables = node.control(|c| {
+            let resources = c.scheduler.resources();
+            let (workers, waiting_leases) = c.scheduler.worker_counts();
+            metrics::Tables {
+                total: resources.total().clone(),
+                available: resources.available(),
+                actors: c.actors.counts(),
+                workers,
+                waiting_leases,
+            }
+        });
+        let store = node.store.stats(node.transfers.bytes());
+        let session = match node.membership.get().map(|m| m.cluster_id()) {
+            Some(id) => id.to_string(),
+            None => node
+                .config
+                .session_dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        };
+        let ip = node
+            .config
+            .cluster
+            .as_ref()
+            .map(|c| c.node_ip.as_str())
+            .unwrap_or("127.0.0.1");
+        metrics::render(&session, ip, &tables, &store, &node.task_totals, &node.cpu)
     }
 }
 

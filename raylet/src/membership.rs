@@ -53,6 +53,9 @@ pub struct ClusterLink {
     /// How long a call to the head keeps trying while the head cannot be
     /// reached (see [`prism_gcs::GcsClient::with_patience`]).
     pub head_patience: Duration,
+    /// Where the node serves its metrics (`HOST:PORT`), told to the head
+    /// for Prometheus's service discovery.
+    pub metrics_address: Option<String>,
 }
 
 /// A raylet's membership, once registered.
@@ -96,6 +99,7 @@ impl Membership {
             session_dir: node.session_dir().display().to_string(),
             pid: std::process::id(),
             raylet_address,
+            metrics_address: link.metrics_address.clone().unwrap_or_default(),
             ..WireNode::default()
         };
         let reply = client.register_node(info).await.map_err(Error::from)?;

@@ -62,7 +62,7 @@ struct WorkerLink {
 #[derive(Debug)]
 pub(crate) struct Control {
     pub(crate) scheduler: Scheduler<ReplyTo>,
-    actors: ActorTable<ReplyTo>,
+    pub(crate) actors: ActorTable<ReplyTo>,
     jobs: HashMap<JobId, Job>,
     links: HashMap<WorkerId, WorkerLink>,
     exits: ExitLog,
@@ -139,6 +139,10 @@ pub(crate) struct Node {
     pub(crate) pending_groups: crate::placement::state::PendingGroups,
     /// Copies of other nodes' jobs' programs, fetched one at a time.
     pub(crate) programs: crate::programs::state::Programs,
+    /// Tasks ended, as owners on this node report them.
+    pub(crate) task_totals: crate::metrics::TaskTotals,
+    /// The machine's CPU use between scrapes.
+    pub(crate) cpu: crate::metrics::CpuSampler,
 }
 
 impl Node {
@@ -181,6 +185,8 @@ impl Node {
             transfers: Default::default(),
             pending_groups: Default::default(),
             programs: Default::default(),
+            task_totals: Default::default(),
+            cpu: Default::default(),
         })
     }
 

@@ -132,6 +132,10 @@ impl Handler for ClientHandler {
                 Ok(())
             }),
             R::GetStoreStats(_) => answer(Ok(self.node.store.stats(self.node.transfers.bytes()))),
+            R::ReportTaskCounts(r) => answer({
+                self.node.task_totals.add(r.counts);
+                Ok(())
+            }),
             R::CreateActor(r) => return self.handle_create_actor(r.spec, conn, reply),
             R::GetNamedActor(r) => return self.handle_get_named_actor(r, reply),
             R::WorkerExitReason(r) => answer(Ok(self.node.worker_exit_reason(r.worker_id))),

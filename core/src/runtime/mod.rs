@@ -53,6 +53,7 @@ pub(crate) mod store;
 pub(crate) mod streams;
 pub(crate) mod submission;
 pub(crate) mod submitter;
+pub(crate) mod task_counts;
 
 pub(crate) use blocking::block_on;
 pub(crate) use objects::Objects;
@@ -115,6 +116,8 @@ pub(crate) struct CoreWorker {
     pub(crate) lessee: Arc<lessee::Lessee>,
     /// The actors this process created on other nodes.
     pub(crate) owned_actors: Arc<owned_actors::OwnedActors>,
+    /// Tasks this process owned that ended, not reported yet.
+    pub(crate) task_counts: Arc<task_counts::TaskCounts>,
     /// The cluster's total resources, for feasibility checks.
     pub(crate) cluster_total: Mutex<ResourceSet>,
     listeners: Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -144,6 +147,13 @@ impl CoreWorker {
     /// Returns idle leases and stops listening (shutdown).
     pub(crate) fn stop(&self) {
         self.tasks.return_all_leases();
+        // The last counts, so that a driver's tasks are all counted.
+        let (counts, raylet) = (self.task_counts.clone(), self.raylet.clone());
+        let _ = self.block_on(async move {
+            let sent = counts.report(&raylet);
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), sent).await;
+            Ok(())
+        });
         for l in self.listeners.lock().drain(..) {
             l.abort();
         }

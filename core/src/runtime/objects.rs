@@ -16,6 +16,7 @@ use super::refs::{Readiness, Rebuild, RefTable, Release, ValueState};
 use super::store::{Loaded, StoreClient};
 use super::streams::{stream_closed, Held, Offered, Streams};
 use super::submission::Submission;
+use super::task_counts::TaskCounts;
 use crate::codec::{self, Arg};
 use crate::config::Config;
 use crate::{Error, Result};
@@ -24,7 +25,7 @@ use prism_protocol::ids::{ActorId, ObjectId};
 use prism_protocol::messages::{
     AddBorrower, Address, ArgSpec, DeleteObjects, GetObjectStatus, KillActor, LocateActor,
     ObjectRefInfo, ObjectValue, OwnerRequest, Ownership, RemoveBorrower, Response, ReturnObject,
-    StreamItem, WorkerBlocked,
+    StreamItem, TaskOutcome, WorkerBlocked,
 };
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
@@ -68,6 +69,8 @@ pub(crate) struct Objects {
     /// The actors this process created on other nodes: told when one's
     /// last handle goes, asked where one is.
     owned_actors: Arc<OwnedActors>,
+    /// Tasks this process owned that ended, for the node's metrics.
+    task_counts: Arc<TaskCounts>,
     /// The values of this process's streaming calls, not taken yet.
     pub(crate) streams: Streams,
 }
@@ -125,6 +128,7 @@ pub(crate) struct ObjectsParts {
     pub(crate) store: Arc<StoreClient>,
     pub(crate) peers: Arc<Peers>,
     pub(crate) owned_actors: Arc<OwnedActors>,
+    pub(crate) task_counts: Arc<TaskCounts>,
 }
 
 impl Objects {
@@ -140,9 +144,11 @@ impl Objects {
             store,
             peers,
             owned_actors,
+            task_counts,
         } = parts;
         Objects {
             owned_actors,
+            task_counts,
             rt,
             config,
             is_worker,
@@ -238,6 +244,12 @@ impl Objects {
         result: Result<ReturnObject>,
     ) {
         let spec = &submission.spec;
+        let outcome = match result {
+            Ok(_) => TaskOutcome::Finished,
+            Err(_) => TaskOutcome::Failed,
+        };
+        self.task_counts
+            .record(&spec.function, outcome, !submission.failures.is_empty());
         let mut releases = match result {
             Ok(first) if spec.more_returns.is_empty() && first.more.is_empty() => {
                 self.set_result(spec.return_id, Ok(first))

@@ -22,6 +22,7 @@ use super::owned_actors::OwnedActors;
 use super::peers::Peers;
 use super::store::StoreClient;
 use super::submitter::TaskSubmitter;
+use super::task_counts::TaskCounts;
 use super::{set_current, CoreWorker, Role};
 use crate::config::Config;
 use crate::{Error, Result};
@@ -425,6 +426,7 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
         s.raylet.clone(),
         lessee.clone(),
     ));
+    let task_counts = Arc::new(TaskCounts::default());
     let objects = Arc::new(Objects::new(
         s.rt.clone(),
         s.config.clone(),
@@ -435,8 +437,11 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
             store,
             peers,
             owned_actors: owned_actors.clone(),
+            task_counts: task_counts.clone(),
         },
     ));
+    let reporting =
+        task_counts.start_reporting(&s.rt, s.raylet.clone(), std::time::Duration::from_secs(1));
     let tasks = Arc::new(TaskSubmitter::new(
         s.rt.clone(),
         s.config.clone(),
@@ -481,6 +486,7 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
                 Arc::new(remote.for_connection()) as Arc<dyn Handler>
             })?);
         }
+        listeners.push(reporting);
         listeners
     };
     Ok(Arc::new(CoreWorker {
@@ -498,6 +504,7 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
         executor,
         lessee,
         owned_actors,
+        task_counts,
         cluster_total: Mutex::new(ResourceSet::new()),
         listeners: Mutex::new(listeners),
     }))

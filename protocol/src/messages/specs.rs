@@ -407,6 +407,40 @@ pub struct Registration {
     pub session_dir: PathBuf,
 }
 
+/// How a task attempt ended, as its owner counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum TaskOutcome {
+    /// It answered its result.
+    Finished,
+    /// It failed for good (no retry left, cancelled, or its error is not
+    /// retried).
+    Failed,
+}
+
+impl TaskOutcome {
+    /// Ray's name of the state (`FINISHED`, `FAILED`).
+    pub fn ray_state(self) -> &'static str {
+        match self {
+            TaskOutcome::Finished => "FINISHED",
+            TaskOutcome::Failed => "FAILED",
+        }
+    }
+}
+
+/// Tasks (and actor calls) of one function that ended one way since the
+/// owner last reported: what a node's metrics count.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskCount {
+    /// The function (or `Class.method`).
+    pub name: String,
+    /// How they ended.
+    pub outcome: TaskOutcome,
+    /// Whether they ended on a retry.
+    pub is_retry: bool,
+    /// How many.
+    pub count: u64,
+}
+
 /// Object-store usage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoreStats {

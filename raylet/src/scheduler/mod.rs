@@ -194,6 +194,23 @@ impl<R> Scheduler<R> {
         out
     }
 
+    /// How many worker processes are in each state, and how many lease
+    /// requests wait.
+    pub(crate) fn worker_counts(&self) -> (std::collections::BTreeMap<&'static str, u64>, u64) {
+        let mut out = std::collections::BTreeMap::new();
+        for worker in self.workers.values() {
+            let state = match worker.usage {
+                WorkerUse::Starting => "STARTING",
+                WorkerUse::Idle => "IDLE",
+                WorkerUse::Leased(_) => "LEASED",
+                WorkerUse::Actor(_) => "ACTOR",
+                WorkerUse::Unreachable => "STOPPING",
+            };
+            *out.entry(state).or_insert(0) += 1;
+        }
+        (out, self.pending.len() as u64)
+    }
+
     /// A worker's record.
     pub(crate) fn worker(&self, id: WorkerId) -> Option<&Worker> {
         self.workers.get(&id)

@@ -1,0 +1,118 @@
+//! A node's metrics endpoint: `GET /metrics` in Prometheus's text format,
+//! on the node's address at `--metrics-export-port` (Ray's flag), behind
+//! the cluster token (`Authorization: Bearer`, which Prometheus sends from
+//! a `credentials_file`). The head learns the address at registration and
+//! lists it in the service-discovery file it writes for Prometheus.
+
+use crate::dashboard::GuardedHttp;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use prism_gcs::Token;
+use prism_protocol::guard::{ConnectionLimits, GuardedListener};
+use prism_protocol::rpc::constant_time_eq;
+use prism_raylet::NodeMetrics;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// The metrics endpoint, bound but not yet serving (its address is told
+/// to the head when the node registers).
+pub(crate) struct Bound {
+    listener: tokio::net::TcpListener,
+    pub(crate) address: SocketAddr,
+}
+
+/// Binds `HOST:port` (`port` 0: a free one).
+pub(crate) async fn bind(host: &str, port: u16) -> Result<Bound, String> {
+    let at = format!("{host}:{port}");
+    let address: SocketAddr = at.parse().map_err(|e| {
+        format!("the metrics endpoint's address {at} is not an IP address and port: {e}")
+    })?;
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::AddrInUse => format!(
+                "the metrics port {port} is taken on {host}: choose another with \
+                 --metrics-export-port (0 picks a free one)"
+            ),
+            _ => format!("cannot listen for metrics on {at}: {e}"),
+        })?;
+    let address = listener
+        .local_addr()
+        .map_err(|e| format!("the metrics endpoint's address: {e}"))?;
+    Ok(Bound { listener, address })
+}
+
+struct Endpoint {
+    metrics: NodeMetrics,
+    token: Token,
+}
+
+/// The endpoint serving in the background; dropped, it stops.
+pub(crate) struct Serving {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Bound {
+    /// Serves `metrics` until the returned handle is dropped.
+    pub(crate) fn serve(self, metrics: NodeMetrics, token: Token) -> Serving {
+        let endpoint = Arc::new(Endpoint { metrics, token });
+        let app = Router::new()
+            .route("/metrics", get(scrape))
+            .with_state(endpoint);
+        let listener = GuardedHttp(GuardedListener::new(
+            self.listener,
+            ConnectionLimits::from_env_or_default(),
+            "the metrics endpoint",
+        ));
+        let address = self.address;
+        let task = tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!(error = %e, "the metrics endpoint stopped serving");
+            }
+        });
+        tracing::info!(%address, "metrics endpoint started");
+        Serving { task }
+    }
+}
+
+async fn scrape(State(e): State<Arc<Endpoint>>, headers: HeaderMap) -> Response {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let admitted =
+        bearer.is_some_and(|b| constant_time_eq(b.as_bytes(), e.token.reveal().as_bytes()));
+    if !admitted {
+        return (
+            StatusCode::UNAUTHORIZED,
+            "the metrics endpoint needs the cluster token: send `Authorization: Bearer <token>` \
+             (in Prometheus: `authorization: {credentials_file: <the head's temp dir>/token}`)",
+        )
+            .into_response();
+    }
+    let metrics = e.metrics.clone();
+    match tokio::task::spawn_blocking(move || metrics.render()).await {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                prism_protocol::exposition::CONTENT_TYPE,
+            )],
+            text,
+        )
+            .into_response(),
+        Err(err) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the metrics could not be gathered: {err}"),
+        )
+            .into_response(),
+    }
+}
