@@ -242,6 +242,63 @@ pub(crate) struct StopArgs {
     pub(crate) temp: TempDir,
 }
 
+/// How `prism list` and `prism summary` print.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OutputFormat {
+    /// An aligned table.
+    Table,
+    /// JSON.
+    Json,
+}
+
+/// `prism list`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct ListArgs {
+    /// What to list: nodes, jobs, actors, tasks, objects, workers or
+    /// placement-groups.
+    pub(crate) kind: String,
+    /// Keep the rows whose field has (key=value) or has not (key!=value)
+    /// a value; repeat for more (all must hold). Values compare without
+    /// regard to case.
+    #[arg(long = "filter", short = 'f')]
+    pub(crate) filter: Vec<String>,
+    /// At most this many rows (1 to 10,000).
+    #[arg(long, default_value_t = prism_state::DEFAULT_LIMIT)]
+    pub(crate) limit: usize,
+    /// Every field, not only the main ones (tables).
+    #[arg(long)]
+    pub(crate) detail: bool,
+    /// table or json.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub(crate) format: OutputFormat,
+    #[command(flatten)]
+    pub(crate) target: JobTarget,
+}
+
+/// `prism get`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct GetArgs {
+    /// The kind: nodes, jobs, actors, tasks, objects, workers or
+    /// placement-groups.
+    pub(crate) kind: String,
+    /// Its id.
+    pub(crate) id: String,
+    #[command(flatten)]
+    pub(crate) target: JobTarget,
+}
+
+/// `prism summary`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct SummaryArgs {
+    /// tasks, actors or objects.
+    pub(crate) kind: String,
+    /// table or json.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub(crate) format: OutputFormat,
+    #[command(flatten)]
+    pub(crate) target: JobTarget,
+}
+
 /// Where `prism job` finds the head.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct JobTarget {

@@ -81,10 +81,15 @@ async fn serve(args: ControlStoreArgs) -> Result<ExitCode, String> {
         .await
         .map_err(|e| e.to_string())?;
     let jobs = crate::jobs::manager(&args, &gcs, &token).map_err(|e| e.to_string())?;
+    let state = crate::state::api(&gcs, jobs.clone(), &token);
     let dashboard = match args.dashboard.dashboard_port {
         Some(port) if args.dashboard.include_dashboard => {
             let at = SocketAddr::new(args.dashboard.dashboard_host, port);
-            match crate::dashboard::start(at, gcs.view(), token.clone(), Some(jobs.clone())).await {
+            let apis = crate::dashboard::Apis {
+                jobs: Some(jobs.clone()),
+                state: Some(state.clone()),
+            };
+            match crate::dashboard::start(at, gcs.view(), token.clone(), apis).await {
                 Ok(running) => Some(running),
                 Err(e) if args.dashboard_optional && e.kind() == std::io::ErrorKind::AddrInUse => {
                     tracing::warn!(address = %at, error = %e, "no dashboard: the default port is taken (choose one with --dashboard-port)");

@@ -1,7 +1,9 @@
-//! The head's dashboard: the cluster's nodes, resources, waiting demand
-//! and named actors, as a web page that refreshes itself and as JSON
-//! (`/api/nodes`, `/api/cluster_status`, `/api/actors`), read from the
-//! control store in the head's own process.
+//! The head's dashboard: a web page (one HTML file built into the binary,
+//! no other asset) with views of the cluster's nodes, jobs and their logs,
+//! actors, tasks, placement groups and charts of the head's short history,
+//! updated every 2 s from the JSON routes (`/api/cluster_status`,
+//! `/api/nodes`, `/api/actors`, `/api/history`, the state API's
+//! `/api/v0/...` and the Jobs API), served in the control store's process.
 //!
 //! It asks for the cluster token, as every other way in does: a request
 //! carries it as `Authorization: Bearer <token>`, or the `prism_token`
@@ -10,7 +12,7 @@
 //! page that says how to get in. It listens on 127.0.0.1 unless
 //! `--dashboard-host` says otherwise, as Ray's does.
 
-use crate::status::{amount, totals, usage, Totals};
+use crate::status::{totals, Totals};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{Html, IntoResponse, Response};
@@ -28,27 +30,43 @@ const COOKIE: &str = "prism_token";
 struct Dashboard {
     gcs: GcsView,
     token: Token,
+    history: Arc<crate::history::History>,
 }
+
+/// The page, built into the binary.
+const PAGE: &str = include_str!("../assets/dashboard.html");
 
 /// A dashboard serving in the background; dropped, it stops.
 pub(crate) struct Running {
     pub(crate) address: SocketAddr,
     task: tokio::task::JoinHandle<()>,
+    sampling: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
         self.task.abort();
+        self.sampling.abort();
     }
 }
 
-/// Listens on `address` and serves the dashboard (and the Jobs API, when
-/// given a job manager) until dropped.
+/// The APIs a dashboard serves beside its own routes, each behind its
+/// token check.
+#[derive(Default)]
+pub(crate) struct Apis {
+    /// Ray's Jobs API.
+    pub(crate) jobs: Option<Arc<prism_jobs::JobManager>>,
+    /// Ray's State API.
+    pub(crate) state: Option<Arc<prism_state::StateApi>>,
+}
+
+/// Listens on `address` and serves the dashboard (and the APIs given)
+/// until dropped.
 pub(crate) async fn start(
     address: SocketAddr,
     gcs: GcsView,
     token: Token,
-    jobs: Option<Arc<prism_jobs::JobManager>>,
+    apis: Apis,
 ) -> std::io::Result<Running> {
     let limits = prism_protocol::guard::ConnectionLimits::from_env_or_default();
     let listener = GuardedHttp(GuardedListener::new(
@@ -58,19 +76,32 @@ pub(crate) async fn start(
     ));
     let bound = listener.0.local_addr()?;
     let session = gcs.cluster_id().to_string();
-    let dashboard = Arc::new(Dashboard { gcs, token });
+    let (history, sampling) = crate::history::start(gcs.clone(), apis.state.clone());
+    let dashboard = Arc::new(Dashboard {
+        gcs,
+        token,
+        history,
+    });
     let mut app = Router::new()
         .route("/", get(page))
         .route("/api/nodes", get(nodes))
         .route("/api/cluster_status", get(cluster_status))
         .route("/api/actors", get(actors))
         .route("/metrics", get(metrics))
+        .route("/api/history", get(history_json))
         .with_state(dashboard.clone());
-    if let Some(jobs) = jobs {
+    if let Some(jobs) = apis.jobs {
         // Ray's Jobs API, behind the same token check.
         let api = prism_jobs::router(jobs, session).route_layer(
-            axum::middleware::from_fn_with_state(dashboard, admit_or_refuse),
+            axum::middleware::from_fn_with_state(dashboard.clone(), admit_or_refuse),
         );
+        app = app.merge(api);
+    }
+    if let Some(state) = apis.state {
+        let api = prism_state::router(state).route_layer(axum::middleware::from_fn_with_state(
+            dashboard,
+            admit_or_refuse,
+        ));
         app = app.merge(api);
     }
     let task = tokio::spawn(async move {
@@ -82,6 +113,7 @@ pub(crate) async fn start(
     Ok(Running {
         address: bound,
         task,
+        sampling,
     })
 }
 
@@ -277,12 +309,15 @@ async fn page(State(d): State<Arc<Dashboard>>, headers: HeaderMap, uri: Uri) -> 
     if !d.admits(&headers) {
         return refused(false);
     }
-    Html(render(
-        d.gcs.cluster_id(),
-        &d.gcs.nodes(),
-        &d.gcs.named_actors(),
-    ))
-    .into_response()
+    Html(PAGE).into_response()
+}
+
+/// The head's short history, for the page's charts.
+async fn history_json(State(d): State<Arc<Dashboard>>, headers: HeaderMap) -> Response {
+    if !d.admits(&headers) {
+        return refused(true);
+    }
+    axum::Json(d.history.json()).into_response()
 }
 
 /// The cluster's own gauges, for Prometheus (each node serves its own).
@@ -410,78 +445,6 @@ fn node_json(n: &NodeInfo) -> Value {
     })
 }
 
-/// The page: nodes, totals, demand and named actors, refreshed every 2 s.
-fn render(cluster_id: &str, nodes: &[NodeInfo], actors: &[prism_gcs::NamedActor]) -> String {
-    use std::fmt::Write;
-    let alive = nodes.iter().filter(|n| is_alive(n)).count();
-    let mut out = String::new();
-    let _ = write!(
-        out,
-        "<!doctype html><html><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" \
-         content=\"2\"><title>Prism cluster</title><style>body{{font-family:sans-serif;\
-         margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;\
-         padding:4px 8px;text-align:left}}.dead{{color:#a00}}</style></head><body>\
-         <h1>Prism cluster {}</h1><p>{alive} nodes alive, {} dead</p>\
-         <h2>Nodes</h2><table><tr><th>node</th><th>role</th><th>address</th><th>state</th>\
-         <th>resources (used/total)</th><th>last heartbeat</th></tr>",
-        escape(cluster_id),
-        nodes.len() - alive
-    );
-    for n in nodes {
-        let (state, detail, class) = if is_alive(n) {
-            ("ALIVE", usage(&n.total, &n.available), "")
-        } else {
-            ("DEAD", n.death_cause.clone(), " class=\"dead\"")
-        };
-        let _ = write!(
-            out,
-            "<tr{class}><td>{}</td><td>{}</td><td>{}</td><td>{state}</td><td>{}</td>\
-             <td>{} ms ago</td></tr>",
-            escape(&n.node_id),
-            if n.is_head { "head" } else { "node" },
-            escape(&n.node_ip),
-            escape(&detail),
-            n.last_heartbeat_ms_ago
-        );
-    }
-    out.push_str("</table><h2>Resources of the live nodes (used/total)</h2><ul>");
-    let Totals {
-        total,
-        free,
-        demand,
-    } = totals(nodes);
-    for (name, units) in &total {
-        let used = units - free.get(name).copied().unwrap_or(0);
-        let _ = write!(out, "<li>{}</li>", escape(&amount(name, used, *units)));
-    }
-    out.push_str("</ul><h2>Demands</h2><ul>");
-    if demand.is_empty() {
-        out.push_str("<li>no resource demands</li>");
-    }
-    for (shape, count) in &demand {
-        let _ = write!(out, "<li>{}: {count} waiting</li>", escape(shape));
-    }
-    out.push_str("</ul><h2>Named actors</h2>");
-    if actors.is_empty() {
-        out.push_str("<p>none</p>");
-    } else {
-        out.push_str("<table><tr><th>namespace</th><th>name</th><th>actor</th><th>node</th></tr>");
-        for a in actors {
-            let _ = write!(
-                out,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                escape(&a.namespace),
-                escape(&a.name),
-                escape(&a.actor_id),
-                escape(&a.node_id)
-            );
-        }
-        out.push_str("</table>");
-    }
-    out.push_str("</body></html>");
-    out
-}
-
 /// Text made safe inside HTML.
 fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
@@ -523,11 +486,9 @@ mod tests {
             actor_id: "x".into(),
             node_id: "node-1".into(),
         };
-        let page = render("c1", &[node.clone(), dead], &[actor]);
-        assert!(page.contains("1 nodes alive, 1 dead"), "{page}");
-        assert!(page.contains("1/2 CPU"), "{page}");
-        assert!(page.contains("no heartbeat &lt;5 s&gt;"), "{page}");
-        assert!(page.contains("a&amp;b"), "{page}");
+        assert_eq!(escape(&actor.name), "a&amp;b");
+        assert!(!is_alive(&dead));
+        assert!(PAGE.contains("/api/v0/"), "the page asks the state API");
         assert_eq!(
             login_url("127.0.0.1:8265", "a&b%c"),
             "http://127.0.0.1:8265/?token=a%26b%25c"

@@ -129,6 +129,17 @@ pub(crate) fn run(args: JobArgs) -> Result<ExitCode, String> {
 /// The client for the head named by `--address`, `PRISM_ADDRESS` (when it
 /// is a dashboard's `http://` address), or this machine's head.
 fn client(target: &JobTarget, temp: &std::path::Path) -> Result<JobSubmissionClient, String> {
+    let (address, token) = dashboard_and_token(target, temp)?;
+    JobSubmissionClient::new(&address, token).map_err(|e| e.to_string())
+}
+
+/// The head's dashboard named by `--address`, `PRISM_ADDRESS` (when it is
+/// an `http://` address), or this machine's head; and the token from
+/// `PRISM_AUTH_TOKEN` or the one saved on this machine.
+pub(crate) fn dashboard_and_token(
+    target: &JobTarget,
+    temp: &std::path::Path,
+) -> Result<(String, Option<String>), String> {
     let from_env = std::env::var("PRISM_ADDRESS")
         .ok()
         .filter(|a| a.starts_with("http://") || a.starts_with("https://"));
@@ -152,7 +163,7 @@ fn client(target: &JobTarget, temp: &std::path::Path) -> Result<JobSubmissionCli
         Ok(t) if !t.is_empty() => Some(t),
         _ => Token::find(None, temp).ok().map(|t| t.reveal().to_string()),
     };
-    JobSubmissionClient::new(&address, token).map_err(|e| e.to_string())
+    Ok((address, token))
 }
 
 async fn submit_job(client: &JobSubmissionClient, args: SubmitArgs) -> Result<ExitCode, String> {

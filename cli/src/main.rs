@@ -17,13 +17,17 @@ mod common;
 mod control_store;
 mod dashboard;
 mod discovery;
+mod history;
 mod jobs;
 mod metrics;
 mod node;
+mod state;
 mod status;
 mod stop;
 
-use args::{ControlStoreArgs, JobArgs, StartArgs, StatusArgs, StopArgs};
+use args::{
+    ControlStoreArgs, GetArgs, JobArgs, ListArgs, StartArgs, StatusArgs, StopArgs, SummaryArgs,
+};
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -51,6 +55,15 @@ enum Command {
     Stop(StopArgs),
     /// Submit jobs to a cluster and follow them (Ray's `ray job`).
     Job(JobArgs),
+    /// List the cluster's nodes, jobs, actors, tasks, objects, workers or
+    /// placement groups (Ray's `ray list`).
+    List(ListArgs),
+    /// Show one node, job, actor, task, object, worker or placement group
+    /// by its id (Ray's `ray get`).
+    Get(GetArgs),
+    /// Summarize the cluster's tasks, actors or objects (Ray's
+    /// `ray summary`).
+    Summary(SummaryArgs),
     /// The head's control store, as `prism start --head` runs it.
     #[command(hide = true)]
     GcsServer(ControlStoreArgs),
@@ -63,6 +76,9 @@ fn main() -> ExitCode {
         Command::Status(args) => status::run(args),
         Command::Stop(args) => stop::run(args),
         Command::Job(args) => jobs::run(args),
+        Command::List(args) => state::list(args),
+        Command::Get(args) => state::get(args),
+        Command::Summary(args) => state::summary(args),
         Command::GcsServer(args) => control_store::run(args),
     };
     match result {

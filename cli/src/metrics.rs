@@ -5,7 +5,7 @@
 //! lists it in the service-discovery file it writes for Prometheus.
 
 use crate::dashboard::GuardedHttp;
-use axum::extract::State;
+use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -13,7 +13,7 @@ use axum::Router;
 use prism_gcs::Token;
 use prism_protocol::guard::{ConnectionLimits, GuardedListener};
 use prism_protocol::rpc::constant_time_eq;
-use prism_raylet::NodeMetrics;
+use prism_raylet::NodeView;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -46,7 +46,7 @@ pub(crate) async fn bind(host: &str, port: u16) -> Result<Bound, String> {
 }
 
 struct Endpoint {
-    metrics: NodeMetrics,
+    view: NodeView,
     token: Token,
 }
 
@@ -63,10 +63,11 @@ impl Drop for Serving {
 
 impl Bound {
     /// Serves `metrics` until the returned handle is dropped.
-    pub(crate) fn serve(self, metrics: NodeMetrics, token: Token) -> Serving {
-        let endpoint = Arc::new(Endpoint { metrics, token });
+    pub(crate) fn serve(self, view: NodeView, token: Token) -> Serving {
+        let endpoint = Arc::new(Endpoint { view, token });
         let app = Router::new()
             .route("/metrics", get(scrape))
+            .route("/api/v0/local/{kind}", get(rows))
             .with_state(endpoint);
         let listener = GuardedHttp(GuardedListener::new(
             self.listener,
@@ -84,23 +85,76 @@ impl Bound {
     }
 }
 
-async fn scrape(State(e): State<Arc<Endpoint>>, headers: HeaderMap) -> Response {
+/// Whether the request carries the cluster token.
+fn admitted(e: &Endpoint, headers: &HeaderMap) -> bool {
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    let admitted =
-        bearer.is_some_and(|b| constant_time_eq(b.as_bytes(), e.token.reveal().as_bytes()));
-    if !admitted {
-        return (
-            StatusCode::UNAUTHORIZED,
-            "the metrics endpoint needs the cluster token: send `Authorization: Bearer <token>` \
-             (in Prometheus: `authorization: {credentials_file: <the head's temp dir>/token}`)",
-        )
-            .into_response();
+    bearer.is_some_and(|b| constant_time_eq(b.as_bytes(), e.token.reveal().as_bytes()))
+}
+
+fn refused() -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        "the node's endpoint needs the cluster token: send `Authorization: Bearer <token>` \
+         (in Prometheus: `authorization: {credentials_file: <the head's temp dir>/token}`)",
+    )
+        .into_response()
+}
+
+/// The node's rows of one kind, for the head's state API:
+/// `{rows, total, dropped}`; `task_counts` gives exact counts.
+async fn rows(
+    State(e): State<Arc<Endpoint>>,
+    Path(kind): Path<String>,
+    Query(params): Query<std::collections::HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    if !admitted(&e, &headers) {
+        return refused();
     }
-    let metrics = e.metrics.clone();
-    match tokio::task::spawn_blocking(move || metrics.render()).await {
+    let limit = match params.get("limit").map(|l| l.parse::<usize>()) {
+        None => usize::MAX,
+        Some(Ok(l)) => l,
+        Some(Err(_)) => {
+            return (StatusCode::BAD_REQUEST, "limit must be a whole number").into_response()
+        }
+    };
+    let view = e.view.clone();
+    let answer = tokio::task::spawn_blocking(move || {
+        if kind == "task_counts" {
+            let (counts, dropped) = view.task_counts();
+            return Some(serde_json::json!({ "counts": counts, "dropped": dropped }));
+        }
+        view.rows(&kind, limit)
+            .map(|r| serde_json::json!({ "rows": r.rows, "total": r.total, "dropped": r.dropped }))
+    })
+    .await;
+    match answer {
+        Ok(Some(value)) => axum::Json(value).into_response(),
+        Ok(None) => (
+            StatusCode::NOT_FOUND,
+            format!(
+                "a node lists {} and task_counts",
+                prism_raylet::NODE_ROW_KINDS.join(", ")
+            ),
+        )
+            .into_response(),
+        Err(err) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the rows could not be gathered: {err}"),
+        )
+            .into_response(),
+    }
+}
+
+async fn scrape(State(e): State<Arc<Endpoint>>, headers: HeaderMap) -> Response {
+    if !admitted(&e, &headers) {
+        return refused();
+    }
+    let view = e.view.clone();
+    match tokio::task::spawn_blocking(move || view.metrics()).await {
         Ok(text) => (
             [(
                 header::CONTENT_TYPE,

@@ -238,9 +238,11 @@ fn without_token(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi
 fn run_node(args: StartArgs, config: prism::Config) -> Result<ExitCode, String> {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PRISM_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only on a terminal: a node's log file is plain text.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
     match prism_protocol::guard::raise_open_file_limit() {
         Ok((before, after)) if after > before => {
@@ -363,7 +365,7 @@ async fn serve(args: StartArgs, config: prism::Config) -> Result<ExitCode, Strin
             ));
         }
     };
-    let _metrics = metrics.serve(raylet.metrics(), token.clone());
+    let _metrics = metrics.serve(raylet.view(), token.clone());
     if !args.head && args.token.is_some() {
         // The head took it: drivers and `prism status` on this machine
         // find it here.

@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::head::Head;
 use common::{run_bounded, text, PRISM};
 use prism_jobs::{JobRequest, JobStatus, JobSubmissionClient};
 use prism_tests::{must, must_eventually};
@@ -16,56 +17,13 @@ use std::time::{Duration, Instant};
 /// Set in this binary when a job runs it as a Prism driver.
 const JOB_DRIVER: &str = "PRISM_JOBS_TEST_DRIVER";
 
-/// A head on this machine's loopback, stopped and removed when dropped.
-struct Head {
-    temp: PathBuf,
-    /// The control store, HOST:PORT.
-    address: String,
-    dashboard: String,
-    token: String,
+/// What the jobs tests ask of a head.
+trait JobsHead {
+    fn client(&self) -> JobSubmissionClient;
+    fn job(&self, args: &[&str]) -> Output;
 }
 
-impl Head {
-    fn start(tag: &str) -> Head {
-        let temp = std::env::temp_dir().join(format!("prism-jobs-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&temp);
-        let mut start = Command::new(PRISM);
-        start.args([
-            "start",
-            "--head",
-            "--port",
-            "0",
-            "--dashboard-port",
-            "0",
-            "--num-cpus",
-            "1",
-        ]);
-        start
-            .args(["--node-ip-address", "127.0.0.1", "--temp-dir"])
-            .arg(&temp);
-        let out = run_bounded(start, &[], Duration::from_secs(60));
-        assert!(out.status.success(), "the head must start: {}", text(&out));
-        let record = prism_raylet::NodeRecord::list(&temp)
-            .into_iter()
-            .find(|r| r.is_head)
-            .expect("the head is recorded");
-        let dashboard = record.dashboard.expect("the head serves a dashboard");
-        let token = must(
-            std::fs::read_to_string(temp.join("token")),
-            "the head saves its token",
-        );
-        Head {
-            temp,
-            address: record.head.clone(),
-            dashboard,
-            token: token.trim().to_string(),
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.dashboard)
-    }
-
+impl JobsHead for Head {
     fn client(&self) -> JobSubmissionClient {
         must(
             JobSubmissionClient::new(&self.url(), Some(self.token.clone())),
@@ -82,15 +40,6 @@ impl Head {
             .arg(&self.temp)
             .args(args);
         run_bounded(command, &[], Duration::from_secs(60))
-    }
-}
-
-impl Drop for Head {
-    fn drop(&mut self) {
-        let mut stop = Command::new(PRISM);
-        stop.args(["stop", "--force", "--temp-dir"]).arg(&self.temp);
-        let _ = run_bounded(stop, &[], Duration::from_secs(30));
-        let _ = std::fs::remove_dir_all(&self.temp);
     }
 }
 
@@ -184,7 +133,7 @@ fn job_driver() {
 
 #[test]
 fn jobs_run_on_the_head_and_prism_job_follows_them() {
-    let head = Head::start("cli");
+    let head = Head::start("jobs-cli");
 
     let out = head.job(&["submit", "--", "echo hello from a job"]);
     assert!(out.status.success(), "{}", text(&out));
@@ -409,7 +358,7 @@ fn jobs_run_on_the_head_and_prism_job_follows_them() {
 
 #[test]
 fn the_job_table_outlives_the_control_store() {
-    let head = Head::start("restart");
+    let head = Head::start("jobs-restart");
     let client = head.client();
     let rt = runtime();
     let done = must(
@@ -501,7 +450,7 @@ fn the_job_table_outlives_the_control_store() {
 #[test]
 fn entrypoint_resources_are_held_and_a_job_waits_for_them() {
     // The head has 1 CPU: two entrypoints asking for 1 CPU each take turns.
-    let head = Head::start("resources");
+    let head = Head::start("jobs-resources");
     let client = head.client();
     let rt = runtime();
     let gate = head.temp.join("gate");
@@ -641,7 +590,7 @@ type Case<'a> = (&'a str, &'a str, Option<&'a str>, &'a [u8], u16, &'a str);
 
 #[test]
 fn bad_requests_get_clear_answers_and_the_server_keeps_serving() {
-    let head = Head::start("bad");
+    let head = Head::start("jobs-bad");
     let at = head.dashboard.as_str();
     let token = Some(head.token.as_str());
     let (status, body) = http(at, "GET", "/api/version", token, b"");
@@ -832,7 +781,7 @@ fn rays_own_cli_and_sdk_drive_a_prism_head() {
     let Some(bin) = ray_venv() else {
         return;
     };
-    let head = Head::start("ray");
+    let head = Head::start("jobs-ray");
     let ray_env: Vec<(&str, String)> = vec![
         ("RAY_ADDRESS", head.url()),
         ("RAY_AUTH_MODE", "token".into()),

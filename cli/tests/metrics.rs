@@ -5,7 +5,8 @@
 //! `.ci/run`) scraping the cluster through that file, its HTTP API then
 //! answering the count of tasks a driver ran. Needs root for the
 //! namespaces and `prometheus` on the PATH; elsewhere it says it was
-//! skipped and why.
+//! skipped and why. Every query of the Grafana dashboard in
+//! `docs/grafana/` is asked of that Prometheus too.
 
 mod common;
 
@@ -27,6 +28,23 @@ fn fail_for_metrics() -> i64 {
     panic!("this task fails on purpose")
 }
 
+#[prism::actor]
+struct MetricsCounter {
+    n: u64,
+}
+
+#[prism::actor]
+impl MetricsCounter {
+    fn new() -> Self {
+        MetricsCounter { n: 0 }
+    }
+
+    fn bump(&mut self) -> u64 {
+        self.n += 1;
+        self.n
+    }
+}
+
 /// The driver's part: `ADDS` tasks that finish and one that fails.
 fn drive() {
     must(
@@ -43,6 +61,8 @@ fn drive() {
     println!("SUM {sum}");
     let failed = must(fail_for_metrics::remote(), "a task is submitted");
     assert!(prism::get(&failed).is_err(), "the task fails");
+    let counter = must(MetricsCounter::remote(), "an actor");
+    must(prism::get(&must(counter.bump(), "a call")), "it answers");
     prism::shutdown();
 }
 
@@ -302,5 +322,33 @@ fn prometheus_scrapes_every_node_through_the_discovery_file() {
     );
     let failed = query("sum(ray_tasks{State=\"FAILED\"})");
     assert!(failed.contains("\"1\"]"), "{failed}");
+
+    // The Grafana dashboard's every query answers something.
+    let dashboard: serde_json::Value = must(
+        serde_json::from_str(include_str!("../../docs/grafana/prism-dashboard.json")),
+        "the Grafana dashboard is JSON",
+    );
+    let exprs: Vec<String> = dashboard["panels"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .filter_map(|t| t["expr"].as_str().map(|e| e.replace("$session", ".*")))
+        .collect();
+    assert!(exprs.len() >= 10, "{exprs:?}");
+    let empty = |e: &String| {
+        let answer = query(e);
+        !answer.contains("\"status\":\"success\"") || answer.contains("\"result\":[]")
+    };
+    prism_tests::wait_until(Duration::from_secs(30), || !exprs.iter().any(empty));
+    let unanswered: Vec<(&String, String)> = exprs
+        .iter()
+        .filter(|e| empty(e))
+        .map(|e| (e, query(e)))
+        .collect();
+    assert!(
+        unanswered.is_empty(),
+        "Grafana panels whose query answers nothing: {unanswered:#?}"
+    );
     drop(prometheus);
 }

@@ -92,6 +92,9 @@ prism_config::table! {
     /// Removed placement groups whose state stays readable (as `Removed`)
     /// after their resources went back. 10,000 groups: a few MiB at most.
     removed_placement_groups_kept: usize = 10_000;
+    /// Ended tasks each node keeps for `prism list tasks` (the oldest are
+    /// dropped first, and counted). 10,000 tasks: a few MiB.
+    task_events_kept: usize = 10_000;
     /// The first bytes of the object store that the raylet allocates in the
     /// background as it starts, so that the first puts find their memory
     /// ready (a fresh 100 MiB put is about twice as fast). 128 MiB: the
@@ -325,6 +328,7 @@ impl Config {
         raylet.idle_worker_reap_period = Duration::from_millis(self.idle_worker_reap_period_ms);
         raylet.worker_start_attempts = self.worker_start_attempts;
         raylet.removed_placement_groups_kept = self.removed_placement_groups_kept;
+        raylet.task_events_kept = self.task_events_kept;
         raylet.object_store_warm_bytes = self.object_store_warm_bytes;
         raylet.memory_monitor.threshold = self.memory_usage_threshold;
         raylet.memory_monitor.refresh = Duration::from_millis(self.memory_monitor_refresh_ms);

@@ -27,4 +27,4 @@ mod table;
 
 pub use allocator::Allocator;
 pub use segment::Segment;
-pub use table::{Creator, ObjectTable, Pin, Placement, SpillFile, SpillOutcome};
+pub use table::{Creator, ObjectSummary, ObjectTable, Pin, Placement, SpillFile, SpillOutcome};

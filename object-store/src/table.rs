@@ -130,6 +130,25 @@ pub enum SpillOutcome {
     Discard,
 }
 
+/// One object of the table, as listings show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectSummary {
+    /// The object.
+    pub id: ObjectId,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Whether it is complete and readable.
+    pub sealed: bool,
+    /// Readers pinning it now.
+    pub pins: u64,
+    /// Where its bytes are: `MEMORY`, `SPILLED` or `RESTORING`.
+    pub location: &'static str,
+    /// Its owner's address, when another process than its writer owns it.
+    pub owner: Option<String>,
+    /// Its writer owns it (a put).
+    pub owned_by_creator: bool,
+}
+
 /// The object table of one node's store.
 #[derive(Debug)]
 pub struct ObjectTable {
@@ -579,6 +598,30 @@ impl ObjectTable {
             pulled_bytes_total: 0,
             served_bytes_total: 0,
         }
+    }
+
+    /// The objects held (not deleted), at most `limit` of them, and how
+    /// many there are in all.
+    pub fn summaries(&self, limit: usize) -> (Vec<ObjectSummary>, usize) {
+        let live = self.objects.iter().filter(|(_, e)| !e.deleted);
+        let total = live.clone().count();
+        let rows = live
+            .take(limit)
+            .map(|(id, e)| ObjectSummary {
+                id: *id,
+                size: e.size,
+                sealed: e.sealed,
+                pins: e.pins,
+                location: match e.residence {
+                    Residence::Memory(_) => "MEMORY",
+                    Residence::Disk(_) => "SPILLED",
+                    Residence::Restoring(..) => "RESTORING",
+                },
+                owner: e.owner.as_deref().map(str::to_string),
+                owned_by_creator: e.owned_by_creator,
+            })
+            .collect();
+        (rows, total)
     }
 
     /// The aligned size a request of `size` bytes takes.

@@ -289,6 +289,13 @@ services! {
         ReportTaskCounts {
             /// The counts, one per function, outcome and retry.
             counts: Vec<TaskCount>,
+            /// The tasks that ended, oldest first.
+            #[serde(default)]
+            events: Vec<TaskEvent>,
+            /// Tasks that ended but are not in `events`: more ended between
+            /// two reports than a process keeps.
+            #[serde(default)]
+            dropped: u64,
         } => ();
         /// The calling worker started (or stopped) waiting in `get`.
         WorkerBlocked {

@@ -82,6 +82,16 @@ impl<R> Default for ActorTable<R> {
     }
 }
 
+/// Ray's name of an actor's state.
+fn state_name(state: &ActorState) -> &'static str {
+    match state {
+        ActorState::Pending => "PENDING_CREATION",
+        ActorState::Restarting => "RESTARTING",
+        ActorState::Alive { .. } => "ALIVE",
+        ActorState::Dead(_) => "DEAD",
+    }
+}
+
 fn unknown(actor_id: ActorId) -> Error {
     Error::ActorDied {
         actor_id,
@@ -327,16 +337,48 @@ impl<R> ActorTable<R> {
     }
 
     /// Whether the table holds `actor` (in any state).
+    /// Every actor the table holds, as the state API lists it (Ray's
+    /// field names), at most `limit`; and how many there are.
+    pub(crate) fn rows(&self, limit: usize) -> (Vec<serde_json::Value>, usize) {
+        let rows = self
+            .actors
+            .values()
+            .take(limit)
+            .map(|entry| {
+                let info = &entry.info;
+                let (pid, address, death_cause) = match &info.state {
+                    ActorState::Alive { address, pid, .. } => {
+                        (Some(*pid), Some(address.clone()), None)
+                    }
+                    ActorState::Dead(e) => (None, None, Some(e.to_string())),
+                    _ => (None, None, None),
+                };
+                serde_json::json!({
+                    "actor_id": info.actor_id.to_string(),
+                    "class_name": info.class,
+                    "state": state_name(&info.state),
+                    "job_id": entry.spec.job.to_string(),
+                    // The name it was given, kept after it died (and
+                    // its name went free).
+                    "name": entry.spec.options.name.clone().unwrap_or_default(),
+                    "ray_namespace": entry.spec.options.namespace,
+                    "pid": pid,
+                    "address": address,
+                    "num_restarts": info.num_restarts,
+                    "max_restarts": info.max_restarts,
+                    "death_cause": death_cause.or_else(|| entry.death_reason.clone()),
+                    "worker_id": entry.worker.map(|w| w.to_string()),
+                })
+            })
+            .collect();
+        (rows, self.actors.len())
+    }
+
     /// How many actors the table holds, by Ray's state name and class.
     pub(crate) fn counts(&self) -> std::collections::BTreeMap<(&'static str, String), u64> {
         let mut out = std::collections::BTreeMap::new();
         for entry in self.actors.values() {
-            let state = match entry.info.state {
-                ActorState::Pending => "PENDING_CREATION",
-                ActorState::Restarting => "RESTARTING",
-                ActorState::Alive { .. } => "ALIVE",
-                ActorState::Dead(_) => "DEAD",
-            };
+            let state = state_name(&entry.info.state);
             *out.entry((state, entry.info.class.clone())).or_insert(0) += 1;
         }
         out

@@ -29,6 +29,8 @@ pub struct RayletConfig {
     pub worker_start_attempts: u32,
     /// Removed placement groups kept readable as `Removed`.
     pub removed_placement_groups_kept: usize,
+    /// Ended tasks kept for listings; the oldest are dropped first.
+    pub task_events_kept: usize,
     /// Bytes at the start of the store allocated in the background at
     /// start-up, so the first puts do not wait for fresh memory.
     pub object_store_warm_bytes: u64,
@@ -54,6 +56,7 @@ impl RayletConfig {
             idle_worker_reap_period: std::time::Duration::from_secs(1),
             worker_start_attempts: 3,
             removed_placement_groups_kept: 10_000,
+            task_events_kept: 10_000,
             object_store_warm_bytes: 128 << 20,
             memory_monitor: MemoryMonitorConfig {
                 threshold: 0.95,

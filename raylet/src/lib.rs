@@ -183,9 +183,10 @@ impl Raylet {
         self.node.membership.get().map(|m| m.cluster_id())
     }
 
-    /// The node's metrics, to render at each scrape.
-    pub fn metrics(&self) -> NodeMetrics {
-        NodeMetrics {
+    /// What the node shows of itself (metrics, its tables), read anew on
+    /// each call.
+    pub fn view(&self) -> NodeView {
+        NodeView {
             node: self.node.clone(),
         }
     }
@@ -227,18 +228,113 @@ impl Raylet {
     }
 }
 
-/// A running raylet's metrics, rendered anew on each call (cheap to
-/// clone; after [`Raylet::shutdown`] it answers from what is left).
+/// What a running raylet shows of itself: its metrics and the rows of its
+/// tables, read anew on each call (cheap to clone; after
+/// [`Raylet::shutdown`] it answers from what is left).
 #[derive(Debug, Clone)]
-pub struct NodeMetrics {
+pub struct NodeView {
     node: Arc<Node>,
 }
 
-impl NodeMetrics {
+/// The kinds of rows a node lists (`prism list <kind>`).
+pub const NODE_ROW_KINDS: &[&str] = &["actors", "workers", "objects", "placement_groups", "tasks"];
+
+/// Rows of one kind from one node.
+#[derive(Debug, Clone, Default)]
+pub struct NodeRows {
+    /// At most the limit asked for, each a JSON object with Ray's field
+    /// names where Ray has them.
+    pub rows: Vec<serde_json::Value>,
+    /// How many the node has in all.
+    pub total: usize,
+    /// Ended tasks not kept (tasks only): the oldest are dropped first.
+    pub dropped: u64,
+}
+
+impl NodeView {
+    /// The node's rows of `kind` (one of [`NODE_ROW_KINDS`]), at most
+    /// `limit`; `None` for another kind.
+    pub fn rows(&self, kind: &str, limit: usize) -> Option<NodeRows> {
+        let node = &self.node;
+        let mut dropped = 0;
+        let (rows, total) = match kind {
+            "actors" => node.control(|c| c.actors.rows(limit)),
+            "workers" => node.control(|c| c.scheduler.worker_rows(limit)),
+            "placement_groups" => {
+                let all = node.control(|c| c.scheduler.group_rows());
+                let total = all.len();
+                (all.into_iter().take(limit).collect(), total)
+            }
+            "objects" => {
+                let (objects, total) = node.store.lock().summaries(limit);
+                let rows = objects
+                    .into_iter()
+                    .map(|o| {
+                        serde_json::json!({
+                            "object_id": o.id.to_string(),
+                            "object_size": o.size,
+                            "sealed": o.sealed,
+                            "pins": o.pins,
+                            "location": o.location,
+                            "owner": o.owner,
+                            "reference_type": if o.owned_by_creator { "PUT" } else { "TASK_RETURN" },
+                        })
+                    })
+                    .collect();
+                (rows, total)
+            }
+            "tasks" => {
+                let (events, not_kept) = node.task_totals.events();
+                dropped = not_kept;
+                let total = events.len();
+                let rows = events
+                    .into_iter()
+                    .take(limit)
+                    .map(|e| {
+                        serde_json::json!({
+                            "task_id": e.task_id,
+                            "name": e.name,
+                            "state": e.outcome.ray_state(),
+                            "job_id": e.job_id,
+                            "retries": e.retries,
+                            "error_message": e.error,
+                            "end_time_ms": e.end_time_ms,
+                        })
+                    })
+                    .collect();
+                (rows, total)
+            }
+            _ => return None,
+        };
+        Some(NodeRows {
+            rows,
+            total,
+            dropped,
+        })
+    }
+
+    /// Exact counts of the tasks that ended here (as their owners
+    /// reported them), by function and state, first attempts and retries
+    /// together; and how many ended tasks are no longer kept as rows.
+    pub fn task_counts(&self) -> (Vec<serde_json::Value>, u64) {
+        let mut counts: std::collections::BTreeMap<(String, &'static str), u64> =
+            std::collections::BTreeMap::new();
+        for ((name, outcome, _), count) in self.node.task_totals.snapshot() {
+            *counts.entry((name, outcome.ray_state())).or_insert(0) += count;
+        }
+        let rows = counts
+            .into_iter()
+            .map(|((name, state), count)| {
+                serde_json::json!({ "name": name, "state": state, "count": count })
+            })
+            .collect();
+        (rows, self.node.task_totals.events().1)
+    }
+
     /// The node's metrics in Prometheus's text format (see
     /// [`prism_protocol::exposition`]): tasks, actors, workers, resources,
     /// the object store and the machine.
-    pub fn render(&self) -> String {
+    pub fn metrics(&self) -> String {
         let node = &self.node;
         let tables = node.control(|c| {
             let resources = c.scheduler.resources();

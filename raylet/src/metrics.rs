@@ -5,27 +5,71 @@
 
 use parking_lot::Mutex;
 use prism_protocol::exposition::{Exposition, Kind};
-use prism_protocol::messages::{StoreStats, TaskCount, TaskOutcome};
+use prism_protocol::messages::{StoreStats, TaskCount, TaskEvent, TaskOutcome};
 use prism_protocol::resources::ResourceSet;
 use std::collections::BTreeMap;
 
-/// Counts of ended tasks, as owners on this node report them. They only
-/// grow while the node lives: a worker that exits takes none with it.
+/// Ended tasks, as owners on this node report them: counts, which only
+/// grow while the node lives (a worker that exits takes none with it),
+/// and the latest tasks themselves, the oldest dropped first.
 #[derive(Debug, Default)]
 pub(crate) struct TaskTotals {
     counts: Mutex<BTreeMap<(String, TaskOutcome, bool), u64>>,
+    events: Mutex<TaskEvents>,
+}
+
+/// The latest ended tasks, at most `kept`.
+#[derive(Debug, Default)]
+struct TaskEvents {
+    kept: usize,
+    events: std::collections::VecDeque<TaskEvent>,
+    /// Tasks ended and not kept: dropped here or by their owner.
+    dropped: u64,
 }
 
 impl TaskTotals {
-    /// Adds an owner's report.
-    pub(crate) fn add(&self, counts: Vec<TaskCount>) {
-        let mut all = self.counts.lock();
-        for c in counts {
-            *all.entry((c.name, c.outcome, c.is_retry)).or_insert(0) += c.count;
+    /// Keeps at most `kept` ended tasks.
+    pub(crate) fn new(kept: usize) -> TaskTotals {
+        TaskTotals {
+            counts: Mutex::default(),
+            events: Mutex::new(TaskEvents {
+                kept,
+                ..TaskEvents::default()
+            }),
         }
     }
 
-    fn snapshot(&self) -> Vec<((String, TaskOutcome, bool), u64)> {
+    /// Adds an owner's report.
+    pub(crate) fn add(&self, counts: Vec<TaskCount>, events: Vec<TaskEvent>, dropped: u64) {
+        {
+            let mut all = self.counts.lock();
+            for c in counts {
+                *all.entry((c.name, c.outcome, c.is_retry)).or_insert(0) += c.count;
+            }
+        }
+        let mut kept = self.events.lock();
+        kept.dropped += dropped;
+        for event in events {
+            if kept.events.len() >= kept.kept {
+                if kept.events.pop_front().is_none() {
+                    kept.dropped += 1;
+                    continue;
+                }
+                kept.dropped += 1;
+            }
+            kept.events.push_back(event);
+        }
+    }
+
+    /// The kept tasks, newest first, and how many ended tasks are not
+    /// among them.
+    pub(crate) fn events(&self) -> (Vec<TaskEvent>, u64) {
+        let kept = self.events.lock();
+        (kept.events.iter().rev().cloned().collect(), kept.dropped)
+    }
+
+    /// The counts, by function, outcome and retry.
+    pub(crate) fn snapshot(&self) -> Vec<((String, TaskOutcome, bool), u64)> {
         self.counts
             .lock()
             .iter()
@@ -256,18 +300,40 @@ mod tests {
 
     #[test]
     fn reports_add_up_and_render_with_rays_names() {
-        let totals = TaskTotals::default();
+        let totals = TaskTotals::new(2);
         let report = |n, outcome, count| TaskCount {
             name: n,
             outcome,
             is_retry: false,
             count,
         };
-        totals.add(vec![report("add".into(), TaskOutcome::Finished, 3)]);
-        totals.add(vec![
-            report("add".into(), TaskOutcome::Finished, 2),
-            report("boom".into(), TaskOutcome::Failed, 1),
-        ]);
+        let event = |id: &str| TaskEvent {
+            task_id: id.into(),
+            name: "add".into(),
+            outcome: TaskOutcome::Finished,
+            retries: 0,
+            error: None,
+            job_id: "j".into(),
+            end_time_ms: 0,
+        };
+        totals.add(
+            vec![report("add".into(), TaskOutcome::Finished, 3)],
+            vec![event("a"), event("b"), event("c")],
+            4,
+        );
+        totals.add(
+            vec![
+                report("add".into(), TaskOutcome::Finished, 2),
+                report("boom".into(), TaskOutcome::Failed, 1),
+            ],
+            Vec::new(),
+            0,
+        );
+        let (kept, dropped) = totals.events();
+        let ids: Vec<&str> = kept.iter().map(|e| e.task_id.as_str()).collect();
+        assert_eq!(ids, ["c", "b"], "the newest, first");
+        assert_eq!(dropped, 5, "4 dropped by the owner, 1 here");
+        assert_eq!(TaskTotals::new(0).events().0.len(), 0);
         let mut tables = Tables::default();
         tables.total.set(
             "CPU",

@@ -160,6 +160,7 @@ impl Node {
             removed_placement_groups_kept: config.removed_placement_groups_kept,
             logs_dir: config.session_dir.join("logs"),
         };
+        let task_events_kept = config.task_events_kept;
         Arc::new(Node {
             node_id,
             store: Arc::new(StoreSide::new(
@@ -185,7 +186,7 @@ impl Node {
             transfers: Default::default(),
             pending_groups: Default::default(),
             programs: Default::default(),
-            task_totals: Default::default(),
+            task_totals: crate::metrics::TaskTotals::new(task_events_kept),
             cpu: Default::default(),
         })
     }

@@ -133,7 +133,7 @@ impl Handler for ClientHandler {
             }),
             R::GetStoreStats(_) => answer(Ok(self.node.store.stats(self.node.transfers.bytes()))),
             R::ReportTaskCounts(r) => answer({
-                self.node.task_totals.add(r.counts);
+                self.node.task_totals.add(r.counts, r.events, r.dropped);
                 Ok(())
             }),
             R::CreateActor(r) => return self.handle_create_actor(r.spec, conn, reply),

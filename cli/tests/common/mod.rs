@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use prism_tests::netns::Network;
 
+pub mod head;
+
 pub const PRISM: &str = env!("CARGO_BIN_EXE_prism");
 /// Set in the child that acts as a driver on one of the hosts.
 pub const DRIVER: &str = "PRISM_CLI_TEST_DRIVER";

@@ -244,12 +244,17 @@ impl Objects {
         result: Result<ReturnObject>,
     ) {
         let spec = &submission.spec;
-        let outcome = match result {
-            Ok(_) => TaskOutcome::Finished,
-            Err(_) => TaskOutcome::Failed,
+        let (outcome, error) = match &result {
+            Ok(_) => (TaskOutcome::Finished, None),
+            Err(e) => (TaskOutcome::Failed, Some(e.to_string())),
         };
-        self.task_counts
-            .record(&spec.function, outcome, !submission.failures.is_empty());
+        self.task_counts.record(
+            spec.task_id.to_string(),
+            &spec.function,
+            outcome,
+            submission.failures.len() as u32,
+            error,
+        );
         let mut releases = match result {
             Ok(first) if spec.more_returns.is_empty() && first.more.is_empty() => {
                 self.set_result(spec.return_id, Ok(first))

@@ -426,7 +426,7 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
         s.raylet.clone(),
         lessee.clone(),
     ));
-    let task_counts = Arc::new(TaskCounts::default());
+    let task_counts = Arc::new(TaskCounts::new(s.job_id.to_string()));
     let objects = Arc::new(Objects::new(
         s.rt.clone(),
         s.config.clone(),

@@ -1,19 +1,35 @@
-//! Counts of the tasks and actor calls this process owned that ended, by
-//! function, outcome and retry, sent to the node's raylet about once a
-//! second (and when the process stops) for the node's metrics.
+//! The tasks and actor calls this process owned that ended: counts by
+//! function, outcome and retry (for the node's metrics) and one event per
+//! task (for `prism list tasks`), sent to the node's raylet about once a
+//! second and when the process stops.
 
 use parking_lot::Mutex;
-use prism_protocol::messages::{ReportTaskCounts, TaskCount, TaskOutcome};
+use prism_protocol::messages::{ReportTaskCounts, TaskCount, TaskEvent, TaskOutcome};
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Counts not yet reported: per function, `[finished, failed]` for first
-/// attempts and for retries.
+/// Events kept between two reports; beyond them the oldest are dropped
+/// (and counted): the counts stay exact.
+const EVENTS_KEPT: usize = 10_000;
+
+/// What was not reported yet.
+#[derive(Debug, Default)]
+struct Unreported {
+    /// Per function, `[finished, failed]` for first attempts, then for
+    /// retries.
+    counts: HashMap<String, [u64; 4]>,
+    events: std::collections::VecDeque<TaskEvent>,
+    dropped: u64,
+}
+
+/// Ended tasks not yet reported.
 #[derive(Debug, Default)]
 pub(crate) struct TaskCounts {
-    unreported: Mutex<HashMap<String, [u64; 4]>>,
+    unreported: Mutex<Unreported>,
+    /// This process's job, named in each event.
+    job_id: String,
 }
 
 fn slot(outcome: TaskOutcome, is_retry: bool) -> usize {
@@ -21,10 +37,40 @@ fn slot(outcome: TaskOutcome, is_retry: bool) -> usize {
 }
 
 impl TaskCounts {
-    /// Counts one ended task (no allocation once the function was seen).
-    pub(crate) fn record(&self, function: &str, outcome: TaskOutcome, is_retry: bool) {
-        let mut all = self.unreported.lock();
-        let i = slot(outcome, is_retry);
+    /// Counts of the tasks of a process of `job_id`.
+    pub(crate) fn new(job_id: String) -> TaskCounts {
+        TaskCounts {
+            unreported: Mutex::default(),
+            job_id,
+        }
+    }
+
+    /// Records one ended task: its count and its event.
+    pub(crate) fn record(
+        &self,
+        task_id: String,
+        function: &str,
+        outcome: TaskOutcome,
+        retries: u32,
+        error: Option<String>,
+    ) {
+        let event = TaskEvent {
+            task_id,
+            name: function.to_string(),
+            outcome,
+            retries,
+            error,
+            job_id: self.job_id.clone(),
+            end_time_ms: prism_protocol::clock::unix_ms(),
+        };
+        let mut unreported = self.unreported.lock();
+        if unreported.events.len() >= EVENTS_KEPT {
+            unreported.events.pop_front();
+            unreported.dropped += 1;
+        }
+        unreported.events.push_back(event);
+        let all = &mut unreported.counts;
+        let i = slot(outcome, retries > 0);
         match all.get_mut(function) {
             Some(counts) => counts[i] += 1,
             None => {
@@ -35,9 +81,13 @@ impl TaskCounts {
         }
     }
 
-    /// Everything counted since the last call.
-    fn take(&self) -> Vec<TaskCount> {
-        let all = std::mem::take(&mut *self.unreported.lock());
+    /// Everything recorded since the last call.
+    fn take(&self) -> ReportTaskCounts {
+        let Unreported {
+            counts: all,
+            events,
+            dropped,
+        } = std::mem::take(&mut *self.unreported.lock());
         let mut out = Vec::new();
         for (name, counts) in all {
             for (outcome, is_retry) in [
@@ -57,27 +107,35 @@ impl TaskCounts {
                 }
             }
         }
-        out
+        ReportTaskCounts {
+            counts: out,
+            events: events.into(),
+            dropped,
+        }
     }
 
     /// Sends what was counted to the raylet; kept for the next try when
     /// it cannot be sent.
     pub(crate) async fn report(&self, raylet: &Connection) {
-        let counts = self.take();
-        if counts.is_empty() {
+        let report = self.take();
+        if report.counts.is_empty() && report.dropped == 0 {
             return;
         }
-        if let Err(e) = raylet
-            .request(ReportTaskCounts {
-                counts: counts.clone(),
-            })
-            .await
-        {
+        if let Err(e) = raylet.request(report.clone()).await {
             tracing::debug!(error = %e, "task counts not reported; kept for the next report");
-            let mut all = self.unreported.lock();
-            for c in counts {
-                let entry = all.entry(c.name).or_insert([0; 4]);
+            let mut unreported = self.unreported.lock();
+            for c in report.counts {
+                let entry = unreported.counts.entry(c.name).or_insert([0; 4]);
                 entry[slot(c.outcome, c.is_retry)] += c.count;
+            }
+            // Older than what was recorded meanwhile: in front, within
+            // the bound.
+            unreported.dropped += report.dropped;
+            let room = EVENTS_KEPT.saturating_sub(unreported.events.len());
+            let skip = report.events.len().saturating_sub(room);
+            unreported.dropped += skip as u64;
+            for event in report.events.into_iter().skip(skip).rev() {
+                unreported.events.push_front(event);
             }
         }
     }
@@ -110,13 +168,23 @@ mod tests {
 
     #[test]
     fn counts_are_taken_once_by_function_outcome_and_retry() {
-        let counts = TaskCounts::default();
-        for _ in 0..3 {
-            counts.record("add", TaskOutcome::Finished, false);
+        let counts = TaskCounts::new("job-1".into());
+        for i in 0..3 {
+            counts.record(format!("t{i}"), "add", TaskOutcome::Finished, 0, None);
         }
-        counts.record("add", TaskOutcome::Failed, true);
-        counts.record("boom", TaskOutcome::Failed, false);
-        let mut taken = counts.take();
+        counts.record(
+            "t3".into(),
+            "add",
+            TaskOutcome::Failed,
+            1,
+            Some("boom".into()),
+        );
+        counts.record("t4".into(), "boom", TaskOutcome::Failed, 0, None);
+        let report = counts.take();
+        assert_eq!(report.events.len(), 5);
+        assert_eq!(report.events[3].error.as_deref(), Some("boom"));
+        assert_eq!(report.events[3].job_id, "job-1");
+        let mut taken = report.counts;
         taken.sort_by(|a, b| (&a.name, a.outcome).cmp(&(&b.name, b.outcome)));
         let short: Vec<(&str, TaskOutcome, bool, u64)> = taken
             .iter()
@@ -130,6 +198,6 @@ mod tests {
                 ("boom", TaskOutcome::Failed, false, 1),
             ]
         );
-        assert!(counts.take().is_empty());
+        assert!(counts.take().counts.is_empty());
     }
 }

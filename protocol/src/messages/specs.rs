@@ -441,6 +441,26 @@ pub struct TaskCount {
     pub count: u64,
 }
 
+/// One task (or actor call) that ended, as its owner saw it: what the
+/// state API lists.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskEvent {
+    /// The task.
+    pub task_id: String,
+    /// The function (or `Class.method`).
+    pub name: String,
+    /// How it ended.
+    pub outcome: TaskOutcome,
+    /// How many attempts failed before the last one.
+    pub retries: u32,
+    /// The error it failed with.
+    pub error: Option<String>,
+    /// The job of the process that owned it.
+    pub job_id: String,
+    /// When it ended, in milliseconds since the Unix epoch.
+    pub end_time_ms: u64,
+}
+
 /// Object-store usage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoreStats {

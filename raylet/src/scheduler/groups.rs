@@ -515,6 +515,43 @@ impl<R> Groups<R> {
             .collect()
     }
 
+    /// The groups held here (not the removed ones already forgotten), as
+    /// the state API lists them.
+    pub(super) fn rows(&self) -> Vec<serde_json::Value> {
+        self.held
+            .values()
+            .map(|g| {
+                let info = g.info();
+                let state = match info.state {
+                    PlacementGroupState::Pending => "PENDING",
+                    PlacementGroupState::Created => "CREATED",
+                    PlacementGroupState::Removed => "REMOVED",
+                };
+                let bundles: Vec<serde_json::Value> = info
+                    .spec
+                    .bundles
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| {
+                        serde_json::json!({
+                            "bundle_index": i,
+                            "unit_resources": b.to_f64_map(),
+                            "node_id": info.bundle_nodes.get(i),
+                        })
+                    })
+                    .collect();
+                serde_json::json!({
+                    "placement_group_id": info.spec.id.to_string(),
+                    "name": info.spec.name.clone().unwrap_or_default(),
+                    "state": state,
+                    "job_id": g.job.to_string(),
+                    "strategy": format!("{:?}", info.spec.strategy).to_uppercase(),
+                    "bundles": bundles,
+                })
+            })
+            .collect()
+    }
+
     /// Whether `id` is held here and not removed.
     pub(super) fn group_is_live(&self, id: PlacementGroupId) -> bool {
         self.held

@@ -194,10 +194,55 @@ impl<R> Scheduler<R> {
         out
     }
 
+    /// Every worker process, as the state API lists it, at most `limit`;
+    /// and how many there are.
+    pub(crate) fn worker_rows(&self, limit: usize) -> (Vec<serde_json::Value>, usize) {
+        let now = Instant::now();
+        let rows = self
+            .workers
+            .iter()
+            .take(limit)
+            .map(|(id, w)| {
+                let (state, actor) = match w.usage {
+                    WorkerUse::Starting => ("STARTING", None),
+                    WorkerUse::Idle => ("IDLE", None),
+                    WorkerUse::Leased(_) => ("LEASED", None),
+                    WorkerUse::Actor(a) => ("ACTOR", Some(a.to_string())),
+                    WorkerUse::Unreachable => ("STOPPING", None),
+                };
+                let idle_ms = matches!(w.usage, WorkerUse::Idle)
+                    .then(|| now.duration_since(w.idle_since).as_millis() as u64);
+                serde_json::json!({
+                    "worker_id": id.to_string(),
+                    "pid": w.pid,
+                    "state": state,
+                    "job_id": w.job.to_string(),
+                    "actor_id": actor,
+                    "blocked": w.blocked,
+                    "gpu_ids": w.gpu_ids,
+                    "idle_for_ms": idle_ms,
+                    "worker_type": "WORKER",
+                })
+            })
+            .collect();
+        (rows, self.workers.len())
+    }
+
+    /// The placement groups held here, as the state API lists them.
+    pub(crate) fn group_rows(&self) -> Vec<serde_json::Value> {
+        self.groups.rows()
+    }
+
     /// How many worker processes are in each state, and how many lease
     /// requests wait.
     pub(crate) fn worker_counts(&self) -> (std::collections::BTreeMap<&'static str, u64>, u64) {
-        let mut out = std::collections::BTreeMap::new();
+        // Every state, 0 when none is in it: a series per state exists
+        // from the start.
+        let mut out: std::collections::BTreeMap<&'static str, u64> =
+            ["STARTING", "IDLE", "LEASED", "ACTOR", "STOPPING"]
+                .into_iter()
+                .map(|s| (s, 0))
+                .collect();
         for worker in self.workers.values() {
             let state = match worker.usage {
                 WorkerUse::Starting => "STARTING",

@@ -1,0 +1,251 @@
+//! The state API: its sources on the head (the node and job tables, and
+//! every live node's agent), and `prism list`, `prism get` and
+//! `prism summary` (Ray's `ray list`, `ray get`, `ray summary`), which ask
+//! the head's dashboard.
+
+use crate::args::{GetArgs, ListArgs, OutputFormat, SummaryArgs};
+use crate::common::runtime;
+use prism_gcs::pb::NodeState;
+use prism_gcs::{GcsServer, Token};
+use prism_jobs::JobManager;
+use prism_state::{Filter, Kind, NodeEndpoint, Query, Sources, StateApi, StateClient};
+use serde_json::{json, Value};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// The head's state API over its control store and job manager.
+pub(crate) fn api(gcs: &GcsServer, jobs: Arc<JobManager>, token: &Token) -> Arc<StateApi> {
+    let view = gcs.view();
+    let nodes = Arc::new(move || {
+        view.nodes()
+            .into_iter()
+            .map(|n| {
+                let total: serde_json::Map<String, Value> = n
+                    .total
+                    .iter()
+                    .map(|r| (r.name.clone(), json!(r.units as f64 / 10_000.0)))
+                    .collect();
+                let alive = n.state == NodeState::Alive as i32;
+                json!({
+                    "node_id": n.node_id,
+                    "node_ip": n.node_ip,
+                    "node_name": n.hostname,
+                    "is_head_node": n.is_head,
+                    "state": if alive { "ALIVE" } else { "DEAD" },
+                    "resources_total": total,
+                    "death_cause": (!alive).then_some(n.death_cause),
+                    "metrics_address": n.metrics_address,
+                })
+            })
+            .collect()
+    });
+    let jobs = Arc::new(move || {
+        jobs.list(0, usize::MAX)
+            .into_iter()
+            .filter_map(|d| serde_json::to_value(d).ok())
+            .collect()
+    });
+    let view = gcs.view();
+    let endpoints = Arc::new(move || {
+        view.nodes()
+            .into_iter()
+            .filter(|n| n.state == NodeState::Alive as i32 && !n.metrics_address.is_empty())
+            .map(|n| NodeEndpoint {
+                node_id: n.node_id,
+                node_ip: n.node_ip,
+                address: n.metrics_address,
+            })
+            .collect()
+    });
+    Arc::new(StateApi::new(
+        Sources {
+            nodes,
+            jobs,
+            endpoints,
+        },
+        token.reveal().to_string(),
+    ))
+}
+
+fn client(target: &crate::args::JobTarget) -> Result<StateClient, String> {
+    let (address, token) = crate::jobs::dashboard_and_token(target, &target.temp.temp_dir)?;
+    StateClient::new(&address, token).map_err(|e| e.to_string())
+}
+
+/// `prism list <kind>`.
+pub(crate) fn list(args: ListArgs) -> Result<ExitCode, String> {
+    let kind = Kind::parse(&args.kind).map_err(|e| e.to_string())?;
+    let mut query = Query::new(kind);
+    query.limit = args.limit;
+    for f in &args.filter {
+        query
+            .filters
+            .push(Filter::parse(f).map_err(|e| e.to_string())?);
+    }
+    query.check().map_err(|e| e.to_string())?;
+    let client = client(&args.target)?;
+    let listing = runtime()?
+        .block_on(client.list(&query))
+        .map_err(|e| e.to_string())?;
+    match args.format {
+        OutputFormat::Json => say!(
+            "{}",
+            serde_json::to_string_pretty(&listing.rows).map_err(|e| e.to_string())?
+        ),
+        OutputFormat::Table => {
+            print!("{}", table(kind, &listing.rows, args.detail));
+            say!(
+                "\n{} of {} {} shown ({} matched the filters{}).",
+                listing.rows.len(),
+                listing.total,
+                kind.name().replace('_', " "),
+                listing.num_filtered,
+                if kind == Kind::Tasks {
+                    format!("; {} ended tasks are no longer kept", listing.dropped)
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
+    if !listing.partial_failure_warning.is_empty() {
+        eprintln!("prism: warning: {}", listing.partial_failure_warning);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `prism get <kind> <id>`.
+pub(crate) fn get(args: GetArgs) -> Result<ExitCode, String> {
+    let kind = Kind::parse(&args.kind).map_err(|e| e.to_string())?;
+    let client = client(&args.target)?;
+    let row = runtime()?
+        .block_on(client.get(kind, &args.id))
+        .map_err(|e| e.to_string())?;
+    say!(
+        "{}",
+        serde_json::to_string_pretty(&row).map_err(|e| e.to_string())?
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `prism summary <kind>`.
+pub(crate) fn summary(args: SummaryArgs) -> Result<ExitCode, String> {
+    let kind = Kind::parse(&args.kind).map_err(|e| e.to_string())?;
+    let client = client(&args.target)?;
+    let summary = runtime()?
+        .block_on(client.summarize(kind))
+        .map_err(|e| e.to_string())?;
+    match args.format {
+        OutputFormat::Json => say!(
+            "{}",
+            serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?
+        ),
+        OutputFormat::Table => say!("{}", summary_text(kind, &summary)),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A field as a table cell.
+fn cell(value: &Value) -> String {
+    let text = match value {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let one_line = text.replace('\n', " ");
+    if one_line.chars().count() > 60 {
+        format!("{}...", one_line.chars().take(57).collect::<String>())
+    } else {
+        one_line
+    }
+}
+
+/// Rows as an aligned table: the kind's main columns, or every field with
+/// `detail`.
+fn table(kind: Kind, rows: &[Value], detail: bool) -> String {
+    let columns: Vec<String> = if detail {
+        let mut all: Vec<String> = kind.columns().iter().map(|c| c.to_string()).collect();
+        for row in rows {
+            for key in row.as_object().into_iter().flat_map(|o| o.keys()) {
+                if !all.contains(key) {
+                    all.push(key.clone());
+                }
+            }
+        }
+        all
+    } else {
+        kind.columns().iter().map(|c| c.to_string()).collect()
+    };
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| columns.iter().map(|c| cell(&r[c.as_str()])).collect())
+        .collect();
+    let widths: Vec<usize> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            cells
+                .iter()
+                .map(|r| r[i].chars().count())
+                .chain([c.len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    let line = |values: Vec<String>| -> String {
+        let padded: Vec<String> = values
+            .iter()
+            .zip(&widths)
+            .map(|(v, w)| format!("{v:<w$}"))
+            .collect();
+        format!("{}\n", padded.join("  ").trim_end())
+    };
+    out.push_str(&line(columns.iter().map(|c| c.to_uppercase()).collect()));
+    for row in cells {
+        out.push_str(&line(row));
+    }
+    out
+}
+
+/// A summary as text: one line per function or class, its counts by
+/// state.
+fn summary_text(kind: Kind, summary: &Value) -> String {
+    let mut out = String::new();
+    if let Some(groups) = summary["summary"].as_object() {
+        for (name, group) in groups {
+            let counts = match group.get("state_counts").and_then(Value::as_object) {
+                Some(states) => states
+                    .iter()
+                    .map(|(s, n)| format!("{s}: {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                None => group
+                    .as_object()
+                    .map(|o| {
+                        o.iter()
+                            .map(|(k, v)| format!("{k}: {v}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    })
+                    .unwrap_or_default(),
+            };
+            out.push_str(&format!("{name}  {counts}\n"));
+        }
+    }
+    match kind {
+        Kind::Tasks => out.push_str(&format!(
+            "{} tasks ended in all; {} of them are no longer kept as rows (`prism list tasks`).",
+            summary["total_tasks"], summary["dropped_task_events"]
+        )),
+        Kind::Actors => out.push_str(&format!("{} actors in all.", summary["total_actors"])),
+        _ => out.push_str(&format!("{} objects in all.", summary["total_objects"])),
+    }
+    if let Some(w) = summary["partial_failure_warning"]
+        .as_str()
+        .filter(|w| !w.is_empty())
+    {
+        out.push_str(&format!("\nwarning: {w}"));
+    }
+    out
+}

@@ -1,0 +1,68 @@
+//! A head started by `prism start --head` on this machine's loopback
+//! (ports picked free, a temp folder of its own): no namespaces needed.
+
+use super::{run_bounded, text, PRISM};
+use prism_tests::must;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+/// A head on this machine's loopback, stopped and removed when dropped.
+pub struct Head {
+    pub temp: PathBuf,
+    /// The control store, HOST:PORT.
+    pub address: String,
+    /// The dashboard, HOST:PORT.
+    pub dashboard: String,
+    pub token: String,
+}
+
+impl Head {
+    /// A head with 1 CPU.
+    pub fn start(tag: &str) -> Head {
+        Head::start_with(tag, 1)
+    }
+
+    /// A head with `cpus` CPUs.
+    pub fn start_with(tag: &str, cpus: u32) -> Head {
+        let temp = std::env::temp_dir().join(format!("prism-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&temp);
+        let mut start = Command::new(PRISM);
+        start.args(["start", "--head", "--port", "0", "--dashboard-port", "0"]);
+        start
+            .args(["--num-cpus", &cpus.to_string()])
+            .args(["--node-ip-address", "127.0.0.1", "--temp-dir"])
+            .arg(&temp);
+        let out = run_bounded(start, &[], Duration::from_secs(60));
+        assert!(out.status.success(), "the head must start: {}", text(&out));
+        let record = prism_raylet::NodeRecord::list(&temp)
+            .into_iter()
+            .find(|r| r.is_head)
+            .expect("the head is recorded");
+        let dashboard = record.dashboard.expect("the head serves a dashboard");
+        let token = must(
+            std::fs::read_to_string(temp.join("token")),
+            "the head saves its token",
+        );
+        Head {
+            temp,
+            address: record.head.clone(),
+            dashboard,
+            token: token.trim().to_string(),
+        }
+    }
+
+    /// The dashboard's URL.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.dashboard)
+    }
+}
+
+impl Drop for Head {
+    fn drop(&mut self) {
+        let mut stop = Command::new(PRISM);
+        stop.args(["stop", "--force", "--temp-dir"]).arg(&self.temp);
+        let _ = run_bounded(stop, &[], Duration::from_secs(30));
+        let _ = std::fs::remove_dir_all(&self.temp);
+    }
+}

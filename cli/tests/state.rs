@@ -1,0 +1,336 @@
+//! The state API through real parts: a head started by `prism start
+//! --head` (loopback, ports picked free), a driver (this test binary)
+//! joining it with actors (one killed), tasks (one failing), an object in
+//! the store and a placement group; `prism list`, `prism get` and
+//! `prism summary` run as commands against the head's dashboard, which
+//! asks the node's agent; and bad queries, on the command line and over
+//! raw HTTP, answered clearly while the server keeps serving.
+
+mod common;
+
+use common::head::Head;
+use common::{run_bounded, text, PRISM};
+use prism::{ActorOptions, Bundle, PlacementStrategy};
+use prism_tests::must;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+/// Set in this binary when it runs as the driver.
+const STATE_DRIVER: &str = "PRISM_STATE_TEST_DRIVER";
+/// The head's temp folder, for the driver's `prism` commands.
+const STATE_TEMP: &str = "PRISM_STATE_TEST_TEMP";
+
+const SQUARES: i64 = 20;
+
+#[prism::remote]
+fn square_for_state(x: i64) -> i64 {
+    x * x
+}
+
+#[prism::remote]
+fn explode_for_state() -> i64 {
+    panic!("exploded on purpose")
+}
+
+#[prism::actor]
+struct StateKeeper {
+    n: u64,
+}
+
+#[prism::actor]
+impl StateKeeper {
+    fn new() -> Self {
+        StateKeeper { n: 0 }
+    }
+
+    fn bump(&mut self) -> u64 {
+        self.n += 1;
+        self.n
+    }
+}
+
+/// `prism <args> --temp-dir <temp>`.
+fn prism(temp: &str, args: &[&str]) -> Output {
+    let mut command = Command::new(PRISM);
+    command.args(args).args(["--temp-dir", temp]);
+    run_bounded(command, &[], Duration::from_secs(60))
+}
+
+/// `prism list <kind> --format json <more>`: the rows.
+fn list(temp: &str, kind: &str, more: &[&str]) -> Vec<Value> {
+    let mut args = vec!["list", kind, "--format", "json"];
+    args.extend_from_slice(more);
+    let out = prism(temp, &args);
+    assert!(out.status.success(), "prism list {kind}: {}", text(&out));
+    let rows: Value = must(
+        serde_json::from_slice(&out.stdout),
+        "prism list prints JSON",
+    );
+    rows.as_array().cloned().unwrap_or_default()
+}
+
+fn named<'a>(rows: &'a [Value], field: &str, part: &str) -> Vec<&'a Value> {
+    rows.iter()
+        .filter(|r| r[field].as_str().is_some_and(|v| v.contains(part)))
+        .collect()
+}
+
+#[test]
+fn state_driver() {
+    let Some(temp) = std::env::var_os(STATE_TEMP) else {
+        return;
+    };
+    if std::env::var_os(STATE_DRIVER).is_none() {
+        return;
+    }
+    let temp = temp.to_string_lossy().into_owned();
+    must(prism::init(prism::Config::default()), "the driver joins");
+    let keeper = must(
+        StateKeeper::remote_with(ActorOptions::new().name("state-keeper")),
+        "an actor",
+    );
+    must(prism::get(&must(keeper.bump(), "a call")), "it answers");
+    let doomed = must(StateKeeper::remote(), "a second actor");
+    must(prism::get(&must(doomed.bump(), "a call")), "it answers");
+    must(prism::kill(&doomed), "the second actor is killed");
+    let refs: Vec<_> = (0..SQUARES)
+        .map(|i| must(square_for_state::remote(i), "a task"))
+        .collect();
+    for r in &refs {
+        must(prism::get(r), "a square");
+    }
+    assert!(prism::get(&must(explode_for_state::remote(), "a task")).is_err());
+    let object = must(prism::put(vec![7u8; 2 << 20]), "a 2 MiB object");
+    let group = must(
+        prism::placement_group(vec![Bundle::new().num_cpus(1.0)], PlacementStrategy::Pack),
+        "a placement group",
+    );
+    assert!(must(group.wait(Duration::from_secs(10)), "it is placed"));
+    // Owners report ended tasks about once a second.
+    std::thread::sleep(Duration::from_millis(1500));
+
+    let actors = list(&temp, "actors", &[]);
+    let alive = named(&actors, "name", "state-keeper");
+    assert_eq!(alive.len(), 1, "{actors:?}");
+    assert_eq!(alive[0]["state"], "ALIVE", "{actors:?}");
+    assert!(
+        alive[0]["pid"].as_u64().is_some_and(|p| p > 0),
+        "{actors:?}"
+    );
+    assert!(alive[0]["node_id"]
+        .as_str()
+        .is_some_and(|n| n.starts_with("node-")));
+    let dead = list(&temp, "actors", &["--filter", "state=dead"]);
+    assert_eq!(dead.len(), 1, "only the killed actor: {dead:?}");
+    assert!(
+        dead[0]["death_cause"]
+            .as_str()
+            .is_some_and(|c| !c.is_empty()),
+        "a dead actor says why: {dead:?}"
+    );
+    let not_dead = list(&temp, "actors", &["--filter", "state!=DEAD"]);
+    assert!(
+        not_dead.iter().all(|a| a["state"] != "DEAD"),
+        "{not_dead:?}"
+    );
+
+    let tasks = list(&temp, "tasks", &["--limit", "1000"]);
+    let squares = named(&tasks, "name", "square_for_state");
+    assert_eq!(squares.len() as i64, SQUARES, "{tasks:?}");
+    assert!(squares.iter().all(|t| t["state"] == "FINISHED"));
+    let failed = list(&temp, "tasks", &["--filter", "state=FAILED"]);
+    let exploded = named(&failed, "name", "explode_for_state");
+    assert_eq!(exploded.len(), 1, "{failed:?}");
+    assert!(
+        exploded[0]["error_message"]
+            .as_str()
+            .is_some_and(|e| e.contains("exploded on purpose")),
+        "a failed task carries its error: {failed:?}"
+    );
+    let limited = list(&temp, "tasks", &["--limit", "3"]);
+    assert_eq!(limited.len(), 3, "{limited:?}");
+
+    let objects = list(&temp, "objects", &[]);
+    assert!(
+        objects
+            .iter()
+            .any(|o| o["object_size"].as_u64().is_some_and(|s| s >= 2 << 20)),
+        "the 2 MiB object is in the store: {objects:?}"
+    );
+    let workers = list(&temp, "workers", &[]);
+    assert!(workers.iter().any(|w| w["state"] == "ACTOR"), "{workers:?}");
+    let groups = list(&temp, "placement-groups", &[]);
+    assert_eq!(groups.len(), 1, "{groups:?}");
+    assert_eq!(groups[0]["state"], "CREATED");
+    let nodes = list(&temp, "nodes", &[]);
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    assert_eq!(nodes[0]["state"], "ALIVE");
+    let jobs = list(&temp, "jobs", &[]);
+    assert!(jobs.iter().any(|j| j["type"] == "DRIVER"), "{jobs:?}");
+
+    // One row by its id.
+    let id = alive[0]["actor_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let out = prism(&temp, &["get", "actors", &id]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("StateKeeper"), "{}", text(&out));
+
+    // Summaries: exact counts.
+    let out = prism(&temp, &["summary", "tasks", "--format", "json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let summary: Value = must(serde_json::from_slice(&out.stdout), "JSON");
+    let by_name = summary["summary"].as_object().cloned().unwrap_or_default();
+    let square = by_name
+        .iter()
+        .find(|(name, _)| name.contains("square_for_state"))
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    assert_eq!(square["state_counts"]["FINISHED"], SQUARES, "{summary}");
+    let out = prism(&temp, &["summary", "actors"]);
+    assert!(text(&out).contains("StateKeeper"), "{}", text(&out));
+    // A table, by default.
+    let out = prism(&temp, &["list", "actors"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("CLASS_NAME") && text(&out).contains("ALIVE"));
+
+    drop(object);
+    drop(group);
+    println!("STATE DRIVER DONE");
+    prism::shutdown();
+}
+
+/// One raw HTTP/1.1 GET: the status and body.
+fn http_get(at: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut stream = must(std::net::TcpStream::connect(at), "the dashboard listens");
+    must(
+        stream.set_read_timeout(Some(Duration::from_secs(10))),
+        "a timeout",
+    );
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {at}\r\n{auth}Connection: close\r\n\r\n");
+    must(stream.write_all(request.as_bytes()), "the request is sent");
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[test]
+fn prism_list_get_and_summary_show_the_clusters_state() {
+    if std::env::var_os(STATE_DRIVER).is_some() {
+        return;
+    }
+    let head = Head::start_with("state", 4);
+    let temp = head.temp.display().to_string();
+    let exe = must(std::env::current_exe(), "this test's binary");
+    let mut driver = Command::new(exe);
+    driver.args(["--exact", "state_driver", "--nocapture"]);
+    let out = run_bounded(
+        driver,
+        &[
+            (STATE_DRIVER, "1"),
+            (STATE_TEMP, &temp),
+            ("PRISM_ADDRESS", &head.address),
+            ("PRISM_TEMP_DIR", &temp),
+        ],
+        Duration::from_secs(180),
+    );
+    assert!(
+        out.status.success() && text(&out).contains("STATE DRIVER DONE"),
+        "the driver's checks: {}",
+        text(&out)
+    );
+
+    // The node's log is plain text: no terminal colour codes.
+    let logs = must(std::fs::read_dir(head.temp.join("logs")), "the node's logs");
+    let mut seen = 0;
+    for entry in logs.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("prism-node-") {
+            let log = must(std::fs::read(entry.path()), "a node log");
+            assert!(!log.is_empty(), "{name} is written");
+            assert!(!log.contains(&0x1b), "{name} holds escape codes");
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 1, "the head's node log");
+
+    // After the driver: its tasks are still listed, its actors dead.
+    let tasks = list(
+        &temp,
+        "tasks",
+        &["--filter", "state=FINISHED", "--limit", "1000"],
+    );
+    assert!(
+        named(&tasks, "name", "square_for_state").len() as i64 == SQUARES,
+        "{tasks:?}"
+    );
+    let actors = list(&temp, "actors", &[]);
+    assert!(
+        actors.len() == 2 && actors.iter().all(|a| a["state"] == "DEAD"),
+        "the job's actors ended with it: {actors:?}"
+    );
+
+    // Bad queries: clear errors, on the command line.
+    for (args, says) in [
+        (vec!["list", "widgets"], "unknown kind"),
+        (vec!["list", "actors", "--filter", "state"], "not key=value"),
+        (
+            vec!["list", "actors", "--filter", "colour=red"],
+            "no field \"colour\"",
+        ),
+        (vec!["list", "actors", "--limit", "0"], "out of range"),
+        (vec!["list", "tasks", "--limit", "10001"], "out of range"),
+        (
+            vec!["get", "actors", "no-such-actor"],
+            "no actors has the id",
+        ),
+        (vec!["summary", "nodes"], "no summary of nodes"),
+    ] {
+        let out = prism(&temp, &args);
+        assert!(!out.status.success(), "{args:?} must fail: {}", text(&out));
+        assert!(text(&out).contains(says), "{args:?}: {}", text(&out));
+    }
+    // And over HTTP: 400 in Ray's envelope, 401 without the token.
+    let token = head.token.clone();
+    for path in [
+        "/api/v0/widgets",
+        "/api/v0/actors?limit=-1",
+        "/api/v0/actors?limit=1&filter_keys=state",
+        "/api/v0/actors?filter_keys=state&filter_predicates=%3C&filter_values=x",
+        "/api/v0/actors?bogus=1",
+        "/api/v0/actors?filter_keys=%ZZ&filter_predicates=%3D&filter_values=x",
+        "/api/v0/workers/summarize",
+    ] {
+        let (status, body) = http_get(&head.dashboard, path, Some(&token));
+        assert_eq!(status, 400, "{path}: {body}");
+        let value: Value = must(serde_json::from_str(&body), "a JSON envelope");
+        assert_eq!(value["result"], false, "{path}: {body}");
+        assert!(
+            value["msg"].as_str().is_some_and(|m| !m.is_empty()),
+            "{path}: {body}"
+        );
+    }
+    let (status, _) = http_get(&head.dashboard, "/api/v0/actors", None);
+    assert_eq!(status, 401);
+    let (status, body) = http_get(&head.dashboard, "/api/v0/nodes?limit=5", Some(&token));
+    assert_eq!(status, 200, "the server keeps serving: {body}");
+    let value: Value = must(serde_json::from_str(&body), "JSON");
+    assert_eq!(value["result"], true);
+    assert_eq!(value["data"]["result"]["total"], 1, "{body}");
+}

@@ -1,0 +1,299 @@
+//! The head's side: rows of the head's own tables (nodes, jobs) and of
+//! every live node (asked over HTTP at its agent's address, with the
+//! cluster token, all at once), filtered and cut to the query's limit;
+//! and summaries.
+
+use crate::error::StateError;
+use crate::fetch;
+use crate::query::{Kind, Query};
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A live node the head asks for its rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeEndpoint {
+    /// The node's id.
+    pub node_id: String,
+    /// Its address.
+    pub node_ip: String,
+    /// Where its agent (the metrics endpoint) serves, `HOST:PORT`.
+    pub address: String,
+}
+
+/// Rows the head holds itself (nodes, jobs).
+pub type Rows = Arc<dyn Fn() -> Vec<Value> + Send + Sync>;
+/// The live nodes to ask.
+pub type Endpoints = Arc<dyn Fn() -> Vec<NodeEndpoint> + Send + Sync>;
+
+/// Where the head finds each kind's rows.
+#[derive(Clone)]
+pub struct Sources {
+    /// The node table, as rows.
+    pub nodes: Rows,
+    /// The job table, as rows.
+    pub jobs: Rows,
+    /// The live nodes' agents.
+    pub endpoints: Endpoints,
+}
+
+impl std::fmt::Debug for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sources").finish_non_exhaustive()
+    }
+}
+
+/// One answer to a list query, in the shape of Ray's.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Listing {
+    /// The rows, at most the query's limit.
+    pub rows: Vec<Value>,
+    /// Rows of the kind in the cluster.
+    pub total: usize,
+    /// Rows fetched from the nodes (each node sends at most a cap).
+    pub num_after_truncation: usize,
+    /// Rows fetched that the filters held for.
+    pub num_filtered: usize,
+    /// Nodes that did not answer, named; empty when all did.
+    pub partial_failure_warning: String,
+    /// Ended tasks the nodes no longer keep (tasks only).
+    pub dropped: u64,
+}
+
+/// Rows one node sends at most when the query filters (the filters run
+/// on the head).
+const FILTERED_FETCH_CAP: usize = 100_000;
+
+/// How long the head waits for a node.
+const NODE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The head's state API.
+pub struct StateApi {
+    sources: Sources,
+    token: String,
+}
+
+impl std::fmt::Debug for StateApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateApi").finish_non_exhaustive()
+    }
+}
+
+/// What one node answered for one kind.
+struct NodeAnswer {
+    rows: Vec<Value>,
+    total: usize,
+    dropped: u64,
+}
+
+impl StateApi {
+    /// A state API over `sources`, asking nodes with `token`.
+    pub fn new(sources: Sources, token: String) -> StateApi {
+        StateApi { sources, token }
+    }
+
+    /// Asks every live node for `path` at once: each answer with its
+    /// node, and the nodes that did not answer, with why.
+    async fn ask_nodes(&self, path: &str) -> (Vec<(NodeEndpoint, Value)>, Vec<String>) {
+        let endpoints = (self.sources.endpoints)();
+        let calls: Vec<_> = endpoints
+            .into_iter()
+            .map(|node| {
+                let token = self.token.clone();
+                let path = path.to_string();
+                tokio::spawn(async move {
+                    let answer = fetch::get(&node.address, &path, Some(&token), NODE_TIMEOUT).await;
+                    let parsed = answer.and_then(|(status, body)| {
+                        if status != 200 {
+                            return Err(StateError::Server {
+                                status,
+                                message: String::from_utf8_lossy(&body).into_owned(),
+                            });
+                        }
+                        serde_json::from_slice::<Value>(&body).map_err(|e| {
+                            StateError::Connect(format!("an answer that is not JSON: {e}"))
+                        })
+                    });
+                    (node, parsed)
+                })
+            })
+            .collect();
+        let (mut answers, mut failed) = (Vec::new(), Vec::new());
+        for call in calls {
+            match call.await {
+                Ok((node, Ok(value))) => answers.push((node, value)),
+                Ok((node, Err(e))) => {
+                    failed.push(format!("{} ({}): {e}", node.node_id, node.node_ip))
+                }
+                Err(e) => failed.push(format!("a node's call stopped: {e}")),
+            }
+        }
+        (answers, failed)
+    }
+
+    /// Rows of `kind` from every node, each with its node.
+    async fn node_rows(&self, kind: Kind, cap: usize) -> (Vec<NodeAnswer>, Vec<String>) {
+        let path = format!("/api/v0/local/{}?limit={cap}", kind.name());
+        let (answers, failed) = self.ask_nodes(&path).await;
+        let answers = answers
+            .into_iter()
+            .map(|(node, value)| {
+                let rows = value["rows"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|mut row| {
+                        if let Value::Object(fields) = &mut row {
+                            fields.insert("node_id".into(), json!(node.node_id));
+                            fields.insert("node_ip".into(), json!(node.node_ip));
+                        }
+                        row
+                    })
+                    .collect();
+                NodeAnswer {
+                    rows,
+                    total: value["total"].as_u64().unwrap_or(0) as usize,
+                    dropped: value["dropped"].as_u64().unwrap_or(0),
+                }
+            })
+            .collect();
+        (answers, failed)
+    }
+
+    /// Lists what `query` asks for.
+    pub async fn list(&self, query: &Query) -> Result<Listing, StateError> {
+        query.check()?;
+        let mut listing = Listing::default();
+        let fetched: Vec<Value> = if query.kind.from_nodes() {
+            let cap = if query.filters.is_empty() {
+                query.limit
+            } else {
+                FILTERED_FETCH_CAP
+            };
+            let (answers, failed) = self.node_rows(query.kind, cap).await;
+            if !failed.is_empty() {
+                listing.partial_failure_warning = format!(
+                    "{} node(s) did not answer, their rows are missing: {}",
+                    failed.len(),
+                    failed.join("; ")
+                );
+            }
+            let mut rows = Vec::new();
+            for answer in answers {
+                listing.total += answer.total;
+                listing.dropped += answer.dropped;
+                rows.extend(answer.rows);
+            }
+            if query.kind == Kind::Tasks {
+                rows.sort_by_key(|r| std::cmp::Reverse(r["end_time_ms"].as_u64().unwrap_or(0)));
+            }
+            rows
+        } else {
+            let rows = match query.kind {
+                Kind::Nodes => (self.sources.nodes)(),
+                _ => (self.sources.jobs)(),
+            };
+            listing.total = rows.len();
+            rows
+        };
+        listing.num_after_truncation = fetched.len();
+        let kept: Vec<Value> = fetched.into_iter().filter(|r| query.keep(r)).collect();
+        listing.num_filtered = kept.len();
+        listing.rows = kept.into_iter().take(query.limit).collect();
+        Ok(listing)
+    }
+
+    /// A summary of `kind` (tasks, actors or objects): tasks by function
+    /// and state (exact counts, and how many ended tasks are no longer
+    /// kept), actors by class and state, objects by node.
+    pub async fn summarize(&self, kind: Kind) -> Result<Value, StateError> {
+        match kind {
+            Kind::Tasks => {
+                let (answers, failed) = self.ask_nodes("/api/v0/local/task_counts").await;
+                let mut by_name: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
+                let (mut total, mut dropped) = (0u64, 0u64);
+                for (_, value) in answers {
+                    dropped += value["dropped"].as_u64().unwrap_or(0);
+                    for c in value["counts"].as_array().into_iter().flatten() {
+                        let name = c["name"].as_str().unwrap_or_default().to_string();
+                        let state = c["state"].as_str().unwrap_or_default().to_string();
+                        let count = c["count"].as_u64().unwrap_or(0);
+                        total += count;
+                        let states = by_name.entry(name).or_default();
+                        let now = states.get(&state).and_then(Value::as_u64).unwrap_or(0);
+                        states.insert(state, json!(now + count));
+                    }
+                }
+                let summary: Map<String, Value> = by_name
+                    .into_iter()
+                    .map(|(name, states)| (name, json!({ "state_counts": states })))
+                    .collect();
+                Ok(json!({
+                    "summary": summary,
+                    "total_tasks": total,
+                    "dropped_task_events": dropped,
+                    "partial_failure_warning": failed.join("; "),
+                }))
+            }
+            Kind::Actors => {
+                let listing = self.list(&all_of(Kind::Actors)).await?;
+                let mut by_class: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
+                for row in &listing.rows {
+                    let class = row["class_name"].as_str().unwrap_or_default().to_string();
+                    let state = row["state"].as_str().unwrap_or_default().to_string();
+                    let states = by_class.entry(class).or_default();
+                    let now = states.get(&state).and_then(Value::as_u64).unwrap_or(0);
+                    states.insert(state, json!(now + 1));
+                }
+                let summary: Map<String, Value> = by_class
+                    .into_iter()
+                    .map(|(class, states)| (class, json!({ "state_counts": states })))
+                    .collect();
+                Ok(json!({
+                    "summary": summary,
+                    "total_actors": listing.total,
+                    "partial_failure_warning": listing.partial_failure_warning,
+                }))
+            }
+            Kind::Objects => {
+                let listing = self.list(&all_of(Kind::Objects)).await?;
+                let mut by_node: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+                for row in &listing.rows {
+                    let node = row["node_id"].as_str().unwrap_or_default().to_string();
+                    let entry = by_node.entry(node).or_default();
+                    entry.0 += 1;
+                    entry.1 += row["object_size"].as_u64().unwrap_or(0);
+                }
+                let summary: Map<String, Value> = by_node
+                    .into_iter()
+                    .map(|(node, (count, bytes))| {
+                        (
+                            node,
+                            json!({ "total_objects": count, "total_size_bytes": bytes }),
+                        )
+                    })
+                    .collect();
+                Ok(json!({
+                    "summary": summary,
+                    "total_objects": listing.total,
+                    "partial_failure_warning": listing.partial_failure_warning,
+                }))
+            }
+            other => Err(StateError::BadRequest(format!(
+                "there is no summary of {}: summaries are of tasks, actors and objects",
+                other.name()
+            ))),
+        }
+    }
+}
+
+/// A query for every row of `kind` (up to the largest limit).
+fn all_of(kind: Kind) -> Query {
+    Query {
+        kind,
+        filters: Vec::new(),
+        limit: crate::query::MAX_LIMIT,
+    }
+}
