@@ -249,7 +249,7 @@ impl Objects {
             Err(e) => (TaskOutcome::Failed, Some(e.to_string())),
         };
         self.task_counts.record(
-            spec.task_id.to_string(),
+            spec.task_id,
             &spec.function,
             outcome,
             submission.failures.len() as u32,

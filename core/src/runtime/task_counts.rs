@@ -4,6 +4,7 @@
 //! second and when the process stops.
 
 use parking_lot::Mutex;
+use prism_protocol::ids::TaskId;
 use prism_protocol::messages::{ReportTaskCounts, TaskCount, TaskEvent, TaskOutcome};
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
@@ -20,8 +21,20 @@ struct Unreported {
     /// Per function, `[finished, failed]` for first attempts, then for
     /// retries.
     counts: HashMap<String, [u64; 4]>,
-    events: std::collections::VecDeque<TaskEvent>,
+    events: std::collections::VecDeque<Ended>,
     dropped: u64,
+}
+
+/// A task that ended, as recorded: its id is written out only when it is
+/// reported, off the task's path.
+#[derive(Debug)]
+struct Ended {
+    task_id: TaskId,
+    name: String,
+    outcome: TaskOutcome,
+    retries: u32,
+    error: Option<String>,
+    end_time_ms: u64,
 }
 
 /// Ended tasks not yet reported.
@@ -48,19 +61,18 @@ impl TaskCounts {
     /// Records one ended task: its count and its event.
     pub(crate) fn record(
         &self,
-        task_id: String,
+        task_id: TaskId,
         function: &str,
         outcome: TaskOutcome,
         retries: u32,
         error: Option<String>,
     ) {
-        let event = TaskEvent {
+        let event = Ended {
             task_id,
             name: function.to_string(),
             outcome,
             retries,
             error,
-            job_id: self.job_id.clone(),
             end_time_ms: prism_protocol::clock::unix_ms(),
         };
         let mut unreported = self.unreported.lock();
@@ -107,9 +119,21 @@ impl TaskCounts {
                 }
             }
         }
+        let events = events
+            .into_iter()
+            .map(|e| TaskEvent {
+                task_id: e.task_id.to_string(),
+                name: e.name,
+                outcome: e.outcome,
+                retries: e.retries,
+                error: e.error,
+                job_id: self.job_id.clone(),
+                end_time_ms: e.end_time_ms,
+            })
+            .collect();
         ReportTaskCounts {
             counts: out,
-            events: events.into(),
+            events,
             dropped,
         }
     }
@@ -134,8 +158,20 @@ impl TaskCounts {
             let room = EVENTS_KEPT.saturating_sub(unreported.events.len());
             let skip = report.events.len().saturating_sub(room);
             unreported.dropped += skip as u64;
+            // Written out already: their ids are read back.
             for event in report.events.into_iter().skip(skip).rev() {
-                unreported.events.push_front(event);
+                let Some(task_id) = TaskId::parse(&event.task_id) else {
+                    unreported.dropped += 1;
+                    continue;
+                };
+                unreported.events.push_front(Ended {
+                    task_id,
+                    name: event.name,
+                    outcome: event.outcome,
+                    retries: event.retries,
+                    error: event.error,
+                    end_time_ms: event.end_time_ms,
+                });
             }
         }
     }
@@ -169,20 +205,17 @@ mod tests {
     #[test]
     fn counts_are_taken_once_by_function_outcome_and_retry() {
         let counts = TaskCounts::new("job-1".into());
-        for i in 0..3 {
-            counts.record(format!("t{i}"), "add", TaskOutcome::Finished, 0, None);
+        for _ in 0..3 {
+            counts.record(TaskId::new(), "add", TaskOutcome::Finished, 0, None);
         }
-        counts.record(
-            "t3".into(),
-            "add",
-            TaskOutcome::Failed,
-            1,
-            Some("boom".into()),
-        );
-        counts.record("t4".into(), "boom", TaskOutcome::Failed, 0, None);
+        let failed = TaskId::new();
+        counts.record(failed, "add", TaskOutcome::Failed, 1, Some("boom".into()));
+        counts.record(TaskId::new(), "boom", TaskOutcome::Failed, 0, None);
         let report = counts.take();
         assert_eq!(report.events.len(), 5);
         assert_eq!(report.events[3].error.as_deref(), Some("boom"));
+        assert_eq!(report.events[3].task_id, failed.to_string());
+        assert_eq!(TaskId::parse(&report.events[3].task_id), Some(failed));
         assert_eq!(report.events[3].job_id, "job-1");
         let mut taken = report.counts;
         taken.sort_by(|a, b| (&a.name, a.outcome).cmp(&(&b.name, b.outcome)));
