@@ -299,6 +299,37 @@ pub(crate) struct SummaryArgs {
     pub(crate) target: JobTarget,
 }
 
+/// `prism logs`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct LogsArgs {
+    /// A log file's name (as `prism logs` lists them), read on the head
+    /// node unless --node names another.
+    pub(crate) file: Option<String>,
+    /// The node (its id or address) whose files to list or read.
+    #[arg(long)]
+    pub(crate) node: Option<String>,
+    /// An actor's output (of the worker it runs in).
+    #[arg(long, conflicts_with_all = ["file", "worker", "job"])]
+    pub(crate) actor: Option<String>,
+    /// A worker's output.
+    #[arg(long, conflicts_with_all = ["file", "job"])]
+    pub(crate) worker: Option<String>,
+    /// A submitted job's log.
+    #[arg(long, conflicts_with = "file")]
+    pub(crate) job: Option<String>,
+    /// The worker's or actor's standard error instead of its output.
+    #[arg(long)]
+    pub(crate) err: bool,
+    /// Keep printing what is added, until interrupted.
+    #[arg(long)]
+    pub(crate) follow: bool,
+    /// The last lines to print (1 to 100,000).
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) tail: usize,
+    #[command(flatten)]
+    pub(crate) target: JobTarget,
+}
+
 /// Where `prism job` finds the head.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct JobTarget {

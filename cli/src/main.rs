@@ -19,6 +19,7 @@ mod dashboard;
 mod discovery;
 mod history;
 mod jobs;
+mod logs;
 mod metrics;
 mod node;
 mod state;
@@ -26,7 +27,8 @@ mod status;
 mod stop;
 
 use args::{
-    ControlStoreArgs, GetArgs, JobArgs, ListArgs, StartArgs, StatusArgs, StopArgs, SummaryArgs,
+    ControlStoreArgs, GetArgs, JobArgs, ListArgs, LogsArgs, StartArgs, StatusArgs, StopArgs,
+    SummaryArgs,
 };
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -64,6 +66,10 @@ enum Command {
     /// Summarize the cluster's tasks, actors or objects (Ray's
     /// `ray summary`).
     Summary(SummaryArgs),
+    /// Read the logs of any node of the cluster: list them, or show a
+    /// file, a worker's or an actor's output, or a job's log (Ray's
+    /// `ray logs`).
+    Logs(LogsArgs),
     /// The head's control store, as `prism start --head` runs it.
     #[command(hide = true)]
     GcsServer(ControlStoreArgs),
@@ -79,6 +85,7 @@ fn main() -> ExitCode {
         Command::List(args) => state::list(args),
         Command::Get(args) => state::get(args),
         Command::Summary(args) => state::summary(args),
+        Command::Logs(args) => logs::run(args),
         Command::GcsServer(args) => control_store::run(args),
     };
     match result {

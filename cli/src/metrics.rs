@@ -67,6 +67,8 @@ impl Bound {
         let endpoint = Arc::new(Endpoint { view, token });
         let app = Router::new()
             .route("/metrics", get(scrape))
+            .route("/api/v0/local/logs", get(log_list))
+            .route("/api/v0/local/logs/file", get(log_read))
             .route("/api/v0/local/{kind}", get(rows))
             .with_state(endpoint);
         let listener = GuardedHttp(GuardedListener::new(
@@ -146,6 +148,39 @@ async fn rows(
             format!("the rows could not be gathered: {err}"),
         )
             .into_response(),
+    }
+}
+
+/// The node's log files.
+async fn log_list(State(e): State<Arc<Endpoint>>, headers: HeaderMap) -> Response {
+    if !admitted(&e, &headers) {
+        return refused();
+    }
+    let dir = e.view.logs_dir();
+    match tokio::task::spawn_blocking(move || crate::logs::list(&dir)).await {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(err) => (StatusCode::INTERNAL_SERVER_ERROR, err.to_string()).into_response(),
+    }
+}
+
+/// One read of a log file (see `crate::logs::LogRead`).
+async fn log_read(
+    State(e): State<Arc<Endpoint>>,
+    Query(params): Query<std::collections::HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    if !admitted(&e, &headers) {
+        return refused();
+    }
+    let read = match crate::logs::LogRead::from_pairs(&params) {
+        Ok(r) => r,
+        Err(why) => return (StatusCode::BAD_REQUEST, why).into_response(),
+    };
+    let dir = e.view.logs_dir();
+    match tokio::task::spawn_blocking(move || read.run(&dir)).await {
+        Ok(Ok(v)) => axum::Json(v).into_response(),
+        Ok(Err(why)) => (StatusCode::NOT_FOUND, why).into_response(),
+        Err(err) => (StatusCode::INTERNAL_SERVER_ERROR, err.to_string()).into_response(),
     }
 }
 

@@ -47,6 +47,7 @@ impl StateKeeper {
 
     fn bump(&mut self) -> u64 {
         self.n += 1;
+        println!("keeper bumped to {}", self.n);
         self.n
     }
 }
@@ -179,6 +180,26 @@ fn state_driver() {
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("StateKeeper"), "{}", text(&out));
 
+    // Logs: the actor's output, from its worker's file, by the actor's id.
+    let out = prism(&temp, &["logs", "--actor", &id, "--tail", "5"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("keeper bumped to 1"), "{}", text(&out));
+    let out = prism(&temp, &["logs"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let listed = text(&out);
+    let file = listed
+        .split_whitespace()
+        .find(|w| w.starts_with("worker-") && w.ends_with(".out"))
+        .map(str::to_string);
+    assert!(file.is_some(), "the node's files are listed: {listed}");
+    let out = prism(&temp, &["logs", &file.unwrap_or_default(), "--tail", "1"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).lines().count() <= 1,
+        "one line at most: {}",
+        text(&out)
+    );
+
     // Summaries: exact counts.
     let out = prism(&temp, &["summary", "tasks", "--format", "json"]);
     assert!(out.status.success(), "{}", text(&out));
@@ -301,6 +322,13 @@ fn prism_list_get_and_summary_show_the_clusters_state() {
             "no actors has the id",
         ),
         (vec!["summary", "nodes"], "no summary of nodes"),
+        (vec!["logs", "../token"], "is not a log file's name"),
+        (vec!["logs", "absent.log"], "no log file"),
+        (vec!["logs", "--node", "node-nosuch"], "no nodes has the id"),
+        (
+            vec!["logs", "--actor", "actor-nosuch"],
+            "no actors has the id",
+        ),
     ] {
         let out = prism(&temp, &args);
         assert!(!out.status.success(), "{args:?} must fail: {}", text(&out));

@@ -313,6 +313,11 @@ impl NodeView {
         })
     }
 
+    /// The node's session log folder (workers' and drivers' logs).
+    pub fn logs_dir(&self) -> PathBuf {
+        self.node.config.session_dir.join("logs")
+    }
+
     /// Exact counts of the tasks that ended here (as their owners
     /// reported them), by function and state, first attempts and retries
     /// together; and how many ended tasks are no longer kept as rows.

@@ -120,6 +120,27 @@ impl StateClient {
             })
     }
 
+    /// The log files of every live node, or of the node whose id or
+    /// address is `node`.
+    pub async fn logs(&self, node: Option<&str>) -> Result<Value, StateError> {
+        let path = match node {
+            Some(n) => format!("/api/v0/logs?node_id={}", crate::query::encode(n)),
+            None => "/api/v0/logs".to_string(),
+        };
+        self.call(&path).await
+    }
+
+    /// Reads a log file on `node` (its id or address); `query` is the
+    /// node's: `name=<file>` or `worker_id=<id>&stream=out|err|log`, and
+    /// `tail=<lines>` or `offset=<byte>`.
+    pub async fn log_file(&self, node: &str, query: &str) -> Result<Value, StateError> {
+        self.call(&format!(
+            "/api/v0/logs/file?node_id={}&{query}",
+            crate::query::encode(node)
+        ))
+        .await
+    }
+
     /// The summary of `kind` (tasks, actors or objects).
     pub async fn summarize(&self, kind: Kind) -> Result<Value, StateError> {
         let data = self

@@ -162,6 +162,52 @@ impl StateApi {
         (answers, failed)
     }
 
+    /// The log files of every live node (or of the node whose id or
+    /// address is `node`): `{nodes: [{node_id, node_ip, files}]}`.
+    pub async fn logs(&self, node: Option<&str>) -> Result<Value, StateError> {
+        let (answers, failed) = self.ask_nodes("/api/v0/local/logs").await;
+        let nodes: Vec<Value> = answers
+            .into_iter()
+            .filter(|(n, _)| node.is_none_or(|w| n.node_id == w || n.node_ip == w))
+            .map(|(n, v)| json!({"node_id": n.node_id, "node_ip": n.node_ip, "files": v["files"]}))
+            .collect();
+        if let (Some(w), true) = (node, nodes.is_empty()) {
+            return Err(StateError::NotFound {
+                kind: "nodes".into(),
+                id: w.to_string(),
+            });
+        }
+        Ok(json!({ "nodes": nodes, "partial_failure_warning": failed.join("; ") }))
+    }
+
+    /// Reads a log file on the node whose id or address is `node`, as the
+    /// node's agent reads it (`query`: its `name` or `worker_id` and
+    /// `stream`, and `tail` or `offset`).
+    pub async fn log_file(&self, node: &str, query: &str) -> Result<Value, StateError> {
+        let endpoint = (self.sources.endpoints)()
+            .into_iter()
+            .find(|n| n.node_id == node || n.node_ip == node)
+            .ok_or_else(|| StateError::NotFound {
+                kind: "nodes".into(),
+                id: node.to_string(),
+            })?;
+        let path = format!("/api/v0/local/logs/file?{query}");
+        let (status, body) =
+            fetch::get(&endpoint.address, &path, Some(&self.token), NODE_TIMEOUT).await?;
+        match status {
+            200 => serde_json::from_slice(&body).map_err(|e| {
+                StateError::Connect(format!("a node answered something else than JSON: {e}"))
+            }),
+            400 | 404 => Err(StateError::BadRequest(
+                String::from_utf8_lossy(&body).into_owned(),
+            )),
+            _ => Err(StateError::Server {
+                status,
+                message: String::from_utf8_lossy(&body).into_owned(),
+            }),
+        }
+    }
+
     /// Lists what `query` asks for.
     pub async fn list(&self, query: &Query) -> Result<Listing, StateError> {
         query.check()?;

@@ -18,6 +18,8 @@ use std::sync::Arc;
 /// The routes over `api`.
 pub fn router(api: Arc<StateApi>) -> Router {
     Router::new()
+        .route("/api/v0/logs", get(logs))
+        .route("/api/v0/logs/file", get(log_file))
         .route("/api/v0/{kind}", get(list))
         .route("/api/v0/{kind}/summarize", get(summarize))
         .with_state(api)
@@ -101,6 +103,43 @@ async fn list(
             "dropped_task_events": l.dropped,
             "warnings": Value::Null,
         })),
+        Err(e) => refuse(e),
+    }
+}
+
+async fn logs(State(api): State<Arc<StateApi>>, RawQuery(raw): RawQuery) -> Response {
+    let node = match pairs(raw) {
+        Ok(p) => p.into_iter().find(|(k, _)| k == "node_id").map(|(_, v)| v),
+        Err(e) => return refuse(e),
+    };
+    match api.logs(node.as_deref()).await {
+        Ok(v) => answer(v),
+        Err(e) => refuse(e),
+    }
+}
+
+/// Passes a read on to the node named by `node_id` (its id or address);
+/// the rest of the query is the node's.
+async fn log_file(State(api): State<Arc<StateApi>>, RawQuery(raw): RawQuery) -> Response {
+    let raw = raw.unwrap_or_default();
+    let mut node = None;
+    let mut rest = Vec::new();
+    for part in raw.split('&').filter(|p| !p.is_empty()) {
+        match part.strip_prefix("node_id=") {
+            Some(v) => match decode(v) {
+                Ok(v) => node = Some(v),
+                Err(e) => return refuse(e),
+            },
+            None => rest.push(part),
+        }
+    }
+    let Some(node) = node else {
+        return refuse(StateError::BadRequest(
+            "name the node whose log to read (node_id=<id or address>)".into(),
+        ));
+    };
+    match api.log_file(&node, &rest.join("&")).await {
+        Ok(v) => answer(v),
         Err(e) => refuse(e),
     }
 }

@@ -426,7 +426,8 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
         s.raylet.clone(),
         lessee.clone(),
     ));
-    let task_counts = Arc::new(TaskCounts::new(s.job_id.to_string()));
+    let report_every = s.config.task_events_report_interval_ms;
+    let task_counts = Arc::new(TaskCounts::new(s.job_id.to_string(), report_every > 0));
     let objects = Arc::new(Objects::new(
         s.rt.clone(),
         s.config.clone(),
@@ -440,8 +441,14 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
             task_counts: task_counts.clone(),
         },
     ));
-    let reporting =
-        task_counts.start_reporting(&s.rt, s.raylet.clone(), std::time::Duration::from_secs(1));
+    // Nothing to report when recording is off.
+    let reporting = (report_every > 0).then(|| {
+        task_counts.start_reporting(
+            &s.rt,
+            s.raylet.clone(),
+            std::time::Duration::from_millis(report_every),
+        )
+    });
     let tasks = Arc::new(TaskSubmitter::new(
         s.rt.clone(),
         s.config.clone(),
@@ -486,7 +493,7 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
                 Arc::new(remote.for_connection()) as Arc<dyn Handler>
             })?);
         }
-        listeners.push(reporting);
+        listeners.extend(reporting);
         listeners
     };
     Ok(Arc::new(CoreWorker {

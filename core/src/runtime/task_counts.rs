@@ -11,9 +11,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Events kept between two reports; beyond them the oldest are dropped
-/// (and counted): the counts stay exact.
-const EVENTS_KEPT: usize = 10_000;
+/// Finished tasks kept between two reports (the newest); beyond them the
+/// oldest are dropped and counted, and the counts stay exact. A node keeps
+/// 10,000 by default, so a busy owner sending every task it ran (tens of
+/// thousands a second) would spend its time describing tasks the node
+/// drops at once.
+const FINISHED_KEPT: usize = 1_000;
+/// Failed tasks kept between two reports: all of them, up to this.
+const FAILED_KEPT: usize = 10_000;
 
 /// What was not reported yet.
 #[derive(Debug, Default)]
@@ -21,8 +26,25 @@ struct Unreported {
     /// Per function, `[finished, failed]` for first attempts, then for
     /// retries.
     counts: HashMap<String, [u64; 4]>,
-    events: std::collections::VecDeque<Ended>,
+    finished: std::collections::VecDeque<Ended>,
+    failed: std::collections::VecDeque<Ended>,
     dropped: u64,
+}
+
+impl Unreported {
+    /// Keeps an ended task, dropping (and counting) the oldest of its
+    /// outcome beyond the bound.
+    fn keep(&mut self, event: Ended) {
+        let (events, bound) = match event.outcome {
+            TaskOutcome::Finished => (&mut self.finished, FINISHED_KEPT),
+            TaskOutcome::Failed => (&mut self.failed, FAILED_KEPT),
+        };
+        if events.len() >= bound {
+            events.pop_front();
+            self.dropped += 1;
+        }
+        events.push_back(event);
+    }
 }
 
 /// A task that ended, as recorded: its id is written out only when it is
@@ -43,6 +65,9 @@ pub(crate) struct TaskCounts {
     unreported: Mutex<Unreported>,
     /// This process's job, named in each event.
     job_id: String,
+    /// Whether anything is recorded (`task_events_report_interval_ms`
+    /// above 0).
+    enabled: bool,
 }
 
 fn slot(outcome: TaskOutcome, is_retry: bool) -> usize {
@@ -50,11 +75,13 @@ fn slot(outcome: TaskOutcome, is_retry: bool) -> usize {
 }
 
 impl TaskCounts {
-    /// Counts of the tasks of a process of `job_id`.
-    pub(crate) fn new(job_id: String) -> TaskCounts {
+    /// Counts of the tasks of a process of `job_id`; nothing is recorded
+    /// unless `enabled`.
+    pub(crate) fn new(job_id: String, enabled: bool) -> TaskCounts {
         TaskCounts {
             unreported: Mutex::default(),
             job_id,
+            enabled,
         }
     }
 
@@ -67,6 +94,9 @@ impl TaskCounts {
         retries: u32,
         error: Option<String>,
     ) {
+        if !self.enabled {
+            return;
+        }
         let event = Ended {
             task_id,
             name: function.to_string(),
@@ -76,11 +106,7 @@ impl TaskCounts {
             end_time_ms: prism_protocol::clock::unix_ms(),
         };
         let mut unreported = self.unreported.lock();
-        if unreported.events.len() >= EVENTS_KEPT {
-            unreported.events.pop_front();
-            unreported.dropped += 1;
-        }
-        unreported.events.push_back(event);
+        unreported.keep(event);
         let all = &mut unreported.counts;
         let i = slot(outcome, retries > 0);
         match all.get_mut(function) {
@@ -97,9 +123,12 @@ impl TaskCounts {
     fn take(&self) -> ReportTaskCounts {
         let Unreported {
             counts: all,
-            events,
+            finished,
+            failed,
             dropped,
         } = std::mem::take(&mut *self.unreported.lock());
+        let mut events: Vec<Ended> = finished.into_iter().chain(failed).collect();
+        events.sort_by_key(|e| e.end_time_ms);
         let mut out = Vec::new();
         for (name, counts) in all {
             for (outcome, is_retry) in [
@@ -152,26 +181,28 @@ impl TaskCounts {
                 let entry = unreported.counts.entry(c.name).or_insert([0; 4]);
                 entry[slot(c.outcome, c.is_retry)] += c.count;
             }
-            // Older than what was recorded meanwhile: in front, within
-            // the bound.
+            // Older than what was recorded meanwhile, but kept in order
+            // of their end within each bound (their ids read back).
             unreported.dropped += report.dropped;
-            let room = EVENTS_KEPT.saturating_sub(unreported.events.len());
-            let skip = report.events.len().saturating_sub(room);
-            unreported.dropped += skip as u64;
-            // Written out already: their ids are read back.
-            for event in report.events.into_iter().skip(skip).rev() {
-                let Some(task_id) = TaskId::parse(&event.task_id) else {
-                    unreported.dropped += 1;
-                    continue;
-                };
-                unreported.events.push_front(Ended {
-                    task_id,
-                    name: event.name,
-                    outcome: event.outcome,
-                    retries: event.retries,
-                    error: event.error,
-                    end_time_ms: event.end_time_ms,
-                });
+            let newer: Vec<Ended> = std::mem::take(&mut unreported.finished)
+                .into_iter()
+                .chain(std::mem::take(&mut unreported.failed))
+                .collect();
+            for event in report.events {
+                match TaskId::parse(&event.task_id) {
+                    Some(task_id) => unreported.keep(Ended {
+                        task_id,
+                        name: event.name,
+                        outcome: event.outcome,
+                        retries: event.retries,
+                        error: event.error,
+                        end_time_ms: event.end_time_ms,
+                    }),
+                    None => unreported.dropped += 1,
+                }
+            }
+            for event in newer {
+                unreported.keep(event);
             }
         }
     }
@@ -204,7 +235,7 @@ mod tests {
 
     #[test]
     fn counts_are_taken_once_by_function_outcome_and_retry() {
-        let counts = TaskCounts::new("job-1".into());
+        let counts = TaskCounts::new("job-1".into(), true);
         for _ in 0..3 {
             counts.record(TaskId::new(), "add", TaskOutcome::Finished, 0, None);
         }
@@ -232,5 +263,41 @@ mod tests {
             ]
         );
         assert!(counts.take().counts.is_empty());
+    }
+
+    #[test]
+    fn a_busy_owner_sends_its_newest_finished_tasks_every_failure_and_exact_counts() {
+        let counts = TaskCounts::new("job-1".into(), true);
+        let mut last = TaskId::new();
+        for i in 0..(FINISHED_KEPT + 500) {
+            last = TaskId::new();
+            counts.record(last, "add", TaskOutcome::Finished, 0, None);
+            if i % 500 == 0 {
+                counts.record(
+                    TaskId::new(),
+                    "add",
+                    TaskOutcome::Failed,
+                    0,
+                    Some("x".into()),
+                );
+            }
+        }
+        let report = counts.take();
+        assert_eq!(report.dropped, 500, "the oldest finished ones");
+        let failed = report
+            .events
+            .iter()
+            .filter(|e| e.outcome == TaskOutcome::Failed)
+            .count();
+        assert_eq!(failed, 3, "every failure");
+        assert_eq!(report.events.len(), FINISHED_KEPT + 3);
+        assert!(report.events.iter().any(|e| e.task_id == last.to_string()));
+        let finished: u64 = report
+            .counts
+            .iter()
+            .filter(|c| c.outcome == TaskOutcome::Finished)
+            .map(|c| c.count)
+            .sum();
+        assert_eq!(finished, (FINISHED_KEPT + 500) as u64, "counts stay exact");
     }
 }
