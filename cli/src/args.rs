@@ -299,6 +299,19 @@ pub(crate) struct SummaryArgs {
     pub(crate) target: JobTarget,
 }
 
+/// `prism memory`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct MemoryArgs {
+    /// At most this many objects (1 to 10,000).
+    #[arg(long, default_value_t = prism_state::MAX_LIMIT)]
+    pub(crate) limit: usize,
+    /// table or json.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub(crate) format: OutputFormat,
+    #[command(flatten)]
+    pub(crate) target: JobTarget,
+}
+
 /// `prism logs`.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct LogsArgs {

@@ -27,8 +27,8 @@ mod status;
 mod stop;
 
 use args::{
-    ControlStoreArgs, GetArgs, JobArgs, ListArgs, LogsArgs, StartArgs, StatusArgs, StopArgs,
-    SummaryArgs,
+    ControlStoreArgs, GetArgs, JobArgs, ListArgs, LogsArgs, MemoryArgs, StartArgs, StatusArgs,
+    StopArgs, SummaryArgs,
 };
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -70,6 +70,9 @@ enum Command {
     /// file, a worker's or an actor's output, or a job's log (Ray's
     /// `ray logs`).
     Logs(LogsArgs),
+    /// The objects in the nodes' stores, node by node, with their size,
+    /// owner, reference type and location (Ray's `ray memory`).
+    Memory(MemoryArgs),
     /// The head's control store, as `prism start --head` runs it.
     #[command(hide = true)]
     GcsServer(ControlStoreArgs),
@@ -86,6 +89,7 @@ fn main() -> ExitCode {
         Command::Get(args) => state::get(args),
         Command::Summary(args) => state::summary(args),
         Command::Logs(args) => logs::run(args),
+        Command::Memory(args) => state::memory(args),
         Command::GcsServer(args) => control_store::run(args),
     };
     match result {

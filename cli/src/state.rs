@@ -3,7 +3,7 @@
 //! `prism summary` (Ray's `ray list`, `ray get`, `ray summary`), which ask
 //! the head's dashboard.
 
-use crate::args::{GetArgs, ListArgs, OutputFormat, SummaryArgs};
+use crate::args::{GetArgs, ListArgs, MemoryArgs, OutputFormat, SummaryArgs};
 use crate::common::runtime;
 use prism_gcs::pb::NodeState;
 use prism_gcs::{GcsServer, Token};
@@ -141,6 +141,91 @@ pub(crate) fn summary(args: SummaryArgs) -> Result<ExitCode, String> {
             serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?
         ),
         OutputFormat::Table => say!("{}", summary_text(kind, &summary)),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `prism memory`: the stores' objects, node by node, with totals.
+pub(crate) fn memory(args: MemoryArgs) -> Result<ExitCode, String> {
+    let mut query = Query::new(Kind::Objects);
+    query.limit = args.limit;
+    query.check().map_err(|e| e.to_string())?;
+    let client = client(&args.target)?;
+    let listing = runtime()?
+        .block_on(client.list(&query))
+        .map_err(|e| e.to_string())?;
+    let mut by_node: std::collections::BTreeMap<String, Vec<Value>> =
+        std::collections::BTreeMap::new();
+    for row in listing.rows {
+        let node = format!(
+            "{} ({})",
+            row["node_id"].as_str().unwrap_or("?"),
+            row["node_ip"].as_str().unwrap_or("?")
+        );
+        by_node.entry(node).or_default().push(row);
+    }
+    let bytes = |rows: &[Value]| -> u64 {
+        rows.iter()
+            .map(|r| r["object_size"].as_u64().unwrap_or(0))
+            .sum()
+    };
+    if args.format == OutputFormat::Json {
+        let nodes: serde_json::Map<String, Value> = by_node
+            .iter()
+            .map(|(node, rows)| {
+                (
+                    node.clone(),
+                    json!({ "objects": rows, "total_objects": rows.len(), "total_bytes": bytes(rows) }),
+                )
+            })
+            .collect();
+        say!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({ "nodes": nodes, "total_objects": listing.total })
+            )
+            .map_err(|e| e.to_string())?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let columns = [
+        "object_id",
+        "object_size",
+        "reference_type",
+        "location",
+        "pins",
+        "owner",
+    ];
+    let mut all_bytes = 0;
+    for (node, rows) in &by_node {
+        let size = bytes(rows);
+        all_bytes += size;
+        say!(
+            "Node {node}: {} objects, {:.1} MiB",
+            rows.len(),
+            size as f64 / (1 << 20) as f64
+        );
+        let kept: Vec<Value> = rows
+            .iter()
+            .map(|r| {
+                columns
+                    .iter()
+                    .map(|c| (c.to_string(), r[*c].clone()))
+                    .collect::<serde_json::Map<_, _>>()
+                    .into()
+            })
+            .collect();
+        print!("{}", table(Kind::Objects, &kept, false));
+        say!("");
+    }
+    say!(
+        "{} objects in the stores, {:.1} MiB in all ({} shown).",
+        listing.total,
+        all_bytes as f64 / (1 << 20) as f64,
+        by_node.values().map(Vec::len).sum::<usize>()
+    );
+    if !listing.partial_failure_warning.is_empty() {
+        eprintln!("prism: warning: {}", listing.partial_failure_warning);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -160,6 +160,13 @@ fn state_driver() {
             .any(|o| o["object_size"].as_u64().is_some_and(|s| s >= 2 << 20)),
         "the 2 MiB object is in the store: {objects:?}"
     );
+    let out = prism(&temp, &["memory"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("PUT") && text(&out).contains("MiB in all"),
+        "prism memory: {}",
+        text(&out)
+    );
     let workers = list(&temp, "workers", &[]);
     assert!(workers.iter().any(|w| w["state"] == "ACTOR"), "{workers:?}");
     let groups = list(&temp, "placement-groups", &[]);
