@@ -8,7 +8,7 @@
 use crate::args::LogsArgs;
 use crate::common::runtime;
 use prism_protocol::ids::WorkerId;
-use prism_state::{Kind, StateClient};
+use prism_state::{encode, Kind, StateClient};
 use serde_json::{json, Value};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -252,17 +252,6 @@ fn last_lines(text: &str, lines: usize) -> String {
         out.push('\n');
     }
     out
-}
-
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 #[cfg(test)]

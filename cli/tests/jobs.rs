@@ -5,11 +5,10 @@
 
 mod common;
 
-use common::head::Head;
+use common::head::{http, Head};
 use common::{run_bounded, text, PRISM};
 use prism_jobs::{JobRequest, JobStatus, JobSubmissionClient};
 use prism_tests::{must, must_eventually};
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -50,40 +49,6 @@ fn runtime() -> tokio::runtime::Runtime {
             .build(),
         "a runtime",
     )
-}
-
-/// One HTTP/1.1 request on a connection of its own: the status and body.
-fn http(at: &str, method: &str, path: &str, token: Option<&str>, body: &[u8]) -> (u16, String) {
-    let mut stream = must(
-        std::net::TcpStream::connect(at),
-        "the dashboard takes connections",
-    );
-    must(
-        stream.set_read_timeout(Some(Duration::from_secs(10))),
-        "a read timeout",
-    );
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {at}\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    must(stream.write_all(head.as_bytes()), "the request is sent");
-    must(stream.write_all(body), "the body is sent");
-    let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer);
-    let answer = String::from_utf8_lossy(&answer).into_owned();
-    let status = answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = answer
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
 }
 
 /// Whether a process of group `pgid` runs (zombies left for the init

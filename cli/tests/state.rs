@@ -8,12 +8,11 @@
 
 mod common;
 
-use common::head::Head;
+use common::head::{http, Head};
 use common::{run_bounded, text, PRISM};
 use prism::{ActorOptions, Bundle, PlacementStrategy};
 use prism_tests::must;
 use serde_json::Value;
-use std::io::{Read, Write};
 use std::process::{Command, Output};
 use std::time::Duration;
 
@@ -231,33 +230,6 @@ fn state_driver() {
     prism::shutdown();
 }
 
-/// One raw HTTP/1.1 GET: the status and body.
-fn http_get(at: &str, path: &str, token: Option<&str>) -> (u16, String) {
-    let mut stream = must(std::net::TcpStream::connect(at), "the dashboard listens");
-    must(
-        stream.set_read_timeout(Some(Duration::from_secs(10))),
-        "a timeout",
-    );
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {at}\r\n{auth}Connection: close\r\n\r\n");
-    must(stream.write_all(request.as_bytes()), "the request is sent");
-    let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer);
-    let answer = String::from_utf8_lossy(&answer).into_owned();
-    let status = answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = answer
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
-}
-
 #[test]
 fn prism_list_get_and_summary_show_the_clusters_state() {
     if std::env::var_os(STATE_DRIVER).is_some() {
@@ -352,7 +324,7 @@ fn prism_list_get_and_summary_show_the_clusters_state() {
         "/api/v0/actors?filter_keys=%ZZ&filter_predicates=%3D&filter_values=x",
         "/api/v0/workers/summarize",
     ] {
-        let (status, body) = http_get(&head.dashboard, path, Some(&token));
+        let (status, body) = http(&head.dashboard, "GET", path, Some(&token), b"");
         assert_eq!(status, 400, "{path}: {body}");
         let value: Value = must(serde_json::from_str(&body), "a JSON envelope");
         assert_eq!(value["result"], false, "{path}: {body}");
@@ -361,9 +333,15 @@ fn prism_list_get_and_summary_show_the_clusters_state() {
             "{path}: {body}"
         );
     }
-    let (status, _) = http_get(&head.dashboard, "/api/v0/actors", None);
+    let (status, _) = http(&head.dashboard, "GET", "/api/v0/actors", None, b"");
     assert_eq!(status, 401);
-    let (status, body) = http_get(&head.dashboard, "/api/v0/nodes?limit=5", Some(&token));
+    let (status, body) = http(
+        &head.dashboard,
+        "GET",
+        "/api/v0/nodes?limit=5",
+        Some(&token),
+        b"",
+    );
     assert_eq!(status, 200, "the server keeps serving: {body}");
     let value: Value = must(serde_json::from_str(&body), "JSON");
     assert_eq!(value["result"], true);

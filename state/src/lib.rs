@@ -34,4 +34,4 @@ pub use client::StateClient;
 pub use error::StateError;
 pub use head::{Endpoints, Listing, NodeEndpoint, Rows, Sources, StateApi};
 pub use http::router;
-pub use query::{Filter, Kind, Predicate, Query, DEFAULT_LIMIT, MAX_LIMIT};
+pub use query::{encode, Filter, Kind, Predicate, Query, DEFAULT_LIMIT, MAX_LIMIT};

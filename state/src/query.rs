@@ -349,8 +349,12 @@ impl Query {
     }
 }
 
-/// A query value percent-encoded.
-pub(crate) fn encode(text: &str) -> String {
+/// A query value percent-encoded (everything but unreserved characters).
+///
+/// ```
+/// assert_eq!(prism_state::encode("a b/c"), "a%20b%2Fc");
+/// ```
+pub fn encode(text: &str) -> String {
     text.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {

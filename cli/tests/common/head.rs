@@ -3,6 +3,7 @@
 
 use super::{run_bounded, text, PRISM};
 use prism_tests::must;
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
@@ -65,4 +66,38 @@ impl Drop for Head {
         let _ = run_bounded(stop, &[], Duration::from_secs(30));
         let _ = std::fs::remove_dir_all(&self.temp);
     }
+}
+
+/// One HTTP/1.1 request on a connection of its own: the status and body.
+pub fn http(at: &str, method: &str, path: &str, token: Option<&str>, body: &[u8]) -> (u16, String) {
+    let mut stream = must(
+        std::net::TcpStream::connect(at),
+        "the dashboard takes connections",
+    );
+    must(
+        stream.set_read_timeout(Some(Duration::from_secs(10))),
+        "a read timeout",
+    );
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {at}\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    must(stream.write_all(head.as_bytes()), "the request is sent");
+    must(stream.write_all(body), "the body is sent");
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
 }
