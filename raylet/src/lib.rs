@@ -333,7 +333,7 @@ impl NodeView {
                 serde_json::json!({ "name": name, "state": state, "count": count })
             })
             .collect();
-        (rows, self.node.task_totals.events().1)
+        (rows, self.node.task_totals.dropped())
     }
 
     /// The node's metrics in Prometheus's text format (see

@@ -61,6 +61,11 @@ impl TaskTotals {
         }
     }
 
+    /// How many ended tasks are not kept (without copying the kept ones).
+    pub(crate) fn dropped(&self) -> u64 {
+        self.events.lock().dropped
+    }
+
     /// The kept tasks, newest first, and how many ended tasks are not
     /// among them.
     pub(crate) fn events(&self) -> (Vec<TaskEvent>, u64) {
