@@ -312,6 +312,22 @@ pub(crate) struct MemoryArgs {
     pub(crate) target: JobTarget,
 }
 
+/// `prism timeline`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct TimelineArgs {
+    /// Only this job's tasks.
+    #[arg(long)]
+    pub(crate) job: Option<String>,
+    /// Where to write the trace (default: prism-timeline-<time>.json here).
+    #[arg(short = 'o', long = "output")]
+    pub(crate) output: Option<std::path::PathBuf>,
+    /// At most this many tasks, the latest (1 to 10,000).
+    #[arg(long, default_value_t = prism_state::MAX_LIMIT)]
+    pub(crate) limit: usize,
+    #[command(flatten)]
+    pub(crate) target: JobTarget,
+}
+
 /// `prism logs`.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct LogsArgs {

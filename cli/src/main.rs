@@ -28,7 +28,7 @@ mod stop;
 
 use args::{
     ControlStoreArgs, GetArgs, JobArgs, ListArgs, LogsArgs, MemoryArgs, StartArgs, StatusArgs,
-    StopArgs, SummaryArgs,
+    StopArgs, SummaryArgs, TimelineArgs,
 };
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -73,6 +73,10 @@ enum Command {
     /// The objects in the nodes' stores, node by node, with their size,
     /// owner, reference type and location (Ray's `ray memory`).
     Memory(MemoryArgs),
+    /// Write the tasks' and actor calls' lives (submitted, running,
+    /// ended; per node and worker) in Chrome's trace format, for Perfetto
+    /// or chrome://tracing (Ray's `ray timeline`).
+    Timeline(TimelineArgs),
     /// The head's control store, as `prism start --head` runs it.
     #[command(hide = true)]
     GcsServer(ControlStoreArgs),
@@ -90,6 +94,7 @@ fn main() -> ExitCode {
         Command::Summary(args) => state::summary(args),
         Command::Logs(args) => logs::run(args),
         Command::Memory(args) => state::memory(args),
+        Command::Timeline(args) => state::timeline(args),
         Command::GcsServer(args) => control_store::run(args),
     };
     match result {

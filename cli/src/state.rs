@@ -3,7 +3,7 @@
 //! `prism summary` (Ray's `ray list`, `ray get`, `ray summary`), which ask
 //! the head's dashboard.
 
-use crate::args::{GetArgs, ListArgs, MemoryArgs, OutputFormat, SummaryArgs};
+use crate::args::{GetArgs, ListArgs, MemoryArgs, OutputFormat, SummaryArgs, TimelineArgs};
 use crate::common::runtime;
 use prism_gcs::pb::NodeState;
 use prism_gcs::{GcsServer, Token};
@@ -224,6 +224,51 @@ pub(crate) fn memory(args: MemoryArgs) -> Result<ExitCode, String> {
         all_bytes as f64 / (1 << 20) as f64,
         by_node.values().map(Vec::len).sum::<usize>()
     );
+    if !listing.partial_failure_warning.is_empty() {
+        eprintln!("prism: warning: {}", listing.partial_failure_warning);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `prism timeline`: the trace of the latest tasks (of one job) written
+/// to a file.
+pub(crate) fn timeline(args: TimelineArgs) -> Result<ExitCode, String> {
+    let mut query = Query::new(Kind::Tasks);
+    query.limit = args.limit;
+    if let Some(job) = &args.job {
+        query
+            .filters
+            .push(Filter::parse(&format!("job_id={job}")).map_err(|e| e.to_string())?);
+    }
+    query.check().map_err(|e| e.to_string())?;
+    let client = client(&args.target)?;
+    let listing = runtime()?
+        .block_on(client.list(&query))
+        .map_err(|e| e.to_string())?;
+    let now = prism_protocol::clock::unix_us();
+    let trace = prism_state::chrome_trace(&listing.rows, now);
+    let runs = trace
+        .as_array()
+        .map_or(0, |t| t.iter().filter(|e| e["ph"] == "X").count());
+    let path = args
+        .output
+        .unwrap_or_else(|| format!("prism-timeline-{}.json", now / 1_000_000).into());
+    let text = serde_json::to_vec(&trace).map_err(|e| e.to_string())?;
+    std::fs::write(&path, text)
+        .map_err(|e| format!("cannot write the timeline to {}: {e}", path.display()))?;
+    say!(
+        "Wrote {runs} task runs (of {} tasks listed, {} kept in the cluster) to {}: open it in \
+         https://ui.perfetto.dev or chrome://tracing.",
+        listing.rows.len(),
+        listing.total,
+        path.display()
+    );
+    if listing.dropped > 0 {
+        say!(
+            "{} ended tasks are no longer kept (raise task_events_kept to keep more).",
+            listing.dropped
+        );
+    }
     if !listing.partial_failure_warning.is_empty() {
         eprintln!("prism: warning: {}", listing.partial_failure_warning);
     }

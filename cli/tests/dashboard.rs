@@ -187,6 +187,7 @@ fn every_view_of_the_dashboard_shows_the_cluster_in_a_real_browser() {
                 "dashboard_explode",
                 "FAILED",
                 "data-task=",
+                "prism-timeline.json",
             ],
         ),
         ("placement-groups", &["placement_group_id", "group"]),

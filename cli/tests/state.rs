@@ -33,6 +33,13 @@ fn explode_for_state() -> i64 {
     panic!("exploded on purpose")
 }
 
+/// Runs for `ms`: listed as RUNNING meanwhile, and found by `prism stack`.
+#[prism::remote]
+fn linger_for_state(ms: u64) -> u64 {
+    std::thread::sleep(Duration::from_millis(ms));
+    ms
+}
+
 #[prism::actor]
 struct StateKeeper {
     n: u64,
@@ -108,6 +115,7 @@ fn state_driver() {
         "a placement group",
     );
     assert!(must(group.wait(Duration::from_secs(10)), "it is placed"));
+    let lingering = must(linger_for_state::remote(8_000), "a long task");
     // Owners report ended tasks about once a second.
     std::thread::sleep(Duration::from_millis(1500));
 
@@ -151,6 +159,85 @@ fn state_driver() {
     );
     let limited = list(&temp, "tasks", &["--limit", "3"]);
     assert_eq!(limited.len(), 3, "{limited:?}");
+    // Where and when each ran: the executing node and worker.
+    for t in &squares {
+        assert!(t["worker_pid"].as_u64().is_some_and(|p| p > 0), "{t}");
+        assert!(t["node_id"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("node-")));
+        assert_eq!(t["type"], "NORMAL_TASK", "{t}");
+        let (created, start, end) = (
+            t["creation_time_ms"].as_u64().unwrap_or(0),
+            t["start_time_ms"].as_u64().unwrap_or(0),
+            t["end_time_ms"].as_u64().unwrap_or(0),
+        );
+        assert!(created > 0 && created <= start && start <= end, "{t}");
+    }
+    // Actor calls (the killed actor's last run may not have been
+    // reported by its worker: its owner's row says how it ended).
+    let calls = named(&tasks, "name", "bump");
+    assert!(
+        calls.iter().any(|c| c["type"] == "ACTOR_TASK")
+            && calls
+                .iter()
+                .all(|c| c["type"] == "ACTOR_TASK" || c["type"].is_null()),
+        "actor calls: {calls:?}"
+    );
+    assert!(
+        named(&tasks, "name", "StateKeeper::__init__")
+            .iter()
+            .all(|c| c["type"] == "ACTOR_CREATION_TASK"),
+        "{tasks:?}"
+    );
+    // A task running now is listed as RUNNING, first.
+    let running = list(&temp, "tasks", &["--filter", "state=RUNNING"]);
+    let lingering_rows = named(&running, "name", "linger_for_state");
+    assert_eq!(lingering_rows.len(), 1, "{running:?}");
+    assert!(lingering_rows[0]["end_time_ms"].is_null());
+
+    // The timeline: every square's run on its node's worker.
+    let trace_path = format!("{temp}/timeline.json");
+    let out = prism(&temp, &["timeline", "-o", &trace_path]);
+    assert!(out.status.success(), "{}", text(&out));
+    let trace: Value = must(
+        serde_json::from_slice(&must(std::fs::read(&trace_path), "the trace")),
+        "the trace is JSON",
+    );
+    let events = trace.as_array().cloned().unwrap_or_default();
+    let runs: Vec<&Value> = events
+        .iter()
+        .filter(|e| {
+            e["ph"] == "X"
+                && e["name"]
+                    .as_str()
+                    .is_some_and(|n| n.contains("square_for_state"))
+        })
+        .collect();
+    assert_eq!(runs.len() as i64, SQUARES, "{trace}");
+    let worker_pids: Vec<u64> = squares
+        .iter()
+        .filter_map(|t| t["worker_pid"].as_u64())
+        .collect();
+    for run in &runs {
+        assert!(
+            run["ts"].as_u64().is_some_and(|t| t > 0) && run["dur"].is_u64(),
+            "{run}"
+        );
+        assert!(
+            run["tid"]
+                .as_u64()
+                .is_some_and(|p| worker_pids.contains(&p)),
+            "{run}"
+        );
+    }
+    assert!(events
+        .iter()
+        .any(|e| e["ph"] == "M" && e["name"] == "process_name"));
+    assert!(events
+        .iter()
+        .any(|e| e["ph"] == "b" && e["cat"] == "scheduling"));
+    let out = prism(&temp, &["timeline", "--job", "nosuch", "-o", &trace_path]);
+    assert!(text(&out).contains("Wrote 0 task runs"), "{}", text(&out));
 
     let objects = list(&temp, "objects", &[]);
     assert!(
@@ -224,6 +311,7 @@ fn state_driver() {
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("CLASS_NAME") && text(&out).contains("ALIVE"));
 
+    must(prism::get(&lingering), "the long task ends");
     drop(object);
     drop(group);
     println!("STATE DRIVER DONE");

@@ -9,6 +9,14 @@ pub fn unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// Microseconds since the Unix epoch, now (0 if the clock is before it).
+pub fn unix_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
 /// `unix_ms` as `YYYY-MM-DD HH:MM:SS UTC`.
 ///
 /// ```

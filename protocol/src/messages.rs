@@ -296,6 +296,18 @@ services! {
             /// two reports than a process keeps.
             #[serde(default)]
             dropped: u64,
+            /// Runs of tasks and actor calls this process executed that
+            /// ended since its last report, oldest first.
+            #[serde(default)]
+            runs: Vec<TaskRun>,
+            /// What this process runs now, when it changed since its last
+            /// report (`Some(empty)`: nothing any more).
+            #[serde(default)]
+            running: Option<Vec<TaskRun>>,
+            /// The reporting worker (empty for a driver, which runs
+            /// nothing).
+            #[serde(default)]
+            worker_id: String,
         } => ();
         /// The calling worker started (or stopped) waiting in `get`.
         WorkerBlocked {

@@ -35,6 +35,7 @@ mod scheduler;
 mod server;
 mod spill;
 mod store;
+mod task_table;
 mod transfer;
 
 pub use config::RayletConfig;
@@ -284,24 +285,8 @@ impl NodeView {
                 (rows, total)
             }
             "tasks" => {
-                let (events, not_kept) = node.task_totals.events();
+                let (rows, total, not_kept) = node.tasks.rows(limit);
                 dropped = not_kept;
-                let total = events.len();
-                let rows = events
-                    .into_iter()
-                    .take(limit)
-                    .map(|e| {
-                        serde_json::json!({
-                            "task_id": e.task_id,
-                            "name": e.name,
-                            "state": e.outcome.ray_state(),
-                            "job_id": e.job_id,
-                            "retries": e.retries,
-                            "error_message": e.error,
-                            "end_time_ms": e.end_time_ms,
-                        })
-                    })
-                    .collect();
                 (rows, total)
             }
             _ => return None,
@@ -320,12 +305,16 @@ impl NodeView {
 
     /// Exact counts of the tasks that ended here (as their owners
     /// reported them), by function and state, first attempts and retries
-    /// together; and how many ended tasks are no longer kept as rows.
+    /// together, with those running here now (`RUNNING`); and how many
+    /// ended tasks are no longer kept as rows.
     pub fn task_counts(&self) -> (Vec<serde_json::Value>, u64) {
         let mut counts: std::collections::BTreeMap<(String, &'static str), u64> =
             std::collections::BTreeMap::new();
         for ((name, outcome, _), count) in self.node.task_totals.snapshot() {
             *counts.entry((name, outcome.ray_state())).or_insert(0) += count;
+        }
+        for (name, count) in self.node.tasks.running_counts() {
+            *counts.entry((name, "RUNNING")).or_insert(0) += count;
         }
         let rows = counts
             .into_iter()
@@ -333,7 +322,7 @@ impl NodeView {
                 serde_json::json!({ "name": name, "state": state, "count": count })
             })
             .collect();
-        (rows, self.node.task_totals.dropped())
+        (rows, self.node.tasks.dropped())
     }
 
     /// The node's metrics in Prometheus's text format (see
@@ -350,8 +339,13 @@ impl NodeView {
                 actors: c.actors.counts(),
                 workers,
                 waiting_leases,
+                running_tasks: Default::default(),
             }
         });
+        let tables = metrics::Tables {
+            running_tasks: node.tasks.running_counts(),
+            ..tables
+        };
         let store = node.store.stats(node.transfers.bytes());
         let session = match node.membership.get().map(|m| m.cluster_id()) {
             Some(id) => id.to_string(),

@@ -5,72 +5,24 @@
 
 use parking_lot::Mutex;
 use prism_protocol::exposition::{Exposition, Kind};
-use prism_protocol::messages::{StoreStats, TaskCount, TaskEvent, TaskOutcome};
+use prism_protocol::messages::{StoreStats, TaskCount, TaskOutcome};
 use prism_protocol::resources::ResourceSet;
 use std::collections::BTreeMap;
 
 /// Ended tasks, as owners on this node report them: counts, which only
-/// grow while the node lives (a worker that exits takes none with it),
-/// and the latest tasks themselves, the oldest dropped first.
+/// grow while the node lives (a worker that exits takes none with it).
 #[derive(Debug, Default)]
 pub(crate) struct TaskTotals {
     counts: Mutex<BTreeMap<(String, TaskOutcome, bool), u64>>,
-    events: Mutex<TaskEvents>,
-}
-
-/// The latest ended tasks, at most `kept`.
-#[derive(Debug, Default)]
-struct TaskEvents {
-    kept: usize,
-    events: std::collections::VecDeque<TaskEvent>,
-    /// Tasks ended and not kept: dropped here or by their owner.
-    dropped: u64,
 }
 
 impl TaskTotals {
-    /// Keeps at most `kept` ended tasks.
-    pub(crate) fn new(kept: usize) -> TaskTotals {
-        TaskTotals {
-            counts: Mutex::default(),
-            events: Mutex::new(TaskEvents {
-                kept,
-                ..TaskEvents::default()
-            }),
-        }
-    }
-
     /// Adds an owner's report.
-    pub(crate) fn add(&self, counts: Vec<TaskCount>, events: Vec<TaskEvent>, dropped: u64) {
-        {
-            let mut all = self.counts.lock();
-            for c in counts {
-                *all.entry((c.name, c.outcome, c.is_retry)).or_insert(0) += c.count;
-            }
+    pub(crate) fn add(&self, counts: Vec<TaskCount>) {
+        let mut all = self.counts.lock();
+        for c in counts {
+            *all.entry((c.name, c.outcome, c.is_retry)).or_insert(0) += c.count;
         }
-        let mut kept = self.events.lock();
-        kept.dropped += dropped;
-        for event in events {
-            if kept.events.len() >= kept.kept {
-                if kept.events.pop_front().is_none() {
-                    kept.dropped += 1;
-                    continue;
-                }
-                kept.dropped += 1;
-            }
-            kept.events.push_back(event);
-        }
-    }
-
-    /// How many ended tasks are not kept (without copying the kept ones).
-    pub(crate) fn dropped(&self) -> u64 {
-        self.events.lock().dropped
-    }
-
-    /// The kept tasks, newest first, and how many ended tasks are not
-    /// among them.
-    pub(crate) fn events(&self) -> (Vec<TaskEvent>, u64) {
-        let kept = self.events.lock();
-        (kept.events.iter().rev().cloned().collect(), kept.dropped)
     }
 
     /// The counts, by function, outcome and retry.
@@ -95,6 +47,8 @@ pub(crate) struct Tables {
     pub(crate) workers: BTreeMap<&'static str, u64>,
     /// Lease requests waiting for resources.
     pub(crate) waiting_leases: u64,
+    /// Tasks and actor calls running now, by function.
+    pub(crate) running_tasks: BTreeMap<String, u64>,
 }
 
 /// The machine's CPU use, from `/proc/stat` between two scrapes.
@@ -168,6 +122,13 @@ pub(crate) fn render(
                 ("IsRetry", if retry { "1" } else { "0" }),
             ],
             count as f64,
+        );
+    }
+    for (name, count) in &tables.running_tasks {
+        out.sample(
+            "ray_tasks",
+            &[("Name", name), ("State", "RUNNING"), ("IsRetry", "0")],
+            *count as f64,
         );
     }
     out.family(
@@ -305,40 +266,18 @@ mod tests {
 
     #[test]
     fn reports_add_up_and_render_with_rays_names() {
-        let totals = TaskTotals::new(2);
+        let totals = TaskTotals::default();
         let report = |n, outcome, count| TaskCount {
             name: n,
             outcome,
             is_retry: false,
             count,
         };
-        let event = |id: &str| TaskEvent {
-            task_id: id.into(),
-            name: "add".into(),
-            outcome: TaskOutcome::Finished,
-            retries: 0,
-            error: None,
-            job_id: "j".into(),
-            end_time_ms: 0,
-        };
-        totals.add(
-            vec![report("add".into(), TaskOutcome::Finished, 3)],
-            vec![event("a"), event("b"), event("c")],
-            4,
-        );
-        totals.add(
-            vec![
-                report("add".into(), TaskOutcome::Finished, 2),
-                report("boom".into(), TaskOutcome::Failed, 1),
-            ],
-            Vec::new(),
-            0,
-        );
-        let (kept, dropped) = totals.events();
-        let ids: Vec<&str> = kept.iter().map(|e| e.task_id.as_str()).collect();
-        assert_eq!(ids, ["c", "b"], "the newest, first");
-        assert_eq!(dropped, 5, "4 dropped by the owner, 1 here");
-        assert_eq!(TaskTotals::new(0).events().0.len(), 0);
+        totals.add(vec![report("add".into(), TaskOutcome::Finished, 3)]);
+        totals.add(vec![
+            report("add".into(), TaskOutcome::Finished, 2),
+            report("boom".into(), TaskOutcome::Failed, 1),
+        ]);
         let mut tables = Tables::default();
         tables.total.set(
             "CPU",
@@ -349,6 +288,7 @@ mod tests {
             prism_protocol::resources::Quantity::from_f64("CPU", 0.5).unwrap(),
         );
         tables.actors.insert(("ALIVE", "Counter".into()), 2);
+        tables.running_tasks.insert("slow".into(), 1);
         let store = StoreStats {
             used_bytes: 10,
             capacity_bytes: 100,
@@ -375,6 +315,7 @@ mod tests {
         for line in [
             "ray_tasks{SessionName=\"s\",Name=\"add\",State=\"FINISHED\",IsRetry=\"0\"} 5",
             "ray_tasks{SessionName=\"s\",Name=\"boom\",State=\"FAILED\",IsRetry=\"0\"} 1",
+            "ray_tasks{SessionName=\"s\",Name=\"slow\",State=\"RUNNING\",IsRetry=\"0\"} 1",
             "ray_actors{SessionName=\"s\",Name=\"Counter\",State=\"ALIVE\"} 2",
             "ray_resources{SessionName=\"s\",Name=\"CPU\",State=\"USED\",NodeAddress=\"10.0.0.1\"} 1.5",
             "ray_object_store_available_memory{SessionName=\"s\"} 90",

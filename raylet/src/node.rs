@@ -139,8 +139,10 @@ pub(crate) struct Node {
     pub(crate) pending_groups: crate::placement::state::PendingGroups,
     /// Copies of other nodes' jobs' programs, fetched one at a time.
     pub(crate) programs: crate::programs::state::Programs,
-    /// Tasks ended, as owners on this node report them.
+    /// Counts of tasks ended, as owners on this node report them.
     pub(crate) task_totals: crate::metrics::TaskTotals,
+    /// Tasks ended, run or running here, one row each.
+    pub(crate) tasks: crate::task_table::TaskTable,
     /// The machine's CPU use between scrapes.
     pub(crate) cpu: crate::metrics::CpuSampler,
 }
@@ -186,7 +188,8 @@ impl Node {
             transfers: Default::default(),
             pending_groups: Default::default(),
             programs: Default::default(),
-            task_totals: crate::metrics::TaskTotals::new(task_events_kept),
+            task_totals: crate::metrics::TaskTotals::default(),
+            tasks: crate::task_table::TaskTable::new(task_events_kept),
             cpu: Default::default(),
         })
     }
@@ -415,6 +418,7 @@ impl Node {
 
     fn worker_exited(self: &Arc<Self>, worker: WorkerId, reason: String) {
         tracing::debug!(%worker, %reason, "worker exited");
+        self.tasks.worker_gone(&worker.to_string());
         let kills = self.control(|c| {
             let address = c.scheduler.worker(worker).and_then(|w| w.address.clone());
             c.links.remove(&worker);

@@ -133,7 +133,8 @@ impl Handler for ClientHandler {
             }),
             R::GetStoreStats(_) => answer(Ok(self.node.store.stats(self.node.transfers.bytes()))),
             R::ReportTaskCounts(r) => answer({
-                self.node.task_totals.add(r.counts, r.events, r.dropped);
+                self.node.task_totals.add(r.counts);
+                (self.node.tasks).add(r.events, r.dropped, &r.worker_id, r.runs, r.running);
                 Ok(())
             }),
             R::CreateActor(r) => return self.handle_create_actor(r.spec, conn, reply),

@@ -146,8 +146,15 @@ impl StateApi {
                     .into_iter()
                     .map(|mut row| {
                         if let Value::Object(fields) = &mut row {
-                            fields.insert("node_id".into(), json!(node.node_id));
-                            fields.insert("node_ip".into(), json!(node.node_ip));
+                            // A task's node is where it ran: the row of
+                            // its owner's node says only how it ended.
+                            let ran_here = fields
+                                .remove("ran_here")
+                                .is_none_or(|here| here.as_bool() == Some(true));
+                            if ran_here {
+                                fields.insert("node_id".into(), json!(node.node_id));
+                                fields.insert("node_ip".into(), json!(node.node_ip));
+                            }
                         }
                         row
                     })
@@ -233,7 +240,11 @@ impl StateApi {
                 rows.extend(answer.rows);
             }
             if query.kind == Kind::Tasks {
-                rows.sort_by_key(|r| std::cmp::Reverse(r["end_time_ms"].as_u64().unwrap_or(0)));
+                rows = join_tasks(rows);
+                // Running ones first, then the latest to end.
+                rows.sort_by_key(|r| {
+                    std::cmp::Reverse(r["end_time_ms"].as_u64().unwrap_or(u64::MAX))
+                });
             }
             rows
         } else {
@@ -266,7 +277,9 @@ impl StateApi {
                         let name = c["name"].as_str().unwrap_or_default().to_string();
                         let state = c["state"].as_str().unwrap_or_default().to_string();
                         let count = c["count"].as_u64().unwrap_or(0);
-                        total += count;
+                        if state != "RUNNING" {
+                            total += count;
+                        }
                         let states = by_name.entry(name).or_default();
                         let now = states.get(&state).and_then(Value::as_u64).unwrap_or(0);
                         states.insert(state, json!(now + count));
@@ -335,11 +348,66 @@ impl StateApi {
     }
 }
 
+/// Joins the rows of one task from several nodes (its owner's, which
+/// says how it ended, and the one where it ran) into one: the owner's
+/// outcome, the run's node, worker and times.
+fn join_tasks(rows: Vec<Value>) -> Vec<Value> {
+    let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut joined: Vec<Value> = Vec::with_capacity(rows.len());
+    for row in rows {
+        let Some(id) = row["task_id"].as_str().map(str::to_string) else {
+            joined.push(row);
+            continue;
+        };
+        let Some(&i) = at.get(&id) else {
+            at.insert(id, joined.len());
+            joined.push(row);
+            continue;
+        };
+        let (Value::Object(into), Value::Object(from)) = (&mut joined[i], row) else {
+            continue;
+        };
+        let owners = from.get("returned_us").is_some_and(|v| !v.is_null());
+        for (key, value) in from {
+            let outcome = matches!(key.as_str(), "state" | "error_message" | "retries");
+            let empty = into.get(&key).is_none_or(Value::is_null);
+            if !value.is_null() && (empty || (owners && outcome)) {
+                into.insert(key, value);
+            }
+        }
+    }
+    joined
+}
+
 /// A query for every row of `kind` (up to the largest limit).
 fn all_of(kind: Kind) -> Query {
     Query {
         kind,
         filters: Vec::new(),
         limit: crate::query::MAX_LIMIT,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_owned_on_one_node_and_run_on_another_is_one_row() {
+        let owner = json!({"task_id": "t", "state": "FAILED", "error_message": "boom",
+            "retries": 1, "returned_us": 9, "worker_pid": null, "end_time_ms": 9});
+        let ran = json!({"task_id": "t", "state": "FINISHED", "error_message": null,
+            "retries": null, "returned_us": null, "worker_pid": 42, "node_id": "n2",
+            "end_time_ms": 5});
+        let other = json!({"task_id": "u", "state": "RUNNING"});
+        let rows = join_tasks(vec![ran, other, owner]);
+        assert_eq!(rows.len(), 2);
+        let t = &rows[0];
+        assert_eq!(t["state"], "FAILED", "the owner says how it ended");
+        assert_eq!(t["error_message"], "boom");
+        assert_eq!(t["retries"], 1);
+        assert_eq!(t["worker_pid"], 42, "where it ran");
+        assert_eq!(t["node_id"], "n2");
+        assert_eq!(rows[1]["task_id"], "u");
     }
 }

@@ -1,8 +1,9 @@
 //! The REST routes (Ray's State API): `GET /api/v0/{kind}` with `limit`
 //! and `filter_keys`/`filter_predicates`/`filter_values`, and
 //! `GET /api/v0/{kind}/summarize`, each answered in Ray's envelope
-//! `{result, msg, data: {result: ...}}`. The dashboard mounts them behind
-//! its token check.
+//! `{result, msg, data: {result: ...}}`; and `GET /api/v0/timeline`, the
+//! tasks' trace in Chrome's format. The dashboard mounts them behind its
+//! token check.
 
 use crate::error::StateError;
 use crate::head::StateApi;
@@ -20,6 +21,7 @@ pub fn router(api: Arc<StateApi>) -> Router {
     Router::new()
         .route("/api/v0/logs", get(logs))
         .route("/api/v0/logs/file", get(log_file))
+        .route("/api/v0/timeline", get(timeline))
         .route("/api/v0/{kind}", get(list))
         .route("/api/v0/{kind}/summarize", get(summarize))
         .with_state(api)
@@ -103,6 +105,35 @@ async fn list(
             "dropped_task_events": l.dropped,
             "warnings": Value::Null,
         })),
+        Err(e) => refuse(e),
+    }
+}
+
+/// The tasks' trace in Chrome's format (not in the envelope: the answer
+/// is the file Perfetto loads), of the tasks the query's filters keep
+/// (`limit` defaults to the most).
+async fn timeline(State(api): State<Arc<StateApi>>, RawQuery(raw): RawQuery) -> Response {
+    let pairs = match pairs(raw) {
+        Ok(p) => p,
+        Err(e) => return refuse(e),
+    };
+    let limited = pairs.iter().any(|(k, _)| k == "limit");
+    let query = match Query::from_pairs(Kind::Tasks, &pairs) {
+        Ok(q) if limited => q,
+        Ok(q) => Query {
+            limit: crate::query::MAX_LIMIT,
+            ..q
+        },
+        Err(e) => return refuse(e),
+    };
+    match api.list(&query).await {
+        Ok(l) => Json(crate::timeline::chrome_trace(
+            &l.rows,
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as u64),
+        ))
+        .into_response(),
         Err(e) => refuse(e),
     }
 }

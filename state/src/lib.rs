@@ -29,9 +29,11 @@ mod fetch;
 mod head;
 mod http;
 mod query;
+mod timeline;
 
 pub use client::StateClient;
 pub use error::StateError;
 pub use head::{Endpoints, Listing, NodeEndpoint, Rows, Sources, StateApi};
 pub use http::router;
 pub use query::{encode, Filter, Kind, Predicate, Query, DEFAULT_LIMIT, MAX_LIMIT};
+pub use timeline::chrome_trace;

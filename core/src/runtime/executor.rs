@@ -42,6 +42,7 @@ use super::refs::Release;
 use super::registry::{self, Args, CallError, CallResult, Invocation};
 use super::store::Loaded;
 use super::streams::{SinkGuard, Stop};
+use super::task_runs::{RunGuard, RunId, TaskRuns};
 use crate::codec;
 use crate::config::Config;
 use crate::{Error, Result};
@@ -50,7 +51,7 @@ use parking_lot::Mutex;
 use prism_protocol::ids::{ActorId, ObjectId, WorkerId};
 use prism_protocol::messages::{
     ActorCall, Address, ArgSpec, BecomeActor, CancelTask, ExecutorRequest, ObjectValue, PushTask,
-    Response, ReturnObject, TaskSpec,
+    Response, ReturnObject, RunKind, TaskSpec,
 };
 use prism_protocol::rpc::Connection;
 use state::{call_cancelled, ActorInstance, CallBook, MailItem, Started, RUNNING};
@@ -88,6 +89,8 @@ pub(crate) struct Executor {
     checkpoint_asked: std::sync::atomic::AtomicBool,
     /// Pushed tasks not started yet.
     pending: Arc<PendingTasks>,
+    /// What runs here and ran, for the node's task table.
+    runs: Arc<TaskRuns>,
 }
 
 impl std::fmt::Debug for Executor {
@@ -105,8 +108,10 @@ impl Executor {
         worker_id: WorkerId,
         objects: Arc<Objects>,
         raylet: Connection,
+        runs: Arc<TaskRuns>,
     ) -> Self {
         Executor {
+            runs,
             pending: PendingTasks::new(worker_id, rt.clone()),
             rt,
             config,
@@ -289,6 +294,7 @@ impl Executor {
         stop: Option<&Arc<AtomicBool>>,
     ) -> CallResult {
         let _running = registry::RunningTask::enter(spec.task_id);
+        let run = self.begin_run(spec);
         let sink = spec.streaming.then(|| {
             let stop: Stop = match stop {
                 Some(flag) => {
@@ -320,6 +326,7 @@ impl Executor {
         };
         let mut result =
             outcome.unwrap_or_else(|payload| Err(registry::panic_payload_error(payload)));
+        run.end(result.is_err());
         let Some(sink) = sink else {
             return result;
         };
@@ -397,6 +404,31 @@ impl Executor {
         let spec = spec.clone();
         self.rt
             .block_on(async move { exec.finish_call(&spec, result).await })
+    }
+
+    /// Notes that the call `spec` starts running here.
+    fn begin_run(self: &Arc<Self>, spec: &TaskSpec) -> RunGuard {
+        let actor = self.actor_id();
+        let kind = match actor {
+            Some(_) => RunKind::ActorCall,
+            None => RunKind::Task,
+        };
+        self.runs
+            .begin(RunId::Task(spec.task_id), &spec.function, kind, actor)
+    }
+
+    /// An async call that notes its run from now to its end.
+    fn recorded(
+        self: &Arc<Self>,
+        call: registry::BoxFuture<CallResult>,
+        spec: &TaskSpec,
+    ) -> registry::BoxFuture<CallResult> {
+        let run = self.begin_run(spec);
+        Box::pin(async move {
+            let result = call.await;
+            run.end(result.is_err());
+            result
+        })
     }
 
     fn unknown(&self, name: &str) -> Error {

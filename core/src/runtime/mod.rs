@@ -54,6 +54,7 @@ pub(crate) mod streams;
 pub(crate) mod submission;
 pub(crate) mod submitter;
 pub(crate) mod task_counts;
+pub(crate) mod task_runs;
 
 pub(crate) use blocking::block_on;
 pub(crate) use objects::Objects;
@@ -118,6 +119,8 @@ pub(crate) struct CoreWorker {
     pub(crate) owned_actors: Arc<owned_actors::OwnedActors>,
     /// Tasks this process owned that ended, not reported yet.
     pub(crate) task_counts: Arc<task_counts::TaskCounts>,
+    /// What this process runs and ran, not reported yet.
+    pub(crate) task_runs: Arc<task_runs::TaskRuns>,
     /// The cluster's total resources, for feasibility checks.
     pub(crate) cluster_total: Mutex<ResourceSet>,
     listeners: Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -148,9 +151,10 @@ impl CoreWorker {
     pub(crate) fn stop(&self) {
         self.tasks.return_all_leases();
         // The last counts, so that a driver's tasks are all counted.
-        let (counts, raylet) = (self.task_counts.clone(), self.raylet.clone());
+        let (counts, runs) = (self.task_counts.clone(), self.task_runs.clone());
+        let raylet = self.raylet.clone();
         let _ = self.block_on(async move {
-            let sent = counts.report(&raylet);
+            let sent = counts.report(&runs, &raylet);
             let _ = tokio::time::timeout(std::time::Duration::from_secs(1), sent).await;
             Ok(())
         });

@@ -23,6 +23,7 @@ use super::peers::Peers;
 use super::store::StoreClient;
 use super::submitter::TaskSubmitter;
 use super::task_counts::TaskCounts;
+use super::task_runs::TaskRuns;
 use super::{set_current, CoreWorker, Role};
 use crate::config::Config;
 use crate::{Error, Result};
@@ -428,6 +429,11 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
     ));
     let report_every = s.config.task_events_report_interval_ms;
     let task_counts = Arc::new(TaskCounts::new(s.job_id.to_string(), report_every > 0));
+    let task_runs = Arc::new(TaskRuns::new(
+        s.job_id.to_string(),
+        s.worker_id.to_string(),
+        report_every > 0 && s.role == Role::Worker,
+    ));
     let objects = Arc::new(Objects::new(
         s.rt.clone(),
         s.config.clone(),
@@ -447,6 +453,7 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
             &s.rt,
             s.raylet.clone(),
             std::time::Duration::from_millis(report_every),
+            task_runs.clone(),
         )
     });
     let tasks = Arc::new(TaskSubmitter::new(
@@ -471,6 +478,7 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
         s.worker_id,
         objects.clone(),
         s.raylet.clone(),
+        task_runs.clone(),
     ));
     let raylet_peer = (s.role == Role::Worker).then(|| s.raylet.peer().to_string());
     let components = Components {
@@ -512,6 +520,7 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
         lessee,
         owned_actors,
         task_counts,
+        task_runs,
         cluster_total: Mutex::new(ResourceSet::new()),
         listeners: Mutex::new(listeners),
     }))

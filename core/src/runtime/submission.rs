@@ -49,6 +49,8 @@ pub(crate) struct Submission {
     /// object that no argument named by reference when it was made (before
     /// resolution turned small ready ones into values).
     pub(crate) refs_in_values: bool,
+    /// When it was submitted, in microseconds since the Unix epoch.
+    pub(crate) submitted_us: u64,
 }
 
 /// Attempts this process made again: tasks, and actor calls sent again to
@@ -80,6 +82,7 @@ impl Submission {
             retry_matching: Vec::new(),
             failures: Vec::new(),
             actor_handle: None,
+            submitted_us: prism_protocol::clock::unix_us(),
         }
     }
 

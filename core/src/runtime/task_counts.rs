@@ -1,8 +1,10 @@
 //! The tasks and actor calls this process owned that ended: counts by
 //! function, outcome and retry (for the node's metrics) and one event per
 //! task (for `prism list tasks`), sent to the node's raylet about once a
-//! second and when the process stops.
+//! second and when the process stops, with what the process ran itself
+//! (`task_runs`).
 
+use super::task_runs::TaskRuns;
 use parking_lot::Mutex;
 use prism_protocol::ids::TaskId;
 use prism_protocol::messages::{ReportTaskCounts, TaskCount, TaskEvent, TaskOutcome};
@@ -56,7 +58,8 @@ struct Ended {
     outcome: TaskOutcome,
     retries: u32,
     error: Option<String>,
-    end_time_ms: u64,
+    submitted_us: u64,
+    returned_us: u64,
 }
 
 /// Ended tasks not yet reported.
@@ -85,11 +88,13 @@ impl TaskCounts {
         }
     }
 
-    /// Records one ended task: its count and its event.
+    /// Records one ended task, submitted at `submitted_us`: its count
+    /// and its event.
     pub(crate) fn record(
         &self,
         task_id: TaskId,
         function: &str,
+        submitted_us: u64,
         outcome: TaskOutcome,
         retries: u32,
         error: Option<String>,
@@ -103,7 +108,8 @@ impl TaskCounts {
             outcome,
             retries,
             error,
-            end_time_ms: prism_protocol::clock::unix_ms(),
+            submitted_us,
+            returned_us: prism_protocol::clock::unix_us(),
         };
         let mut unreported = self.unreported.lock();
         unreported.keep(event);
@@ -128,7 +134,7 @@ impl TaskCounts {
             dropped,
         } = std::mem::take(&mut *self.unreported.lock());
         let mut events: Vec<Ended> = finished.into_iter().chain(failed).collect();
-        events.sort_by_key(|e| e.end_time_ms);
+        events.sort_by_key(|e| e.returned_us);
         let mut out = Vec::new();
         for (name, counts) in all {
             for (outcome, is_retry) in [
@@ -157,24 +163,37 @@ impl TaskCounts {
                 retries: e.retries,
                 error: e.error,
                 job_id: self.job_id.clone(),
-                end_time_ms: e.end_time_ms,
+                submitted_us: e.submitted_us,
+                returned_us: e.returned_us,
             })
             .collect();
         ReportTaskCounts {
             counts: out,
             events,
             dropped,
+            runs: Vec::new(),
+            running: None,
+            worker_id: String::new(),
         }
     }
 
-    /// Sends what was counted to the raylet; kept for the next try when
-    /// it cannot be sent.
-    pub(crate) async fn report(&self, raylet: &Connection) {
-        let report = self.take();
-        if report.counts.is_empty() && report.dropped == 0 {
+    /// Sends what was counted, and what this process ran (`runs`), to the
+    /// raylet; kept for the next try when it cannot be sent (the ended
+    /// runs are not).
+    pub(crate) async fn report(&self, runs: &TaskRuns, raylet: &Connection) {
+        let mut report = self.take();
+        (report.runs, report.running) = runs.take();
+        report.worker_id = runs.worker_id().to_string();
+        if report.counts.is_empty()
+            && report.dropped == 0
+            && report.runs.is_empty()
+            && report.running.is_none()
+        {
             return;
         }
-        if let Err(e) = raylet.request(report.clone()).await {
+        let sent = raylet.request(report.clone()).await;
+        if let Err(e) = sent {
+            runs.not_sent();
             tracing::debug!(error = %e, "task counts not reported; kept for the next report");
             let mut unreported = self.unreported.lock();
             for c in report.counts {
@@ -196,7 +215,8 @@ impl TaskCounts {
                         outcome: event.outcome,
                         retries: event.retries,
                         error: event.error,
-                        end_time_ms: event.end_time_ms,
+                        submitted_us: event.submitted_us,
+                        returned_us: event.returned_us,
                     }),
                     None => unreported.dropped += 1,
                 }
@@ -207,23 +227,31 @@ impl TaskCounts {
         }
     }
 
-    /// Reports every `period` until the connection closes.
+    /// Reports every `period`, and soon after a run ends, until the
+    /// connection closes.
     pub(crate) fn start_reporting(
         self: &Arc<Self>,
         rt: &tokio::runtime::Handle,
         raylet: Connection,
         period: Duration,
+        runs: Arc<TaskRuns>,
     ) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
         rt.spawn(async move {
             let mut tick = tokio::time::interval(period);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                tick.tick().await;
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    // A run ended: sent soon, with what ends meanwhile.
+                    _ = runs.run_ended() => {
+                        tokio::time::sleep(super::task_runs::REPORT_SOON.min(period)).await;
+                    }
+                }
                 if raylet.is_closed() {
                     return;
                 }
-                this.report(&raylet).await;
+                this.report(&runs, &raylet).await;
             }
         })
     }
@@ -237,11 +265,18 @@ mod tests {
     fn counts_are_taken_once_by_function_outcome_and_retry() {
         let counts = TaskCounts::new("job-1".into(), true);
         for _ in 0..3 {
-            counts.record(TaskId::new(), "add", TaskOutcome::Finished, 0, None);
+            counts.record(TaskId::new(), "add", 0, TaskOutcome::Finished, 0, None);
         }
         let failed = TaskId::new();
-        counts.record(failed, "add", TaskOutcome::Failed, 1, Some("boom".into()));
-        counts.record(TaskId::new(), "boom", TaskOutcome::Failed, 0, None);
+        counts.record(
+            failed,
+            "add",
+            0,
+            TaskOutcome::Failed,
+            1,
+            Some("boom".into()),
+        );
+        counts.record(TaskId::new(), "boom", 0, TaskOutcome::Failed, 0, None);
         let report = counts.take();
         assert_eq!(report.events.len(), 5);
         assert_eq!(report.events[3].error.as_deref(), Some("boom"));
@@ -271,11 +306,12 @@ mod tests {
         let mut last = TaskId::new();
         for i in 0..(FINISHED_KEPT + 500) {
             last = TaskId::new();
-            counts.record(last, "add", TaskOutcome::Finished, 0, None);
+            counts.record(last, "add", 0, TaskOutcome::Finished, 0, None);
             if i % 500 == 0 {
                 counts.record(
                     TaskId::new(),
                     "add",
+                    0,
                     TaskOutcome::Failed,
                     0,
                     Some("x".into()),

@@ -457,8 +457,61 @@ pub struct TaskEvent {
     pub error: Option<String>,
     /// The job of the process that owned it.
     pub job_id: String,
-    /// When it ended, in milliseconds since the Unix epoch.
-    pub end_time_ms: u64,
+    /// When its owner submitted it, in microseconds since the Unix epoch.
+    pub submitted_us: u64,
+    /// When its owner learned how it ended, in microseconds since the
+    /// Unix epoch.
+    pub returned_us: u64,
+}
+
+/// What a worker runs: a task, or a method call on the actor it hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RunKind {
+    /// A task.
+    Task,
+    /// An actor's constructor.
+    ActorCreation,
+    /// A method call on an actor.
+    ActorCall,
+}
+
+impl RunKind {
+    /// Ray's name of the task type (`NORMAL_TASK`, `ACTOR_CREATION_TASK`,
+    /// `ACTOR_TASK`).
+    pub fn ray_type(self) -> &'static str {
+        match self {
+            RunKind::Task => "NORMAL_TASK",
+            RunKind::ActorCreation => "ACTOR_CREATION_TASK",
+            RunKind::ActorCall => "ACTOR_TASK",
+        }
+    }
+}
+
+/// One run of a task or actor call, as the worker that ran it saw it:
+/// where and when it ran (the state API's `RUNNING` rows, and the
+/// timeline).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskRun {
+    /// The task.
+    pub task_id: String,
+    /// The function (or `Class.method`).
+    pub name: String,
+    /// A task, a constructor or a method call.
+    pub kind: RunKind,
+    /// The actor it ran on (actor calls and constructors).
+    pub actor_id: Option<String>,
+    /// The job of the worker that ran it.
+    pub job_id: String,
+    /// The worker that ran it.
+    pub worker_id: String,
+    /// Its process id.
+    pub pid: u32,
+    /// When it started, in microseconds since the Unix epoch.
+    pub start_us: u64,
+    /// When it ended (`None`: it runs still).
+    pub end_us: Option<u64>,
+    /// Whether it ended with an error or a panic.
+    pub failed: bool,
 }
 
 /// Object-store usage.

@@ -32,11 +32,12 @@ use super::Executor;
 use crate::runtime::registry::{
     self, ActorCell, ActorClass, Args, CallError, CallResult, Invocation,
 };
+use crate::runtime::task_runs::RunId;
 use crate::{Error, Result};
 use parking_lot::Mutex;
 use prism_protocol::ids::{ActorId, ObjectId};
 use prism_protocol::messages::{
-    actor_checkpoint_key, ActorSpec, ArgSpec, KvGet, Response, TaskSpec,
+    actor_checkpoint_key, ActorSpec, ArgSpec, KvGet, Response, RunKind, TaskSpec,
 };
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -135,10 +136,18 @@ impl Executor {
             _ => {
                 let args = self.fetch_args(spec.args.clone()).await?;
                 let construct = class.construct;
-                match tokio::task::spawn_blocking(move || construct(args)).await {
+                let run = self.runs.begin(
+                    RunId::Constructor(spec.actor_id),
+                    &format!("{}::__init__", spec.class),
+                    RunKind::ActorCreation,
+                    Some(spec.actor_id),
+                );
+                let created = match tokio::task::spawn_blocking(move || construct(args)).await {
                     Ok(r) => r,
                     Err(e) => Err(registry::panic_error(e)),
-                }
+                };
+                run.end(created.is_err());
+                created
             }
         };
         let failed = |message: String| Error::ActorCreationFailed {
@@ -378,6 +387,7 @@ impl Executor {
         watch: CancelWatch,
         item: MailItem,
     ) {
+        let fut = self.recorded(fut, &item.spec);
         let mut call = registry::CatchUnwind(fut, item.spec.task_id);
         let first = std::future::poll_fn(|cx| {
             std::task::Poll::Ready(std::pin::Pin::new(&mut call).poll(cx))
@@ -539,6 +549,7 @@ impl Executor {
                     let Some(watch) = exec.claim_cancellable(&item) else {
                         return;
                     };
+                    let fut = exec.recorded(fut, &item.spec);
                     let call = registry::CatchUnwind(fut, item.spec.task_id);
                     exec.finish_or_cancel(call, watch, item).await;
                 });
