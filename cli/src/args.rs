@@ -328,6 +328,28 @@ pub(crate) struct TimelineArgs {
     pub(crate) target: JobTarget,
 }
 
+/// `prism stack`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct StackArgs {
+    /// Only this node's workers (its id or address).
+    #[arg(long)]
+    pub(crate) node: Option<String>,
+    /// Only this worker process (with --node, or on the head's node).
+    #[arg(long, conflicts_with_all = ["actor", "task"])]
+    pub(crate) pid: Option<u32>,
+    /// The worker process hosting this actor.
+    #[arg(long, conflicts_with_all = ["node", "task"])]
+    pub(crate) actor: Option<String>,
+    /// The worker process running this task now.
+    #[arg(long, conflicts_with = "node")]
+    pub(crate) task: Option<String>,
+    /// table (text, the default) or json.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub(crate) format: OutputFormat,
+    #[command(flatten)]
+    pub(crate) target: JobTarget,
+}
+
 /// `prism logs`.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct LogsArgs {

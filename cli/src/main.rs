@@ -27,8 +27,8 @@ mod status;
 mod stop;
 
 use args::{
-    ControlStoreArgs, GetArgs, JobArgs, ListArgs, LogsArgs, MemoryArgs, StartArgs, StatusArgs,
-    StopArgs, SummaryArgs, TimelineArgs,
+    ControlStoreArgs, GetArgs, JobArgs, ListArgs, LogsArgs, MemoryArgs, StackArgs, StartArgs,
+    StatusArgs, StopArgs, SummaryArgs, TimelineArgs,
 };
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -77,6 +77,10 @@ enum Command {
     /// ended; per node and worker) in Chrome's trace format, for Perfetto
     /// or chrome://tracing (Ray's `ray timeline`).
     Timeline(TimelineArgs),
+    /// Print every thread's stack of the cluster's worker processes (or
+    /// of one: --pid, --actor, --task), taken while they run (Ray's
+    /// `ray stack`).
+    Stack(StackArgs),
     /// The head's control store, as `prism start --head` runs it.
     #[command(hide = true)]
     GcsServer(ControlStoreArgs),
@@ -95,6 +99,7 @@ fn main() -> ExitCode {
         Command::Logs(args) => logs::run(args),
         Command::Memory(args) => state::memory(args),
         Command::Timeline(args) => state::timeline(args),
+        Command::Stack(args) => state::stack(args),
         Command::GcsServer(args) => control_store::run(args),
     };
     match result {

@@ -69,6 +69,7 @@ impl Bound {
             .route("/metrics", get(scrape))
             .route("/api/v0/local/logs", get(log_list))
             .route("/api/v0/local/logs/file", get(log_read))
+            .route("/api/v0/local/stack", get(stack))
             .route("/api/v0/local/{kind}", get(rows))
             .with_state(endpoint);
         let listener = GuardedHttp(GuardedListener::new(
@@ -103,6 +104,41 @@ fn refused() -> Response {
          (in Prometheus: `authorization: {credentials_file: <the head's temp dir>/token}`)",
     )
         .into_response()
+}
+
+/// Every thread's stack of the node's worker processes (`pid=N`: of
+/// that one): `{processes: [...]}`, a 404 when no worker has that pid.
+async fn stack(
+    State(e): State<Arc<Endpoint>>,
+    Query(params): Query<std::collections::HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    if !admitted(&e, &headers) {
+        return refused();
+    }
+    let pid = match params.get("pid").map(|p| p.parse::<u32>()) {
+        None => None,
+        Some(Ok(p)) => Some(p),
+        Some(Err(_)) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                "pid must be a process id (a whole number)",
+            )
+                .into_response()
+        }
+    };
+    let processes = e.view.stacks(pid).await;
+    if let (Some(pid), true) = (pid, processes.is_empty()) {
+        return (
+            StatusCode::NOT_FOUND,
+            format!(
+                "no worker process of this node has the pid {pid} (`prism list workers` lists \
+                 them)"
+            ),
+        )
+            .into_response();
+    }
+    axum::Json(serde_json::json!({ "processes": processes })).into_response()
 }
 
 /// The node's rows of one kind, for the head's state API:

@@ -3,7 +3,9 @@
 //! `prism summary` (Ray's `ray list`, `ray get`, `ray summary`), which ask
 //! the head's dashboard.
 
-use crate::args::{GetArgs, ListArgs, MemoryArgs, OutputFormat, SummaryArgs, TimelineArgs};
+use crate::args::{
+    GetArgs, ListArgs, MemoryArgs, OutputFormat, StackArgs, SummaryArgs, TimelineArgs,
+};
 use crate::common::runtime;
 use prism_gcs::pb::NodeState;
 use prism_gcs::{GcsServer, Token};
@@ -273,6 +275,146 @@ pub(crate) fn timeline(args: TimelineArgs) -> Result<ExitCode, String> {
         eprintln!("prism: warning: {}", listing.partial_failure_warning);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `prism stack`: every thread's stack of the worker processes asked for.
+pub(crate) fn stack(args: StackArgs) -> Result<ExitCode, String> {
+    let client = client(&args.target)?;
+    let rt = runtime()?;
+    // An actor or a task names its process: its node and pid.
+    let (node, pid) = if let Some(actor) = &args.actor {
+        let row = rt
+            .block_on(client.get(Kind::Actors, actor))
+            .map_err(|e| e.to_string())?;
+        let pid = row["pid"].as_u64().ok_or_else(|| {
+            format!(
+                "actor {actor} has no process now (it is {}): nothing to dump",
+                row["state"].as_str().unwrap_or("not alive")
+            )
+        })?;
+        (
+            row["node_id"].as_str().map(str::to_string),
+            Some(pid as u32),
+        )
+    } else if let Some(task) = &args.task {
+        let row = rt
+            .block_on(client.get(Kind::Tasks, task))
+            .map_err(|e| e.to_string())?;
+        if row["state"] != "RUNNING" {
+            return Err(format!(
+                "task {task} is not running (it is {}): only a running task's process is dumped",
+                row["state"].as_str().unwrap_or("unknown")
+            ));
+        }
+        let pid = row["worker_pid"].as_u64().map(|p| p as u32);
+        (row["node_id"].as_str().map(str::to_string), pid)
+    } else {
+        (args.node.clone(), args.pid)
+    };
+    let node = match (node, pid) {
+        // A pid alone is on the head's node, as `prism stack` on the head.
+        (None, Some(_)) => Some(head_node(&rt, &client)?),
+        (node, _) => node,
+    };
+    let answer = rt
+        .block_on(client.stacks(node.as_deref(), pid))
+        .map_err(|e| e.to_string())?;
+    if args.format == OutputFormat::Json {
+        say!(
+            "{}",
+            serde_json::to_string_pretty(&answer).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", stack_text(&answer));
+    }
+    if let Some(w) = answer["partial_failure_warning"]
+        .as_str()
+        .filter(|w| !w.is_empty())
+    {
+        eprintln!("prism: warning: {w}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The head node's id.
+fn head_node(rt: &tokio::runtime::Runtime, client: &StateClient) -> Result<String, String> {
+    let mut query = Query::new(Kind::Nodes);
+    query
+        .filters
+        .push(Filter::parse("is_head_node=true").map_err(|e| e.to_string())?);
+    let listing = rt
+        .block_on(client.list(&query))
+        .map_err(|e| e.to_string())?;
+    listing
+        .rows
+        .first()
+        .and_then(|r| r["node_id"].as_str())
+        .map(str::to_string)
+        .ok_or_else(|| "the cluster has no head node to find the pid on: give --node".to_string())
+}
+
+/// Stack dumps as text, process by process and thread by thread.
+fn stack_text(answer: &Value) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let mut processes = 0;
+    for node in answer["nodes"].as_array().into_iter().flatten() {
+        for p in node["processes"].as_array().into_iter().flatten() {
+            processes += 1;
+            let _ = write!(
+                out,
+                "Process {} ({}, node {} {})",
+                p["pid"],
+                p["worker_id"].as_str().unwrap_or("?"),
+                node["node_id"].as_str().unwrap_or("?"),
+                node["node_ip"].as_str().unwrap_or("")
+            );
+            if let Some(actor) = p["actor_id"].as_str() {
+                let _ = write!(out, ", actor {actor}");
+            }
+            let running: Vec<&str> = p["running"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            if !running.is_empty() {
+                let _ = write!(out, ", running {}", running.join(", "));
+            }
+            out.push_str(":\n");
+            if let Some(e) = p["error"].as_str() {
+                let _ = writeln!(out, "  no dump: {e}");
+            }
+            for t in p["threads"].as_array().into_iter().flatten() {
+                let _ = writeln!(
+                    out,
+                    "  Thread {} {:?} [{}]",
+                    t["tid"],
+                    t["name"].as_str().unwrap_or(""),
+                    t["state"].as_str().unwrap_or("")
+                );
+                if let Some(note) = t["note"].as_str() {
+                    let _ = writeln!(out, "    ({note})");
+                }
+                for (i, f) in t["frames"].as_array().into_iter().flatten().enumerate() {
+                    let function = f["function"].as_str().unwrap_or("??");
+                    let _ = match (f["file"].as_str(), f["line"].as_u64()) {
+                        (Some(file), Some(line)) => {
+                            writeln!(out, "    {i:>3}: {function}\n         at {file}:{line}")
+                        }
+                        _ => writeln!(
+                            out,
+                            "    {i:>3}: {function} ({})",
+                            f["address"].as_str().unwrap_or("")
+                        ),
+                    };
+                }
+            }
+            out.push('\n');
+        }
+    }
+    let _ = writeln!(out, "{processes} worker process(es) dumped.");
+    out
 }
 
 /// A field as a table cell.

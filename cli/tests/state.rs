@@ -194,6 +194,47 @@ fn state_driver() {
     let lingering_rows = named(&running, "name", "linger_for_state");
     assert_eq!(lingering_rows.len(), 1, "{running:?}");
     assert!(lingering_rows[0]["end_time_ms"].is_null());
+    // Its worker's stacks, taken while it runs: one thread sleeps in it.
+    let lingering_id = lingering_rows[0]["task_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let out = prism(&temp, &["stack", "--task", &lingering_id]);
+    assert!(out.status.success(), "{}", text(&out));
+    let dump = text(&out);
+    assert!(
+        dump.contains("linger_for_state") && dump.contains("1 worker process(es) dumped"),
+        "{dump}"
+    );
+    let out = prism(&temp, &["stack", "--format", "json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let all: Value = must(serde_json::from_slice(&out.stdout), "JSON");
+    let processes: usize = all["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|n| n["processes"].as_array().map_or(0, Vec::len))
+        .sum();
+    assert!(processes >= 2, "the task's worker and the actor's: {all}");
+    for (args, says) in [
+        (vec!["stack", "--pid", "1"], "no worker process"),
+        (
+            vec![
+                "stack",
+                "--task",
+                squares[0]["task_id"].as_str().unwrap_or(""),
+            ],
+            "is not running",
+        ),
+        (
+            vec!["stack", "--node", "node-nosuch"],
+            "no nodes has the id",
+        ),
+    ] {
+        let out = prism(&temp, &args);
+        assert!(!out.status.success(), "{args:?} must fail: {}", text(&out));
+        assert!(text(&out).contains(says), "{args:?}: {}", text(&out));
+    }
 
     // The timeline: every square's run on its node's worker.
     let trace_path = format!("{temp}/timeline.json");

@@ -486,6 +486,10 @@ services! {
             /// The actor.
             spec: ActorSpec,
         } => ();
+        /// Every thread's stack of this worker, and what it runs, as JSON
+        /// (`prism stack`); the threads stop only while each walks its
+        /// own stack.
+        DumpStacks {} => Bytes;
     }
 
     /// Requests to an object's owner: its status and who borrows it.

@@ -298,6 +298,42 @@ impl NodeView {
         })
     }
 
+    /// Every thread's stack of each worker process of this node (only
+    /// the one with `pid`, if given), all asked at once: one JSON object
+    /// per worker (`pid`, `worker_id`, `actor_id`, `running`, `threads`
+    /// with their frames), or its `error`.
+    pub async fn stacks(&self, pid: Option<u32>) -> Vec<serde_json::Value> {
+        let asks: Vec<_> = self
+            .node
+            .worker_conns(pid)
+            .into_iter()
+            .map(|(worker, pid, conn)| {
+                tokio::spawn(async move {
+                    let asked = conn.request(prism_protocol::messages::DumpStacks {});
+                    let answer =
+                        match tokio::time::timeout(std::time::Duration::from_secs(10), asked).await
+                        {
+                            Ok(Ok(bytes)) => serde_json::from_slice::<serde_json::Value>(&bytes)
+                                .map_err(|e| format!("its answer is not JSON: {e}")),
+                            Ok(Err(e)) => Err(e.to_string()),
+                            Err(_) => Err("it did not answer within 10 s".into()),
+                        };
+                    let mut value =
+                        answer.unwrap_or_else(|e| serde_json::json!({ "pid": pid, "error": e }));
+                    value["worker_id"] = serde_json::json!(worker.to_string());
+                    value
+                })
+            })
+            .collect();
+        let mut out = Vec::with_capacity(asks.len());
+        for ask in asks {
+            if let Ok(value) = ask.await {
+                out.push(value);
+            }
+        }
+        out
+    }
+
     /// The node's session log folder (workers' and drivers' logs).
     pub fn logs_dir(&self) -> PathBuf {
         self.node.config.session_dir.join("logs")

@@ -215,6 +215,24 @@ impl Node {
         }
     }
 
+    /// The connections of the registered workers (only the one with
+    /// `pid`, if given), with their ids and pids.
+    pub(crate) fn worker_conns(&self, pid: Option<u32>) -> Vec<(WorkerId, u32, Connection)> {
+        let c = self.state.lock();
+        {
+            c.links
+                .iter()
+                .filter_map(|(id, link)| {
+                    let worker = c.scheduler.worker(*id)?;
+                    if pid.is_some_and(|p| p != worker.pid) {
+                        return None;
+                    }
+                    Some((*id, worker.pid, link.conn.clone()?))
+                })
+                .collect()
+        }
+    }
+
     /// Answers with every node of the cluster (from the head), or this node
     /// alone when it is not part of one.
     pub(crate) fn get_nodes(self: &Arc<Self>, reply: ReplyTo) {

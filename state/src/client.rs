@@ -82,6 +82,22 @@ impl StateClient {
         Ok(value["data"]["result"].clone())
     }
 
+    /// Every thread's stack of the worker processes (of the node whose id
+    /// or address is `node`; of its worker `pid`), as
+    /// [`StateApi::stacks`](crate::StateApi::stacks) answers.
+    pub async fn stacks(&self, node: Option<&str>, pid: Option<u32>) -> Result<Value, StateError> {
+        let mut path = "/api/v0/stack".to_string();
+        let mut sep = '?';
+        if let Some(node) = node {
+            path.push_str(&format!("{sep}node_id={}", crate::query::encode(node)));
+            sep = '&';
+        }
+        if let Some(pid) = pid {
+            path.push_str(&format!("{sep}pid={pid}"));
+        }
+        self.call(&path).await
+    }
+
     /// The rows `query` asks for.
     pub async fn list(&self, query: &Query) -> Result<Listing, StateError> {
         query.check()?;

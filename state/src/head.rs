@@ -68,6 +68,10 @@ const FILTERED_FETCH_CAP: usize = 100_000;
 /// How long the head waits for a node.
 const NODE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long the head waits for a node's stack dumps (each worker has 10 s
+/// to answer its node).
+const STACK_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// The head's state API.
 pub struct StateApi {
     sources: Sources,
@@ -183,6 +187,66 @@ impl StateApi {
                 kind: "nodes".into(),
                 id: w.to_string(),
             });
+        }
+        Ok(json!({ "nodes": nodes, "partial_failure_warning": failed.join("; ") }))
+    }
+
+    /// Every thread's stack of the worker processes of every live node
+    /// (of the node whose id or address is `node`; of its worker `pid`):
+    /// `{nodes: [{node_id, node_ip, processes}], partial_failure_warning}`.
+    pub async fn stacks(&self, node: Option<&str>, pid: Option<u32>) -> Result<Value, StateError> {
+        if pid.is_some() && node.is_none() {
+            return Err(StateError::BadRequest(
+                "a pid names a process on one node: give the node too (node_id=<id or address>)"
+                    .into(),
+            ));
+        }
+        let endpoints: Vec<NodeEndpoint> = (self.sources.endpoints)()
+            .into_iter()
+            .filter(|n| node.is_none_or(|w| n.node_id == w || n.node_ip == w))
+            .collect();
+        if let (Some(w), true) = (node, endpoints.is_empty()) {
+            return Err(StateError::NotFound {
+                kind: "nodes".into(),
+                id: w.to_string(),
+            });
+        }
+        let path = match pid {
+            Some(pid) => format!("/api/v0/local/stack?pid={pid}"),
+            None => "/api/v0/local/stack".to_string(),
+        };
+        let calls: Vec<_> = endpoints
+            .into_iter()
+            .map(|n| {
+                let (token, path) = (self.token.clone(), path.clone());
+                tokio::spawn(async move {
+                    let answer = fetch::get(&n.address, &path, Some(&token), STACK_TIMEOUT).await;
+                    (n, answer)
+                })
+            })
+            .collect();
+        let (mut nodes, mut failed) = (Vec::new(), Vec::new());
+        for call in calls {
+            match call.await {
+                Ok((n, Ok((200, body)))) => {
+                    let value: Value = serde_json::from_slice(&body).unwrap_or_default();
+                    nodes.push(json!({"node_id": n.node_id, "node_ip": n.node_ip,
+                        "processes": value["processes"]}));
+                }
+                Ok((_, Ok((404, body)))) if pid.is_some() => {
+                    return Err(StateError::BadRequest(
+                        String::from_utf8_lossy(&body).into_owned(),
+                    ))
+                }
+                Ok((n, Ok((status, body)))) => failed.push(format!(
+                    "{} ({}): {status} {}",
+                    n.node_id,
+                    n.node_ip,
+                    String::from_utf8_lossy(&body)
+                )),
+                Ok((n, Err(e))) => failed.push(format!("{} ({}): {e}", n.node_id, n.node_ip)),
+                Err(e) => failed.push(format!("a node's call stopped: {e}")),
+            }
         }
         Ok(json!({ "nodes": nodes, "partial_failure_warning": failed.join("; ") }))
     }

@@ -22,6 +22,7 @@ pub fn router(api: Arc<StateApi>) -> Router {
         .route("/api/v0/logs", get(logs))
         .route("/api/v0/logs/file", get(log_file))
         .route("/api/v0/timeline", get(timeline))
+        .route("/api/v0/stack", get(stack))
         .route("/api/v0/{kind}", get(list))
         .route("/api/v0/{kind}/summarize", get(summarize))
         .with_state(api)
@@ -134,6 +135,38 @@ async fn timeline(State(api): State<Arc<StateApi>>, RawQuery(raw): RawQuery) -> 
                 .map_or(0, |d| d.as_micros() as u64),
         ))
         .into_response(),
+        Err(e) => refuse(e),
+    }
+}
+
+/// Stack dumps of the worker processes: `node_id` (an id or address) and
+/// `pid` narrow them.
+async fn stack(State(api): State<Arc<StateApi>>, RawQuery(raw): RawQuery) -> Response {
+    let pairs = match pairs(raw) {
+        Ok(p) => p,
+        Err(e) => return refuse(e),
+    };
+    let (mut node, mut pid) = (None, None);
+    for (key, value) in pairs {
+        match key.as_str() {
+            "node_id" => node = Some(value),
+            "pid" => match value.parse::<u32>() {
+                Ok(p) => pid = Some(p),
+                Err(_) => {
+                    return refuse(StateError::BadRequest(format!(
+                        "pid {value:?} is not a process id"
+                    )))
+                }
+            },
+            other => {
+                return refuse(StateError::BadRequest(format!(
+                    "unknown parameter {other:?}: give node_id and pid"
+                )))
+            }
+        }
+    }
+    match api.stacks(node.as_deref(), pid).await {
+        Ok(v) => answer(v),
         Err(e) => refuse(e),
     }
 }

@@ -228,15 +228,35 @@ pub fn run_bounded(mut command: Command, env: &[(&str, &str)], limit: Duration) 
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = must(command.spawn(), "the command must start");
+    // Read while it runs: output larger than a pipe holds must not stop it.
+    fn drain(
+        pipe: Option<impl std::io::Read + Send + 'static>,
+    ) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    }
+    let (stdout, stderr) = (drain(child.stdout.take()), drain(child.stderr.take()));
     let deadline = Instant::now() + limit;
-    while must(child.try_wait(), "the command's state").is_none() {
+    let status = loop {
+        if let Some(status) = must(child.try_wait(), "the command's state") {
+            break status;
+        }
         if Instant::now() > deadline {
             let _ = child.kill();
             panic!("{command:?} did not finish within {limit:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
     }
-    must(child.wait_with_output(), "the command's output")
 }
 
 pub fn text(out: &Output) -> String {

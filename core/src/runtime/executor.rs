@@ -223,6 +223,25 @@ impl Executor {
                     conn.respond(id, response);
                 });
             }
+            ExecutorRequest::DumpStacks(_) => {
+                let (conn, runs) = (conn.clone(), exec.runs.clone());
+                let actor = exec.actor_id().map(|a| a.to_string());
+                exec.rt.spawn_blocking(move || {
+                    let threads = super::stacks::dump();
+                    let running: Vec<String> = runs.running_names();
+                    let answer = serde_json::json!({
+                        "pid": std::process::id(),
+                        "actor_id": actor,
+                        "running": running,
+                        "threads": threads,
+                    });
+                    let response = match serde_json::to_vec(&answer) {
+                        Ok(bytes) => Response::Chunk(Bytes::from(bytes)),
+                        Err(e) => Response::Error(Error::invalid("stack dump", e.to_string())),
+                    };
+                    conn.respond(id, response);
+                });
+            }
             ExecutorRequest::ActorCall(ActorCall {
                 caller, seq, spec, ..
             }) => {

@@ -48,6 +48,7 @@ mod pending;
 pub(crate) mod refs;
 pub(crate) mod registry;
 pub(crate) mod spin;
+pub(crate) mod stacks;
 pub(crate) mod startup;
 pub(crate) mod store;
 pub(crate) mod streams;

@@ -161,6 +161,15 @@ impl TaskRuns {
         }
     }
 
+    /// The functions running now, with their task ids.
+    pub(crate) fn running_names(&self) -> Vec<String> {
+        let book = self.book.lock();
+        book.running
+            .iter()
+            .map(|r| format!("{} ({})", r.name, r.id))
+            .collect()
+    }
+
     /// Waits until a run ends that is not reported yet.
     pub(crate) async fn run_ended(&self) {
         self.ended.notified().await;
