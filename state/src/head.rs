@@ -76,7 +76,13 @@ const STACK_TIMEOUT: Duration = Duration::from_secs(15);
 pub struct StateApi {
     sources: Sources,
     token: String,
+    /// The actors each node last listed, for when it dies: its actors
+    /// are listed dead, with their node, from these.
+    seen_actors: std::sync::Mutex<Vec<(NodeEndpoint, Vec<Value>)>>,
 }
+
+/// Nodes whose actors are remembered at most (the latest first kept).
+const NODES_REMEMBERED: usize = 256;
 
 impl std::fmt::Debug for StateApi {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -86,6 +92,7 @@ impl std::fmt::Debug for StateApi {
 
 /// What one node answered for one kind.
 struct NodeAnswer {
+    node: NodeEndpoint,
     rows: Vec<Value>,
     total: usize,
     dropped: u64,
@@ -94,7 +101,11 @@ struct NodeAnswer {
 impl StateApi {
     /// A state API over `sources`, asking nodes with `token`.
     pub fn new(sources: Sources, token: String) -> StateApi {
-        StateApi { sources, token }
+        StateApi {
+            sources,
+            token,
+            seen_actors: std::sync::Mutex::default(),
+        }
     }
 
     /// Asks every live node for `path` at once: each answer with its
@@ -164,6 +175,7 @@ impl StateApi {
                     })
                     .collect();
                 NodeAnswer {
+                    node,
                     rows,
                     total: value["total"].as_u64().unwrap_or(0) as usize,
                     dropped: value["dropped"].as_u64().unwrap_or(0),
@@ -297,11 +309,19 @@ impl StateApi {
                     failed.join("; ")
                 );
             }
+            if query.kind == Kind::Actors {
+                self.remember(&answers);
+            }
             let mut rows = Vec::new();
             for answer in answers {
                 listing.total += answer.total;
                 listing.dropped += answer.dropped;
                 rows.extend(answer.rows);
+            }
+            if query.kind == Kind::Actors {
+                let gone = self.actors_of_gone_nodes(&rows);
+                listing.total += gone.len();
+                rows.extend(gone);
             }
             if query.kind == Kind::Tasks {
                 rows = join_tasks(rows);
@@ -324,6 +344,67 @@ impl StateApi {
         listing.num_filtered = kept.len();
         listing.rows = kept.into_iter().take(query.limit).collect();
         Ok(listing)
+    }
+
+    /// Asks every live node for its actors and remembers them, so that
+    /// the actors of a node that dies later are listed dead (the head's
+    /// history calls this every few seconds while the cluster has more
+    /// than one node).
+    pub async fn remember_actors(&self) {
+        if (self.sources.endpoints)().len() > 1 {
+            let (answers, _) = self.node_rows(Kind::Actors, crate::query::MAX_LIMIT).await;
+            self.remember(&answers);
+        }
+    }
+
+    fn remember(&self, answers: &[NodeAnswer]) {
+        let Ok(mut seen) = self.seen_actors.lock() else {
+            return;
+        };
+        for answer in answers {
+            seen.retain(|(node, _)| node.node_id != answer.node.node_id);
+            seen.push((answer.node.clone(), answer.rows.clone()));
+        }
+        let over = seen.len().saturating_sub(NODES_REMEMBERED);
+        seen.drain(..over);
+    }
+
+    /// The remembered actors of nodes no longer alive, as dead (those not
+    /// listed anew by a live node: an actor restarted elsewhere is listed
+    /// from there).
+    fn actors_of_gone_nodes(&self, live_rows: &[Value]) -> Vec<Value> {
+        let live: std::collections::HashSet<String> = (self.sources.endpoints)()
+            .into_iter()
+            .map(|n| n.node_id)
+            .collect();
+        let listed: std::collections::HashSet<&str> = live_rows
+            .iter()
+            .filter_map(|r| r["actor_id"].as_str())
+            .collect();
+        let Ok(seen) = self.seen_actors.lock() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (node, rows) in seen.iter().filter(|(n, _)| !live.contains(&n.node_id)) {
+            for row in rows {
+                if row["actor_id"]
+                    .as_str()
+                    .is_some_and(|id| listed.contains(id))
+                {
+                    continue;
+                }
+                let mut row = row.clone();
+                if row["state"] != "DEAD" {
+                    row["state"] = json!("DEAD");
+                    row["death_cause"] = json!(format!(
+                        "its node {} ({}) died with it",
+                        node.node_id, node.node_ip
+                    ));
+                }
+                out.push(row);
+            }
+        }
+        out
     }
 
     /// A summary of `kind` (tasks, actors or objects): tasks by function
@@ -455,6 +536,83 @@ fn all_of(kind: Kind) -> Query {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A node's agent on loopback, answering its actors.
+    async fn agent(rows: Value) -> String {
+        use axum::routing::get;
+        let listener = match tokio::net::TcpListener::bind("127.0.0.1:0").await {
+            Ok(l) => l,
+            Err(e) => panic!("a loopback port: {e}"),
+        };
+        let address = listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let answer = json!({"rows": rows, "total": 1, "dropped": 0});
+        let app = axum::Router::new().route(
+            "/api/v0/local/actors",
+            get(move || {
+                let answer = answer.clone();
+                async move { axum::Json(answer) }
+            }),
+        );
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        address
+    }
+
+    #[tokio::test]
+    async fn the_actors_of_a_node_that_died_are_listed_dead_with_their_node() {
+        let address = agent(json!([
+            {"actor_id": "a1", "state": "ALIVE", "class_name": "C", "pid": 7},
+            {"actor_id": "a2", "state": "DEAD", "death_cause": "killed"},
+        ]))
+        .await;
+        let node = NodeEndpoint {
+            node_id: "node-1".into(),
+            node_ip: "10.0.0.2".into(),
+            address,
+        };
+        let alive = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let live = alive.clone();
+        let api = StateApi::new(
+            Sources {
+                nodes: Arc::new(Vec::new),
+                jobs: Arc::new(Vec::new),
+                endpoints: Arc::new(move || {
+                    if live.load(std::sync::atomic::Ordering::SeqCst) {
+                        vec![node.clone()]
+                    } else {
+                        Vec::new()
+                    }
+                }),
+            },
+            "token".into(),
+        );
+        let listed = api.list(&all_of(Kind::Actors)).await;
+        let rows = listed.map(|l| l.rows).unwrap_or_default();
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        assert_eq!(rows[0]["state"], "ALIVE");
+        alive.store(false, std::sync::atomic::Ordering::SeqCst);
+        let rows = api
+            .list(&all_of(Kind::Actors))
+            .await
+            .map(|l| l.rows)
+            .unwrap_or_default();
+        assert_eq!(
+            rows.len(),
+            2,
+            "still listed once the node is gone: {rows:?}"
+        );
+        assert_eq!(rows[0]["state"], "DEAD");
+        assert_eq!(rows[0]["node_id"], "node-1");
+        assert_eq!(rows[0]["pid"], 7);
+        let cause = rows[0]["death_cause"].as_str().unwrap_or_default();
+        assert!(
+            cause.contains("node-1") && cause.contains("died"),
+            "{cause}"
+        );
+        assert_eq!(rows[1]["death_cause"], "killed", "its own cause kept");
+    }
 
     #[test]
     fn a_task_owned_on_one_node_and_run_on_another_is_one_row() {
