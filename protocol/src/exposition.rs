@@ -20,6 +20,9 @@ pub enum Kind {
     Counter,
     /// A value that goes up and down.
     Gauge,
+    /// Counts of observations by bucket (`_bucket{le=...}`, cumulative),
+    /// with their `_sum` and `_count`.
+    Histogram,
 }
 
 impl Kind {
@@ -27,6 +30,7 @@ impl Kind {
         match self {
             Kind::Counter => "counter",
             Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
         }
     }
 }
@@ -62,6 +66,30 @@ impl Exposition {
             let _ = write!(self.out, ",{label}=\"{}\"", escape(v));
         }
         let _ = writeln!(self.out, "}} {}", number(value));
+    }
+
+    /// The samples of one histogram of the family `name` started last:
+    /// `counts[i]` observations at most `bounds[i]`, not cumulative, and
+    /// one more count for those above the last bound; `sum` of all.
+    pub fn histogram(
+        &mut self,
+        name: &str,
+        labels: &[(&str, &str)],
+        bounds: &[f64],
+        counts: &[u64],
+        sum: f64,
+    ) {
+        let mut below = 0u64;
+        let bucket = format!("{name}_bucket");
+        for (i, count) in counts.iter().enumerate() {
+            below += count;
+            let le = bounds.get(i).map_or("+Inf".to_string(), |b| number(*b));
+            let mut with_le = labels.to_vec();
+            with_le.push(("le", &le));
+            self.sample(&bucket, &with_le, below as f64);
+        }
+        self.sample(&format!("{name}_sum"), labels, sum);
+        self.sample(&format!("{name}_count"), labels, below as f64);
     }
 
     /// A family with a single sample.

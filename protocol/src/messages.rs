@@ -308,6 +308,17 @@ services! {
             /// nothing).
             #[serde(default)]
             worker_id: String,
+            /// Latencies of the tasks (first) and actor calls (second)
+            /// that ended, from submission to result.
+            #[serde(default)]
+            latencies: [Latencies; 2],
+            /// Attempts made again since the last report: tasks, then
+            /// actor calls.
+            #[serde(default)]
+            retries: [u64; 2],
+            /// Objects made again from their lineage since the last report.
+            #[serde(default)]
+            rebuilt: u64,
         } => ();
         /// The calling worker started (or stopped) waiting in `get`.
         WorkerBlocked {

@@ -5,7 +5,9 @@
 
 use parking_lot::Mutex;
 use prism_protocol::exposition::{Exposition, Kind};
-use prism_protocol::messages::{StoreStats, TaskCount, TaskOutcome};
+use prism_protocol::messages::{
+    Latencies, StoreStats, TaskCount, TaskOutcome, LATENCY_BOUNDS_SECONDS,
+};
 use prism_protocol::resources::ResourceSet;
 use std::collections::BTreeMap;
 
@@ -14,15 +16,34 @@ use std::collections::BTreeMap;
 #[derive(Debug, Default)]
 pub(crate) struct TaskTotals {
     counts: Mutex<BTreeMap<(String, TaskOutcome, bool), u64>>,
+    /// Latencies of tasks and of actor calls; attempts made again (tasks,
+    /// actor calls); objects rebuilt from their lineage.
+    more: Mutex<([Latencies; 2], [u64; 2], u64)>,
 }
 
 impl TaskTotals {
-    /// Adds an owner's report.
-    pub(crate) fn add(&self, counts: Vec<TaskCount>) {
-        let mut all = self.counts.lock();
-        for c in counts {
-            *all.entry((c.name, c.outcome, c.is_retry)).or_insert(0) += c.count;
+    /// Adds an owner's report: its counts, latencies, retries and
+    /// rebuilt objects.
+    pub(crate) fn add(
+        &self,
+        counts: Vec<TaskCount>,
+        latencies: &[Latencies; 2],
+        retries: [u64; 2],
+        rebuilt: u64,
+    ) {
+        {
+            let mut all = self.counts.lock();
+            for c in counts {
+                *all.entry((c.name, c.outcome, c.is_retry)).or_insert(0) += c.count;
+            }
         }
+        let mut more = self.more.lock();
+        for (sum, added) in more.0.iter_mut().zip(latencies) {
+            sum.merge(added);
+        }
+        more.1[0] += retries[0];
+        more.1[1] += retries[1];
+        more.2 += rebuilt;
     }
 
     /// The counts, by function, outcome and retry.
@@ -131,6 +152,40 @@ pub(crate) fn render(
             *count as f64,
         );
     }
+    let (latencies, retries, rebuilt) = tasks.more.lock().clone();
+    out.family(
+        "prism_task_latency_seconds",
+        Kind::Histogram,
+        "Time from a task's submission to its owner's learning of its result, tasks and \
+         actor calls apart (owners on this node report them).",
+    );
+    for (kind, latency) in ["NORMAL_TASK", "ACTOR_TASK"].iter().zip(&latencies) {
+        let mut counts = latency.counts.clone();
+        counts.resize(LATENCY_BOUNDS_SECONDS.len() + 1, 0);
+        out.histogram(
+            "prism_task_latency_seconds",
+            &[("Type", kind)],
+            LATENCY_BOUNDS_SECONDS,
+            &counts,
+            latency.sum_us as f64 / 1e6,
+        );
+    }
+    out.family(
+        "prism_task_retries_total",
+        Kind::Counter,
+        "Attempts made again by owners on this node: tasks after a failure, actor calls \
+         sent again to a restarted actor.",
+    );
+    for (kind, count) in ["NORMAL_TASK", "ACTOR_TASK"].iter().zip(retries) {
+        out.sample("prism_task_retries_total", &[("Type", kind)], count as f64);
+    }
+    out.single(
+        "prism_objects_rebuilt_total",
+        Kind::Counter,
+        "Objects made again from their lineage by owners on this node (their copies were \
+         lost with a node).",
+        rebuilt as f64,
+    );
     out.family(
         "ray_actors",
         Kind::Gauge,
@@ -273,11 +328,25 @@ mod tests {
             is_retry: false,
             count,
         };
-        totals.add(vec![report("add".into(), TaskOutcome::Finished, 3)]);
-        totals.add(vec![
-            report("add".into(), TaskOutcome::Finished, 2),
-            report("boom".into(), TaskOutcome::Failed, 1),
-        ]);
+        let mut quick = Latencies::default();
+        quick.observe(700);
+        quick.observe(3_000_000);
+        let none = [Latencies::default(), Latencies::default()];
+        totals.add(
+            vec![report("add".into(), TaskOutcome::Finished, 3)],
+            &[quick, Latencies::default()],
+            [2, 0],
+            1,
+        );
+        totals.add(
+            vec![
+                report("add".into(), TaskOutcome::Finished, 2),
+                report("boom".into(), TaskOutcome::Failed, 1),
+            ],
+            &none,
+            [1, 1],
+            0,
+        );
         let mut tables = Tables::default();
         tables.total.set(
             "CPU",
@@ -319,6 +388,13 @@ mod tests {
             "ray_actors{SessionName=\"s\",Name=\"Counter\",State=\"ALIVE\"} 2",
             "ray_resources{SessionName=\"s\",Name=\"CPU\",State=\"USED\",NodeAddress=\"10.0.0.1\"} 1.5",
             "ray_object_store_available_memory{SessionName=\"s\"} 90",
+            "prism_task_latency_seconds_bucket{SessionName=\"s\",Type=\"NORMAL_TASK\",le=\"0.0005\"} 0",
+            "prism_task_latency_seconds_bucket{SessionName=\"s\",Type=\"NORMAL_TASK\",le=\"0.001\"} 1",
+            "prism_task_latency_seconds_bucket{SessionName=\"s\",Type=\"NORMAL_TASK\",le=\"+Inf\"} 2",
+            "prism_task_latency_seconds_sum{SessionName=\"s\",Type=\"NORMAL_TASK\"} 3.0007",
+            "prism_task_latency_seconds_count{SessionName=\"s\",Type=\"ACTOR_TASK\"} 0",
+            "prism_task_retries_total{SessionName=\"s\",Type=\"NORMAL_TASK\"} 3",
+            "prism_objects_rebuilt_total{SessionName=\"s\"} 1",
         ] {
             assert!(text.contains(line), "{line} in:\n{text}");
         }

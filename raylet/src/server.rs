@@ -133,7 +133,7 @@ impl Handler for ClientHandler {
             }),
             R::GetStoreStats(_) => answer(Ok(self.node.store.stats(self.node.transfers.bytes()))),
             R::ReportTaskCounts(r) => answer({
-                self.node.task_totals.add(r.counts);
+                (self.node.task_totals).add(r.counts, &r.latencies, r.retries, r.rebuilt);
                 (self.node.tasks).add(r.events, r.dropped, &r.worker_id, r.runs, r.running);
                 Ok(())
             }),

@@ -251,6 +251,7 @@ impl Objects {
         self.task_counts.record(
             spec.task_id,
             &spec.function,
+            submission.actor_handle.is_some(),
             submission.submitted_us,
             outcome,
             submission.failures.len() as u32,

@@ -7,7 +7,7 @@
 use super::task_runs::TaskRuns;
 use parking_lot::Mutex;
 use prism_protocol::ids::TaskId;
-use prism_protocol::messages::{ReportTaskCounts, TaskCount, TaskEvent, TaskOutcome};
+use prism_protocol::messages::{Latencies, ReportTaskCounts, TaskCount, TaskEvent, TaskOutcome};
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,6 +31,8 @@ struct Unreported {
     finished: std::collections::VecDeque<Ended>,
     failed: std::collections::VecDeque<Ended>,
     dropped: u64,
+    /// Latencies of tasks, then of actor calls.
+    latencies: [Latencies; 2],
 }
 
 impl Unreported {
@@ -71,6 +73,9 @@ pub(crate) struct TaskCounts {
     /// Whether anything is recorded (`task_events_report_interval_ms`
     /// above 0).
     enabled: bool,
+    /// This process's retries (tasks, actor calls) and rebuilt objects
+    /// as of the last report.
+    reported_totals: Mutex<([u64; 2], u64)>,
 }
 
 fn slot(outcome: TaskOutcome, is_retry: bool) -> usize {
@@ -85,15 +90,18 @@ impl TaskCounts {
             unreported: Mutex::default(),
             job_id,
             enabled,
+            reported_totals: Mutex::default(),
         }
     }
 
-    /// Records one ended task, submitted at `submitted_us`: its count
-    /// and its event.
+    /// Records one ended task (an actor call if `actor_call`), submitted
+    /// at `submitted_us`: its count, its latency and its event.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn record(
         &self,
         task_id: TaskId,
         function: &str,
+        actor_call: bool,
         submitted_us: u64,
         outcome: TaskOutcome,
         retries: u32,
@@ -111,7 +119,11 @@ impl TaskCounts {
             submitted_us,
             returned_us: prism_protocol::clock::unix_us(),
         };
+        let latency = event.returned_us.saturating_sub(submitted_us);
         let mut unreported = self.unreported.lock();
+        if submitted_us > 0 {
+            unreported.latencies[actor_call as usize].observe(latency);
+        }
         unreported.keep(event);
         let all = &mut unreported.counts;
         let i = slot(outcome, retries > 0);
@@ -132,7 +144,16 @@ impl TaskCounts {
             finished,
             failed,
             dropped,
+            latencies,
         } = std::mem::take(&mut *self.unreported.lock());
+        let (retries, rebuilt) = {
+            let now = super::submission::retries();
+            let now = ([now.0, now.1], super::objects::rebuilt());
+            let mut last = self.reported_totals.lock();
+            let delta = ([now.0[0] - last.0[0], now.0[1] - last.0[1]], now.1 - last.1);
+            *last = now;
+            delta
+        };
         let mut events: Vec<Ended> = finished.into_iter().chain(failed).collect();
         events.sort_by_key(|e| e.returned_us);
         let mut out = Vec::new();
@@ -174,6 +195,9 @@ impl TaskCounts {
             runs: Vec::new(),
             running: None,
             worker_id: String::new(),
+            latencies,
+            retries,
+            rebuilt,
         }
     }
 
@@ -188,6 +212,8 @@ impl TaskCounts {
             && report.dropped == 0
             && report.runs.is_empty()
             && report.running.is_none()
+            && report.retries == [0, 0]
+            && report.rebuilt == 0
         {
             return;
         }
@@ -195,7 +221,16 @@ impl TaskCounts {
         if let Err(e) = sent {
             runs.not_sent();
             tracing::debug!(error = %e, "task counts not reported; kept for the next report");
+            {
+                let mut last = self.reported_totals.lock();
+                last.0[0] -= report.retries[0];
+                last.0[1] -= report.retries[1];
+                last.1 -= report.rebuilt;
+            }
             let mut unreported = self.unreported.lock();
+            for (kept, sent) in unreported.latencies.iter_mut().zip(&report.latencies) {
+                kept.merge(sent);
+            }
             for c in report.counts {
                 let entry = unreported.counts.entry(c.name).or_insert([0; 4]);
                 entry[slot(c.outcome, c.is_retry)] += c.count;
@@ -265,18 +300,27 @@ mod tests {
     fn counts_are_taken_once_by_function_outcome_and_retry() {
         let counts = TaskCounts::new("job-1".into(), true);
         for _ in 0..3 {
-            counts.record(TaskId::new(), "add", 0, TaskOutcome::Finished, 0, None);
+            counts.record(
+                TaskId::new(),
+                "add",
+                false,
+                0,
+                TaskOutcome::Finished,
+                0,
+                None,
+            );
         }
         let failed = TaskId::new();
         counts.record(
             failed,
             "add",
+            false,
             0,
             TaskOutcome::Failed,
             1,
             Some("boom".into()),
         );
-        counts.record(TaskId::new(), "boom", 0, TaskOutcome::Failed, 0, None);
+        counts.record(TaskId::new(), "boom", true, 1, TaskOutcome::Failed, 0, None);
         let report = counts.take();
         assert_eq!(report.events.len(), 5);
         assert_eq!(report.events[3].error.as_deref(), Some("boom"));
@@ -297,6 +341,16 @@ mod tests {
                 ("boom", TaskOutcome::Failed, false, 1),
             ]
         );
+        assert_eq!(
+            report.latencies[0].counts.iter().sum::<u64>(),
+            0,
+            "no submission time"
+        );
+        assert_eq!(
+            report.latencies[1].counts.iter().sum::<u64>(),
+            1,
+            "the actor call"
+        );
         assert!(counts.take().counts.is_empty());
     }
 
@@ -306,11 +360,12 @@ mod tests {
         let mut last = TaskId::new();
         for i in 0..(FINISHED_KEPT + 500) {
             last = TaskId::new();
-            counts.record(last, "add", 0, TaskOutcome::Finished, 0, None);
+            counts.record(last, "add", false, 0, TaskOutcome::Finished, 0, None);
             if i % 500 == 0 {
                 counts.record(
                     TaskId::new(),
                     "add",
+                    false,
                     0,
                     TaskOutcome::Failed,
                     0,

@@ -464,6 +464,57 @@ pub struct TaskEvent {
     pub returned_us: u64,
 }
 
+/// The upper bounds, in seconds, of the buckets of task latencies (from
+/// submission to the owner's learning of the result), Prometheus's
+/// `le` values; one more bucket holds the rest.
+pub const LATENCY_BOUNDS_SECONDS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0, 300.0,
+];
+
+/// Task latencies an owner saw between two reports: how many fell in
+/// each bucket of [`LATENCY_BOUNDS_SECONDS`] (and one more, above the
+/// last bound), and their sum.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Latencies {
+    /// Per bucket, not cumulative.
+    pub counts: Vec<u64>,
+    /// The sum, in microseconds.
+    pub sum_us: u64,
+}
+
+impl Latencies {
+    /// Adds one latency.
+    pub fn observe(&mut self, us: u64) {
+        if self.counts.len() != LATENCY_BOUNDS_SECONDS.len() + 1 {
+            self.counts = vec![0; LATENCY_BOUNDS_SECONDS.len() + 1];
+        }
+        let seconds = us as f64 / 1e6;
+        let at = LATENCY_BOUNDS_SECONDS
+            .iter()
+            .position(|b| seconds <= *b)
+            .unwrap_or(LATENCY_BOUNDS_SECONDS.len());
+        self.counts[at] += 1;
+        self.sum_us += us;
+    }
+
+    /// Adds another's observations.
+    pub fn merge(&mut self, other: &Latencies) {
+        if self.counts.len() < other.counts.len() {
+            self.counts.resize(other.counts.len(), 0);
+        }
+        for (mine, theirs) in self.counts.iter_mut().zip(&other.counts) {
+            *mine += theirs;
+        }
+        self.sum_us += other.sum_us;
+    }
+
+    /// Whether none were observed.
+    pub fn is_empty(&self) -> bool {
+        self.counts.iter().all(|c| *c == 0)
+    }
+}
+
 /// What a worker runs: a task, or a method call on the actor it hosts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RunKind {
