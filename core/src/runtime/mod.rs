@@ -155,7 +155,7 @@ impl CoreWorker {
         let (counts, runs) = (self.task_counts.clone(), self.task_runs.clone());
         let raylet = self.raylet.clone();
         let _ = self.block_on(async move {
-            let sent = counts.report(&runs, &raylet);
+            let sent = counts.report(&runs, &raylet, true);
             let _ = tokio::time::timeout(std::time::Duration::from_secs(1), sent).await;
             Ok(())
         });

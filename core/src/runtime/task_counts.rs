@@ -204,9 +204,9 @@ impl TaskCounts {
     /// Sends what was counted, and what this process ran (`runs`), to the
     /// raylet; kept for the next try when it cannot be sent (the ended
     /// runs are not).
-    pub(crate) async fn report(&self, runs: &TaskRuns, raylet: &Connection) {
+    pub(crate) async fn report(&self, runs: &TaskRuns, raylet: &Connection, periodic: bool) {
         let mut report = self.take();
-        (report.runs, report.running) = runs.take();
+        (report.runs, report.running) = runs.take(periodic);
         report.worker_id = runs.worker_id().to_string();
         if report.counts.is_empty()
             && report.dropped == 0
@@ -276,17 +276,18 @@ impl TaskCounts {
             let mut tick = tokio::time::interval(period);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
+                let periodic = tokio::select! {
+                    _ = tick.tick() => true,
                     // A run ended: sent soon, with what ends meanwhile.
                     _ = runs.run_ended() => {
                         tokio::time::sleep(super::task_runs::REPORT_SOON.min(period)).await;
+                        false
                     }
-                }
+                };
                 if raylet.is_closed() {
                     return;
                 }
-                this.report(&runs, &raylet).await;
+                this.report(&runs, &raylet, periodic).await;
             }
         })
     }

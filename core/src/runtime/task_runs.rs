@@ -10,8 +10,10 @@ use prism_protocol::messages::{RunKind, TaskRun};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-/// Ended runs kept between two reports (the newest), as the owners keep
-/// their ended tasks: beyond them the oldest are not reported.
+/// Ended runs reported per period (`task_events_report_interval_ms`): the
+/// first ones of each; the rest are not recorded, so that a busy worker
+/// (tens of thousands of runs a second) spends its time running them,
+/// not describing them to a node that keeps 10,000 in all.
 const ENDED_KEPT: usize = 1_000;
 
 /// How soon after a run ends it is reported when no report is due
@@ -57,6 +59,8 @@ struct Book {
     changed: bool,
     /// A run ended and the reporter was woken to send it soon.
     woken: bool,
+    /// Ended runs recorded in this period.
+    recorded: usize,
 }
 
 /// What this process runs and ran.
@@ -115,7 +119,9 @@ impl TaskRuns {
         &self.worker_id
     }
 
-    /// A run starts now.
+    /// A run starts now. Not recorded once this period's runs are (a
+    /// busy worker's later runs in the period, which end in microseconds,
+    /// go unrecorded at the cost of one lock).
     pub(crate) fn begin(
         self: &Arc<Self>,
         id: RunId,
@@ -126,6 +132,10 @@ impl TaskRuns {
         if !self.enabled {
             return RunGuard { runs: None, id };
         }
+        let mut book = self.book.lock();
+        if book.recorded >= ENDED_KEPT {
+            return RunGuard { runs: None, id };
+        }
         let run = Run {
             id,
             name: name.to_string(),
@@ -133,7 +143,6 @@ impl TaskRuns {
             actor_id,
             start_us: unix_us(),
         };
-        let mut book = self.book.lock();
         book.running.push(run);
         book.changed = true;
         RunGuard {
@@ -149,11 +158,12 @@ impl TaskRuns {
             return;
         };
         let run = book.running.swap_remove(at);
-        if book.ended.len() >= ENDED_KEPT {
-            book.ended.pop_front();
-        }
-        book.ended.push_back((run, end_us, failed));
         book.changed = true;
+        if book.recorded >= ENDED_KEPT {
+            return;
+        }
+        book.recorded += 1;
+        book.ended.push_back((run, end_us, failed));
         let wake = !std::mem::replace(&mut book.woken, true);
         drop(book);
         if wake {
@@ -191,11 +201,15 @@ impl TaskRuns {
     }
 
     /// The runs that ended since the last call, oldest first, and what
-    /// runs now if that changed since the last call.
-    pub(crate) fn take(&self) -> (Vec<TaskRun>, Option<Vec<TaskRun>>) {
+    /// runs now if that changed since the last call; `new_period`: a
+    /// periodic report, after which runs are recorded again.
+    pub(crate) fn take(&self, new_period: bool) -> (Vec<TaskRun>, Option<Vec<TaskRun>>) {
         let (ended, running) = {
             let mut book = self.book.lock();
             book.woken = false;
+            if new_period {
+                book.recorded = 0;
+            }
             let ended = std::mem::take(&mut book.ended);
             let running = std::mem::take(&mut book.changed).then(|| book.running.clone());
             (ended, running)
@@ -231,17 +245,17 @@ mod tests {
             RunKind::ActorCall,
             Some(actor),
         );
-        let (ended, running) = runs.take();
+        let (ended, running) = runs.take(false);
         assert!(ended.is_empty());
         let running = running.unwrap_or_default();
         assert_eq!(running.len(), 2);
         assert!(running
             .iter()
             .all(|r| r.end_us.is_none() && r.job_id == "job-1"));
-        assert_eq!(runs.take().1, None, "unchanged: not sent again");
+        assert_eq!(runs.take(false).1, None, "unchanged: not sent again");
         a.end(false);
         drop(b);
-        let (ended, running) = runs.take();
+        let (ended, running) = runs.take(false);
         assert_eq!(running, Some(Vec::new()), "nothing runs any more");
         assert_eq!(ended.len(), 2);
         assert_eq!(ended[0].task_id, ta.to_string());
@@ -253,20 +267,32 @@ mod tests {
     }
 
     #[test]
-    fn a_busy_worker_reports_its_newest_runs_and_nothing_when_disabled() {
+    fn a_busy_worker_reports_its_first_runs_of_each_period_and_nothing_when_disabled() {
         let runs = Arc::new(TaskRuns::new("j".into(), "w".into(), true));
-        let mut last = TaskId::new();
+        let mut ids = Vec::new();
         for _ in 0..(ENDED_KEPT + 10) {
-            last = TaskId::new();
-            runs.begin(RunId::Task(last), "f", RunKind::Task, None)
+            let id = TaskId::new();
+            ids.push(id);
+            runs.begin(RunId::Task(id), "f", RunKind::Task, None)
                 .end(false);
         }
-        let (ended, _) = runs.take();
+        let (ended, _) = runs.take(false);
         assert_eq!(ended.len(), ENDED_KEPT);
-        assert_eq!(ended[ENDED_KEPT - 1].task_id, last.to_string());
+        assert_eq!(
+            ended[ENDED_KEPT - 1].task_id,
+            ids[ENDED_KEPT - 1].to_string()
+        );
+        let last = TaskId::new();
+        let unrecorded = runs.begin(RunId::Task(last), "f", RunKind::Task, None);
+        assert_eq!(runs.take(false).1, None, "not listed as running");
+        unrecorded.end(false);
+        assert!(runs.take(true).0.is_empty(), "over this period's budget");
+        runs.begin(RunId::Task(last), "f", RunKind::Task, None)
+            .end(false);
+        assert_eq!(runs.take(false).0.len(), 1, "recorded again in the next");
         let off = Arc::new(TaskRuns::new("j".into(), "w".into(), false));
         off.begin(RunId::Task(last), "f", RunKind::Task, None)
             .end(false);
-        assert_eq!(off.take(), (Vec::new(), None));
+        assert_eq!(off.take(true), (Vec::new(), None));
     }
 }
