@@ -376,6 +376,7 @@ impl NodeView {
                 workers,
                 waiting_leases,
                 running_tasks: Default::default(),
+                lease_waits: c.scheduler.lease_waits().clone(),
             }
         });
         let tables = metrics::Tables {

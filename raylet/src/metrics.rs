@@ -70,6 +70,8 @@ pub(crate) struct Tables {
     pub(crate) waiting_leases: u64,
     /// Tasks and actor calls running now, by function.
     pub(crate) running_tasks: BTreeMap<String, u64>,
+    /// How long granted lease requests waited.
+    pub(crate) lease_waits: Latencies,
 }
 
 /// The machine's CPU use, from `/proc/stat` between two scrapes.
@@ -179,6 +181,21 @@ pub(crate) fn render(
     for (kind, count) in ["NORMAL_TASK", "ACTOR_TASK"].iter().zip(retries) {
         out.sample("prism_task_retries_total", &[("Type", kind)], count as f64);
     }
+    out.family(
+        "prism_lease_wait_seconds",
+        Kind::Histogram,
+        "How long the lease requests granted on this node waited for a worker and \
+         resources, from their arrival to their grant.",
+    );
+    let mut counts = tables.lease_waits.counts.clone();
+    counts.resize(LATENCY_BOUNDS_SECONDS.len() + 1, 0);
+    out.histogram(
+        "prism_lease_wait_seconds",
+        &[],
+        LATENCY_BOUNDS_SECONDS,
+        &counts,
+        tables.lease_waits.sum_us as f64 / 1e6,
+    );
     out.single(
         "prism_objects_rebuilt_total",
         Kind::Counter,
@@ -358,6 +375,7 @@ mod tests {
         );
         tables.actors.insert(("ALIVE", "Counter".into()), 2);
         tables.running_tasks.insert("slow".into(), 1);
+        tables.lease_waits.observe(20_000);
         let store = StoreStats {
             used_bytes: 10,
             capacity_bytes: 100,
@@ -395,6 +413,9 @@ mod tests {
             "prism_task_latency_seconds_count{SessionName=\"s\",Type=\"ACTOR_TASK\"} 0",
             "prism_task_retries_total{SessionName=\"s\",Type=\"NORMAL_TASK\"} 3",
             "prism_objects_rebuilt_total{SessionName=\"s\"} 1",
+            "prism_lease_wait_seconds_bucket{SessionName=\"s\",le=\"0.01\"} 0",
+            "prism_lease_wait_seconds_bucket{SessionName=\"s\",le=\"0.025\"} 1",
+            "prism_lease_wait_seconds_count{SessionName=\"s\"} 1",
         ] {
             assert!(text.contains(line), "{line} in:\n{text}");
         }

@@ -965,6 +965,7 @@ impl MemberNode for Node {
 fn actor_lease(spec: &ActorSpec) -> LeaseRequest<ReplyTo> {
     LeaseRequest {
         may_spill: false,
+        asked_at: std::time::Instant::now(),
         shape: spec.options.resources.clone(),
         job: spec.job,
         env: spec.options.env_vars.clone(),

@@ -291,6 +291,7 @@ impl ClientHandler {
                             bundle,
                             grantee: Grantee::Client { holder, reply },
                             may_spill: false,
+                            asked_at: std::time::Instant::now(),
                         };
                         node.control(|c| c.scheduler.request_lease(request));
                     }
@@ -322,6 +323,7 @@ impl ClientHandler {
                 reply,
             },
             may_spill,
+            asked_at: std::time::Instant::now(),
         };
         self.node.control(|c| c.scheduler.request_lease(request));
     }

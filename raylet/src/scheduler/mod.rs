@@ -110,6 +110,8 @@ pub(crate) struct LeaseRequest<R> {
     /// Whether it may still be sent on to another node while it waits
     /// (a local client's request, in a multi-node cluster).
     pub(crate) may_spill: bool,
+    /// When it was asked for (its wait is counted when it is granted).
+    pub(crate) asked_at: std::time::Instant,
 }
 
 #[derive(Debug)]
@@ -153,6 +155,9 @@ pub(crate) struct Scheduler<R> {
     groups: Groups<R>,
     stopping: bool,
     out: Vec<Decision<R>>,
+    /// How long granted clients' lease requests waited, from their
+    /// arrival to their grant.
+    lease_waits: prism_protocol::messages::Latencies,
 }
 
 impl<R> Scheduler<R> {
@@ -168,7 +173,13 @@ impl<R> Scheduler<R> {
             leases: HashMap::new(),
             stopping: false,
             out: Vec::new(),
+            lease_waits: Default::default(),
         }
+    }
+
+    /// How long granted lease requests waited, since the node started.
+    pub(crate) fn lease_waits(&self) -> &prism_protocol::messages::Latencies {
+        &self.lease_waits
     }
 
     /// Takes the decisions made since the last call, in order.
@@ -625,6 +636,10 @@ impl<R> Scheduler<R> {
             }
         };
         let (address, pid) = (worker.address.clone().unwrap_or_default(), worker.pid);
+        if matches!(request.grantee, Grantee::Client { .. }) {
+            let waited = request.asked_at.elapsed().as_micros() as u64;
+            self.lease_waits.observe(waited);
+        }
         self.leases.insert(
             lease,
             Lease {

@@ -36,6 +36,7 @@ fn scheduler(cpus: f64, gpus: f64, prestart: usize, max_workers: usize) -> Sched
 fn lease(job: JobId, reply: u32, shape: ResourceSet) -> LeaseRequest<u32> {
     LeaseRequest {
         may_spill: false,
+        asked_at: std::time::Instant::now(),
         shape,
         job,
         env: Default::default(),
@@ -616,6 +617,7 @@ fn group(bundles: Vec<ResourceSet>) -> PlacementGroupSpec {
 fn in_bundle(job: JobId, reply: u32, shape: ResourceSet, g: PlacementGroupId) -> LeaseRequest<u32> {
     LeaseRequest {
         may_spill: false,
+        asked_at: std::time::Instant::now(),
         bundle: Some(BundleRef {
             group: g,
             index: None,
@@ -725,6 +727,7 @@ fn an_actor_lease_is_not_bound_by_the_job_limit_and_dies_with_its_worker() {
     let actor = ActorId::new();
     s.request_lease(LeaseRequest {
         may_spill: false,
+        asked_at: std::time::Instant::now(),
         shape: shape(1.0, 0.0),
         job,
         env: Default::default(),
@@ -757,6 +760,7 @@ fn boot_unique(s: &mut Sched, started: &[(WorkerId, Vec<u32>)]) {
 fn actor_lease(job: JobId, actor: ActorId) -> LeaseRequest<u32> {
     LeaseRequest {
         may_spill: false,
+        asked_at: std::time::Instant::now(),
         shape: shape(0.0, 0.0),
         job,
         env: Default::default(),
