@@ -543,7 +543,7 @@ pub fn retry_stats() -> RetryStats {
     RetryStats {
         task_retries,
         actor_call_retries,
-        objects_rebuilt: crate::runtime::objects::rebuilt(),
+        objects_rebuilt: crate::runtime::submission::rebuilt(),
     }
 }
 

@@ -20,6 +20,7 @@ mod actors;
 mod config;
 mod drivers;
 mod faults;
+mod gpus;
 mod launcher;
 mod membership;
 mod memory;
@@ -377,10 +378,21 @@ impl NodeView {
                 waiting_leases,
                 running_tasks: Default::default(),
                 lease_waits: c.scheduler.lease_waits().clone(),
+                gpus: Vec::new(),
             }
         });
+        // nvidia-smi runs only where the node offers GPUs.
+        let gpus = if tables.total.get("GPU").is_zero() {
+            Vec::new()
+        } else {
+            gpus::sample().unwrap_or_else(|e| {
+                tracing::debug!(error = %e, "no GPU metrics");
+                Vec::new()
+            })
+        };
         let tables = metrics::Tables {
             running_tasks: node.tasks.running_counts(),
+            gpus,
             ..tables
         };
         let store = node.store.stats(node.transfers.bytes());

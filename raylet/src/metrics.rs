@@ -72,6 +72,8 @@ pub(crate) struct Tables {
     pub(crate) running_tasks: BTreeMap<String, u64>,
     /// How long granted lease requests waited.
     pub(crate) lease_waits: Latencies,
+    /// The machine's GPUs (read only on a node that offers GPUs).
+    pub(crate) gpus: Vec<crate::gpus::GpuSample>,
 }
 
 /// The machine's CPU use, from `/proc/stat` between two scrapes.
@@ -315,6 +317,48 @@ pub(crate) fn render(
             .map(|n| n.get())
             .unwrap_or(1) as f64,
     );
+    if !tables.gpus.is_empty() {
+        let gpu_labels = |g: &crate::gpus::GpuSample| {
+            [
+                ("GpuIndex", g.index.clone()),
+                ("GpuDeviceName", g.name.clone()),
+                ("ip", node_ip.to_string()),
+            ]
+        };
+        type Read = fn(&crate::gpus::GpuSample) -> f64;
+        let families: [(&str, &str, Read); 3] = [
+            (
+                "ray_node_gpus_utilization",
+                "Percent of the last sample period each GPU was busy (nvidia-smi).",
+                |g| g.utilization,
+            ),
+            (
+                "ray_node_gram_used",
+                "Bytes of each GPU's memory in use (nvidia-smi).",
+                |g| g.memory_used_bytes as f64,
+            ),
+            (
+                "ray_node_gram_available",
+                "Bytes of each GPU's memory free (nvidia-smi).",
+                |g| g.memory_total_bytes.saturating_sub(g.memory_used_bytes) as f64,
+            ),
+        ];
+        for (name, help, value) in families {
+            out.family(name, Kind::Gauge, help);
+            for g in &tables.gpus {
+                let labels = gpu_labels(g);
+                let labels: Vec<(&str, &str)> =
+                    labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                out.sample(name, &labels, value(g));
+            }
+        }
+        out.single(
+            "ray_node_gpus_available",
+            Kind::Gauge,
+            "GPUs of the machine (nvidia-smi).",
+            tables.gpus.len() as f64,
+        );
+    }
     if let Some((total, available)) = read_memory() {
         out.single(
             "ray_node_mem_used",
@@ -376,6 +420,13 @@ mod tests {
         tables.actors.insert(("ALIVE", "Counter".into()), 2);
         tables.running_tasks.insert("slow".into(), 1);
         tables.lease_waits.observe(20_000);
+        tables.gpus.push(crate::gpus::GpuSample {
+            index: "0".into(),
+            name: "NVIDIA H100".into(),
+            utilization: 87.0,
+            memory_used_bytes: 1 << 30,
+            memory_total_bytes: 4 << 30,
+        });
         let store = StoreStats {
             used_bytes: 10,
             capacity_bytes: 100,
@@ -416,6 +467,9 @@ mod tests {
             "prism_lease_wait_seconds_bucket{SessionName=\"s\",le=\"0.01\"} 0",
             "prism_lease_wait_seconds_bucket{SessionName=\"s\",le=\"0.025\"} 1",
             "prism_lease_wait_seconds_count{SessionName=\"s\"} 1",
+            "ray_node_gpus_utilization{SessionName=\"s\",GpuIndex=\"0\",GpuDeviceName=\"NVIDIA H100\",ip=\"10.0.0.1\"} 87",
+            "ray_node_gram_available{SessionName=\"s\",GpuIndex=\"0\",GpuDeviceName=\"NVIDIA H100\",ip=\"10.0.0.1\"} 3221225472",
+            "ray_node_gpus_available{SessionName=\"s\"} 1",
         ] {
             assert!(text.contains(line), "{line} in:\n{text}");
         }

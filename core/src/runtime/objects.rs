@@ -29,7 +29,7 @@ use prism_protocol::messages::{
 };
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 impl RefOwner for Objects {
@@ -40,14 +40,6 @@ impl RefOwner for Objects {
 
 /// How many times one read makes a lost object again before giving up.
 const MAX_REBUILDS_PER_READ: u32 = 3;
-
-/// Objects made again after their node died, since the process started.
-static REBUILT: AtomicU64 = AtomicU64::new(0);
-
-/// How many objects this process made again from their lineage.
-pub(crate) fn rebuilt() -> u64 {
-    REBUILT.load(Ordering::Relaxed)
-}
 
 /// This process's objects; see the module docs.
 #[derive(Debug)]
@@ -539,7 +531,7 @@ impl Objects {
         }
         for lineage in runs {
             tracing::debug!(object = %lineage.spec.return_id, function = %lineage.spec.function, "running a task again");
-            REBUILT.fetch_add(1, Ordering::Relaxed);
+            super::submission::note_rebuilt();
             let deps = lineage.deps.clone();
             submitter.clone().resubmit(lineage, deps);
         }

@@ -58,6 +58,19 @@ pub(crate) struct Submission {
 static TASK_RETRIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 static ACTOR_CALL_RETRIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// Objects made again after their node died, since the process started.
+static REBUILT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many objects this process made again from their lineage.
+pub(crate) fn rebuilt() -> u64 {
+    REBUILT.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// One more object made again from its lineage.
+pub(crate) fn note_rebuilt() {
+    REBUILT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// What this process retried since it started: (tasks, actor calls).
 pub(crate) fn retries() -> (u64, u64) {
     use std::sync::atomic::Ordering::Relaxed;

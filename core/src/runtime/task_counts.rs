@@ -148,7 +148,7 @@ impl TaskCounts {
         } = std::mem::take(&mut *self.unreported.lock());
         let (retries, rebuilt) = {
             let now = super::submission::retries();
-            let now = ([now.0, now.1], super::objects::rebuilt());
+            let now = ([now.0, now.1], super::submission::rebuilt());
             let mut last = self.reported_totals.lock();
             let delta = ([now.0[0] - last.0[0], now.0[1] - last.0[1]], now.1 - last.1);
             *last = now;
