@@ -33,6 +33,12 @@ fn explode_for_state() -> i64 {
     panic!("exploded on purpose")
 }
 
+/// Asked for with 3 CPUs: waits while the long task runs.
+#[prism::remote]
+fn all_cpus_for_state() -> i64 {
+    9
+}
+
 /// Runs for `ms`: listed as RUNNING meanwhile, and found by `prism stack`.
 #[prism::remote]
 fn linger_for_state(ms: u64) -> u64 {
@@ -116,6 +122,12 @@ fn state_driver() {
     );
     assert!(must(group.wait(Duration::from_secs(10)), "it is placed"));
     let lingering = must(linger_for_state::remote(8_000), "a long task");
+    // 3 of the 4 CPUs (the group holds one, the long task one): it waits
+    // for the long task to end.
+    let waiting = must(
+        all_cpus_for_state::remote_with(prism::TaskOptions::new().num_cpus(3.0)),
+        "a task that waits for CPUs",
+    );
     // Owners report ended tasks about once a second.
     std::thread::sleep(Duration::from_millis(1500));
 
@@ -189,6 +201,17 @@ fn state_driver() {
             .all(|c| c["type"] == "ACTOR_CREATION_TASK"),
         "{tasks:?}"
     );
+    // A task waiting for CPUs is listed as waiting, with no node yet.
+    let pending = list(
+        &temp,
+        "tasks",
+        &["--filter", "state=PENDING_NODE_ASSIGNMENT"],
+    );
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert!(pending[0]["name"]
+        .as_str()
+        .is_some_and(|n| n.contains("all_cpus_for_state")));
+    assert!(pending[0]["node_id"].is_null(), "{pending:?}");
     // A task running now is listed as RUNNING, first.
     let running = list(&temp, "tasks", &["--filter", "state=RUNNING"]);
     let lingering_rows = named(&running, "name", "linger_for_state");
@@ -353,6 +376,7 @@ fn state_driver() {
     assert!(text(&out).contains("CLASS_NAME") && text(&out).contains("ALIVE"));
 
     must(prism::get(&lingering), "the long task ends");
+    assert_eq!(must(prism::get(&waiting), "then the waiting one runs"), 9);
     drop(object);
     drop(group);
     println!("STATE DRIVER DONE");

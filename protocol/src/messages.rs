@@ -319,6 +319,11 @@ services! {
             /// Objects made again from their lineage since the last report.
             #[serde(default)]
             rebuilt: u64,
+            /// The tasks this process owns that wait for a worker (the
+            /// oldest, at most 1,000), when that changed since its last
+            /// report (`Some(empty)`: none any more).
+            #[serde(default)]
+            pending: Option<Vec<PendingTask>>,
         } => ();
         /// The calling worker started (or stopped) waiting in `get`.
         WorkerBlocked {

@@ -353,6 +353,9 @@ impl NodeView {
         for (name, count) in self.node.tasks.running_counts() {
             *counts.entry((name, "RUNNING")).or_insert(0) += count;
         }
+        for (name, count) in self.node.tasks.pending_counts() {
+            *counts.entry((name, "PENDING_NODE_ASSIGNMENT")).or_insert(0) += count;
+        }
         let rows = counts
             .into_iter()
             .map(|((name, state), count)| {
@@ -377,6 +380,7 @@ impl NodeView {
                 workers,
                 waiting_leases,
                 running_tasks: Default::default(),
+                pending_tasks: Default::default(),
                 lease_waits: c.scheduler.lease_waits().clone(),
                 gpus: Vec::new(),
             }
@@ -392,6 +396,7 @@ impl NodeView {
         };
         let tables = metrics::Tables {
             running_tasks: node.tasks.running_counts(),
+            pending_tasks: node.tasks.pending_counts(),
             gpus,
             ..tables
         };

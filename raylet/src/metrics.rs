@@ -70,6 +70,8 @@ pub(crate) struct Tables {
     pub(crate) waiting_leases: u64,
     /// Tasks and actor calls running now, by function.
     pub(crate) running_tasks: BTreeMap<String, u64>,
+    /// Tasks waiting for a worker in their owners' queues, by function.
+    pub(crate) pending_tasks: BTreeMap<String, u64>,
     /// How long granted lease requests waited.
     pub(crate) lease_waits: Latencies,
     /// The machine's GPUs (read only on a node that offers GPUs).
@@ -149,12 +151,17 @@ pub(crate) fn render(
             count as f64,
         );
     }
-    for (name, count) in &tables.running_tasks {
-        out.sample(
-            "ray_tasks",
-            &[("Name", name), ("State", "RUNNING"), ("IsRetry", "0")],
-            *count as f64,
-        );
+    for (state, counts) in [
+        ("RUNNING", &tables.running_tasks),
+        ("PENDING_NODE_ASSIGNMENT", &tables.pending_tasks),
+    ] {
+        for (name, count) in counts {
+            out.sample(
+                "ray_tasks",
+                &[("Name", name), ("State", state), ("IsRetry", "0")],
+                *count as f64,
+            );
+        }
     }
     let (latencies, retries, rebuilt) = tasks.more.lock().clone();
     out.family(

@@ -134,6 +134,9 @@ impl Handler for ClientHandler {
             R::GetStoreStats(_) => answer(Ok(self.node.store.stats(self.node.transfers.bytes()))),
             R::ReportTaskCounts(r) => answer({
                 (self.node.task_totals).add(r.counts, &r.latencies, r.retries, r.rebuilt);
+                if let Some(now) = r.pending {
+                    self.node.tasks.set_pending(self.conn_id, now);
+                }
                 (self.node.tasks).add(r.events, r.dropped, &r.worker_id, r.runs, r.running);
                 Ok(())
             }),
@@ -218,6 +221,7 @@ impl Handler for ClientHandler {
             tokio::spawn(telling);
         }
         let holder = self.conn_id;
+        self.node.tasks.reporter_gone(holder);
         self.node.control(|c| {
             c.lease_holders.remove(&holder);
             c.scheduler.client_gone(holder)

@@ -6,7 +6,7 @@
 //! each, which the head joins.
 
 use parking_lot::Mutex;
-use prism_protocol::messages::{TaskEvent, TaskRun};
+use prism_protocol::messages::{PendingTask, TaskEvent, TaskRun};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -26,6 +26,9 @@ struct Table {
     order: VecDeque<String>,
     /// What each worker runs now, by worker id.
     running: HashMap<String, Vec<TaskRun>>,
+    /// The tasks each owner's queues hold, waiting for a worker, by the
+    /// owner's connection.
+    pending: HashMap<u64, Vec<PendingTask>>,
     /// Ended tasks not kept: dropped here or by their owner.
     dropped: u64,
 }
@@ -77,6 +80,31 @@ impl TaskTable {
         }
     }
 
+    /// Owner `reporter` (a connection) told what waits in its queues now.
+    pub(crate) fn set_pending(&self, reporter: u64, now: Vec<PendingTask>) {
+        let mut table = self.table.lock();
+        if now.is_empty() {
+            table.pending.remove(&reporter);
+        } else {
+            table.pending.insert(reporter, now);
+        }
+    }
+
+    /// An owner's connection closed: nothing of it waits any more.
+    pub(crate) fn reporter_gone(&self, reporter: u64) {
+        self.table.lock().pending.remove(&reporter);
+    }
+
+    /// Tasks waiting for a worker, by function.
+    pub(crate) fn pending_counts(&self) -> BTreeMap<String, u64> {
+        let table = self.table.lock();
+        let mut counts = BTreeMap::new();
+        for task in table.pending.values().flatten() {
+            *counts.entry(task.name.clone()).or_insert(0) += 1;
+        }
+        counts
+    }
+
     /// A worker exited: it runs nothing any more.
     pub(crate) fn worker_gone(&self, worker_id: &str) {
         self.table.lock().running.remove(worker_id);
@@ -97,7 +125,8 @@ impl TaskTable {
         counts
     }
 
-    /// At most `limit` rows, the running tasks first and then the newest;
+    /// At most `limit` rows, the running tasks first, then the waiting
+    /// ones, then the newest;
     /// how many rows there are in all; and how many ended tasks are not
     /// kept.
     pub(crate) fn rows(&self, limit: usize) -> (Vec<Value>, usize, u64) {
@@ -113,12 +142,28 @@ impl TaskTable {
                     .is_none_or(|k| k.ended.is_none())
             })
             .collect();
-        let total = running.len() + table.records.len();
+        let running_ids: std::collections::HashSet<&str> =
+            running.iter().map(|r| r.task_id.as_str()).collect();
+        let waiting: Vec<&PendingTask> = table
+            .pending
+            .values()
+            .flatten()
+            .filter(|p| {
+                !running_ids.contains(p.task_id.as_str()) && !table.records.contains_key(&p.task_id)
+            })
+            .collect();
+        let total = running.len() + waiting.len() + table.records.len();
         let mut rows: Vec<Value> = running
             .iter()
             .take(limit)
             .map(|run| row(None, Some(run)))
             .collect();
+        rows.extend(
+            waiting
+                .iter()
+                .take(limit.saturating_sub(rows.len()))
+                .map(|p| pending_row(p)),
+        );
         let ended = table
             .order
             .iter()
@@ -148,6 +193,20 @@ impl Table {
         }
         self.records.entry(id).or_default()
     }
+}
+
+/// A task waiting for a worker, as its owner reported it.
+fn pending_row(task: &PendingTask) -> Value {
+    json!({
+        "task_id": task.task_id,
+        "name": task.name,
+        "state": "PENDING_NODE_ASSIGNMENT",
+        "type": Value::Null,
+        "job_id": task.job_id,
+        "creation_time_ms": task.submitted_us / 1000,
+        "submitted_us": task.submitted_us,
+        "ran_here": false,
+    })
 }
 
 /// A row, in Ray's field names where Ray has them: the owner's view
@@ -255,5 +314,29 @@ mod tests {
         let (rows, _, _) = table.rows(1);
         assert_eq!(rows[0]["state"], "FINISHED");
         assert_eq!(rows[0]["task_id"], "r");
+    }
+
+    #[test]
+    fn waiting_tasks_are_listed_until_they_run_or_their_owner_goes() {
+        let table = TaskTable::new(10);
+        let waiting = |id: &str| PendingTask {
+            task_id: id.into(),
+            name: "add".into(),
+            job_id: "j".into(),
+            submitted_us: 5_000,
+        };
+        table.set_pending(7, vec![waiting("p"), waiting("r")]);
+        table.add(vec![], 0, "w1", vec![], Some(vec![run("r", None)]));
+        let (rows, total, _) = table.rows(10);
+        assert_eq!(total, 2, "r runs: listed once");
+        assert_eq!(rows[0]["state"], "RUNNING");
+        assert_eq!(rows[1]["state"], "PENDING_NODE_ASSIGNMENT");
+        assert_eq!(rows[1]["creation_time_ms"], 5);
+        assert_eq!(table.pending_counts().get("add"), Some(&2));
+        table.reporter_gone(7);
+        assert!(table.pending_counts().is_empty());
+        table.set_pending(8, vec![waiting("q")]);
+        table.set_pending(8, vec![]);
+        assert_eq!(table.rows(10).1, 1);
     }
 }

@@ -422,7 +422,7 @@ impl StateApi {
                         let name = c["name"].as_str().unwrap_or_default().to_string();
                         let state = c["state"].as_str().unwrap_or_default().to_string();
                         let count = c["count"].as_u64().unwrap_or(0);
-                        if state != "RUNNING" {
+                        if state == "FINISHED" || state == "FAILED" {
                             total += count;
                         }
                         let states = by_name.entry(name).or_default();

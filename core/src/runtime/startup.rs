@@ -463,6 +463,13 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
         objects.clone(),
         lessee.clone(),
     ));
+    let queues = Arc::downgrade(&tasks);
+    task_counts.set_waiting(Box::new(move |limit| {
+        queues
+            .upgrade()
+            .map(|t| t.queued(limit))
+            .unwrap_or_default()
+    }));
     let resubmit: Weak<dyn Resubmit> = Arc::downgrade(&tasks) as Weak<dyn Resubmit>;
     objects.set_resubmit(resubmit);
     let actors = Arc::new(ActorSubmitter::new(

@@ -203,6 +203,23 @@ pub(crate) struct TaskSubmitter {
     any_cancelled: AtomicBool,
 }
 
+impl TaskSubmitter {
+    /// The tasks waiting in the queues for a worker, the oldest first (at
+    /// most `limit`): id, function and submission time.
+    pub(crate) fn queued(&self, limit: usize) -> Vec<(TaskId, String, u64)> {
+        let shapes = self.shapes.lock();
+        let mut all: Vec<(TaskId, String, u64)> = shapes
+            .values()
+            .flat_map(|q| q.tasks.iter())
+            .map(|s| (s.spec.task_id, s.spec.function.clone(), s.submitted_us))
+            .collect();
+        drop(shapes);
+        all.sort_by_key(|t| t.2);
+        all.truncate(limit);
+        all
+    }
+}
+
 /// A cancel noted for a task that left the queue.
 #[derive(Debug, Clone, Copy)]
 struct Cancelled {

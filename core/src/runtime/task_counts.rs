@@ -7,7 +7,9 @@
 use super::task_runs::TaskRuns;
 use parking_lot::Mutex;
 use prism_protocol::ids::TaskId;
-use prism_protocol::messages::{Latencies, ReportTaskCounts, TaskCount, TaskEvent, TaskOutcome};
+use prism_protocol::messages::{
+    Latencies, PendingTask, ReportTaskCounts, TaskCount, TaskEvent, TaskOutcome,
+};
 use prism_protocol::rpc::Connection;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,6 +23,13 @@ use std::time::Duration;
 const FINISHED_KEPT: usize = 1_000;
 /// Failed tasks kept between two reports: all of them, up to this.
 const FAILED_KEPT: usize = 10_000;
+/// Waiting tasks reported at most (the oldest).
+const PENDING_SENT: usize = 1_000;
+
+/// The tasks this process owns that wait for a worker, the oldest first,
+/// at most the count given: id, function, submission time. Handed in by
+/// the composition root (the submitter's queues are above this file).
+pub(crate) type Waiting = Box<dyn Fn(usize) -> Vec<(TaskId, String, u64)> + Send + Sync>;
 
 /// What was not reported yet.
 #[derive(Debug, Default)]
@@ -65,7 +74,7 @@ struct Ended {
 }
 
 /// Ended tasks not yet reported.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct TaskCounts {
     unreported: Mutex<Unreported>,
     /// This process's job, named in each event.
@@ -76,6 +85,19 @@ pub(crate) struct TaskCounts {
     /// This process's retries (tasks, actor calls) and rebuilt objects
     /// as of the last report.
     reported_totals: Mutex<([u64; 2], u64)>,
+    /// Where the waiting tasks are read, once set.
+    waiting: std::sync::OnceLock<Waiting>,
+    /// The last report listed waiting tasks.
+    waiting_sent: Mutex<bool>,
+}
+
+impl std::fmt::Debug for TaskCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskCounts")
+            .field("job_id", &self.job_id)
+            .field("enabled", &self.enabled)
+            .finish_non_exhaustive()
+    }
 }
 
 fn slot(outcome: TaskOutcome, is_retry: bool) -> usize {
@@ -91,7 +113,32 @@ impl TaskCounts {
             job_id,
             enabled,
             reported_totals: Mutex::default(),
+            waiting: std::sync::OnceLock::new(),
+            waiting_sent: Mutex::new(false),
         }
+    }
+
+    /// Where the waiting tasks are read from now on.
+    pub(crate) fn set_waiting(&self, waiting: Waiting) {
+        let _ = self.waiting.set(waiting);
+    }
+
+    /// The waiting tasks, when they are to be sent: some now, or none now
+    /// after some were.
+    fn pending(&self) -> Option<Vec<PendingTask>> {
+        let waiting = self.waiting.get()?;
+        let now: Vec<PendingTask> = waiting(PENDING_SENT)
+            .into_iter()
+            .map(|(id, name, submitted_us)| PendingTask {
+                task_id: id.to_string(),
+                name,
+                job_id: self.job_id.clone(),
+                submitted_us,
+            })
+            .collect();
+        let mut sent = self.waiting_sent.lock();
+        let before = std::mem::replace(&mut *sent, !now.is_empty());
+        (before || !now.is_empty()).then_some(now)
     }
 
     /// Records one ended task (an actor call if `actor_call`), submitted
@@ -198,6 +245,7 @@ impl TaskCounts {
             latencies,
             retries,
             rebuilt,
+            pending: None,
         }
     }
 
@@ -207,6 +255,9 @@ impl TaskCounts {
     pub(crate) async fn report(&self, runs: &TaskRuns, raylet: &Connection, periodic: bool) {
         let mut report = self.take();
         (report.runs, report.running) = runs.take(periodic);
+        if periodic && self.enabled {
+            report.pending = self.pending();
+        }
         report.worker_id = runs.worker_id().to_string();
         if report.counts.is_empty()
             && report.dropped == 0
@@ -214,12 +265,14 @@ impl TaskCounts {
             && report.running.is_none()
             && report.retries == [0, 0]
             && report.rebuilt == 0
+            && report.pending.is_none()
         {
             return;
         }
         let sent = raylet.request(report.clone()).await;
         if let Err(e) = sent {
             runs.not_sent();
+            *self.waiting_sent.lock() = true;
             tracing::debug!(error = %e, "task counts not reported; kept for the next report");
             {
                 let mut last = self.reported_totals.lock();

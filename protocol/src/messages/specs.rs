@@ -515,6 +515,20 @@ impl Latencies {
     }
 }
 
+/// A task its owner submitted that waits for a worker (Ray's
+/// `PENDING_NODE_ASSIGNMENT`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingTask {
+    /// The task.
+    pub task_id: String,
+    /// The function.
+    pub name: String,
+    /// The owner's job.
+    pub job_id: String,
+    /// When it was submitted, in microseconds since the Unix epoch.
+    pub submitted_us: u64,
+}
+
 /// What a worker runs: a task, or a method call on the actor it hosts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RunKind {
