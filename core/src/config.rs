@@ -95,9 +95,11 @@ prism_config::table! {
     /// Ended tasks each node keeps for `prism list tasks` (the oldest are
     /// dropped first, and counted). 10,000 tasks: a few MiB.
     task_events_kept: usize = 10_000;
-    /// How often a process reports the tasks it owned that ended to its
-    /// node (for `prism list tasks` and the `ray_tasks` metric); 0 turns
-    /// the recording off (Ray's `task_events_report_interval_ms`).
+    /// How often a process reports the tasks it owned that ended, those
+    /// waiting in its queues, and the runs it executed to its node (for
+    /// `prism list tasks`, `prism timeline` and the `ray_tasks` metric;
+    /// runs are also sent 20 ms after they end); 0 turns the recording off
+    /// (Ray's `task_events_report_interval_ms`).
     task_events_report_interval_ms: u64 = 1_000;
     /// The first bytes of the object store that the raylet allocates in the
     /// background as it starts, so that the first puts find their memory
