@@ -78,6 +78,19 @@ pub(crate) struct Tables {
     pub(crate) gpus: Vec<crate::gpus::GpuSample>,
 }
 
+/// One histogram of times over [`LATENCY_BOUNDS_SECONDS`].
+fn histogram(out: &mut Exposition, name: &str, labels: &[(&str, &str)], times: &Latencies) {
+    let mut counts = times.counts.clone();
+    counts.resize(LATENCY_BOUNDS_SECONDS.len() + 1, 0);
+    out.histogram(
+        name,
+        labels,
+        LATENCY_BOUNDS_SECONDS,
+        &counts,
+        times.sum_us as f64 / 1e6,
+    );
+}
+
 /// The machine's CPU use, from `/proc/stat` between two scrapes.
 #[derive(Debug, Default)]
 pub(crate) struct CpuSampler {
@@ -171,14 +184,11 @@ pub(crate) fn render(
          actor calls apart (owners on this node report them).",
     );
     for (kind, latency) in ["NORMAL_TASK", "ACTOR_TASK"].iter().zip(&latencies) {
-        let mut counts = latency.counts.clone();
-        counts.resize(LATENCY_BOUNDS_SECONDS.len() + 1, 0);
-        out.histogram(
+        histogram(
+            &mut out,
             "prism_task_latency_seconds",
             &[("Type", kind)],
-            LATENCY_BOUNDS_SECONDS,
-            &counts,
-            latency.sum_us as f64 / 1e6,
+            latency,
         );
     }
     out.family(
@@ -196,14 +206,11 @@ pub(crate) fn render(
         "How long the lease requests granted on this node waited for a worker and \
          resources, from their arrival to their grant.",
     );
-    let mut counts = tables.lease_waits.counts.clone();
-    counts.resize(LATENCY_BOUNDS_SECONDS.len() + 1, 0);
-    out.histogram(
+    histogram(
+        &mut out,
         "prism_lease_wait_seconds",
         &[],
-        LATENCY_BOUNDS_SECONDS,
-        &counts,
-        tables.lease_waits.sum_us as f64 / 1e6,
+        &tables.lease_waits,
     );
     out.single(
         "prism_objects_rebuilt_total",

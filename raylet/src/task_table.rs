@@ -98,11 +98,7 @@ impl TaskTable {
     /// Tasks waiting for a worker, by function.
     pub(crate) fn pending_counts(&self) -> BTreeMap<String, u64> {
         let table = self.table.lock();
-        let mut counts = BTreeMap::new();
-        for task in table.pending.values().flatten() {
-            *counts.entry(task.name.clone()).or_insert(0) += 1;
-        }
-        counts
+        by_name(table.pending.values().flatten().map(|t| &t.name))
     }
 
     /// A worker exited: it runs nothing any more.
@@ -118,11 +114,7 @@ impl TaskTable {
     /// Tasks running now, by function.
     pub(crate) fn running_counts(&self) -> BTreeMap<String, u64> {
         let table = self.table.lock();
-        let mut counts = BTreeMap::new();
-        for run in table.running.values().flatten() {
-            *counts.entry(run.name.clone()).or_insert(0) += 1;
-        }
-        counts
+        by_name(table.running.values().flatten().map(|r| &r.name))
     }
 
     /// At most `limit` rows, the running tasks first, then the waiting
@@ -193,6 +185,15 @@ impl Table {
         }
         self.records.entry(id).or_default()
     }
+}
+
+/// How many of each name.
+fn by_name<'a>(names: impl Iterator<Item = &'a String>) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for name in names {
+        *counts.entry(name.clone()).or_insert(0) += 1;
+    }
+    counts
 }
 
 /// A task waiting for a worker, as its owner reported it.

@@ -111,14 +111,39 @@ impl StateApi {
     /// Asks every live node for `path` at once: each answer with its
     /// node, and the nodes that did not answer, with why.
     async fn ask_nodes(&self, path: &str) -> (Vec<(NodeEndpoint, Value)>, Vec<String>) {
-        let endpoints = (self.sources.endpoints)();
+        let (mut answers, mut failed) = (Vec::new(), Vec::new());
+        for (node, answer) in self
+            .ask((self.sources.endpoints)(), path, NODE_TIMEOUT)
+            .await
+        {
+            match (node, answer) {
+                (Some(node), Ok(value)) => answers.push((node, value)),
+                (Some(node), Err(e)) => {
+                    failed.push(format!("{} ({}): {e}", node.node_id, node.node_ip))
+                }
+                (None, Err(e)) => failed.push(format!("a node's call stopped: {e}")),
+                (None, Ok(_)) => {}
+            }
+        }
+        (answers, failed)
+    }
+
+    /// Asks `endpoints` for `path` at once, each within `timeout`: each
+    /// node with its JSON answer, or why there is none (a status other
+    /// than 200 is [`StateError::Server`]); no node for a call that stopped.
+    async fn ask(
+        &self,
+        endpoints: Vec<NodeEndpoint>,
+        path: &str,
+        timeout: Duration,
+    ) -> Vec<(Option<NodeEndpoint>, Result<Value, StateError>)> {
         let calls: Vec<_> = endpoints
             .into_iter()
             .map(|node| {
                 let token = self.token.clone();
                 let path = path.to_string();
                 tokio::spawn(async move {
-                    let answer = fetch::get(&node.address, &path, Some(&token), NODE_TIMEOUT).await;
+                    let answer = fetch::get(&node.address, &path, Some(&token), timeout).await;
                     let parsed = answer.and_then(|(status, body)| {
                         if status != 200 {
                             return Err(StateError::Server {
@@ -134,17 +159,14 @@ impl StateApi {
                 })
             })
             .collect();
-        let (mut answers, mut failed) = (Vec::new(), Vec::new());
+        let mut out = Vec::with_capacity(calls.len());
         for call in calls {
-            match call.await {
-                Ok((node, Ok(value))) => answers.push((node, value)),
-                Ok((node, Err(e))) => {
-                    failed.push(format!("{} ({}): {e}", node.node_id, node.node_ip))
-                }
-                Err(e) => failed.push(format!("a node's call stopped: {e}")),
-            }
+            out.push(match call.await {
+                Ok((node, answer)) => (Some(node), answer),
+                Err(e) => (None, Err(StateError::Connect(e.to_string()))),
+            });
         }
-        (answers, failed)
+        out
     }
 
     /// Rows of `kind` from every node, each with its node.
@@ -227,37 +249,21 @@ impl StateApi {
             Some(pid) => format!("/api/v0/local/stack?pid={pid}"),
             None => "/api/v0/local/stack".to_string(),
         };
-        let calls: Vec<_> = endpoints
-            .into_iter()
-            .map(|n| {
-                let (token, path) = (self.token.clone(), path.clone());
-                tokio::spawn(async move {
-                    let answer = fetch::get(&n.address, &path, Some(&token), STACK_TIMEOUT).await;
-                    (n, answer)
-                })
-            })
-            .collect();
         let (mut nodes, mut failed) = (Vec::new(), Vec::new());
-        for call in calls {
-            match call.await {
-                Ok((n, Ok((200, body)))) => {
-                    let value: Value = serde_json::from_slice(&body).unwrap_or_default();
-                    nodes.push(json!({"node_id": n.node_id, "node_ip": n.node_ip,
-                        "processes": value["processes"]}));
-                }
-                Ok((_, Ok((404, body)))) if pid.is_some() => {
-                    return Err(StateError::BadRequest(
-                        String::from_utf8_lossy(&body).into_owned(),
-                    ))
-                }
-                Ok((n, Ok((status, body)))) => failed.push(format!(
-                    "{} ({}): {status} {}",
-                    n.node_id,
-                    n.node_ip,
-                    String::from_utf8_lossy(&body)
-                )),
-                Ok((n, Err(e))) => failed.push(format!("{} ({}): {e}", n.node_id, n.node_ip)),
-                Err(e) => failed.push(format!("a node's call stopped: {e}")),
+        for (node, answer) in self.ask(endpoints, &path, STACK_TIMEOUT).await {
+            match (node, answer) {
+                (Some(n), Ok(value)) => nodes.push(json!({"node_id": n.node_id,
+                    "node_ip": n.node_ip, "processes": value["processes"]})),
+                (
+                    _,
+                    Err(StateError::Server {
+                        status: 404,
+                        message,
+                    }),
+                ) if pid.is_some() => return Err(StateError::BadRequest(message)),
+                (Some(n), Err(e)) => failed.push(format!("{} ({}): {e}", n.node_id, n.node_ip)),
+                (None, Err(e)) => failed.push(format!("a node's call stopped: {e}")),
+                (None, Ok(_)) => {}
             }
         }
         Ok(json!({ "nodes": nodes, "partial_failure_warning": failed.join("; ") }))
