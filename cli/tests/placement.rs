@@ -1,8 +1,10 @@
 //! Placement groups across nodes: a STRICT_SPREAD group reserves one
 //! bundle on each of three nodes (its tasks and actors run there, groups
 //! made on other nodes are listed, an impossible group is refused, and
-//! removal frees the CPUs); and the bundles on a node that dies are
-//! placed again on another node.
+//! removal frees the CPUs); the bundles on a node that dies are placed
+//! again on another node, with the actor in them; and a group whose home
+//! node dies is taken up by the head, placed again, and removed when its
+//! job ends.
 //!
 //! Real node processes on test hosts in network namespaces (10.77.0.x, one
 //! per host), started through the `prism` command (the harness is in
@@ -13,7 +15,7 @@ mod common;
 
 use common::{
     drive_in_background, drive_on_head, finished, fresh_marks, head_and_three, host_of, node_of,
-    three_nodes, Tally, Where, DRIVER, MARKS,
+    on, three_nodes, Tally, Where, DRIVER, MARKS,
 };
 use prism_tests::{must, must_become, must_eventually};
 use std::path::PathBuf;
@@ -192,8 +194,8 @@ fn move_group() {
             .filter(|n| n.len() == 2 && n[0] != before[0])
     });
     let third = after[0] != before[1] && after[1] == before[1];
-    // An actor of the moved bundle is not created again (yet): its callers
-    // are told it died with its node.
+    // The actor of the moved bundle is created again by its owner, in its
+    // bundle on the new node (its one restart).
     let now = prism::get(&must(moving.node(), "asked")).unwrap_or_else(|e| e.to_string());
     let kept = prism::get(&must(staying.add(1), "asked")).unwrap_or(0);
     let task = prism::get(&must(
@@ -206,9 +208,9 @@ fn move_group() {
     ))
     .unwrap_or_else(|e| e.to_string());
     println!(
-        "MOVED first_on_victim={} to_third={third} actor_dead_naming_node={} kept={kept} task_on_new={} ({task}; actor: {now})",
+        "MOVED first_on_victim={} to_third={third} actor_in_new_bundle={} kept={kept} task_on_new={} ({task}; actor: {now})",
         first == before[0],
-        now.contains("is dead") && now.contains(&before[0]),
+        now == after[0],
         task == after[0]
     );
     prism::shutdown();
@@ -240,9 +242,253 @@ fn a_placement_groups_bundles_on_a_dead_node_are_placed_again() {
     let said = finished(waiter);
     assert!(
         said.contains(
-            "MOVED first_on_victim=true to_third=true actor_dead_naming_node=true kept=8 task_on_new=true"
+            "MOVED first_on_victim=true to_third=true actor_in_new_bundle=true kept=8 task_on_new=true"
         ),
         "{said}"
     );
     let _ = std::fs::remove_dir_all(&marks);
+}
+
+/// Makes a STRICT_SPREAD group named "adopted" of two `slot` bundles from
+/// the node it runs on (its home), waits until it is placed, and says
+/// whether it was.
+#[prism::remote]
+fn make_adopted_group() -> String {
+    let slot = || prism::Bundle::new().resource("slot", 1.0);
+    let group = prism::named_placement_group(
+        "adopted",
+        vec![slot(), slot()],
+        prism::PlacementStrategy::StrictSpread,
+    );
+    match group.and_then(|g| g.wait(Duration::from_secs(30))) {
+        Ok(true) => "placed".into(),
+        Ok(false) => "not placed in 30 s".into(),
+        Err(e) => format!("failed: {e}"),
+    }
+}
+
+/// The adoption driver's first part: a task on a slot node makes the group
+/// there (its home); the test kills that node; the head takes the group
+/// up and it is whole again on the two live slot nodes.
+fn adopt_group() {
+    must(
+        prism::init(prism::Config::default()),
+        "the driver joins its node",
+    );
+    let marks = PathBuf::from(std::env::var(MARKS).unwrap_or_default());
+    let nodes = must(prism::nodes(), "the nodes");
+    let home = must(
+        nodes
+            .iter()
+            .find(|n| n.alive && n.total.get("slot").as_f64() > 0.0)
+            .ok_or("no slot node"),
+        "a slot node",
+    );
+    let made = must(
+        prism::get(&must(
+            make_adopted_group::remote_with(on(home).num_cpus(0.0)),
+            "submitted",
+        )),
+        "the task runs",
+    );
+    assert_eq!(made, "placed");
+    must(
+        std::fs::write(marks.join("victim.part"), &home.node_id),
+        "the victim is named",
+    );
+    must(
+        std::fs::rename(marks.join("victim.part"), marks.join("victim")),
+        "the victim is named",
+    );
+    must_eventually("the test killed the node", Duration::from_secs(60), || {
+        marks.join("killed").exists()
+    });
+    let (group, after) = must_become(
+        "the group is whole again on live nodes",
+        Duration::from_secs(60),
+        || {
+            let group = prism::get_placement_group("adopted").ok()?;
+            let after = group.bundle_nodes().ok()?;
+            let distinct: std::collections::BTreeSet<&String> = after.iter().collect();
+            (after.len() == 2 && distinct.len() == 2 && !after.contains(&home.node_id))
+                .then_some((group, after))
+        },
+    );
+    let mut on_their_nodes = true;
+    for (i, node) in after.iter().enumerate() {
+        let options = prism::TaskOptions::new()
+            .placement_group(&group, Some(i))
+            .num_cpus(0.0);
+        let ran = must(
+            prism::get(&must(node_of::remote_with(options), "submitted")),
+            "a task in a bundle runs",
+        );
+        on_their_nodes &= ran == *node;
+    }
+    let listed = must(prism::list_placement_groups(), "the groups are listed");
+    println!(
+        "ADOPTED tasks_on_their_nodes={on_their_nodes} listed={}",
+        listed.iter().any(|(name, _, _)| name == "adopted")
+    );
+    prism::shutdown();
+}
+
+/// The adoption driver's second part, after the first one's job ended:
+/// the adopted group ended with it, and the slots are free again.
+fn adopted_group_ended() {
+    must(
+        prism::init(prism::Config::default()),
+        "the driver joins its node",
+    );
+    let free = must_become(
+        "the adopted group is removed with its job",
+        Duration::from_secs(30),
+        || {
+            let listed = prism::list_placement_groups().ok()?;
+            let free = free_slots_on_live_nodes()?;
+            (listed.is_empty() && free >= 2.0).then_some(free)
+        },
+    );
+    println!("ENDED slots_free={free}");
+    prism::shutdown();
+}
+
+#[test]
+fn a_placement_group_whose_home_dies_is_placed_again_by_the_head_and_ends_with_its_job() {
+    if std::env::var_os(DRIVER).is_some() {
+        return match std::env::var("PRISM_CLI_TEST_PHASE").as_deref() {
+            Ok("ended") => adopted_group_ended(),
+            _ => adopt_group(),
+        };
+    }
+    let Some((m, head)) = head_and_three("pgadopt", "slot") else {
+        return;
+    };
+    let marks = fresh_marks("pgadopt");
+    let test =
+        "a_placement_group_whose_home_dies_is_placed_again_by_the_head_and_ends_with_its_job";
+    let waiter = drive_in_background(&m, test, &head, &marks);
+    let victim = must_become("the driver names the node", Duration::from_secs(60), || {
+        std::fs::read_to_string(marks.join("victim")).ok()
+    });
+    prism_tests::kill(m.node_pid(host_of(&m, &victim)));
+    must(
+        std::fs::write(marks.join("killed"), ""),
+        "the driver is told",
+    );
+    let said = finished(waiter);
+    assert!(
+        said.contains("ADOPTED tasks_on_their_nodes=true listed=true"),
+        "{said}"
+    );
+    let said = m.run_driver(
+        0,
+        test,
+        &head,
+        &[(DRIVER, "1"), ("PRISM_CLI_TEST_PHASE", "ended")],
+        Duration::from_secs(90),
+    );
+    assert!(said.contains("ENDED slots_free=2"), "{said}");
+    let _ = std::fs::remove_dir_all(&marks);
+}
+
+/// A driver on a slot node makes a group there (its home) and waits to be
+/// cut off: the test kills its node, and with it the driver's job.
+fn group_of_a_dying_driver() {
+    must(
+        prism::init(prism::Config::default()),
+        "the driver joins its node",
+    );
+    let marks = PathBuf::from(std::env::var(MARKS).unwrap_or_default());
+    let slot = || prism::Bundle::new().resource("slot", 1.0);
+    let group = must(
+        prism::placement_group(vec![slot(), slot()], prism::PlacementStrategy::StrictSpread),
+        "the group is asked for",
+    );
+    assert!(must(
+        group.wait(Duration::from_secs(30)),
+        "the group is placed"
+    ));
+    must(std::fs::write(marks.join("placed"), ""), "the test is told");
+    must_eventually("the test killed the node", Duration::from_secs(60), || {
+        marks.join("killed").exists()
+    });
+    // Its node is gone: the driver just leaves.
+    std::process::exit(0);
+}
+
+/// Run on the head after the home died with its driver: the group's
+/// bundles on the live nodes were given back.
+fn dead_drivers_group_freed() {
+    must(
+        prism::init(prism::Config::default()),
+        "the driver joins its node",
+    );
+    let free = must_become(
+        "the dead driver's group is removed from its live nodes",
+        Duration::from_secs(30),
+        || {
+            let listed = prism::list_placement_groups().ok()?;
+            let free = free_slots_on_live_nodes()?;
+            (listed.is_empty() && free >= 2.0).then_some(free)
+        },
+    );
+    println!("FREED slots_free={free}");
+    prism::shutdown();
+}
+
+#[test]
+fn a_placement_group_whose_home_dies_with_its_driver_gives_its_bundles_back() {
+    let test = "a_placement_group_whose_home_dies_with_its_driver_gives_its_bundles_back";
+    if std::env::var_os(DRIVER).is_some() {
+        return match std::env::var("PRISM_CLI_TEST_PHASE").as_deref() {
+            Ok("freed") => dead_drivers_group_freed(),
+            _ => group_of_a_dying_driver(),
+        };
+    }
+    let Some((m, head)) = head_and_three("pgorphan", "slot") else {
+        return;
+    };
+    let marks = fresh_marks("pgorphan");
+    let marks_text = marks.display().to_string();
+    std::thread::scope(|scope| {
+        let driver = scope.spawn(|| {
+            m.run_driver(
+                1,
+                test,
+                &head,
+                &[(DRIVER, "1"), (MARKS, marks_text.as_str())],
+                Duration::from_secs(120),
+            )
+        });
+        must_eventually("the group is placed", Duration::from_secs(60), || {
+            marks.join("placed").exists()
+        });
+        prism_tests::kill(m.node_pid(1));
+        must(
+            std::fs::write(marks.join("killed"), ""),
+            "the driver is told",
+        );
+        let _ = driver.join();
+    });
+    let said = m.run_driver(
+        0,
+        test,
+        &head,
+        &[(DRIVER, "1"), ("PRISM_CLI_TEST_PHASE", "freed")],
+        Duration::from_secs(90),
+    );
+    assert!(said.contains("FREED slots_free=2"), "{said}");
+    let _ = std::fs::remove_dir_all(&marks);
+}
+
+/// The free `slot`s summed over the live nodes, once the dead one is out
+/// of the view (two live slot nodes are left).
+fn free_slots_on_live_nodes() -> Option<f64> {
+    let live: Vec<prism::NodeInfo> = prism::nodes()
+        .ok()?
+        .into_iter()
+        .filter(|n| n.alive && n.total.get("slot").as_f64() > 0.0)
+        .collect();
+    (live.len() == 2).then(|| live.iter().map(|n| n.available.get("slot").as_f64()).sum())
 }

@@ -153,6 +153,9 @@ impl Raylet {
                 Ok((m, tcp)) => {
                     let _ = node.membership.set(m);
                     node.tcp_server.lock().replace(tcp);
+                    // A head started again is home to the groups its
+                    // earlier self placed.
+                    node.adopt_orphan_groups();
                 }
                 Err(e) => {
                     server.abort();

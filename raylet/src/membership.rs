@@ -72,6 +72,8 @@ pub(crate) struct Membership {
     peers: Peers,
     client: GcsClient,
     cluster_id: String,
+    /// Whether this node is the head.
+    is_head: bool,
     lost: watch::Receiver<Option<String>>,
     beating: tokio::task::JoinHandle<()>,
 }
@@ -115,6 +117,7 @@ impl Membership {
             peers: Peers::default(),
             client,
             cluster_id: reply.cluster_id,
+            is_head: link.is_head,
             lost,
             beating,
         })
@@ -128,6 +131,11 @@ impl Membership {
     /// The cluster's id.
     pub(crate) fn cluster_id(&self) -> &str {
         &self.cluster_id
+    }
+
+    /// Whether this node is the head.
+    pub(crate) fn is_head(&self) -> bool {
+        self.is_head
     }
 
     /// Waits until the control store gives this node up; returns why.

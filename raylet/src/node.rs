@@ -544,6 +544,7 @@ impl Node {
             c.scheduler.end_job(job_id, &keep);
             keep.len()
         });
+        self.forget_ended_groups();
         tracing::info!(job = %job_id, detached_actors_kept = kept, "job ended; its workers were stopped");
     }
 
@@ -948,6 +949,7 @@ impl MemberNode for Node {
     fn node_left(self: &Arc<Self>, dead: &str) {
         self.announce_node_death(dead);
         self.replace_lost_bundles(dead);
+        self.adopt_orphan_groups();
     }
 
     fn spill_waiting(

@@ -23,8 +23,16 @@
 //! every live holder the new nodes, again until each has answered. The
 //! bundles left on live nodes, and what runs in them, stay. A request
 //! naming a moved bundle waits for it (at most `MOVE_WAIT`).
+//!
+//! The home records each group in the head's key-value table as it is
+//! created, placed and moved, and drops the record when the group goes
+//! ([`records`]). When a home dies, the head's raylet reads the records
+//! ([`Node::adopt_orphan_groups`]): it takes up each group whose job still
+//! runs, becoming its home (and moving its bundles off the dead nodes),
+//! and gives back the bundles of a group whose job died with its home.
 
 pub(crate) mod assign;
+pub(crate) mod records;
 pub(crate) mod state;
 
 use crate::node::Node;
@@ -33,9 +41,9 @@ use assign::assign;
 use prism_protocol::error::Error;
 use prism_protocol::ids::{JobId, PlacementGroupId};
 use prism_protocol::messages::{
-    BundleRef, CommitBundles, GetPlacementGroup, ListPlacementGroups, MoveBundles,
-    PlacementGroupInfo, PlacementGroupSpec, PlacementGroupState, PlacementStrategy, PrepareBundles,
-    RemovePlacementGroup, Response,
+    BundleRef, CommitBundles, DriverRecord, GetPlacementGroup, GroupRecord, ListPlacementGroups,
+    MoveBundles, NodeInfo, PlacementGroupInfo, PlacementGroupSpec, PlacementGroupState,
+    PlacementStrategy, PrepareBundles, RemovePlacementGroup, Response, DRIVER_RECORD_PREFIX,
 };
 use prism_protocol::resources::ResourceSet;
 use std::collections::BTreeSet;
@@ -61,9 +69,74 @@ impl Node {
         spec: PlacementGroupSpec,
     ) -> Result<(), Error> {
         let id = spec.id;
-        self.create_group_here_or_over(job, spec)?;
+        self.create_group_here_or_over(job, spec.clone())?;
         self.pending_groups.home.lock().push(id);
+        // Placed here alone, every bundle is here; over the cluster, it is
+        // recorded again once placed.
+        let here = self.control(|c| c.scheduler.knows_group(id));
+        let nodes = if here {
+            vec![self.node_id.to_string(); spec.bundles.len()]
+        } else {
+            Vec::new()
+        };
+        self.record_group(job, &spec, nodes);
         Ok(())
+    }
+
+    /// The writer of this node's group records, once it is in a cluster.
+    fn group_records(&self) -> Option<&records::GroupRecords> {
+        let m = self.membership.get()?;
+        Some(
+            self.pending_groups
+                .records
+                .get_or_init(|| records::GroupRecords::start(m.gcs())),
+        )
+    }
+
+    /// Records a group whose home is this node in the head's table, with
+    /// its bundles' nodes (empty while not placed).
+    fn record_group(&self, job: JobId, spec: &PlacementGroupSpec, nodes: Vec<String>) {
+        if let Some(records) = self.group_records() {
+            records.put(&GroupRecord {
+                spec: spec.clone(),
+                job,
+                home: self.node_id.to_string(),
+                nodes,
+            });
+        }
+    }
+
+    /// Forgets the groups whose home is this node that ended with their
+    /// job (the scheduler removed them), and their records.
+    pub(crate) fn forget_ended_groups(self: &Arc<Self>) {
+        // One lock at a time: the home list, the pending groups, the
+        // scheduler's groups.
+        let home = self.pending_groups.home.lock().clone();
+        let pending: BTreeSet<PlacementGroupId> = {
+            let groups = self.pending_groups.groups.lock();
+            home.iter()
+                .filter(|id| groups.contains_key(id))
+                .copied()
+                .collect()
+        };
+        let ended: BTreeSet<PlacementGroupId> = self.control(|c| {
+            home.iter()
+                .filter(|id| !pending.contains(id) && !c.scheduler.group_is_live(**id))
+                .copied()
+                .collect()
+        });
+        if ended.is_empty() {
+            return;
+        }
+        self.pending_groups
+            .home
+            .lock()
+            .retain(|id| !ended.contains(id));
+        if let Some(records) = self.group_records() {
+            for id in ended {
+                records.forget(id);
+            }
+        }
     }
 
     /// The groups created here that are not removed. With `everywhere`,
@@ -189,6 +262,8 @@ impl Node {
         for reply in waiting {
             self.get_placement_group(id, None, false, reply);
         }
+        let nodes = self.control(|c| c.scheduler.group_nodes(id));
+        self.record_group(job, &spec, nodes);
         // A node that died while the group was being reserved left its
         // bundles on a dead node: they are moved like any others.
         self.start_moving(job, spec);
@@ -381,6 +456,7 @@ impl Node {
                 }
                 return None;
             }
+            self.record_group(job, spec, next.clone());
             nodes = next;
             moved = true;
         }
@@ -438,7 +514,17 @@ impl Node {
     /// Removes a group here and, for a request from this node's own
     /// processes, from every node holding a bundle of it.
     pub(crate) fn remove_group(self: &Arc<Self>, id: PlacementGroupId, tell_others: bool) {
-        self.pending_groups.home.lock().retain(|g| *g != id);
+        let was_home = {
+            let mut home = self.pending_groups.home.lock();
+            let was = home.contains(&id);
+            home.retain(|g| *g != id);
+            was
+        };
+        if was_home {
+            if let Some(records) = self.group_records() {
+                records.forget(id);
+            }
+        }
         let pending = self.pending_groups.groups.lock().remove(&id);
         if let Some((spec, waiting)) = pending {
             let info = PlacementGroupInfo {
@@ -607,4 +693,196 @@ impl Node {
             }
         }
     }
+
+    /// At the head: looks for groups whose home node is dead (from their
+    /// records in the head's table) and places each again from here when
+    /// its job still runs, or removes it from the nodes still holding its
+    /// bundles when its job is over. Run when a node dies and once when the
+    /// head starts (a head started again finds the groups its earlier self
+    /// was home to). One look at a time; a death during a look asks for
+    /// another.
+    pub(crate) fn adopt_orphan_groups(self: &Arc<Self>) {
+        let Some(m) = self.membership.get() else {
+            return;
+        };
+        if !m.is_head() {
+            return;
+        }
+        {
+            let mut looking = self.pending_groups.adopting.lock();
+            if looking.0 {
+                looking.1 = true;
+                return;
+            }
+            *looking = (true, false);
+        }
+        let node = self.clone();
+        tokio::spawn(async move {
+            // Bounded: each round is asked for by a node death.
+            loop {
+                node.adopt_round().await;
+                let mut looking = node.pending_groups.adopting.lock();
+                if !looking.1 {
+                    looking.0 = false;
+                    break;
+                }
+                looking.1 = false;
+            }
+        });
+    }
+
+    /// One look over the group records (see [`Node::adopt_orphan_groups`]).
+    async fn adopt_round(self: &Arc<Self>) {
+        let Some(m) = self.membership.get() else {
+            return;
+        };
+        let mut gcs = m.gcs();
+        let records = match records::load(&mut gcs).await {
+            Ok(records) => records,
+            Err(e) => {
+                tracing::warn!(error = %e, "the placement groups' records could not be read");
+                return;
+            }
+        };
+        if records.is_empty() {
+            return;
+        }
+        let nodes = match m.nodes().await {
+            Ok(nodes) => nodes,
+            Err(e) => {
+                tracing::warn!(error = %e, "the cluster's nodes could not be read");
+                return;
+            }
+        };
+        let here = self.node_id.to_string();
+        for record in records {
+            if record.home == here || !is_dead(&nodes, &record.home) {
+                continue;
+            }
+            match job_runs(&mut gcs, record.job, &nodes).await {
+                Ok(true) => self.adopt_group(record),
+                Ok(false) => self.end_orphan_group(record),
+                Err(why) => {
+                    tracing::warn!(group = %record.spec.id, %why, "could not tell whether a placement group's job still runs; left for the next look")
+                }
+            }
+        }
+    }
+
+    /// Becomes the home of a group whose home died while its job runs:
+    /// takes it up (holding the bundles it already held here, if any),
+    /// records it, moves its bundles off dead nodes, and removes it when
+    /// its job ends.
+    fn adopt_group(self: &Arc<Self>, record: GroupRecord) {
+        let GroupRecord {
+            spec,
+            job,
+            home,
+            nodes,
+        } = record;
+        let id = spec.id;
+        {
+            let mut homes = self.pending_groups.home.lock();
+            if homes.contains(&id) {
+                return;
+            }
+            homes.push(id);
+        }
+        tracing::warn!(group = %id, %home, "a placement group's home node died while its job runs; the head places it again");
+        let here = self.node_id.to_string();
+        let taken = if nodes.is_empty() {
+            // Never placed: placed afresh, from here.
+            self.create_group_here_or_over(job, spec.clone())
+        } else {
+            self.control(|c| {
+                c.scheduler
+                    .move_bundles(job, spec.clone(), nodes.clone(), &here)
+            })
+        };
+        if let Err(e) = taken {
+            tracing::warn!(group = %id, error = %e, "a placement group whose home died could not be taken up; it is removed");
+            self.pending_groups.home.lock().retain(|g| *g != id);
+            self.end_orphan_group(GroupRecord {
+                spec,
+                job,
+                home,
+                nodes,
+            });
+            return;
+        }
+        if !nodes.is_empty() {
+            self.record_group(job, &spec, nodes);
+            self.start_moving(job, spec);
+        }
+        let node = self.clone();
+        tokio::spawn(async move { node.end_with_job(job, id).await });
+    }
+
+    /// Removes an adopted group once its job is over (its driver left, or
+    /// its driver's node died), checking every `JOB_CHECK`; returns when
+    /// the group is removed otherwise.
+    async fn end_with_job(self: Arc<Self>, job: JobId, id: PlacementGroupId) {
+        let Some(m) = self.membership.get() else {
+            return;
+        };
+        loop {
+            tokio::time::sleep(JOB_CHECK).await;
+            let live = self.pending_groups.groups.lock().contains_key(&id)
+                || self.control(|c| c.scheduler.group_is_live(id));
+            if !live {
+                return;
+            }
+            let Ok(nodes) = m.nodes().await else {
+                continue;
+            };
+            if let Ok(false) = job_runs(&mut m.gcs(), job, &nodes).await {
+                tracing::info!(group = %id, %job, "the job of an adopted placement group ended; the group is removed");
+                self.remove_group(id, true);
+                return;
+            }
+        }
+    }
+
+    /// A group whose home died after its job ended: its bundles on live
+    /// nodes are given back, and its record goes.
+    fn end_orphan_group(self: &Arc<Self>, record: GroupRecord) {
+        let id = record.spec.id;
+        let here = self.node_id.to_string();
+        let holders: BTreeSet<String> = record.nodes.into_iter().collect();
+        tracing::info!(group = %id, home = %record.home, "a placement group's home node died with its job; its bundles are given back");
+        for node in holders {
+            if node == here {
+                self.remove_group(id, false);
+            } else if node != record.home {
+                self.tell_node_remove(node, id);
+            }
+        }
+        if let Some(records) = self.group_records() {
+            records.forget(id);
+        }
+    }
+}
+
+/// How often the head looks whether an adopted group's job still runs.
+const JOB_CHECK: Duration = Duration::from_secs(1);
+
+/// Whether the head lists `node` as dead (a node it does not know is not).
+fn is_dead(nodes: &[NodeInfo], node: &str) -> bool {
+    nodes.iter().any(|n| n.node_id == node && !n.alive)
+}
+
+/// Whether job `job`'s driver still runs: its record says it has not
+/// left, and its node is alive. A job with no record has no driver.
+async fn job_runs(
+    gcs: &mut prism_gcs::GcsClient,
+    job: JobId,
+    nodes: &[NodeInfo],
+) -> Result<bool, String> {
+    let key = format!("{DRIVER_RECORD_PREFIX}{job}");
+    let raw = gcs.kv_get(key).await.map_err(|e| e.to_string())?;
+    let Some(raw) = raw else {
+        return Ok(false);
+    };
+    let driver: DriverRecord = serde_json::from_slice(&raw).map_err(|e| e.to_string())?;
+    Ok(driver.end_time.is_none() && nodes.iter().any(|n| n.node_id == driver.node_id && n.alive))
 }

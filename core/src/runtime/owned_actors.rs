@@ -88,11 +88,12 @@ impl OwnedActors {
         }
     }
 
-    /// Records an actor created on `node`, if it may restart and is not
-    /// tied to a placement-group bundle (creating one again races its
-    /// bundle's move to a live node, which is not handled yet).
+    /// Records an actor created on `node`, if it may restart. One in a
+    /// placement-group bundle is created again in its bundle: the local
+    /// raylet routes it there, waiting while the group's home moves the
+    /// bundle off the dead node.
     pub(crate) fn placed(&self, spec: &ActorSpec, node: &str) {
-        if spec.options.max_restarts == 0 || spec.options.placement.is_some() {
+        if spec.options.max_restarts == 0 {
             return;
         }
         self.away.lock().insert(

@@ -221,6 +221,31 @@ pub struct DriverRecord {
     pub end_time: Option<u64>,
 }
 
+/// The key-value table prefix under which each placement group of a
+/// cluster is recorded ([`GroupRecord`], JSON) by its home raylet, so that
+/// the head can place it again when its home dies.
+pub const GROUP_RECORD_PREFIX: &str = "prism/pg/";
+
+/// The key-value table key of a placement group's record.
+pub fn group_record_key(id: PlacementGroupId) -> String {
+    format!("{GROUP_RECORD_PREFIX}{id}")
+}
+
+/// A placement group as its home raylet records it in the head's
+/// key-value table (under [`group_record_key`]) while it is not removed:
+/// its spec, its job, the node that places it, and where each bundle is.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GroupRecord {
+    /// The group's spec.
+    pub spec: PlacementGroupSpec,
+    /// The job it belongs to (it ends with the job).
+    pub job: JobId,
+    /// The node that places it and moves its bundles (its home).
+    pub home: String,
+    /// Each bundle's node; empty while the group is not placed yet.
+    pub nodes: Vec<String>,
+}
+
 /// The most bytes one `ReadProgram` asks for.
 pub const PROGRAM_CHUNK: u64 = 8 << 20;
 
