@@ -4,7 +4,8 @@
 //! removal frees the CPUs); the bundles on a node that dies are placed
 //! again on another node, with the actor in them; and a group whose home
 //! node dies is taken up by the head, placed again, and removed when its
-//! job ends.
+//! job ends (given back at once when its job died with the home; taken up
+//! by a head started again when the head was its home).
 //!
 //! Real node processes on test hosts in network namespaces (10.77.0.x, one
 //! per host), started through the `prism` command (the harness is in
@@ -491,4 +492,120 @@ fn free_slots_on_live_nodes() -> Option<f64> {
         .filter(|n| n.alive && n.total.get("slot").as_f64() > 0.0)
         .collect();
     (live.len() == 2).then(|| live.iter().map(|n| n.available.get("slot").as_f64()).sum())
+}
+
+/// A driver on a slot node has a task on the head make a group (the head
+/// is its home); the test kills the whole head node and starts it again;
+/// the new head takes the group up: it is listed, and its bundles are used.
+fn group_homed_at_the_head() {
+    must(
+        prism::init(prism::Config::default()),
+        "the driver joins its node",
+    );
+    let marks = PathBuf::from(std::env::var(MARKS).unwrap_or_default());
+    let nodes = must(prism::nodes(), "the nodes");
+    let head = must(
+        nodes.iter().find(|n| n.is_head).ok_or("no head"),
+        "the head",
+    );
+    let made = must(
+        prism::get(&must(
+            make_named_group::remote_with(on(head).num_cpus(0.0), "headhome".to_string()),
+            "submitted",
+        )),
+        "the task runs",
+    );
+    assert_eq!(made, "placed");
+    let group = must(prism::get_placement_group("headhome"), "the group by name");
+    let before = must(group.bundle_nodes(), "the bundles' nodes");
+    must(std::fs::write(marks.join("placed"), ""), "the test is told");
+    must_eventually("the head is started again", Duration::from_secs(90), || {
+        marks.join("restarted").exists()
+    });
+    let listed = must_become(
+        "the new head lists the group",
+        Duration::from_secs(30),
+        || {
+            let listed = prism::list_placement_groups().ok()?;
+            listed
+                .iter()
+                .any(|(name, _, _)| name == "headhome")
+                .then_some(true)
+        },
+    );
+    let after = must(group.bundle_nodes(), "the bundles' nodes");
+    let mut on_their_nodes = true;
+    for (i, node) in after.iter().enumerate() {
+        let options = prism::TaskOptions::new()
+            .placement_group(&group, Some(i))
+            .num_cpus(0.0);
+        let ran = must(
+            prism::get(&must(node_of::remote_with(options), "submitted")),
+            "a task in a bundle runs",
+        );
+        on_their_nodes &= ran == *node;
+    }
+    println!(
+        "TAKEN_UP listed={listed} same_nodes={} tasks_on_their_nodes={on_their_nodes}",
+        after == before
+    );
+    prism::shutdown();
+}
+
+/// Makes a STRICT_SPREAD group named `name` of two `slot` bundles from the
+/// node it runs on (its home) and says whether it was placed.
+#[prism::remote]
+fn make_named_group(name: String) -> String {
+    let slot = || prism::Bundle::new().resource("slot", 1.0);
+    let group = prism::named_placement_group(
+        &name,
+        vec![slot(), slot()],
+        prism::PlacementStrategy::StrictSpread,
+    );
+    match group.and_then(|g| g.wait(Duration::from_secs(30))) {
+        Ok(true) => "placed".into(),
+        Ok(false) => "not placed in 30 s".into(),
+        Err(e) => format!("failed: {e}"),
+    }
+}
+
+#[test]
+fn a_head_started_again_takes_up_the_groups_its_earlier_self_was_home_to() {
+    let test = "a_head_started_again_takes_up_the_groups_its_earlier_self_was_home_to";
+    if std::env::var_os(DRIVER).is_some() {
+        return group_homed_at_the_head();
+    }
+    let Some((m, head)) = head_and_three("pghead", "slot") else {
+        return;
+    };
+    let marks = fresh_marks("pghead");
+    let marks_text = marks.display().to_string();
+    std::thread::scope(|scope| {
+        let driver = scope.spawn(|| {
+            m.run_driver(
+                1,
+                test,
+                &head,
+                &[(DRIVER, "1"), (MARKS, marks_text.as_str())],
+                Duration::from_secs(180),
+            )
+        });
+        must_eventually("the group is placed", Duration::from_secs(60), || {
+            marks.join("placed").exists()
+        });
+        prism_tests::kill(m.node_pid(0));
+        std::thread::sleep(Duration::from_secs(1));
+        let again = m.start_head_with(common::FAST_DEATH, &["--num-cpus", "1"]);
+        assert_eq!(again, head);
+        must(
+            std::fs::write(marks.join("restarted"), ""),
+            "the driver is told",
+        );
+        let said = must(driver.join().map_err(|_| "panicked"), "the driver ends");
+        assert!(
+            said.contains("TAKEN_UP listed=true same_nodes=true tasks_on_their_nodes=true"),
+            "{said}"
+        );
+    });
+    let _ = std::fs::remove_dir_all(&marks);
 }
