@@ -1,6 +1,7 @@
 //! A node's metrics endpoint: `GET /metrics` in Prometheus's text format,
 //! on the node's address at `--metrics-export-port` (Ray's flag), behind
-//! the cluster token (`Authorization: Bearer`, which Prometheus sends from
+//! the cluster token (`GET /api/local_raylet_healthz`, for health probes,
+//! needs none) (`Authorization: Bearer`, which Prometheus sends from
 //! a `credentials_file`). The head learns the address at registration and
 //! lists it in the service-discovery file it writes for Prometheus.
 
@@ -67,6 +68,7 @@ impl Bound {
         let endpoint = Arc::new(Endpoint { view, token });
         let app = Router::new()
             .route("/metrics", get(scrape))
+            .route("/api/local_raylet_healthz", get(health))
             .route("/api/v0/local/logs", get(log_list))
             .route("/api/v0/local/logs/file", get(log_read))
             .route("/api/v0/local/stack", get(stack))
@@ -85,6 +87,16 @@ impl Bound {
         });
         tracing::info!(%address, "metrics endpoint started");
         Serving { task }
+    }
+}
+
+/// The node's health for probes (Ray's `/api/local_raylet_healthz`, as
+/// KubeRay's probes ask it): `success` with 200, or 503 and why. Needs no
+/// token: a probe has none, and the answer tells nothing else.
+async fn health(State(e): State<Arc<Endpoint>>) -> Response {
+    match e.view.health() {
+        Ok(()) => (StatusCode::OK, "success").into_response(),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
     }
 }
 

@@ -41,7 +41,13 @@ pub(crate) fn start(mut args: StartArgs) -> Result<ExitCode, String> {
     if args.block {
         return run_node(args, config);
     }
-    start_in_background(&args)
+    // A joining node may wait for its head first (see `wait_for_head`).
+    let limit = if args.head {
+        START_TIMEOUT
+    } else {
+        START_TIMEOUT + Duration::from_millis(config.head_reconnect_timeout_ms)
+    };
+    start_in_background(&args, limit)
 }
 
 /// The node's settings: the environment's `PRISM_` values, then the flags.
@@ -86,7 +92,7 @@ fn node_config(args: &StartArgs) -> Result<prism::Config, String> {
 
 /// Runs this command again with `--block` in a new session, its output in
 /// a log file, and waits until the node's record appears.
-fn start_in_background(args: &StartArgs) -> Result<ExitCode, String> {
+fn start_in_background(args: &StartArgs, limit: Duration) -> Result<ExitCode, String> {
     let temp = &args.temp.temp_dir;
     let logs = temp.join("logs");
     prism_protocol::guard::private_dir(temp)
@@ -128,7 +134,7 @@ fn start_in_background(args: &StartArgs) -> Result<ExitCode, String> {
         .spawn()
         .map_err(|e| format!("cannot start the node process: {e}"))?;
     let record_path = NodeRecord::dir(temp).join(format!("{}.json", child.id()));
-    let deadline = Instant::now() + START_TIMEOUT;
+    let deadline = Instant::now() + limit;
     loop {
         if let Some(record) = NodeRecord::list(temp)
             .into_iter()
@@ -149,7 +155,7 @@ fn start_in_background(args: &StartArgs) -> Result<ExitCode, String> {
             let _ = child.wait();
             return Err(format!(
                 "the node did not answer within {} s (no {}); its log is {}",
-                START_TIMEOUT.as_secs(),
+                limit.as_secs(),
                 record_path.display(),
                 log_path.display()
             ));
@@ -322,6 +328,11 @@ async fn serve(args: StartArgs, config: prism::Config) -> Result<ExitCode, Strin
     } else {
         let head = args.address.clone().unwrap_or_default();
         let token = find_token(args.token.as_deref(), &temp)?;
+        wait_for_head(
+            &head,
+            Duration::from_millis(config.head_reconnect_timeout_ms),
+        )
+        .await?;
         let node_ip = match &args.node_ip_address {
             Some(ip) => ip.clone(),
             None => route_ip(Some(&head)),
@@ -458,6 +469,45 @@ async fn saved_token(state: &StateStore) -> Result<Option<Token>, String> {
             }
             Err(e) => return Err(e.to_string()),
         }
+    }
+}
+
+/// Waits until the head at `head` takes a connection (its name resolves
+/// and its port answers), trying again after a pause that doubles from
+/// 0.25 s up to 5 s, with a log line each time, for at most `patience`: a
+/// node started before its head (a worker pod before the head's pod)
+/// joins once the head is up, and one given a wrong address says so.
+async fn wait_for_head(head: &str, patience: Duration) -> Result<(), String> {
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(250);
+    let mut tries = 0u32;
+    loop {
+        tries += 1;
+        let reached =
+            tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(head))
+                .await;
+        let why = match reached {
+            Ok(Ok(_)) => {
+                if tries > 1 {
+                    tracing::info!(%head, tries, waited_ms = started.elapsed().as_millis() as u64, "the head answers");
+                }
+                return Ok(());
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "no answer within 2 s".to_string(),
+        };
+        let waited = started.elapsed();
+        if waited + pause > patience {
+            return Err(format!(
+                "the head at {head} could not be reached in {:.1} s ({tries} tries; the last: \
+                 {why}): check the address and that the head runs, or wait longer with \
+                 PRISM_HEAD_RECONNECT_TIMEOUT_MS",
+                waited.as_secs_f64()
+            ));
+        }
+        tracing::warn!(%head, tries, error = %why, next_try_ms = pause.as_millis() as u64, "waiting for the head");
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(5));
     }
 }
 

@@ -492,3 +492,82 @@ fn a_head_on_a_new_disk_resumes_its_cluster_from_redis() {
     assert_eq!(m.node_pid(1), node_pid, "the joined node ran on throughout");
     assert!(!prism_tests::is_gone(node_pid));
 }
+
+#[test]
+fn a_node_started_before_its_head_waits_for_it_and_one_given_a_wrong_address_says_so() {
+    let Some(m) = Machines::new("early", 2) else {
+        return;
+    };
+    let token_file = m.temps[1].with_file_name("prism-cli-early-token");
+    must(
+        std::fs::write(&token_file, "early-bird-token\n"),
+        "the token file",
+    );
+    let token_path = token_file.display().to_string();
+    let head = format!("{}:6380", m.ip(0));
+    let ip1 = m.ip(1).to_string();
+    let started = std::time::Instant::now();
+    let joined = std::thread::scope(|scope| {
+        let early = scope.spawn(|| {
+            m.prism(
+                1,
+                &[
+                    "start",
+                    "--address",
+                    &head,
+                    "--token-file",
+                    &token_path,
+                    "--node-ip-address",
+                    &ip1,
+                    "--num-cpus",
+                    "1",
+                ],
+                &[("PRISM_HEAD_RECONNECT_TIMEOUT_MS", "30000")],
+            )
+        });
+        // The head comes up two seconds later.
+        std::thread::sleep(Duration::from_secs(2));
+        let started_head = m.start_head_with(
+            FAST_DEATH,
+            &["--num-cpus", "1", "--token-file", &token_path],
+        );
+        assert_eq!(started_head, head);
+        must(
+            early.join().map_err(|_| "panicked"),
+            "the early node's start",
+        )
+    });
+    assert!(joined.status.success(), "{}", text(&joined));
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    must_eventually("both nodes are alive", Duration::from_secs(10), || {
+        m.status(0).contains("Nodes: 2 alive")
+    });
+    let logs = m.temps[1].join("logs");
+    let logged: String = must(std::fs::read_dir(&logs), "the early node's logs")
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .collect();
+    assert!(
+        logged.contains("waiting for the head") && logged.contains("the head answers"),
+        "{logged}"
+    );
+
+    // Nothing listens at this address: the node gives up when its patience
+    // is spent, and says why.
+    let wrong = format!("{}:6399", m.ip(0));
+    let given_up = std::time::Instant::now();
+    let out = m.prism(
+        1,
+        &["start", "--address", &wrong, "--token-file", &token_path],
+        &[("PRISM_HEAD_RECONNECT_TIMEOUT_MS", "1500")],
+    );
+    assert!(!out.status.success());
+    let said = text(&out);
+    assert!(
+        said.contains(&format!("the head at {wrong} could not be reached"))
+            && said.contains("PRISM_HEAD_RECONNECT_TIMEOUT_MS"),
+        "{said}"
+    );
+    assert!(given_up.elapsed() < Duration::from_secs(20), "{said}");
+    let _ = std::fs::remove_file(&token_file);
+}

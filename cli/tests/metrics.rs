@@ -218,6 +218,19 @@ fn prometheus_scrapes_every_node_through_the_discovery_file() {
         "{said}"
     );
 
+    // The health probes answer without the token: each node's, and the
+    // control store's on the head's dashboard.
+    for at in &nodes {
+        let (status, body) = get(&m, at, "/api/local_raylet_healthz", None);
+        assert_eq!((status, body.as_str()), (200, "success"), "{at}");
+    }
+    for (_, targets) in groups.iter().filter(|(c, _)| c == "head") {
+        for at in targets {
+            let (status, body) = get(&m, at, "/api/gcs_healthz", None);
+            assert_eq!((status, body.as_str()), (200, "success"), "{at}");
+        }
+    }
+
     // Every endpoint: the token is asked for, the text parses.
     let mut endpoints = nodes.clone();
     endpoints.extend(

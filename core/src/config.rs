@@ -165,7 +165,9 @@ prism_config::table! {
     /// call fails with an error that says so: a new named actor, a
     /// spillback, a placement group, a key-value call. The node's own tasks
     /// and actors run on meanwhile. 60 s, as Ray's
-    /// `gcs_rpc_server_reconnect_timeout_s`.
+    /// `gcs_rpc_server_reconnect_timeout_s`. A node started before its
+    /// head (`prism start --address`) waits as long for the head to
+    /// answer, with a log line per try.
     head_reconnect_timeout_ms: u64 = 60_000;
     /// Environment variables for every worker and actor of this driver's
     /// job, as a JSON object of strings (Ray's `ray.init(runtime_env=

@@ -257,6 +257,29 @@ pub struct NodeRows {
 }
 
 impl NodeView {
+    /// Whether the node is fit to serve, for a health probe (Ray's
+    /// `/api/local_raylet_healthz`): its head has not given it up, and its
+    /// scheduler answers. `Err` says why not.
+    ///
+    /// ```no_run
+    /// # async fn f(raylet: prism_raylet::Raylet) {
+    /// match raylet.view().health() {
+    ///     Ok(()) => println!("success"),
+    ///     Err(why) => println!("unhealthy: {why}"),
+    /// }
+    /// # }
+    /// ```
+    pub fn health(&self) -> Result<(), String> {
+        if let Some(cause) = self.node.membership.get().and_then(|m| m.given_up()) {
+            return Err(format!("the head gave this node up: {cause}"));
+        }
+        // A scheduler whose lock is held for good never gets here: the
+        // probe times out, as it should.
+        self.node
+            .control(|c| c.scheduler.resources().total().iter().count());
+        Ok(())
+    }
+
     /// The node's rows of `kind` (one of [`NODE_ROW_KINDS`]), at most
     /// `limit`; `None` for another kind.
     pub fn rows(&self, kind: &str, limit: usize) -> Option<NodeRows> {

@@ -138,6 +138,11 @@ impl Membership {
         self.is_head
     }
 
+    /// Why the control store gave this node up, once it did.
+    pub(crate) fn given_up(&self) -> Option<String> {
+        self.lost.borrow().clone()
+    }
+
     /// Waits until the control store gives this node up; returns why.
     pub(crate) async fn lost(&self) -> String {
         let mut lost = self.lost.clone();
