@@ -28,10 +28,12 @@ prism_config::table! {
     num_cpus: Option<u32> = None;
     /// GPUs this node offers; `None` counts `/dev/nvidia<N>` devices.
     num_gpus: Option<u32> = None;
-    /// Memory this node offers to tasks, in bytes; `None` is the machine's total.
+    /// Memory this node offers to tasks, in bytes; `None` is the machine's
+    /// total, or the node's cgroup limit when that is lower (a container's).
     memory_bytes: Option<u64> = None;
-    /// Object store capacity. Ray's default is 30% of memory; we take the
-    /// same share, bounded so that tests on small machines stay small.
+    /// Object store capacity. Ray's default is 30% of memory (the memory
+    /// offered to tasks above, so a container's limit bounds it); we take
+    /// the same share, bounded so that tests on small machines stay small.
     object_store_memory_bytes: Option<u64> = None;
     /// Values up to this size travel inside messages; larger ones go to
     /// shared memory once. 100 KiB, as in Ray: below this a copy through a
@@ -358,8 +360,10 @@ impl Config {
     }
 
     pub(crate) fn store_capacity(&self) -> u64 {
-        self.object_store_memory_bytes
-            .unwrap_or_else(|| (total_memory_bytes() / 10 * 3).clamp(64 << 20, 8 << 30))
+        self.object_store_memory_bytes.unwrap_or_else(|| {
+            let memory = self.memory_bytes.unwrap_or_else(total_memory_bytes);
+            (memory / 10 * 3).clamp(64 << 20, 8 << 30)
+        })
     }
 }
 
@@ -369,7 +373,50 @@ fn count_gpu_devices() -> u32 {
         .count() as u32
 }
 
+/// The machine's memory, or this process's cgroup limit when lower (in a
+/// container, the pod's limit: offering the machine's would let the node
+/// be killed by the kernel for using what it was told it had).
 fn total_memory_bytes() -> u64 {
+    let machine = machine_memory_bytes();
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let read = |path: &std::path::Path| std::fs::read_to_string(path).ok();
+    match cgroup_memory_limit(&own, read) {
+        Some(limit) if limit < machine => limit,
+        _ => machine,
+    }
+}
+
+/// The memory limit of the cgroup that `/proc/self/cgroup` (`own`) names:
+/// cgroup v2's `memory.max`, or v1's `memory.limit_in_bytes`; `None`
+/// without a limit ("max", or v1's page-rounded i64::MAX).
+fn cgroup_memory_limit(
+    own: &str,
+    read: impl Fn(&std::path::Path) -> Option<String>,
+) -> Option<u64> {
+    let root = std::path::Path::new("/sys/fs/cgroup");
+    let parse = |text: Option<String>| -> Option<u64> {
+        let value: u64 = text?.trim().parse().ok()?;
+        (value < 1 << 60).then_some(value)
+    };
+    for line in own.lines() {
+        let mut fields = line.splitn(3, ':');
+        let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+        let path = path.trim_start_matches('/');
+        if controllers.is_empty() {
+            if let Some(limit) = parse(read(&root.join(path).join("memory.max"))) {
+                return Some(limit);
+            }
+        } else if controllers.split(',').any(|c| c == "memory") {
+            let dir = root.join("memory").join(path);
+            if let Some(limit) = parse(read(&dir.join("memory.limit_in_bytes"))) {
+                return Some(limit);
+            }
+        }
+    }
+    None
+}
+
+fn machine_memory_bytes() -> u64 {
     // SAFETY: sysconf has no memory-safety preconditions.
     let (pages, page) = unsafe {
         (
@@ -387,6 +434,47 @@ fn total_memory_bytes() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_containers_memory_limit_is_read_from_its_cgroup() {
+        let files = |entries: &'static [(&'static str, &'static str)]| {
+            move |p: &std::path::Path| {
+                entries
+                    .iter()
+                    .find(|(path, _)| std::path::Path::new(path) == p)
+                    .map(|(_, text)| text.to_string())
+            }
+        };
+        // cgroup v2, inside a container's namespace.
+        let v2 = files(&[("/sys/fs/cgroup/memory.max", "2147483648\n")]);
+        assert_eq!(cgroup_memory_limit("0::/\n", v2), Some(2 << 30));
+        // cgroup v2 with no limit.
+        let unlimited = files(&[("/sys/fs/cgroup/user.slice/memory.max", "max\n")]);
+        assert_eq!(cgroup_memory_limit("0::/user.slice\n", unlimited), None);
+        // cgroup v1 (hybrid: the v1 memory controller wins), unlimited and
+        // limited.
+        let own = "12:memory:/pod1\n0::/pod1\n";
+        let v1 = files(&[(
+            "/sys/fs/cgroup/memory/pod1/memory.limit_in_bytes",
+            "1073741824\n",
+        )]);
+        assert_eq!(cgroup_memory_limit(own, v1), Some(1 << 30));
+        let v1_unlimited = files(&[(
+            "/sys/fs/cgroup/memory/pod1/memory.limit_in_bytes",
+            "9223372036854771712\n",
+        )]);
+        assert_eq!(cgroup_memory_limit(own, v1_unlimited), None);
+        assert_eq!(cgroup_memory_limit("", files(&[])), None);
+    }
+
+    #[test]
+    fn the_object_store_takes_30_percent_of_the_memory_offered() {
+        let mut config = Config::default();
+        config.memory_bytes = Some(4 << 30);
+        assert_eq!(config.store_capacity(), (4u64 << 30) / 10 * 3);
+        let given = config.object_store_memory(100 << 20);
+        assert_eq!(given.store_capacity(), 100 << 20);
+    }
 
     #[test]
     fn a_value_that_does_not_parse_names_key_value_and_type() {
