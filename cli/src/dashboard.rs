@@ -361,11 +361,19 @@ async fn metrics(State(d): State<Arc<Dashboard>>, headers: HeaderMap) -> Respons
 }
 
 /// The control store's health for probes (Ray's `/api/gcs_healthz`):
-/// `success` once it answers from its node table. Needs no token: a probe
-/// has none, and the answer tells nothing else.
+/// `success` while its node table answers and lists a live head node (503
+/// until the head's own node has joined). Needs no token: a probe has
+/// none, and the answer tells nothing else.
 async fn gcs_health(State(d): State<Arc<Dashboard>>) -> Response {
-    let _ = d.gcs.nodes().len();
-    (StatusCode::OK, "success").into_response()
+    if d.gcs.nodes().iter().any(|n| n.is_head && is_alive(n)) {
+        (StatusCode::OK, "success").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the control store lists no live head node yet",
+        )
+            .into_response()
+    }
 }
 
 async fn nodes(State(d): State<Arc<Dashboard>>, headers: HeaderMap) -> Response {

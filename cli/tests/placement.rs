@@ -268,9 +268,10 @@ fn make_adopted_group() -> String {
     }
 }
 
-/// The adoption driver's first part: a task on a slot node makes the group
-/// there (its home); the test kills that node; the head takes the group
-/// up and it is whole again on the two live slot nodes.
+/// The adoption driver's first part, on the third slot node: a task on
+/// another slot node makes the group there (its home); the test kills that
+/// node; the head takes the group up and it is whole again on the two live
+/// slot nodes.
 fn adopt_group() {
     must(
         prism::init(prism::Config::default()),
@@ -278,12 +279,15 @@ fn adopt_group() {
     );
     let marks = PathBuf::from(std::env::var(MARKS).unwrap_or_default());
     let nodes = must(prism::nodes(), "the nodes");
+    let mine = must(prism::runtime_context(), "the driver's context")
+        .node_id
+        .to_string();
     let home = must(
         nodes
             .iter()
-            .find(|n| n.alive && n.total.get("slot").as_f64() > 0.0)
-            .ok_or("no slot node"),
-        "a slot node",
+            .find(|n| n.alive && n.total.get("slot").as_f64() > 0.0 && n.node_id != mine)
+            .ok_or("no other slot node"),
+        "a slot node other than the driver's",
     );
     let made = must(
         prism::get(&must(
@@ -334,8 +338,9 @@ fn adopt_group() {
     prism::shutdown();
 }
 
-/// The adoption driver's second part, after the first one's job ended:
-/// the adopted group ended with it, and the slots are free again.
+/// The adoption driver's second part, after the first one's job ended: the
+/// head, which is no lessee of that job, saw it end and removed the group,
+/// and the slots are free again.
 fn adopted_group_ended() {
     must(
         prism::init(prism::Config::default()),
@@ -366,18 +371,31 @@ fn a_placement_group_whose_home_dies_is_placed_again_by_the_head_and_ends_with_i
         return;
     };
     let marks = fresh_marks("pgadopt");
+    let marks_text = marks.display().to_string();
     let test =
         "a_placement_group_whose_home_dies_is_placed_again_by_the_head_and_ends_with_its_job";
-    let waiter = drive_in_background(&m, test, &head, &marks);
-    let victim = must_become("the driver names the node", Duration::from_secs(60), || {
-        std::fs::read_to_string(marks.join("victim")).ok()
+    // The driver on host 3, so that the head's raylet serves none of its
+    // job and learns of its end from the driver's record alone.
+    let said = std::thread::scope(|scope| {
+        let driver = scope.spawn(|| {
+            m.run_driver(
+                3,
+                test,
+                &head,
+                &[(DRIVER, "1"), (MARKS, marks_text.as_str())],
+                Duration::from_secs(150),
+            )
+        });
+        let victim = must_become("the driver names the node", Duration::from_secs(60), || {
+            std::fs::read_to_string(marks.join("victim")).ok()
+        });
+        prism_tests::kill(m.node_pid(host_of(&m, &victim)));
+        must(
+            std::fs::write(marks.join("killed"), ""),
+            "the driver is told",
+        );
+        must(driver.join().map_err(|_| "panicked"), "the driver ends")
     });
-    prism_tests::kill(m.node_pid(host_of(&m, &victim)));
-    must(
-        std::fs::write(marks.join("killed"), ""),
-        "the driver is told",
-    );
-    let said = finished(waiter);
     assert!(
         said.contains("ADOPTED tasks_on_their_nodes=true listed=true"),
         "{said}"
@@ -595,7 +613,12 @@ fn a_head_started_again_takes_up_the_groups_its_earlier_self_was_home_to() {
         });
         prism_tests::kill(m.node_pid(0));
         std::thread::sleep(Duration::from_secs(1));
-        let again = m.start_head_with(common::FAST_DEATH, &["--num-cpus", "1"]);
+        // The new head has room for a bundle: taking the group up must not
+        // move bundles that live nodes hold.
+        let again = m.start_head_with(
+            common::FAST_DEATH,
+            &["--num-cpus", "1", "--resources", "{\"slot\": 1}"],
+        );
         assert_eq!(again, head);
         must(
             std::fs::write(marks.join("restarted"), ""),

@@ -386,9 +386,12 @@ fn total_memory_bytes() -> u64 {
     }
 }
 
-/// The memory limit of the cgroup that `/proc/self/cgroup` (`own`) names:
-/// cgroup v2's `memory.max`, or v1's `memory.limit_in_bytes`; `None`
-/// without a limit ("max", or v1's page-rounded i64::MAX).
+/// The memory limit that applies to the cgroup `/proc/self/cgroup` (`own`)
+/// names: the lowest of cgroup v2's `memory.max` or v1's
+/// `memory.limit_in_bytes` over the group and its ancestors (the group's
+/// path exists only inside a cgroup namespace; without one, a container
+/// sees its own group at the hierarchy's root, also read). `None` without
+/// a limit ("max", or v1's page-rounded i64::MAX).
 fn cgroup_memory_limit(
     own: &str,
     read: impl Fn(&std::path::Path) -> Option<String>,
@@ -398,22 +401,33 @@ fn cgroup_memory_limit(
         let value: u64 = text?.trim().parse().ok()?;
         (value < 1 << 60).then_some(value)
     };
+    let mut lowest: Option<u64> = None;
     for line in own.lines() {
         let mut fields = line.splitn(3, ':');
-        let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
-        let path = path.trim_start_matches('/');
-        if controllers.is_empty() {
-            if let Some(limit) = parse(read(&root.join(path).join("memory.max"))) {
-                return Some(limit);
-            }
+        let (Some(_), Some(controllers), Some(path)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let (base, file) = if controllers.is_empty() {
+            (root.to_path_buf(), "memory.max")
         } else if controllers.split(',').any(|c| c == "memory") {
-            let dir = root.join("memory").join(path);
-            if let Some(limit) = parse(read(&dir.join("memory.limit_in_bytes"))) {
-                return Some(limit);
+            (root.join("memory"), "memory.limit_in_bytes")
+        } else {
+            continue;
+        };
+        // The group, each ancestor, and the root.
+        let mut dir = std::path::PathBuf::from(path.trim_start_matches('/'));
+        loop {
+            if let Some(limit) = parse(read(&base.join(&dir).join(file))) {
+                lowest = Some(lowest.map_or(limit, |l| l.min(limit)));
+            }
+            if !dir.pop() {
+                break;
             }
         }
     }
-    None
+    lowest
 }
 
 fn machine_memory_bytes() -> u64 {
@@ -465,12 +479,30 @@ mod tests {
         )]);
         assert_eq!(cgroup_memory_limit(own, v1_unlimited), None);
         assert_eq!(cgroup_memory_limit("", files(&[])), None);
+        // Without a cgroup namespace, the container's own group is at the
+        // root of its mount; a parent's lower limit applies too; a line
+        // that does not parse is skipped.
+        let root_only = files(&[("/sys/fs/cgroup/memory/memory.limit_in_bytes", "536870912\n")]);
+        assert_eq!(
+            cgroup_memory_limit("garbage\n4:memory:/kubepods/pod1/c1\n", root_only),
+            Some(512 << 20)
+        );
+        let parent = files(&[
+            ("/sys/fs/cgroup/kubepods/pod1/c1/memory.max", "max\n"),
+            ("/sys/fs/cgroup/kubepods/pod1/memory.max", "1073741824\n"),
+        ]);
+        assert_eq!(
+            cgroup_memory_limit("0::/kubepods/pod1/c1\n", parent),
+            Some(1 << 30)
+        );
     }
 
     #[test]
     fn the_object_store_takes_30_percent_of_the_memory_offered() {
-        let mut config = Config::default();
-        config.memory_bytes = Some(4 << 30);
+        let config = Config {
+            memory_bytes: Some(4 << 30),
+            ..Config::default()
+        };
         assert_eq!(config.store_capacity(), (4u64 << 30) / 10 * 3);
         let given = config.object_store_memory(100 << 20);
         assert_eq!(given.store_capacity(), 100 << 20);

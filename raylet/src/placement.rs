@@ -96,7 +96,13 @@ impl Node {
     /// Records a group whose home is this node in the head's table, with
     /// its bundles' nodes (empty while not placed).
     fn record_group(&self, job: JobId, spec: &PlacementGroupSpec, nodes: Vec<String>) {
-        if let Some(records) = self.group_records() {
+        let Some(records) = self.group_records() else {
+            return;
+        };
+        // Under the home list's lock, as removal's delete is: a group
+        // removed meanwhile is not recorded again.
+        let home = self.pending_groups.home.lock();
+        if home.contains(&spec.id) {
             records.put(&GroupRecord {
                 spec: spec.clone(),
                 job,
@@ -128,12 +134,11 @@ impl Node {
         if ended.is_empty() {
             return;
         }
-        self.pending_groups
-            .home
-            .lock()
-            .retain(|id| !ended.contains(id));
-        if let Some(records) = self.group_records() {
-            for id in ended {
+        let records = self.group_records();
+        let mut home = self.pending_groups.home.lock();
+        home.retain(|id| !ended.contains(id));
+        for id in ended {
+            if let Some(records) = records {
                 records.forget(id);
             }
         }
@@ -142,6 +147,8 @@ impl Node {
     /// The groups created here that are not removed. With `everywhere`,
     /// in a cluster, those of every other live node too.
     pub(crate) fn list_groups(self: &Arc<Self>, everywhere: bool, reply: ReplyTo) {
+        // Groups gone by other ways (their job ended) are forgotten first.
+        self.forget_ended_groups();
         // One lock at a time: the home list, the pending groups, the
         // scheduler's groups.
         let home = self.pending_groups.home.lock().clone();
@@ -158,11 +165,6 @@ impl Node {
                 .copied()
                 .collect()
         });
-        // Forget groups gone by other ways (their job ended).
-        self.pending_groups
-            .home
-            .lock()
-            .retain(|id| ids.contains(id) || !home.contains(id));
         match self.membership.get().filter(|_| everywhere) {
             None => reply.send(Response::PlacementGroupIds(ids)),
             Some(m) => {
@@ -514,15 +516,14 @@ impl Node {
     /// Removes a group here and, for a request from this node's own
     /// processes, from every node holding a bundle of it.
     pub(crate) fn remove_group(self: &Arc<Self>, id: PlacementGroupId, tell_others: bool) {
-        let was_home = {
+        let records = self.group_records();
+        {
             let mut home = self.pending_groups.home.lock();
-            let was = home.contains(&id);
-            home.retain(|g| *g != id);
-            was
-        };
-        if was_home {
-            if let Some(records) = self.group_records() {
-                records.forget(id);
+            if home.contains(&id) {
+                home.retain(|g| *g != id);
+                if let Some(records) = records {
+                    records.forget(id);
+                }
             }
         }
         let pending = self.pending_groups.groups.lock().remove(&id);
@@ -700,7 +701,8 @@ impl Node {
     /// bundles when its job is over. Run when a node dies and once when the
     /// head starts (a head started again finds the groups its earlier self
     /// was home to). One look at a time; a death during a look asks for
-    /// another.
+    /// another, and a look that could not decide about a group is made
+    /// again a little later (at most `ADOPT_RETRIES` times).
     pub(crate) fn adopt_orphan_groups(self: &Arc<Self>) {
         let Some(m) = self.membership.get() else {
             return;
@@ -718,55 +720,90 @@ impl Node {
         }
         let node = self.clone();
         tokio::spawn(async move {
-            // Bounded: each round is asked for by a node death.
-            loop {
-                node.adopt_round().await;
-                let mut looking = node.pending_groups.adopting.lock();
-                if !looking.1 {
-                    looking.0 = false;
-                    break;
+            // Should a look panic, the next node death may look again.
+            struct Reset(Arc<Node>);
+            impl Drop for Reset {
+                fn drop(&mut self) {
+                    self.0.pending_groups.adopting.lock().0 = false;
                 }
-                looking.1 = false;
+            }
+            let _reset = Reset(node.clone());
+            let mut retries = 0;
+            loop {
+                let undecided = node.adopt_round().await;
+                {
+                    let mut looking = node.pending_groups.adopting.lock();
+                    if looking.1 {
+                        looking.1 = false;
+                        continue;
+                    }
+                    if !undecided || retries == ADOPT_RETRIES {
+                        looking.0 = false;
+                        break;
+                    }
+                }
+                retries += 1;
+                tokio::time::sleep(ADOPT_RETRY).await;
             }
         });
     }
 
     /// One look over the group records (see [`Node::adopt_orphan_groups`]).
-    async fn adopt_round(self: &Arc<Self>) {
+    /// Returns whether a group was left undecided (its job's state could
+    /// not be read).
+    async fn adopt_round(self: &Arc<Self>) -> bool {
         let Some(m) = self.membership.get() else {
-            return;
+            return false;
         };
+        // A head that just started has no view of the live nodes until its
+        // first heartbeat's answer: without one, every holder would look
+        // dead.
+        let view_by = std::time::Instant::now() + VIEW_WAIT;
+        while m.cluster_resources().is_none() && std::time::Instant::now() < view_by {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         let mut gcs = m.gcs();
         let records = match records::load(&mut gcs).await {
             Ok(records) => records,
             Err(e) => {
                 tracing::warn!(error = %e, "the placement groups' records could not be read");
-                return;
+                return true;
             }
         };
         if records.is_empty() {
-            return;
+            return false;
         }
         let nodes = match m.nodes().await {
             Ok(nodes) => nodes,
             Err(e) => {
                 tracing::warn!(error = %e, "the cluster's nodes could not be read");
-                return;
+                return true;
             }
         };
         let here = self.node_id.to_string();
+        let mut undecided = false;
         for record in records {
             if record.home == here || !is_dead(&nodes, &record.home) {
                 continue;
             }
             match job_runs(&mut gcs, record.job, &nodes).await {
-                Ok(true) => self.adopt_group(record),
+                Ok(true) if !record.nodes.is_empty() => self.adopt_group(record),
+                // Never placed: the dead home may have left prepared
+                // bundles anywhere, which a new placement of the same group
+                // would find in its way. It is removed everywhere; its
+                // creator's wait answers that it was removed.
+                Ok(true) => {
+                    tracing::warn!(group = %record.spec.id, home = %record.home, "a placement group's home died before placing it; the group is removed");
+                    self.end_orphan_group(record)
+                }
                 Ok(false) => self.end_orphan_group(record),
                 Err(why) => {
-                    tracing::warn!(group = %record.spec.id, %why, "could not tell whether a placement group's job still runs; left for the next look")
+                    undecided = true;
+                    tracing::warn!(group = %record.spec.id, %why, "could not tell whether a placement group's job still runs; looking again later")
                 }
             }
         }
+        undecided
     }
 
     /// Becomes the home of a group whose home died while its job runs:
@@ -781,27 +818,17 @@ impl Node {
             nodes,
         } = record;
         let id = spec.id;
-        {
-            let mut homes = self.pending_groups.home.lock();
-            if homes.contains(&id) {
-                return;
-            }
-            homes.push(id);
+        if !self.pending_groups.adopted.lock().insert(id) {
+            return;
         }
         tracing::warn!(group = %id, %home, "a placement group's home node died while its job runs; the head places it again");
         let here = self.node_id.to_string();
-        let taken = if nodes.is_empty() {
-            // Never placed: placed afresh, from here.
-            self.create_group_here_or_over(job, spec.clone())
-        } else {
-            self.control(|c| {
-                c.scheduler
-                    .move_bundles(job, spec.clone(), nodes.clone(), &here)
-            })
-        };
+        let taken = self.control(|c| {
+            c.scheduler
+                .move_bundles(job, spec.clone(), nodes.clone(), &here)
+        });
         if let Err(e) = taken {
             tracing::warn!(group = %id, error = %e, "a placement group whose home died could not be taken up; it is removed");
-            self.pending_groups.home.lock().retain(|g| *g != id);
             self.end_orphan_group(GroupRecord {
                 spec,
                 job,
@@ -810,10 +837,11 @@ impl Node {
             });
             return;
         }
-        if !nodes.is_empty() {
-            self.record_group(job, &spec, nodes);
-            self.start_moving(job, spec);
-        }
+        // Home only once it is held here: a group in the home list that the
+        // scheduler does not hold counts as ended.
+        self.pending_groups.home.lock().push(id);
+        self.record_group(job, &spec, nodes);
+        self.start_moving(job, spec);
         let node = self.clone();
         tokio::spawn(async move { node.end_with_job(job, id).await });
     }
@@ -827,9 +855,7 @@ impl Node {
         };
         loop {
             tokio::time::sleep(JOB_CHECK).await;
-            let live = self.pending_groups.groups.lock().contains_key(&id)
-                || self.control(|c| c.scheduler.group_is_live(id));
-            if !live {
+            if !self.control(|c| c.scheduler.group_is_live(id)) {
                 return;
             }
             let Ok(nodes) = m.nodes().await else {
@@ -843,13 +869,20 @@ impl Node {
         }
     }
 
-    /// A group whose home died after its job ended: its bundles on live
-    /// nodes are given back, and its record goes.
+    /// A group whose home died after its job ended (or before placing
+    /// it): its bundles on live nodes are given back, and its record goes.
     fn end_orphan_group(self: &Arc<Self>, record: GroupRecord) {
         let id = record.spec.id;
         let here = self.node_id.to_string();
-        let holders: BTreeSet<String> = record.nodes.into_iter().collect();
-        tracing::info!(group = %id, home = %record.home, "a placement group's home node died with its job; its bundles are given back");
+        let mut holders: BTreeSet<String> = record.nodes.into_iter().collect();
+        if holders.is_empty() {
+            // Not placed: any live node may hold a prepared bundle of it.
+            if let Some(m) = self.membership.get() {
+                holders = m.other_nodes().into_iter().collect();
+            }
+            holders.insert(here.clone());
+        }
+        tracing::info!(group = %id, home = %record.home, "a placement group's home node died with its job, or before placing it; its bundles are given back");
         for node in holders {
             if node == here {
                 self.remove_group(id, false);
@@ -863,16 +896,26 @@ impl Node {
     }
 }
 
+/// How long a look for groups whose home died waits for the head's first
+/// view of the live nodes.
+const VIEW_WAIT: Duration = Duration::from_secs(10);
+/// How often, and how long after, a look that left a group undecided is
+/// made again.
+const ADOPT_RETRIES: u32 = 60;
+const ADOPT_RETRY: Duration = Duration::from_secs(5);
+
 /// How often the head looks whether an adopted group's job still runs.
 const JOB_CHECK: Duration = Duration::from_secs(1);
 
-/// Whether the head lists `node` as dead (a node it does not know is not).
+/// Whether `node` is dead: the head lists it dead, or no longer lists it
+/// (every live node is registered with the head, and the head keeps its
+/// members across its restarts, while it forgets long-dead ones).
 fn is_dead(nodes: &[NodeInfo], node: &str) -> bool {
-    nodes.iter().any(|n| n.node_id == node && !n.alive)
+    !nodes.iter().any(|n| n.node_id == node && n.alive)
 }
 
 /// Whether job `job`'s driver still runs: its record says it has not
-/// left, and its node is alive. A job with no record has no driver.
+/// left, and its node is alive. `Err` when that cannot be read.
 async fn job_runs(
     gcs: &mut prism_gcs::GcsClient,
     job: JobId,
@@ -880,8 +923,10 @@ async fn job_runs(
 ) -> Result<bool, String> {
     let key = format!("{DRIVER_RECORD_PREFIX}{job}");
     let raw = gcs.kv_get(key).await.map_err(|e| e.to_string())?;
+    // Written in the background as the driver registered: a missing one is
+    // not yet known, not a job without a driver.
     let Some(raw) = raw else {
-        return Ok(false);
+        return Err(format!("no record of job {job}'s driver"));
     };
     let driver: DriverRecord = serde_json::from_slice(&raw).map_err(|e| e.to_string())?;
     Ok(driver.end_time.is_none() && nodes.iter().any(|n| n.node_id == driver.node_id && n.alive))

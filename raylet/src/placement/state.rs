@@ -27,4 +27,6 @@ pub(crate) struct PendingGroups {
     /// At the head: whether a look for groups whose home died runs, and
     /// whether another was asked for meanwhile.
     pub(super) adopting: Mutex<(bool, bool)>,
+    /// At the head: the groups taken up after their home died (each once).
+    pub(super) adopted: Mutex<BTreeSet<PlacementGroupId>>,
 }
