@@ -49,18 +49,17 @@ impl MemoryUse {
 /// once, at start-up.
 #[derive(Debug)]
 pub(crate) struct Probe {
-    cgroup_dir: Option<std::path::PathBuf>,
+    /// The cgroup folders that may hold the raylet's memory limit, each
+    /// with its limit and usage files, in the order they are tried.
+    groups: Vec<(std::path::PathBuf, &'static str, &'static str)>,
 }
 
 impl Probe {
     pub(crate) fn new() -> Probe {
-        let cgroup_dir = std::fs::read_to_string("/proc/self/cgroup")
-            .ok()
-            .and_then(|own| {
-                let path = own.lines().find_map(|l| l.strip_prefix("0::"))?.to_string();
-                Some(std::path::Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/')))
-            });
-        Probe { cgroup_dir }
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        Probe {
+            groups: cgroup_dirs(&own, std::path::Path::new("/sys/fs/cgroup")),
+        }
     }
 
     /// The fuller of the machine's memory and the raylet's cgroup's limit.
@@ -68,13 +67,48 @@ impl Probe {
         let system = std::fs::read_to_string("/proc/meminfo")
             .ok()
             .and_then(|text| from_meminfo(&text));
-        let group = self.cgroup_dir.as_deref().and_then(cgroup);
+        let group = self
+            .groups
+            .iter()
+            .find_map(|(dir, limit, usage)| cgroup(dir, limit, usage));
         match (system, group) {
             (Some(s), Some(g)) if g.fraction() > s.fraction() => Some(g),
             (Some(s), _) => Some(s),
             (None, g) => g,
         }
     }
+}
+
+/// The folders where the raylet's cgroup (named by `own`, the text of
+/// `/proc/self/cgroup`) keeps its memory limit under `root`: cgroup v2's
+/// group (`memory.max`, `memory.current`), v1's memory controller's group
+/// (`memory.limit_in_bytes`, `memory.usage_in_bytes`), then each
+/// hierarchy's root, which is the container's own group when it runs
+/// without a cgroup namespace.
+fn cgroup_dirs(
+    own: &str,
+    root: &std::path::Path,
+) -> Vec<(std::path::PathBuf, &'static str, &'static str)> {
+    const V2: (&str, &str) = ("memory.max", "memory.current");
+    const V1: (&str, &str) = ("memory.limit_in_bytes", "memory.usage_in_bytes");
+    let mut dirs = Vec::new();
+    for line in own.lines() {
+        let mut fields = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let path = path.trim_start_matches('/');
+        if controllers.is_empty() {
+            dirs.push((root.join(path), V2.0, V2.1));
+        } else if controllers.split(',').any(|c| c == "memory") {
+            dirs.push((root.join("memory").join(path), V1.0, V1.1));
+            dirs.push((root.join("memory"), V1.0, V1.1));
+        }
+    }
+    dirs.push((root.to_path_buf(), V2.0, V2.1));
+    dirs
 }
 
 /// `MemTotal - MemAvailable` of `MemTotal`, as Ray counts it.
@@ -92,8 +126,10 @@ fn from_meminfo(text: &str) -> Option<MemoryUse> {
     })
 }
 
-/// The cgroup (v2) limit and usage, when the group at `dir` has a limit.
-fn cgroup(dir: &std::path::Path) -> Option<MemoryUse> {
+/// A cgroup's limit and usage (from the files named `limit` and `usage`
+/// in `dir`), when it has a limit: v2's "max" and v1's page-rounded
+/// i64::MAX mean none.
+fn cgroup(dir: &std::path::Path, limit: &str, usage: &str) -> Option<MemoryUse> {
     let read = |name: &str| -> Option<u64> {
         std::fs::read_to_string(dir.join(name))
             .ok()?
@@ -101,8 +137,8 @@ fn cgroup(dir: &std::path::Path) -> Option<MemoryUse> {
             .parse()
             .ok()
     };
-    let total = read("memory.max")?; // "max" (no limit) does not parse
-    let used = read("memory.current")?;
+    let total = read(limit).filter(|t| *t < 1 << 60)?;
+    let used = read(usage)?;
     Some(MemoryUse { used, total })
 }
 
@@ -121,6 +157,50 @@ mod tests {
             Probe::new().read().is_some_and(|m| m.total > 0),
             "this machine's memory is readable"
         );
+    }
+
+    #[test]
+    fn a_containers_limit_is_read_from_cgroup_v2_or_v1() {
+        let root = std::env::temp_dir().join(format!("prism-cgroup-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let write = |path: &str, text: &str| {
+            let path = root.join(path);
+            std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+            std::fs::write(path, text).expect("write");
+        };
+        // v1 without a cgroup namespace: the group's path is not there, the
+        // mount's root is the container's own group.
+        write("memory/memory.limit_in_bytes", "1073741824\n");
+        write("memory/memory.usage_in_bytes", "268435456\n");
+        // v2 at the (hybrid) root has no limit.
+        write("memory.max", "max\n");
+        let own = "4:memory:/kubepods/pod1/c1\nbad line\n0::/\n";
+        let probe = Probe {
+            groups: cgroup_dirs(own, &root),
+        };
+        let found = probe
+            .groups
+            .iter()
+            .find_map(|(dir, limit, usage)| cgroup(dir, limit, usage));
+        assert_eq!(
+            found,
+            Some(MemoryUse {
+                used: 256 << 20,
+                total: 1 << 30
+            })
+        );
+        // v2 inside a namespace.
+        write("memory.max", "536870912\n");
+        write("memory.current", "134217728\n");
+        let v2 = cgroup_dirs("0::/\n", &root);
+        let found = v2
+            .iter()
+            .find_map(|(dir, limit, usage)| cgroup(dir, limit, usage));
+        assert_eq!(
+            found.map(|m| (m.used, m.total)),
+            Some((128 << 20, 512 << 20))
+        );
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]
