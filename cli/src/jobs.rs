@@ -47,6 +47,7 @@ pub(crate) fn manager(
         )
     }));
     let view = gcs.view();
+    let keep = tunables.max_kept;
     settings.drivers = Some(Arc::new(move || {
         let alive: std::collections::HashSet<String> = view
             .nodes()
@@ -54,16 +55,57 @@ pub(crate) fn manager(
             .filter(|n| n.state == NodeState::Alive as i32)
             .map(|n| n.node_id)
             .collect();
-        view.kv_entries(DRIVER_RECORD_PREFIX)
+        let records: Vec<(String, DriverRecord)> = view
+            .kv_entries(DRIVER_RECORD_PREFIX)
             .into_iter()
-            .filter_map(|(_, value)| serde_json::from_slice::<DriverRecord>(&value).ok())
-            .map(|r| {
+            .filter_map(|(key, value)| Some((key, serde_json::from_slice(&value).ok()?)))
+            .collect();
+        let gone = ended_beyond(&records, &alive, keep);
+        if !gone.is_empty() {
+            match view.kv_delete_keys(&gone) {
+                Ok(n) => tracing::info!(
+                    removed = n,
+                    kept = keep,
+                    "removed the records of the oldest ended drivers"
+                ),
+                Err(e) => tracing::warn!(error = %e, "could not remove old driver records"),
+            }
+        }
+        records
+            .into_iter()
+            .filter(|(key, _)| !gone.contains(key))
+            .map(|(_, r)| {
                 let details = JobDetails::from_driver(&r, alive.contains(&r.node_id));
                 (r.submission_id, details)
             })
             .collect()
     }));
     JobManager::open(settings).map_err(|e| e.to_string())
+}
+
+/// The keys of the oldest ended drivers' records beyond the newest `keep`
+/// ended ones (as the job table keeps its newest ended jobs): a driver
+/// ended when its record says so or its node is no longer alive.
+fn ended_beyond(
+    records: &[(String, DriverRecord)],
+    alive: &std::collections::HashSet<String>,
+    keep: usize,
+) -> Vec<String> {
+    let mut ended: Vec<(u64, &String)> = records
+        .iter()
+        .filter(|(_, r)| r.end_time.is_some() || !alive.contains(&r.node_id))
+        .map(|(key, r)| (r.end_time.unwrap_or(r.start_time), key))
+        .collect();
+    if ended.len() <= keep {
+        return Vec::new();
+    }
+    ended.sort();
+    let excess = ended.len() - keep;
+    ended
+        .into_iter()
+        .take(excess)
+        .map(|(_, key)| key.clone())
+        .collect()
 }
 
 /// `prism job ...`.
@@ -275,7 +317,44 @@ fn shell_join(words: &[String]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::shell_join;
+    use super::{ended_beyond, shell_join};
+    use prism_protocol::messages::DriverRecord;
+
+    fn record(job: &str, node: &str, start: u64, end: Option<u64>) -> (String, DriverRecord) {
+        (
+            format!("prism/driver/{job}"),
+            DriverRecord {
+                job_id: job.into(),
+                submission_id: None,
+                pid: 1,
+                node_id: node.into(),
+                node_ip: "10.0.0.1".into(),
+                entrypoint: String::new(),
+                start_time: start,
+                end_time: end,
+            },
+        )
+    }
+
+    #[test]
+    fn the_oldest_ended_drivers_beyond_the_limit_go_and_running_ones_stay() {
+        let alive: std::collections::HashSet<String> = ["a".to_string()].into();
+        let records = vec![
+            record("1", "a", 10, Some(50)),
+            record("2", "a", 20, None),
+            record("3", "b", 30, None),
+            record("4", "a", 40, Some(45)),
+            record("5", "a", 60, Some(70)),
+        ];
+        // Job 2 runs; job 3's node died. Ended, oldest first: 3 (started
+        // at 30), 4 (ended at 45), 1 (50), 5 (70).
+        assert_eq!(
+            ended_beyond(&records, &alive, 2),
+            vec!["prism/driver/3".to_string(), "prism/driver/4".to_string()]
+        );
+        assert!(ended_beyond(&records, &alive, 4).is_empty());
+        assert_eq!(ended_beyond(&records, &alive, 0).len(), 4);
+    }
 
     #[test]
     fn words_after_the_dashes_become_one_command() {

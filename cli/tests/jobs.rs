@@ -871,3 +871,41 @@ print("SDK", info.status, info.metadata, client.get_job_logs(job).strip(), len(c
         text(&out)
     );
 }
+
+#[test]
+fn the_records_of_ended_drivers_are_kept_to_the_job_tables_limit() {
+    let head = Head::start_env("jobs-kept", 1, &[("PRISM_JOB_MAX_KEPT", "2")]);
+    let client = head.client();
+    let rt = runtime();
+    let temp = head.temp.display().to_string();
+    for _ in 0..3 {
+        let mut by_hand = Command::new(must(std::env::current_exe(), "this test's binary"));
+        by_hand.args(["--exact", "job_driver", "--nocapture"]);
+        let out = run_bounded(
+            by_hand,
+            &[
+                (JOB_DRIVER, "1"),
+                ("PRISM_ADDRESS", head.address.as_str()),
+                ("PRISM_TEMP_DIR", temp.as_str()),
+            ],
+            Duration::from_secs(60),
+        );
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    // Each driver's record says it ended once its connection closed (in the
+    // background): then the oldest goes, and two are listed.
+    let mut drivers = Vec::new();
+    must_eventually(
+        "two ended drivers are listed",
+        Duration::from_secs(15),
+        || {
+            drivers = rt
+                .block_on(client.list())
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|j| j.job_type == prism_jobs::JobType::Driver)
+                .collect();
+            drivers.len() == 2 && drivers.iter().all(|d| d.status == JobStatus::Succeeded)
+        },
+    );
+}

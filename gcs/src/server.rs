@@ -272,6 +272,22 @@ impl GcsView {
         actors
     }
 
+    /// Deletes `keys` from the key-value table (and its durable copy);
+    /// returns how many were there. One that cannot be deleted from the
+    /// durable state is left in both, and the error said.
+    pub fn kv_delete_keys(&self, keys: &[String]) -> Result<usize, GcsError> {
+        let mut kv = self.0.kv.lock();
+        let mut deleted = 0;
+        for key in keys {
+            if kv.get(key).is_some() {
+                self.0.durable.kv_delete(key)?;
+                kv.delete(key);
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
+    }
+
     /// The key-value table's entries whose keys start with `prefix`, in
     /// key order.
     pub fn kv_entries(&self, prefix: &str) -> Vec<(String, Vec<u8>)> {

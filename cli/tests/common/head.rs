@@ -26,6 +26,11 @@ impl Head {
 
     /// A head with `cpus` CPUs.
     pub fn start_with(tag: &str, cpus: u32) -> Head {
+        Head::start_env(tag, cpus, &[])
+    }
+
+    /// A head with `cpus` CPUs, started with `env`.
+    pub fn start_env(tag: &str, cpus: u32, env: &[(&str, &str)]) -> Head {
         let temp = std::env::temp_dir().join(format!("prism-{}-{tag}", std::process::id()));
         let _ = std::fs::remove_dir_all(&temp);
         let mut start = Command::new(PRISM);
@@ -34,7 +39,7 @@ impl Head {
             .args(["--num-cpus", &cpus.to_string()])
             .args(["--node-ip-address", "127.0.0.1", "--temp-dir"])
             .arg(&temp);
-        let out = run_bounded(start, &[], Duration::from_secs(60));
+        let out = run_bounded(start, env, Duration::from_secs(60));
         assert!(out.status.success(), "the head must start: {}", text(&out));
         let record = prism_raylet::NodeRecord::list(&temp)
             .into_iter()
