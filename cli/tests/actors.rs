@@ -252,3 +252,102 @@ fn actors_are_placed_on_other_nodes_named_cluster_wide_and_die_with_their_node()
         "{said}"
     );
 }
+
+/// Says where it runs and how often it was restarted.
+#[prism::actor]
+pub struct Keeper {}
+
+#[prism::actor]
+impl Keeper {
+    fn new() -> Self {
+        Keeper {}
+    }
+
+    fn whereabouts(&self) -> (String, u32) {
+        prism::runtime_context()
+            .map(|c| (c.node_id.to_string(), c.actor_restarts))
+            .unwrap_or_default()
+    }
+}
+
+/// The first driver: a detached actor on C (by soft affinity), called
+/// once; then the driver leaves, and the actor lives on.
+fn make_keeper() {
+    let (_, c) = join_and_find_b_c();
+    let keeper = must(
+        Keeper::remote_with(
+            prism::ActorOptions::new()
+                .name("keeper")
+                .detached()
+                .max_restarts(1)
+                .scheduling_strategy(affinity(&c, true)),
+        ),
+        "a detached actor on C",
+    );
+    let (node, restarts) = must(
+        prism::get(&must(keeper.whereabouts(), "asked")),
+        "it answers",
+    );
+    println!("KEEPER on C: {} restarts={restarts}", node == c.node_id);
+    prism::shutdown();
+}
+
+/// The second driver, after C died: the head created the actor again on a
+/// live node, counting the restart, and it is found by name.
+fn find_keeper() {
+    let (_, c) = join_and_find_b_c();
+    let started = std::time::Instant::now();
+    let mut last = String::new();
+    let found = loop {
+        let answer =
+            prism::get_actor::<Keeper>("keeper").and_then(|k| prism::get(&k.whereabouts()?));
+        match answer {
+            Ok(found) => break Some(found),
+            Err(e) if started.elapsed() < Duration::from_secs(40) => {
+                last = e.to_string();
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => {
+                last = e.to_string();
+                break None;
+            }
+        }
+    };
+    match found {
+        Some((node, restarts)) => println!(
+            "KEEPER again off C: {} restarts={restarts}",
+            node != c.node_id
+        ),
+        None => println!("KEEPER not found: {last}"),
+    }
+    prism::shutdown();
+}
+
+#[test]
+fn a_detached_actor_whose_node_dies_is_created_again_by_the_head() {
+    let test = "a_detached_actor_whose_node_dies_is_created_again_by_the_head";
+    if std::env::var_os(DRIVER).is_some() {
+        return match std::env::var("PRISM_CLI_TEST_PHASE").as_deref() {
+            Ok("find") => find_keeper(),
+            _ => make_keeper(),
+        };
+    }
+    let Some((m, head)) = three_nodes("detached", FAST_DEATH) else {
+        return;
+    };
+    let said = drive_on_head(&m, &head, test);
+    assert!(said.contains("KEEPER on C: true restarts=0"), "{said}");
+    // The driver left; its detached actor lives on C. C dies.
+    prism_tests::kill(m.node_pid(2));
+    let said = m.run_driver(
+        0,
+        test,
+        &head,
+        &[(DRIVER, "1"), ("PRISM_CLI_TEST_PHASE", "find")],
+        Duration::from_secs(90),
+    );
+    assert!(
+        said.contains("KEEPER again off C: true restarts=1"),
+        "{said}"
+    );
+}

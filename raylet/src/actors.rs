@@ -135,6 +135,7 @@ impl<R> ActorTable<R> {
                     max_concurrency: spec.options.max_concurrency,
                     max_restarts: spec.options.max_restarts,
                     owner: spec.owner.clone(),
+                    detached: spec.options.detached,
                 },
                 name,
                 worker: None,

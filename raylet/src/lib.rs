@@ -18,6 +18,7 @@
 
 mod actors;
 mod config;
+mod detached;
 mod drivers;
 mod faults;
 mod gpus;

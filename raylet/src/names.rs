@@ -135,7 +135,8 @@ impl Node {
                         died_at_ms,
                         cause: format!(
                             "its node died ({cause}); an actor with restarts left is created \
-                             again on another node by its owner, and found by its name once it is"
+                             again on another node by its owner (by the head, for a detached \
+                             actor), and found by its name once it is"
                         ),
                     }),
                 });

@@ -112,6 +112,10 @@ struct AfterLock {
     restarted: Vec<(Connection, ActorId, u32)>,
     /// Clients to tell that others wait for these leases of theirs.
     wanted: Vec<(Connection, Vec<LeaseId>)>,
+    /// Actors dead for good, and actors restarted (with their count): for
+    /// the detached actors' records.
+    gone: Vec<ActorId>,
+    restarts: Vec<(ActorId, u32)>,
 }
 
 /// One node: its store, its scheduler, its workers and (on the head) the
@@ -137,6 +141,9 @@ pub(crate) struct Node {
     pub(crate) transfers: crate::transfer::state::Transfers,
     /// Groups placed over several nodes from here, not placed yet.
     pub(crate) pending_groups: crate::placement::state::PendingGroups,
+    /// Detached actors' records, and the head's connections for those it
+    /// created again.
+    pub(crate) detached: crate::detached::state::DetachedActors,
     /// Copies of other nodes' jobs' programs, fetched one at a time.
     pub(crate) programs: crate::programs::state::Programs,
     /// Counts of tasks ended, as owners on this node report them.
@@ -187,6 +194,7 @@ impl Node {
             lessees: Mutex::new(HashMap::new()),
             transfers: Default::default(),
             pending_groups: Default::default(),
+            detached: Default::default(),
             programs: Default::default(),
             task_totals: crate::metrics::TaskTotals::default(),
             tasks: crate::task_table::TaskTable::new(task_events_kept),
@@ -278,6 +286,12 @@ impl Node {
                 num_restarts,
             });
         }
+        for (actor, n) in after.restarts {
+            self.detached_restarted(actor, n);
+        }
+        for actor in after.gone {
+            self.detached_ended(actor);
+        }
         out
     }
 
@@ -303,11 +317,13 @@ impl Node {
             if let Some(conn) = control.remote_owners.get(&actor) {
                 after.restarted.push((conn.clone(), actor, n));
             }
+            after.restarts.push((actor, n));
         }
         for actor in control.actors.take_ended() {
             if let Some(conn) = control.remote_owners.remove(&actor) {
                 after.ended.push((conn, actor));
             }
+            after.gone.push(actor);
         }
         (out, after)
     }
@@ -642,6 +658,22 @@ impl Node {
         }
     }
 
+    /// Job `job`'s program file here, namespace and workers' environment.
+    pub(crate) fn job_setup(
+        self: &Arc<Self>,
+        job: JobId,
+    ) -> Option<(PathBuf, String, std::collections::BTreeMap<String, String>)> {
+        self.control(|c| {
+            c.jobs.get(&job).map(|j| {
+                (
+                    j.executable.clone(),
+                    j.namespace.clone(),
+                    j.env_vars.clone(),
+                )
+            })
+        })
+    }
+
     /// Takes an actor here, or, for a request from this node's own
     /// processes (no `lessee`), names the node its strategy puts it on.
     /// An actor a process of another node sends here (its `lessee`
@@ -670,6 +702,7 @@ impl Node {
         spec: ActorSpec,
         lessee: Option<Connection>,
     ) -> Result<(), Error> {
+        let detached = spec.options.detached.then(|| spec.clone());
         self.control(|c| {
             let (shape, bundle) = (spec.options.resources.clone(), spec.options.placement);
             c.scheduler.check_feasible(&shape, bundle)?;
@@ -684,8 +717,12 @@ impl Node {
                 c.remote_owners.insert(actor, conn);
             }
             c.scheduler.request_lease(lease);
-            Ok(())
-        })
+            Ok::<(), Error>(())
+        })?;
+        if let Some(spec) = detached {
+            self.record_detached(&spec);
+        }
+        Ok(())
     }
 
     /// A worker was leased for an actor: tell it to run the constructor.
@@ -950,6 +987,7 @@ impl MemberNode for Node {
         self.announce_node_death(dead);
         self.replace_lost_bundles(dead);
         self.adopt_orphan_groups();
+        self.restart_detached_of(dead);
     }
 
     fn spill_waiting(

@@ -554,6 +554,11 @@ impl ActorSubmitter {
                 if max == 0 || (max > 0 && i64::from(info.num_restarts) >= max) {
                     return Err(None);
                 }
+                // The head creates a detached actor again, not its owner
+                // (which may be gone): look for it meanwhile.
+                if info.detached {
+                    return Ok(());
+                }
                 info.owner
             }
             // Never found yet: the handle names the owner of one that may

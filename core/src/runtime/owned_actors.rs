@@ -91,9 +91,10 @@ impl OwnedActors {
     /// Records an actor created on `node`, if it may restart. One in a
     /// placement-group bundle is created again in its bundle: the local
     /// raylet routes it there, waiting while the group's home moves the
-    /// bundle off the dead node.
+    /// bundle off the dead node. A detached one is the head's to create
+    /// again (it outlives this process), so it is not kept here.
     pub(crate) fn placed(&self, spec: &ActorSpec, node: &str) {
-        if spec.options.max_restarts == 0 {
+        if spec.options.max_restarts == 0 || spec.options.detached {
             return;
         }
         self.away.lock().insert(

@@ -246,6 +246,30 @@ pub struct GroupRecord {
     pub nodes: Vec<String>,
 }
 
+/// The key-value table prefix under which each detached actor of a
+/// cluster is recorded ([`DetachedRecord`], JSON) by the node that runs it,
+/// so that the head can create it again when that node dies.
+pub const DETACHED_RECORD_PREFIX: &str = "prism/detached/";
+
+/// A detached actor as the node running it records it in the head's
+/// key-value table (under [`DETACHED_RECORD_PREFIX`] and its id) while it
+/// lives: what the head needs to create it again on another node.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DetachedRecord {
+    /// Its spec, with the restarts counted so far.
+    pub spec: ActorSpec,
+    /// The node running it.
+    pub node: String,
+    /// The job's program as that node runs it (a path there).
+    pub executable: PathBuf,
+    /// The program's identity, so another node finds or fetches the same.
+    pub program: Option<crate::program::Program>,
+    /// The job's namespace.
+    pub namespace: String,
+    /// The job's environment variables for its workers.
+    pub env_vars: EnvVars,
+}
+
 /// The most bytes one `ReadProgram` asks for.
 pub const PROGRAM_CHUNK: u64 = 8 << 20;
 
@@ -395,6 +419,10 @@ pub struct ActorInfo {
     /// The process that created it (and, in a cluster, creates it again
     /// on another node if its node dies and it has restarts left).
     pub owner: Address,
+    /// Whether it outlives its driver: in a cluster the head, not its
+    /// owner, creates it again when its node dies.
+    #[serde(default)]
+    pub detached: bool,
 }
 
 /// What an actor's owner says about an actor it created, for a caller

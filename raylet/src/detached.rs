@@ -1,0 +1,347 @@
+//! Detached actors in a cluster: created again by the head when their node
+//! dies, as Ray's GCS restarts them.
+//!
+//! A detached actor outlives its driver, so no owner is left to create it
+//! again on another node (an owner does that for the actors it made). The
+//! node running one records it in the head's key-value table
+//! ([`DetachedRecord`] under [`DETACHED_RECORD_PREFIX`]): its spec with the
+//! restarts counted, the job's program (its path there and its identity),
+//! namespace and environment. The record is rewritten at each restart on
+//! that node and removed when the actor is dead for good.
+//!
+//! When a node dies, the head's raylet reads the records naming it, and
+//! creates each actor that has restarts left again, counting one: on the
+//! head when it has room now, else on the live node with the most CPUs free
+//! that has room (as a spillback chooses). It registers there as a lessee
+//! of the actor's job, as a driver would, and serves the job's program to a
+//! node that has neither the file at its path nor a copy, from the head's
+//! own copy (`ReadProgram`); a head without one says so, and the node's
+//! error names the program. The new node records the actor in turn, and
+//! claims its name in the head's directory. Callers find it again as after
+//! any restart on another node.
+
+pub(crate) mod state;
+
+use crate::node::Node;
+use prism_protocol::error::Error;
+use prism_protocol::ids::ActorId;
+use prism_protocol::messages::{
+    ActorPlacement, ActorSpec, CreateActor, DetachedRecord, DriverRequest, ReadProgram,
+    RegisterDriver, Request, Response, DETACHED_RECORD_PREFIX, PROGRAM_CHUNK,
+};
+use prism_protocol::program::Program;
+use prism_protocol::rpc::{Connection, Handler};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often, and how many times, the head tries again to create an actor
+/// no live node has room for yet.
+const PLACE_RETRY: Duration = Duration::from_secs(2);
+const PLACE_TRIES: u32 = 30;
+
+fn key(actor: ActorId) -> String {
+    format!("{DETACHED_RECORD_PREFIX}{actor}")
+}
+
+impl Node {
+    /// Records a detached actor this node took (in the background: its
+    /// program is named off the runtime's threads). Nothing outside a
+    /// cluster.
+    pub(crate) fn record_detached(self: &Arc<Self>, spec: &ActorSpec) {
+        let Some(m) = self.membership.get() else {
+            return;
+        };
+        let Some((executable, namespace, env_vars)) = self.job_setup(spec.job) else {
+            return;
+        };
+        let (node, spec, gcs) = (self.clone(), spec.clone(), m.gcs());
+        let here = self.node_id.to_string();
+        tokio::spawn(async move {
+            let file = executable.clone();
+            let program = tokio::task::spawn_blocking(move || Program::of(&file).ok())
+                .await
+                .ok()
+                .flatten();
+            let record = DetachedRecord {
+                spec,
+                node: here,
+                executable,
+                program,
+                namespace,
+                env_vars,
+            };
+            node.detached
+                .records
+                .lock()
+                .insert(record.spec.actor_id, record.clone());
+            put(gcs, &record).await;
+        });
+    }
+
+    /// A detached actor recorded here restarted on this node: its record
+    /// counts the restart.
+    pub(crate) fn detached_restarted(self: &Arc<Self>, actor: ActorId, restarts: u32) {
+        let Some(m) = self.membership.get() else {
+            return;
+        };
+        let record = {
+            let mut records = self.detached.records.lock();
+            let Some(record) = records.get_mut(&actor) else {
+                return;
+            };
+            record.spec.restarts = restarts;
+            record.clone()
+        };
+        let gcs = m.gcs();
+        tokio::spawn(async move { put(gcs, &record).await });
+    }
+
+    /// An actor is dead for good here: its record (if detached) goes.
+    pub(crate) fn detached_ended(self: &Arc<Self>, actor: ActorId) {
+        if self.detached.records.lock().remove(&actor).is_none() {
+            return;
+        }
+        let Some(m) = self.membership.get() else {
+            return;
+        };
+        let mut gcs = m.gcs();
+        tokio::spawn(async move {
+            if let Err(e) = gcs.kv_delete(key(actor)).await {
+                tracing::warn!(%actor, error = %e, "could not remove a detached actor's record");
+            }
+        });
+    }
+
+    /// At the head: creates again, elsewhere, the detached actors that ran
+    /// on `dead` and have restarts left (see the module's docs).
+    pub(crate) fn restart_detached_of(self: &Arc<Self>, dead: &str) {
+        let Some(m) = self.membership.get() else {
+            return;
+        };
+        if !m.is_head() {
+            return;
+        }
+        let (node, dead) = (self.clone(), dead.to_string());
+        let mut gcs = m.gcs();
+        tokio::spawn(async move {
+            let keys = match gcs.kv_keys(DETACHED_RECORD_PREFIX.to_string()).await {
+                Ok(keys) => keys,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the detached actors' records could not be read");
+                    return;
+                }
+            };
+            for key in keys {
+                let Ok(Some(raw)) = gcs.kv_get(key.clone()).await else {
+                    continue;
+                };
+                let record: DetachedRecord = match serde_json::from_slice(&raw) {
+                    Ok(record) => record,
+                    Err(e) => {
+                        tracing::warn!(%key, error = %e, "a detached actor's record could not be read; skipped");
+                        continue;
+                    }
+                };
+                if record.node != dead {
+                    continue;
+                }
+                let node = node.clone();
+                tokio::spawn(async move { node.restart_detached(record).await });
+            }
+        });
+    }
+
+    /// Creates one detached actor again (or, without restarts left, drops
+    /// its record: it died with its node).
+    async fn restart_detached(self: Arc<Self>, mut record: DetachedRecord) {
+        let Some(m) = self.membership.get() else {
+            return;
+        };
+        let actor = record.spec.actor_id;
+        let max = record.spec.options.max_restarts;
+        if max >= 0 && i64::from(record.spec.restarts) >= max {
+            tracing::warn!(%actor, node = %record.node, restarts = record.spec.restarts, "a detached actor died with its node and has no restarts left");
+            let _ = m.gcs().kv_delete(key(actor)).await;
+            return;
+        }
+        record.spec.restarts += 1;
+        let shape = record.spec.options.resources.clone();
+        let here = self.node_id.to_string();
+        for _ in 0..PLACE_TRIES {
+            let (free, total) = self.control(|c| {
+                let r = c.scheduler.resources();
+                (r.available(), r.total().clone())
+            });
+            let target = if free.contains(&shape) {
+                m.raylet_of(&here).map(|raylet| (raylet, here.clone()))
+            } else {
+                m.spill_target(&shape, false, &total).ok().flatten()
+            };
+            let Some((raylet, target)) = target else {
+                tokio::time::sleep(PLACE_RETRY).await;
+                continue;
+            };
+            match self.create_detached_on(&raylet, &record).await {
+                Ok(conn) => {
+                    tracing::warn!(%actor, class = %record.spec.class, from = %record.node, to = %target, restart = record.spec.restarts, "a detached actor's node died; the head created it again");
+                    // Kept open while the actor lives there: the node tells
+                    // this connection when it ends for good.
+                    self.detached.lessees.lock().insert(actor, conn);
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(%actor, node = %target, error = %e, "a detached actor could not be created again there; trying again");
+                    tokio::time::sleep(PLACE_RETRY).await;
+                }
+            }
+        }
+        tracing::error!(%actor, class = %record.spec.class, "a detached actor whose node died could not be created again on any node");
+    }
+
+    /// Registers at the raylet at `raylet` as a lessee of the actor's job
+    /// and creates the actor there.
+    async fn create_detached_on(
+        self: &Arc<Self>,
+        raylet: &str,
+        record: &DetachedRecord,
+    ) -> Result<Connection, Error> {
+        let source = Arc::new(ProgramSource {
+            node: self.clone(),
+            program: record.program.clone(),
+            path: record.executable.clone(),
+        });
+        let here = self.node_id.to_string();
+        let conn = Connection::connect_to(raylet, Some(&here), source).await?;
+        conn.request(RegisterDriver {
+            address: record.spec.owner.clone(),
+            pid: std::process::id(),
+            executable: record.executable.clone(),
+            cwd: self.config.session_dir.clone(),
+            log_to_driver: false,
+            namespace: record.namespace.clone(),
+            job_id: Some(record.spec.job),
+            program: record.program.clone(),
+            env_vars: record.env_vars.clone(),
+            submission_id: None,
+        })
+        .await?;
+        match conn
+            .request(CreateActor {
+                spec: record.spec.clone(),
+            })
+            .await?
+        {
+            ActorPlacement::Accepted => Ok(conn),
+            ActorPlacement::Elsewhere { node_id, .. } => Err(Error::Cluster {
+                message: format!("the node sent the actor on to {node_id}"),
+            }),
+        }
+    }
+}
+
+/// Records (or replaces) a detached actor's record in the head's table.
+async fn put(mut gcs: prism_gcs::GcsClient, record: &DetachedRecord) {
+    let value = match serde_json::to_vec(record) {
+        Ok(value) => value,
+        Err(e) => {
+            tracing::warn!(actor = %record.spec.actor_id, error = %e, "a detached actor's record could not be encoded");
+            return;
+        }
+    };
+    if let Err(e) = gcs.kv_put(key(record.spec.actor_id), value, true).await {
+        tracing::warn!(actor = %record.spec.actor_id, error = %e, "a detached actor's record was not written to the head");
+    }
+}
+
+/// The head's side of a connection to a node it created a detached actor
+/// on: serves the job's program from a file the head holds, and forgets
+/// the connection when the actor ends there.
+struct ProgramSource {
+    node: Arc<Node>,
+    program: Option<Program>,
+    path: PathBuf,
+}
+
+impl ProgramSource {
+    /// A file on the head's machine holding the program: its path there,
+    /// or the head's own copy of it.
+    fn file(&self, program: &Program) -> Option<PathBuf> {
+        let name = self.path.file_name()?;
+        let copy = self
+            .node
+            .config
+            .session_dir
+            .join("programs")
+            .join(program.folder_name())
+            .join(name);
+        [self.path.clone(), copy]
+            .into_iter()
+            .find(|f| Program::of(f).is_ok_and(|p| p == *program))
+    }
+
+    fn read(&self, read: &ReadProgram) -> Result<bytes::Bytes, Error> {
+        use std::io::{Read, Seek, SeekFrom};
+        let refuse = |why: String| Error::Cluster { message: why };
+        let program = match &self.program {
+            Some(p) if p.id == read.id => p,
+            _ => {
+                return Err(refuse(format!(
+                    "the head does not serve program {}",
+                    read.id
+                )))
+            }
+        };
+        if read.len > PROGRAM_CHUNK || read.offset > program.size {
+            return Err(refuse(format!(
+                "a program read of {} bytes at {} is out of bounds ({} bytes)",
+                read.len, read.offset, program.size
+            )));
+        }
+        let file = self.file(program).ok_or_else(|| {
+            refuse(format!(
+                "the head has no copy of the job's program {} ({}): install it at that path on \
+                 every node, so that a detached actor can be created again anywhere",
+                program.id,
+                self.path.display()
+            ))
+        })?;
+        let len = read.len.min(program.size - read.offset) as usize;
+        let mut chunk = vec![0u8; len];
+        let mut f = std::fs::File::open(&file)
+            .map_err(|e| Error::io(format!("open {}", file.display()), e))?;
+        f.seek(SeekFrom::Start(read.offset))
+            .and_then(|_| f.read_exact(&mut chunk))
+            .map_err(|e| Error::io(format!("read {}", file.display()), e))?;
+        Ok(chunk.into())
+    }
+}
+
+impl Handler for ProgramSource {
+    fn handle(&self, conn: &Connection, id: Option<u64>, request: Request) {
+        match request {
+            Request::Driver(DriverRequest::ReadProgram(read)) => {
+                let this = ProgramSource {
+                    node: self.node.clone(),
+                    program: self.program.clone(),
+                    path: self.path.clone(),
+                };
+                let conn = conn.clone();
+                tokio::task::spawn_blocking(move || {
+                    conn.respond(id, Response::from_result(this.read(&read)))
+                });
+            }
+            Request::Driver(DriverRequest::ActorEnded(ended)) => {
+                self.node.detached.lessees.lock().remove(&ended.actor_id);
+            }
+            _ if id.is_some() => conn.respond(
+                id,
+                Response::Error(Error::NotServed {
+                    service: "the head's connection for a detached actor".into(),
+                    request: "anything but program reads".into(),
+                }),
+            ),
+            _ => {}
+        }
+    }
+}
