@@ -514,7 +514,8 @@ fn free_slots_on_live_nodes() -> Option<f64> {
 
 /// A driver on a slot node has a task on the head make a group (the head
 /// is its home); the test kills the whole head node and starts it again;
-/// the new head takes the group up: it is listed, and its bundles are used.
+/// the new head takes the group up: it is listed, and its bundles are used;
+/// and it creates again elsewhere a detached actor that ran on the old head.
 fn group_homed_at_the_head() {
     must(
         prism::init(prism::Config::default()),
@@ -536,6 +537,21 @@ fn group_homed_at_the_head() {
     assert_eq!(made, "placed");
     let group = must(prism::get_placement_group("headhome"), "the group by name");
     let before = must(group.bundle_nodes(), "the bundles' nodes");
+    // A detached actor on the head, which dies with it.
+    let on_head = prism::ActorOptions::new()
+        .name("on-head")
+        .detached()
+        .max_restarts(1)
+        .scheduling_strategy(prism::SchedulingStrategy::NodeAffinity {
+            node_id: must(
+                prism::NodeId::parse(&head.node_id).ok_or("bad id"),
+                "the head's id",
+            ),
+            soft: true,
+        });
+    let keeper = must(Where::remote_with(on_head), "a detached actor on the head");
+    let first = must(prism::get(&must(keeper.node(), "asked")), "it answers");
+    assert_eq!(first, head.node_id);
     must(std::fs::write(marks.join("placed"), ""), "the test is told");
     must_eventually("the head is started again", Duration::from_secs(90), || {
         marks.join("restarted").exists()
@@ -563,9 +579,21 @@ fn group_homed_at_the_head() {
         );
         on_their_nodes &= ran == *node;
     }
+    // The head started again created the detached actor anew elsewhere
+    // (its first node, the old head, is dead).
+    let moved = must_become(
+        "the detached actor answers from another node",
+        Duration::from_secs(40),
+        || {
+            let found = prism::get_actor::<Where>("on-head").ok()?;
+            let node = prism::get(&found.node().ok()?).ok()?;
+            (node != head.node_id).then_some(node)
+        },
+    );
     println!(
-        "TAKEN_UP listed={listed} same_nodes={} tasks_on_their_nodes={on_their_nodes}",
-        after == before
+        "TAKEN_UP listed={listed} same_nodes={} tasks_on_their_nodes={on_their_nodes} detached_moved={}",
+        after == before,
+        !moved.is_empty()
     );
     prism::shutdown();
 }
@@ -626,7 +654,9 @@ fn a_head_started_again_takes_up_the_groups_its_earlier_self_was_home_to() {
         );
         let said = must(driver.join().map_err(|_| "panicked"), "the driver ends");
         assert!(
-            said.contains("TAKEN_UP listed=true same_nodes=true tasks_on_their_nodes=true"),
+            said.contains(
+                "TAKEN_UP listed=true same_nodes=true tasks_on_their_nodes=true detached_moved=true"
+            ),
             "{said}"
         );
     });

@@ -9,8 +9,9 @@
 //! namespace and environment. The record is rewritten at each restart on
 //! that node and removed when the actor is dead for good.
 //!
-//! When a node dies, the head's raylet reads the records naming it, and
-//! creates each actor that has restarts left again, counting one: on the
+//! When a node dies (and when the head starts), the head's raylet reads the
+//! records naming nodes that are dead, and creates each actor that has
+//! restarts left again, counting one: on the
 //! head when it has room now, else on the live node with the most CPUs free
 //! that has room (as a spillback chooses). It registers there as a lessee
 //! of the actor's job, as a driver would, and serves the job's program to a
@@ -113,22 +114,45 @@ impl Node {
         });
     }
 
-    /// At the head: creates again, elsewhere, the detached actors that ran
-    /// on `dead` and have restarts left (see the module's docs).
-    pub(crate) fn restart_detached_of(self: &Arc<Self>, dead: &str) {
+    /// At the head: creates again, elsewhere, the detached actors recorded
+    /// on nodes that are dead and that have restarts left (see the
+    /// module's docs). Run when a node dies, and once when the head starts
+    /// (a head started again finds those its earlier self ran, and those
+    /// of nodes that died while it was down). An actor being created again
+    /// is not started twice.
+    pub(crate) fn restart_orphaned_detached(self: &Arc<Self>) {
         let Some(m) = self.membership.get() else {
             return;
         };
         if !m.is_head() {
             return;
         }
-        let (node, dead) = (self.clone(), dead.to_string());
+        let node = self.clone();
         let mut gcs = m.gcs();
         tokio::spawn(async move {
+            let Some(m) = node.membership.get() else {
+                return;
+            };
+            // A head that just started has no view of the live nodes until
+            // its first heartbeat's answer.
+            let view_by = std::time::Instant::now() + Duration::from_secs(10);
+            while m.cluster_resources().is_none() && std::time::Instant::now() < view_by {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
             let keys = match gcs.kv_keys(DETACHED_RECORD_PREFIX.to_string()).await {
                 Ok(keys) => keys,
                 Err(e) => {
                     tracing::warn!(error = %e, "the detached actors' records could not be read");
+                    return;
+                }
+            };
+            if keys.is_empty() {
+                return;
+            }
+            let nodes = match m.nodes().await {
+                Ok(nodes) => nodes,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the cluster's nodes could not be read");
                     return;
                 }
             };
@@ -143,11 +167,20 @@ impl Node {
                         continue;
                     }
                 };
-                if record.node != dead {
+                // Alive in the head's table (the head keeps its members
+                // across restarts; a node it no longer lists is dead).
+                if nodes.iter().any(|n| n.node_id == record.node && n.alive) {
+                    continue;
+                }
+                if !node.detached.restarting.lock().insert(record.spec.actor_id) {
                     continue;
                 }
                 let node = node.clone();
-                tokio::spawn(async move { node.restart_detached(record).await });
+                tokio::spawn(async move {
+                    let actor = record.spec.actor_id;
+                    node.clone().restart_detached(record).await;
+                    node.detached.restarting.lock().remove(&actor);
+                });
             }
         });
     }
@@ -184,6 +217,11 @@ impl Node {
             };
             match self.create_detached_on(&raylet, &record).await {
                 Ok(conn) => {
+                    // Recorded on its new node at once, so a look made
+                    // before that node's own record lands does not create
+                    // it a second time.
+                    record.node = target.clone();
+                    put(m.gcs(), &record).await;
                     tracing::warn!(%actor, class = %record.spec.class, from = %record.node, to = %target, restart = record.spec.restarts, "a detached actor's node died; the head created it again");
                     // Kept open while the actor lives there: the node tells
                     // this connection when it ends for good.

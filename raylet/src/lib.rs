@@ -155,8 +155,10 @@ impl Raylet {
                     let _ = node.membership.set(m);
                     node.tcp_server.lock().replace(tcp);
                     // A head started again is home to the groups its
-                    // earlier self placed.
+                    // earlier self placed, and creates again the detached
+                    // actors that ran on it.
                     node.adopt_orphan_groups();
+                    node.restart_orphaned_detached();
                 }
                 Err(e) => {
                     server.abort();

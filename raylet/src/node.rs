@@ -982,12 +982,14 @@ impl MemberNode for Node {
     }
 
     /// Tells this node's processes, and places again the bundles of the
-    /// groups created here that the node held.
+    /// groups created here that the node held; at the head, takes up the
+    /// groups whose home died and creates again the detached actors that
+    /// ran there.
     fn node_left(self: &Arc<Self>, dead: &str) {
         self.announce_node_death(dead);
         self.replace_lost_bundles(dead);
         self.adopt_orphan_groups();
-        self.restart_detached_of(dead);
+        self.restart_orphaned_detached();
     }
 
     fn spill_waiting(

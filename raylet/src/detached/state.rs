@@ -17,4 +17,6 @@ pub(crate) struct DetachedActors {
     /// At the head: its connection to the node each actor it created
     /// again runs on, until the actor ends there.
     pub(crate) lessees: Mutex<HashMap<ActorId, Connection>>,
+    /// At the head: the actors being created again now.
+    pub(crate) restarting: Mutex<std::collections::HashSet<ActorId>>,
 }
