@@ -320,6 +320,20 @@ fn find_keeper() {
         ),
         None => println!("KEEPER not found: {last}"),
     }
+    // Killed for good, its record in the head's table goes with it.
+    if let Ok(keeper) = prism::get_actor::<Keeper>("keeper") {
+        let key = format!("prism/detached/{}", keeper.id());
+        let recorded = prism::kv::get(&key).ok().flatten().is_some();
+        must(prism::kill(&keeper), "the actor is killed");
+        let started = std::time::Instant::now();
+        while prism::kv::get(&key).ok().flatten().is_some()
+            && started.elapsed() < Duration::from_secs(10)
+        {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let gone = prism::kv::get(&key).ok().flatten().is_none();
+        println!("KEEPER record before kill: {recorded}, after: gone={gone}");
+    }
     prism::shutdown();
 }
 
@@ -348,6 +362,10 @@ fn a_detached_actor_whose_node_dies_is_created_again_by_the_head() {
     );
     assert!(
         said.contains("KEEPER again off C: true restarts=1"),
+        "{said}"
+    );
+    assert!(
+        said.contains("KEEPER record before kill: true, after: gone=true"),
         "{said}"
     );
 }

@@ -3,11 +3,14 @@
 //!
 //! A detached actor outlives its driver, so no owner is left to create it
 //! again on another node (an owner does that for the actors it made). The
-//! node running one records it in the head's key-value table
-//! ([`DetachedRecord`] under [`DETACHED_RECORD_PREFIX`]): its spec with the
-//! restarts counted, the job's program (its path there and its identity),
-//! namespace and environment. The record is rewritten at each restart on
-//! that node and removed when the actor is dead for good.
+//! node running one that may restart records it in the head's key-value
+//! table ([`DetachedRecord`] under [`DETACHED_RECORD_PREFIX`]): its spec
+//! with the restarts counted, the job's program (its path there and its
+//! identity), namespace and environment. The record is rewritten at each
+//! restart on that node and removed when the actor is dead for good; the
+//! node's writes go in order through one queue. A node that stops leaves
+//! its records as they are. One in a placement-group bundle is left to its
+//! owner, which creates it again in its bundle.
 //!
 //! When a node dies (and when the head starts), the head's raylet reads the
 //! records naming nodes that are dead, and creates each actor that has
@@ -46,72 +49,82 @@ fn key(actor: ActorId) -> String {
 }
 
 impl Node {
-    /// Records a detached actor this node took (in the background: its
-    /// program is named off the runtime's threads). Nothing outside a
-    /// cluster.
+    /// Records a detached actor this node took. The record is written at
+    /// once; the program's identity (named off the runtime's threads) is
+    /// added when known. Every write of this node's records goes through
+    /// one ordered queue, each made under the records' lock, so a later
+    /// state never lands before an earlier one. Nothing outside a cluster,
+    /// nor for an actor that may not restart, nor for one in a
+    /// placement-group bundle (its owner creates it again in its bundle).
     pub(crate) fn record_detached(self: &Arc<Self>, spec: &ActorSpec) {
-        let Some(m) = self.membership.get() else {
+        if self.membership.get().is_none()
+            || spec.options.max_restarts == 0
+            || spec.options.placement.is_some()
+        {
             return;
-        };
+        }
         let Some((executable, namespace, env_vars)) = self.job_setup(spec.job) else {
             return;
         };
-        let (node, spec, gcs) = (self.clone(), spec.clone(), m.gcs());
-        let here = self.node_id.to_string();
+        let actor = spec.actor_id;
+        let record = DetachedRecord {
+            spec: spec.clone(),
+            node: self.node_id.to_string(),
+            executable: executable.clone(),
+            program: None,
+            namespace,
+            env_vars,
+        };
+        {
+            let mut records = self.detached.records.lock();
+            self.write_record(&record);
+            records.insert(actor, record);
+        }
+        let node = self.clone();
         tokio::spawn(async move {
-            let file = executable.clone();
-            let program = tokio::task::spawn_blocking(move || Program::of(&file).ok())
+            let program = tokio::task::spawn_blocking(move || Program::of(&executable).ok())
                 .await
                 .ok()
                 .flatten();
-            let record = DetachedRecord {
-                spec,
-                node: here,
-                executable,
-                program,
-                namespace,
-                env_vars,
-            };
-            node.detached
-                .records
-                .lock()
-                .insert(record.spec.actor_id, record.clone());
-            put(gcs, &record).await;
+            let mut records = node.detached.records.lock();
+            if let Some(record) = records.get_mut(&actor) {
+                record.program = program;
+                node.write_record(record);
+            }
         });
+    }
+
+    /// Queues `record` for the head's table (call under the records' lock).
+    fn write_record(&self, record: &DetachedRecord) {
+        let Some(writer) = self.group_records() else {
+            return;
+        };
+        match serde_json::to_vec(record) {
+            Ok(value) => writer.put_key(key(record.spec.actor_id), value),
+            Err(e) => {
+                tracing::warn!(actor = %record.spec.actor_id, error = %e, "a detached actor's record could not be encoded")
+            }
+        }
     }
 
     /// A detached actor recorded here restarted on this node: its record
     /// counts the restart.
     pub(crate) fn detached_restarted(self: &Arc<Self>, actor: ActorId, restarts: u32) {
-        let Some(m) = self.membership.get() else {
-            return;
-        };
-        let record = {
-            let mut records = self.detached.records.lock();
-            let Some(record) = records.get_mut(&actor) else {
-                return;
-            };
+        let mut records = self.detached.records.lock();
+        if let Some(record) = records.get_mut(&actor) {
             record.spec.restarts = restarts;
-            record.clone()
-        };
-        let gcs = m.gcs();
-        tokio::spawn(async move { put(gcs, &record).await });
+            self.write_record(record);
+        }
     }
 
     /// An actor is dead for good here: its record (if detached) goes.
     pub(crate) fn detached_ended(self: &Arc<Self>, actor: ActorId) {
-        if self.detached.records.lock().remove(&actor).is_none() {
-            return;
-        }
-        let Some(m) = self.membership.get() else {
-            return;
-        };
-        let mut gcs = m.gcs();
-        tokio::spawn(async move {
-            if let Err(e) = gcs.kv_delete(key(actor)).await {
-                tracing::warn!(%actor, error = %e, "could not remove a detached actor's record");
+        let mut records = self.detached.records.lock();
+        if records.remove(&actor).is_some() {
+            if let Some(writer) = self.group_records() {
+                writer.delete_key(key(actor));
             }
-        });
+        }
     }
 
     /// At the head: creates again, elsewhere, the detached actors recorded
@@ -156,14 +169,14 @@ impl Node {
                     return;
                 }
             };
-            for key in keys {
-                let Ok(Some(raw)) = gcs.kv_get(key.clone()).await else {
+            for listed in keys {
+                let Ok(Some(raw)) = gcs.kv_get(listed.clone()).await else {
                     continue;
                 };
                 let record: DetachedRecord = match serde_json::from_slice(&raw) {
                     Ok(record) => record,
                     Err(e) => {
-                        tracing::warn!(%key, error = %e, "a detached actor's record could not be read; skipped");
+                        tracing::warn!(key = %listed, error = %e, "a detached actor's record could not be read; skipped");
                         continue;
                     }
                 };
@@ -172,13 +185,28 @@ impl Node {
                 if nodes.iter().any(|n| n.node_id == record.node && n.alive) {
                     continue;
                 }
-                if !node.detached.restarting.lock().insert(record.spec.actor_id) {
+                // Placed in a bundle: its owner creates it again there.
+                if record.spec.options.placement.is_some() {
+                    continue;
+                }
+                let actor = record.spec.actor_id;
+                if !node.detached.restarting.lock().insert(actor) {
                     continue;
                 }
                 let node = node.clone();
+                let mut gcs = gcs.clone();
                 tokio::spawn(async move {
-                    let actor = record.spec.actor_id;
-                    node.clone().restart_detached(record).await;
+                    // Read again now that this look has it: another look may
+                    // have created it again meanwhile.
+                    let fresh = gcs
+                        .kv_get(key(actor))
+                        .await
+                        .ok()
+                        .flatten()
+                        .and_then(|raw| serde_json::from_slice::<DetachedRecord>(&raw).ok());
+                    if let Some(record) = fresh.filter(|r| r.node == record.node) {
+                        node.clone().restart_detached(record).await;
+                    }
                     node.detached.restarting.lock().remove(&actor);
                 });
             }
@@ -215,14 +243,14 @@ impl Node {
                 tokio::time::sleep(PLACE_RETRY).await;
                 continue;
             };
+            // Recorded on its new node before it is created there, so that
+            // neither a later look nor a late write makes it a second time
+            // (and that node's own record, or its end, comes after this).
+            let from = std::mem::replace(&mut record.node, target.clone());
+            put(m.gcs(), &record).await;
             match self.create_detached_on(&raylet, &record).await {
                 Ok(conn) => {
-                    // Recorded on its new node at once, so a look made
-                    // before that node's own record lands does not create
-                    // it a second time.
-                    record.node = target.clone();
-                    put(m.gcs(), &record).await;
-                    tracing::warn!(%actor, class = %record.spec.class, from = %record.node, to = %target, restart = record.spec.restarts, "a detached actor's node died; the head created it again");
+                    tracing::warn!(%actor, class = %record.spec.class, %from, to = %target, restart = record.spec.restarts, "a detached actor's node died; the head created it again");
                     // Kept open while the actor lives there: the node tells
                     // this connection when it ends for good.
                     self.detached.lessees.lock().insert(actor, conn);
@@ -230,6 +258,9 @@ impl Node {
                 }
                 Err(e) => {
                     tracing::warn!(%actor, node = %target, error = %e, "a detached actor could not be created again there; trying again");
+                    // Back on the dead node, where a later look finds it.
+                    record.node = from;
+                    put(m.gcs(), &record).await;
                     tokio::time::sleep(PLACE_RETRY).await;
                 }
             }
@@ -248,6 +279,7 @@ impl Node {
             node: self.clone(),
             program: record.program.clone(),
             path: record.executable.clone(),
+            found: Arc::default(),
         });
         let here = self.node_id.to_string();
         let conn = Connection::connect_to(raylet, Some(&here), source).await?;
@@ -295,16 +327,23 @@ async fn put(mut gcs: prism_gcs::GcsClient, record: &DetachedRecord) {
 /// The head's side of a connection to a node it created a detached actor
 /// on: serves the job's program from a file the head holds, and forgets
 /// the connection when the actor ends there.
+#[derive(Clone)]
 struct ProgramSource {
     node: Arc<Node>,
     program: Option<Program>,
     path: PathBuf,
+    /// The file found to hold the program, looked for once.
+    found: Arc<std::sync::OnceLock<Option<PathBuf>>>,
 }
 
 impl ProgramSource {
     /// A file on the head's machine holding the program: its path there,
     /// or the head's own copy of it.
     fn file(&self, program: &Program) -> Option<PathBuf> {
+        self.found.get_or_init(|| self.find(program)).clone()
+    }
+
+    fn find(&self, program: &Program) -> Option<PathBuf> {
         let name = self.path.file_name()?;
         let copy = self
             .node
@@ -359,11 +398,7 @@ impl Handler for ProgramSource {
     fn handle(&self, conn: &Connection, id: Option<u64>, request: Request) {
         match request {
             Request::Driver(DriverRequest::ReadProgram(read)) => {
-                let this = ProgramSource {
-                    node: self.node.clone(),
-                    program: self.program.clone(),
-                    path: self.path.clone(),
-                };
+                let this = self.clone();
                 let conn = conn.clone();
                 tokio::task::spawn_blocking(move || {
                     conn.respond(id, Response::from_result(this.read(&read)))

@@ -136,7 +136,10 @@ pub(crate) struct Node {
     pub(crate) tcp_server: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Open connections of other nodes' processes leasing workers here,
     /// per job: the job ends here when its last one closes.
-    lessees: Mutex<HashMap<JobId, usize>>,
+    /// Per job: its lessee connections here, and whether the job was
+    /// registered here otherwise first (its driver runs here), so that it
+    /// does not end with its last lessee.
+    lessees: Mutex<HashMap<JobId, (usize, bool)>>,
     /// Objects pulled from and served to other nodes.
     pub(crate) transfers: crate::transfer::state::Transfers,
     /// Groups placed over several nodes from here, not placed yet.
@@ -506,11 +509,19 @@ impl Node {
     /// file found or fetched for it, see programs.rs).
     pub(crate) fn add_lessee(self: &Arc<Self>, job_id: JobId, job: Job) {
         let mut lessees = self.lessees.lock();
-        let count = lessees.entry(job_id).or_insert(0);
-        if *count == 0 {
-            self.register_job(job_id, job);
-        }
-        *count += 1;
+        let entry = match lessees.entry(job_id) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                // A job its driver registered here keeps that driver's
+                // record (its connection, where its workers' output goes).
+                let known = self.control(|c| c.jobs.contains_key(&job_id));
+                if !known {
+                    self.register_job(job_id, job);
+                }
+                v.insert((0, known))
+            }
+        };
+        entry.0 += 1;
     }
 
     /// A lessee's connection closed; the job ends here with its last one.
@@ -518,13 +529,16 @@ impl Node {
         let last = {
             let mut lessees = self.lessees.lock();
             match lessees.get_mut(&job_id) {
-                Some(n) if *n > 1 => {
+                Some((n, _)) if *n > 1 => {
                     *n -= 1;
                     false
                 }
-                Some(_) => {
+                // Registered by its driver here first: it ends when that
+                // driver leaves, not with its last lessee.
+                Some((_, known)) => {
+                    let known = *known;
                     lessees.remove(&job_id);
-                    true
+                    !known
                 }
                 None => false,
             }
@@ -606,6 +620,9 @@ impl Node {
 
     /// Stops every worker process (shutdown) and reaps them.
     pub(crate) fn kill_all_workers(&self) {
+        // The node stops: its detached actors' records stay as they are, for
+        // the head to create those actors again elsewhere.
+        self.detached.records.lock().clear();
         let pids = self.state.lock().scheduler.stop();
         self.launcher.kill_and_reap(pids);
     }

@@ -83,8 +83,9 @@ impl Node {
         Ok(())
     }
 
-    /// The writer of this node's group records, once it is in a cluster.
-    fn group_records(&self) -> Option<&records::GroupRecords> {
+    /// The writer of this node's records in the head's table (its groups',
+    /// and its detached actors'), once it is in a cluster.
+    pub(crate) fn group_records(&self) -> Option<&records::GroupRecords> {
         let m = self.membership.get()?;
         Some(
             self.pending_groups

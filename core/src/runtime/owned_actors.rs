@@ -91,10 +91,12 @@ impl OwnedActors {
     /// Records an actor created on `node`, if it may restart. One in a
     /// placement-group bundle is created again in its bundle: the local
     /// raylet routes it there, waiting while the group's home moves the
-    /// bundle off the dead node. A detached one is the head's to create
-    /// again (it outlives this process), so it is not kept here.
+    /// bundle off the dead node. A detached one outside a bundle is the
+    /// head's to create again (it outlives this process), so it is not
+    /// kept here.
     pub(crate) fn placed(&self, spec: &ActorSpec, node: &str) {
-        if spec.options.max_restarts == 0 || spec.options.detached {
+        let heads = spec.options.detached && spec.options.placement.is_none();
+        if spec.options.max_restarts == 0 || heads {
             return;
         }
         self.away.lock().insert(

@@ -63,6 +63,17 @@ impl GroupRecords {
     pub(crate) fn forget(&self, id: PlacementGroupId) {
         let _ = self.changes.send(Change::Delete(group_record_key(id)));
     }
+
+    /// Writes another record (a detached actor's) through the same queue,
+    /// in order with this node's other writes.
+    pub(crate) fn put_key(&self, key: String, value: Vec<u8>) {
+        let _ = self.changes.send(Change::Put(key, value));
+    }
+
+    /// Removes another record through the same queue.
+    pub(crate) fn delete_key(&self, key: String) {
+        let _ = self.changes.send(Change::Delete(key));
+    }
 }
 
 /// Every group recorded in the head's table. A record that cannot be read
