@@ -250,24 +250,6 @@ fn a_placement_groups_bundles_on_a_dead_node_are_placed_again() {
     let _ = std::fs::remove_dir_all(&marks);
 }
 
-/// Makes a STRICT_SPREAD group named "adopted" of two `slot` bundles from
-/// the node it runs on (its home), waits until it is placed, and says
-/// whether it was.
-#[prism::remote]
-fn make_adopted_group() -> String {
-    let slot = || prism::Bundle::new().resource("slot", 1.0);
-    let group = prism::named_placement_group(
-        "adopted",
-        vec![slot(), slot()],
-        prism::PlacementStrategy::StrictSpread,
-    );
-    match group.and_then(|g| g.wait(Duration::from_secs(30))) {
-        Ok(true) => "placed".into(),
-        Ok(false) => "not placed in 30 s".into(),
-        Err(e) => format!("failed: {e}"),
-    }
-}
-
 /// The adoption driver's first part, on the third slot node: a task on
 /// another slot node makes the group there (its home); the test kills that
 /// node; the head takes the group up and it is whole again on the two live
@@ -291,7 +273,7 @@ fn adopt_group() {
     );
     let made = must(
         prism::get(&must(
-            make_adopted_group::remote_with(on(home).num_cpus(0.0)),
+            make_named_group::remote_with(on(home).num_cpus(0.0), "adopted".to_string()),
             "submitted",
         )),
         "the task runs",
