@@ -78,8 +78,11 @@ fn diagnose(cuda: &mut CudaCollectives, group: &ProcessGroup) -> Result<(), Stri
         0.0
     };
     group.barrier().map_err(e)?;
+    // Each call is timed to its result on the device: a stream-ordered
+    // call returns once queued.
     let reduce = median_us(200, || {
-        cuda.all_reduce(group, &mut dst, ReduceOp::Sum).map_err(e)
+        cuda.all_reduce(group, &mut dst, ReduceOp::Sum).map_err(e)?;
+        cuda.synchronize().map_err(e)
     })?;
     println!(
         "# diagnose world {} rank {}: barrier {barrier:.1} us, 4 KiB copy+sync {copy_all:.1} us \
@@ -131,6 +134,8 @@ fn run_rank(max_bytes: usize) -> Result<(), String> {
             let t = Instant::now();
             cuda.all_reduce(&group, &mut dev, ReduceOp::Sum)
                 .map_err(|e| e.to_string())?;
+            // To the result on the device, not to the call's return.
+            cuda.synchronize().map_err(|e| e.to_string())?;
             times.push(t.elapsed().as_secs_f64());
         }
         times.sort_by(|a, b| a.total_cmp(b));

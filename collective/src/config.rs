@@ -87,6 +87,20 @@ prism_config::table! {
         /// (the same-GPU path); `false` stages them through host memory like
         /// ranks on different GPUs. On by default; off only to compare the two.
         cuda_ipc: bool = true;
+        /// Whether same-GPU calls are ordered on the device's legacy default
+        /// stream instead of waited for on the host: each rank records a
+        /// CUDA interprocess event where its buffer is final, the leader's
+        /// stream waits for those events before its kernel, and the other
+        /// ranks' streams wait for the leader's event after it. A call then
+        /// returns once its work is queued, and the host (a training loop)
+        /// runs ahead while the device works, as it does between PyTorch
+        /// kernels. Work queued after the call on the legacy stream, or a
+        /// synchronous copy, sees the result; work on a non-blocking stream
+        /// must wait for the legacy stream first. Off by default until it
+        /// has been checked and timed on a GPU (section 1c and 2a of
+        /// `bench/gpu/run.sh`); off, each call waits on the host for the
+        /// device, which costs a drain of its queue per call.
+        cuda_stream_ordered: bool = false;
         /// Which transport carries the group's bytes: `auto` (shared memory
         /// when every rank is on this host, TCP otherwise), `tcp` or `shm`.
         transport: TransportChoice = TransportChoice::Auto;

@@ -16,12 +16,14 @@ pub(crate) type CuEvent = *mut c_void;
 pub(crate) type CuModule = *mut c_void;
 pub(crate) type CuFunction = *mut c_void;
 
-/// `CUipcMemHandle`: 64 opaque bytes.
+/// `CUipcMemHandle` (and `CUipcEventHandle`, of the same shape): 64 opaque
+/// bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct IpcHandle(pub(crate) [u8; 64]);
 
 pub(crate) const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
+pub(crate) const CU_EVENT_INTERPROCESS: c_uint = 0x4;
 pub(crate) const CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS: c_uint = 0x1;
 pub(crate) const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
 const POINTER_ATTRIBUTE_BUFFER_ID: c_int = 7;
@@ -69,6 +71,8 @@ dl_api! {
         ipc_get_mem_handle = "cuIpcGetMemHandle": fn(*mut IpcHandle, CuDevicePtr) -> CuResult;
         ipc_open_mem_handle = "cuIpcOpenMemHandle_v2": fn(*mut CuDevicePtr, IpcHandle, c_uint) -> CuResult;
         ipc_close_mem_handle = "cuIpcCloseMemHandle": fn(CuDevicePtr) -> CuResult;
+        ipc_get_event_handle = "cuIpcGetEventHandle": fn(*mut IpcHandle, CuEvent) -> CuResult;
+        ipc_open_event_handle = "cuIpcOpenEventHandle": fn(*mut CuEvent, IpcHandle) -> CuResult;
     }
 }
 
@@ -373,6 +377,55 @@ impl Event {
         device.check(
             unsafe { (device.driver.event_create)(&mut raw, flags) },
             "creating an event",
+        )?;
+        Ok(Event {
+            raw,
+            device: device.clone(),
+        })
+    }
+
+    /// A new event that other processes can open
+    /// ([`ipc_handle`](Self::ipc_handle), [`open_ipc`](Self::open_ipc)) to
+    /// make their streams wait for its records.
+    pub(crate) fn interprocess(device: &Arc<Device>) -> Result<Event> {
+        device.bind()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: writes one event handle.
+        device.check(
+            unsafe {
+                (device.driver.event_create)(
+                    &mut raw,
+                    CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS,
+                )
+            },
+            "creating an interprocess event",
+        )?;
+        Ok(Event {
+            raw,
+            device: device.clone(),
+        })
+    }
+
+    /// The handle another process opens this event with (an event made
+    /// by [`interprocess`](Self::interprocess)).
+    pub(crate) fn ipc_handle(&self) -> Result<IpcHandle> {
+        let mut h = IpcHandle([0; 64]);
+        // SAFETY: writes 64 bytes; a live event.
+        self.device.check(
+            unsafe { (self.device.driver.ipc_get_event_handle)(&mut h, self.raw) },
+            "exporting an event",
+        )?;
+        Ok(h)
+    }
+
+    /// Opens a peer's interprocess event.
+    pub(crate) fn open_ipc(device: &Arc<Device>, handle: IpcHandle) -> Result<Event> {
+        device.bind()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: writes one event handle; the handle came from a peer.
+        device.check(
+            unsafe { (device.driver.ipc_open_event_handle)(&mut raw, handle) },
+            "opening a peer's event",
         )?;
         Ok(Event {
             raw,

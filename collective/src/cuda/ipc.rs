@@ -14,16 +14,33 @@
 //!
 //! # One call
 //!
-//! 1. Every rank waits for its context's earlier work (the buffer is then
-//!    final) and all-gathers its call's signature with its buffer's
-//!    allocation: a unique id, the offset in it and its IPC handle (each
-//!    allocation is exported once and remembered by its id).
+//! 1. Every rank marks where its buffer is final and all-gathers its call's
+//!    signature with its buffer's allocation: a unique id, the offset in it
+//!    and its IPC handle (each allocation is exported once and remembered
+//!    by its id).
 //! 2. The leader maps each peer's allocation the first time it sees it
 //!    (mappings are kept, so a training loop that reuses its buffers maps
 //!    them once), then launches one kernel: for each element, reduce every
 //!    rank's input and write the result into every rank's buffer (for a
-//!    broadcast, copy the root's). It waits for the kernel.
+//!    broadcast, copy the root's).
 //! 3. The leader broadcasts whether it succeeded; the others return.
+//!
+//! How the ranks' devices and the leader's kernel are ordered depends on
+//! `cuda_stream_ordered` (off by default):
+//!
+//! - **Stream-ordered.** Each rank other than the leader records its
+//!   interprocess event on the legacy default stream, where its buffer is
+//!   final; the leader's stream waits for those events, runs the kernel and
+//!   records the leader's event; after the broadcast, the other ranks'
+//!   streams wait for that event. Nobody waits on the host, so a training
+//!   loop queues its next kernels while the device reduces, as it does
+//!   between PyTorch's own kernels. An event is recorded again only after
+//!   every wait on its previous record was queued (a rank records for call
+//!   k+1 after it saw the broadcast of call k, and the leader records after
+//!   the exchange of call k+1), which is what makes one event per rank
+//!   enough.
+//! - **Host-waited.** Each rank waits for its context's work before the
+//!   exchange, and the leader for its kernel before the broadcast.
 //!
 //! All device work of a call runs in one process. That is the point: on a
 //! GPU that processes share by time slicing (no MPS), work submitted by
@@ -33,7 +50,7 @@
 //! rank copied into device stages and reduced its own segment, spent 330
 //! us (world 2) and 1.1 ms (world 4) per call for that reason alone.
 
-use super::driver::{self, CuDevicePtr, Device, IpcHandle, RawMemory, Stream};
+use super::driver::{self, CuDevicePtr, Device, Event, IpcHandle, RawMemory, Stream};
 use super::kernels::{Kernels, MAX_POINTERS};
 use crate::element::{DataType, ReduceOp};
 use crate::error::{CollectiveError, OpKind, OpSignature, Result};
@@ -220,6 +237,82 @@ const MAX_MAPPINGS: usize = 512;
 /// Exports remembered per process before the table is cleared.
 const MAX_EXPORTS: usize = 4096;
 
+/// The interprocess events of a stream-ordered path.
+struct Events {
+    /// Recorded by this rank: on the leader after a call's kernel, on the
+    /// others where their buffer is final.
+    own: Event,
+    /// Opened from the peers, by rank: on the leader every other rank's
+    /// event, on the others the leader's (at 0). `None` where not needed.
+    peers: Vec<Option<Event>>,
+}
+
+/// Size of one rank's event record: whether it has an event, its handle.
+const EVENT_BYTES: usize = 1 + 64;
+
+impl Events {
+    /// Exchanges events over `group` (a collective call). `None`, on every
+    /// rank alike, unless every rank wants stream order and could create,
+    /// export and open what it needs.
+    fn link(device: &Arc<Device>, group: &ProcessGroup) -> Result<Option<Events>> {
+        let (rank, world) = (group.rank(), group.world_size());
+        let own = if group.config().cuda_stream_ordered {
+            match Event::interprocess(device).and_then(|e| e.ipc_handle().map(|h| (e, h))) {
+                Ok(made) => Some(made),
+                Err(e) => {
+                    tracing::info!("same-GPU calls wait on the host: {e}");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let mut mine = [0u8; EVENT_BYTES];
+        if let Some((_, handle)) = &own {
+            mine[0] = 1;
+            mine[1..].copy_from_slice(&handle.0);
+        }
+        let mut all = vec![0u8; EVENT_BYTES * world];
+        group.all_gather(&mine, &mut all)?;
+        let mut peers = Vec::with_capacity(world);
+        let mut ready = all.chunks(EVENT_BYTES).all(|r| r[0] == 1);
+        if ready {
+            for (q, record) in all.chunks(EVENT_BYTES).enumerate() {
+                let needed = if rank == 0 { q != 0 } else { q == 0 };
+                if !needed {
+                    peers.push(None);
+                    continue;
+                }
+                match Event::open_ipc(device, handle_at(&record[1..])) {
+                    Ok(event) => peers.push(Some(event)),
+                    Err(e) => {
+                        tracing::info!("same-GPU calls wait on the host: rank {rank} could not open rank {q}'s event: {e}");
+                        ready = false;
+                        break;
+                    }
+                }
+            }
+        }
+        let mut agreed = vec![0u8; world];
+        group.all_gather(&[u8::from(ready)], &mut agreed)?;
+        Ok(match own {
+            Some((own, _)) if agreed.iter().all(|&a| a == 1) => Some(Events { own, peers }),
+            _ => None,
+        })
+    }
+
+    /// The event opened from rank `q`.
+    fn peer(&self, q: usize) -> Result<&Event> {
+        self.peers
+            .get(q)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| CollectiveError::Cuda {
+                context: "the same-GPU collective",
+                detail: format!("no event was opened from rank {q}"),
+            })
+    }
+}
+
 /// The same-GPU path of one group.
 pub(crate) struct IpcPath {
     device: Arc<Device>,
@@ -232,6 +325,15 @@ pub(crate) struct IpcPath {
     mapped: HashMap<(usize, u64), Mapped>,
     /// Calls made, for mismatch messages and mapping ages.
     calls: u32,
+    /// Present when calls are ordered on the device, not waited for.
+    events: Option<Events>,
+}
+
+impl Drop for IpcPath {
+    fn drop(&mut self) {
+        // Queued kernels may still use the leader's mappings.
+        let _ = self.stream.synchronize();
+    }
 }
 
 /// What setting up the path gave.
@@ -280,6 +382,7 @@ impl IpcPath {
                 "rank 0 could not map the other ranks' memory".to_string()
             })));
         }
+        let events = Events::link(device, group)?;
         Ok(Setup::Ready(Box::new(IpcPath {
             device: device.clone(),
             stream: Stream::legacy(device),
@@ -288,6 +391,7 @@ impl IpcPath {
             exported: HashMap::new(),
             mapped: HashMap::new(),
             calls: 0,
+            events,
         })))
     }
 
@@ -320,7 +424,8 @@ impl IpcPath {
         if !self.mapped.contains_key(&(q, record.allocation)) {
             if self.mapped.len() >= MAX_MAPPINGS {
                 // Close the least recently used half; a training loop's
-                // buffers are all recent.
+                // buffers are all recent. Queued kernels may use them.
+                self.stream.synchronize()?;
                 let mut ages: Vec<u32> = self.mapped.values().map(|m| m.last_call).collect();
                 ages.sort_unstable();
                 let cut = ages[ages.len() / 2];
@@ -376,11 +481,15 @@ impl IpcPath {
             root: root as u32,
             len: len as u64,
         };
-        // The buffer is final once the context's earlier work is done.
-        let described = self
-            .device
-            .synchronize()
-            .and_then(|()| self.describe(ptr, len * dt.size_bytes()));
+        // The buffer is final where the caller's work so far ends: marked
+        // there on the stream, or waited for.
+        self.device.bind()?;
+        let marked = match &self.events {
+            Some(events) if self.rank != 0 => events.own.record(&self.stream),
+            Some(_) => Ok(()),
+            None => self.device.synchronize(),
+        };
+        let described = marked.and_then(|()| self.describe(ptr, len * dt.size_bytes()));
         let mine = match &described {
             Ok((allocation, offset, handle)) => CallRecord {
                 signature: encode_signature(&ours),
@@ -430,10 +539,16 @@ impl IpcPath {
                 detail: "rank 0, which runs it for every rank, failed; see its error".into(),
             });
         }
+        if let Some(events) = &self.events {
+            if self.rank != 0 {
+                // Later work on this rank's stream sees the result.
+                self.stream.wait(events.peer(0)?.raw)?;
+            }
+        }
         Ok(true)
     }
 
-    /// The leader's part: map, launch, wait.
+    /// The leader's part: map, launch, then mark or wait for the kernel.
     unsafe fn lead(
         &mut self,
         kernels: &Kernels,
@@ -452,6 +567,11 @@ impl IpcPath {
             });
         }
         self.device.bind()?;
+        if let Some(events) = &self.events {
+            for q in 1..self.world {
+                self.stream.wait(events.peer(q)?.raw)?;
+            }
+        }
         match op {
             Some(op) => kernels.reduce_all(&self.stream, &buffers, &buffers, len, op)?,
             None => {
@@ -462,7 +582,10 @@ impl IpcPath {
                 kernels.reduce_all(&self.stream, &[buffers[root]], &outputs, len, ReduceOp::Sum)?
             }
         }
-        self.stream.synchronize()
+        match &self.events {
+            Some(events) => events.own.record(&self.stream),
+            None => self.stream.synchronize(),
+        }
     }
 }
 
