@@ -151,6 +151,16 @@ prism_config::table! {
     /// at once. Read by each worker from its environment
     /// (`PRISM_SPIN_WAIT_US`).
     spin_wait_us: u64 = 100;
+    /// When not 0, a thread waiting as `spin_wait_us` says polls only
+    /// while the machine's runnable threads (the kernel's count in
+    /// `/proc/loadavg`, sampled at most once a millisecond, polling threads
+    /// included) are at most this percent of the cores the process may
+    /// use, and sleeps at once above it: a polling thread takes turns from
+    /// threads that have work when there are more of them than cores. 0 (the default) polls whatever
+    /// the load: on two cores a limit of 100-200% made synchronous calls
+    /// 15-40% slower, as the polling threads count themselves. Read by each
+    /// worker from its environment (`PRISM_SPIN_MAX_LOAD_PERCENT`).
+    spin_max_load_percent: u64 = 0;
     /// How often each node of a multi-node cluster reports its free
     /// resources to the head (set on the head, which tells each node as it
     /// joins). 500 ms: a few hundred bytes

@@ -10,12 +10,22 @@
 //! thread that wants it) for `Config::spin_wait_us` before it sleeps
 //! takes an answer that arrives within that time with no wake-up at all;
 //! one that arrives later costs that much polling more than before.
+//!
+//! Polling pays only while a core is free for it. When the machine has
+//! more runnable threads than cores (16 clients and their 16 workers on
+//! 16 cores), a polling thread takes turns from threads that have work.
+//! With `Config::spin_max_load_percent` set, a wait polls only while the
+//! kernel's count of runnable threads is at most that percent of the
+//! cores this process may use, sampled at most once a millisecond. The
+//! count includes the polling threads themselves, which is why it is off
+//! by default: on two cores it stopped polling that paid.
 
 use std::future::Future;
+use std::io::Read;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -23,14 +33,76 @@ use std::time::{Duration, Instant};
 /// How long a waiting thread polls before it sleeps, in nanoseconds.
 static SPIN_NANOS: AtomicU64 = AtomicU64::new(0);
 
-/// Sets how long waiting threads of this process poll before sleeping.
-pub(crate) fn set(spin: Duration) {
+/// Runnable threads, in percent of the cores, above which nobody polls;
+/// 0 polls whatever the load.
+static MAX_LOAD_PERCENT: AtomicU64 = AtomicU64::new(0);
+
+/// Sets how long waiting threads of this process poll before sleeping,
+/// and the load above which they sleep at once.
+pub(crate) fn set(spin: Duration, max_load_percent: u64) {
     let nanos = u64::try_from(spin.as_nanos()).unwrap_or(u64::MAX);
     SPIN_NANOS.store(nanos, Ordering::Relaxed);
+    MAX_LOAD_PERCENT.store(max_load_percent, Ordering::Relaxed);
 }
 
+/// How long this wait may poll: `spin_wait_us`, or nothing while the
+/// machine has no core to spare.
 fn spin() -> Duration {
-    Duration::from_nanos(SPIN_NANOS.load(Ordering::Relaxed))
+    let spin = Duration::from_nanos(SPIN_NANOS.load(Ordering::Relaxed));
+    let limit = MAX_LOAD_PERCENT.load(Ordering::Relaxed);
+    if spin.is_zero() || limit == 0 {
+        return spin;
+    }
+    match load_percent() {
+        Some(load) if load > limit => Duration::ZERO,
+        _ => spin,
+    }
+}
+
+/// The last sample of the load: milliseconds since [`epoch`] in the high
+/// 40 bits, the load in percent of the cores in the low 24 (all ones when
+/// it cannot be read).
+static LOAD_SAMPLE: AtomicU64 = AtomicU64::new(0);
+const LOAD_BITS: u32 = 24;
+const LOAD_UNKNOWN: u64 = (1 << LOAD_BITS) - 1;
+
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// Runnable threads on the machine in percent of the cores this process
+/// may use, sampled at most once a millisecond; `None` where the kernel
+/// does not say (no `/proc`).
+fn load_percent() -> Option<u64> {
+    let now_ms = (epoch().elapsed().as_millis() as u64).saturating_add(1);
+    let sample = LOAD_SAMPLE.load(Ordering::Relaxed);
+    let load = if sample >> LOAD_BITS == now_ms {
+        sample & LOAD_UNKNOWN
+    } else {
+        let load = read_load().map_or(LOAD_UNKNOWN, |l| l.min(LOAD_UNKNOWN - 1));
+        LOAD_SAMPLE.store(now_ms << LOAD_BITS | load, Ordering::Relaxed);
+        load
+    };
+    (load != LOAD_UNKNOWN).then_some(load)
+}
+
+fn read_load() -> Option<u64> {
+    static CORES: OnceLock<u64> = OnceLock::new();
+    let cores =
+        *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64));
+    let mut text = [0u8; 128];
+    let n = std::fs::File::open("/proc/loadavg")
+        .and_then(|mut f| f.read(&mut text))
+        .ok()?;
+    Some((runnable(&text[..n])? * 100).div_ceil(cores))
+}
+
+/// The runnable threads in `/proc/loadavg`'s text: the number before the
+/// `/` of its fourth field ("0.50 0.40 0.30 3/456 789").
+fn runnable(text: &[u8]) -> Option<u64> {
+    let field = std::str::from_utf8(text).ok()?.split_whitespace().nth(3)?;
+    field.split_once('/')?.0.parse().ok()
 }
 
 /// Polls `ready` until it gives a value or `spin` has passed.
@@ -128,8 +200,13 @@ mod tests {
             .build()
             .expect("a runtime");
         let _entered = rt.enter();
-        for spin in [Duration::ZERO, Duration::from_micros(50)] {
-            set(spin);
+        for (spin, limit) in [
+            (Duration::ZERO, 0),
+            (Duration::from_micros(50), 0),
+            (Duration::from_micros(50), 100),
+            (Duration::from_micros(50), 1),
+        ] {
+            set(spin, limit);
             // Answers that come during the spin, and long after it.
             for delay in [Duration::ZERO, Duration::from_millis(5)] {
                 let (tx, rx) = tokio::sync::oneshot::channel();
@@ -137,15 +214,19 @@ mod tests {
                     tokio::time::sleep(delay).await;
                     let _ = tx.send(7);
                 });
-                assert_eq!(block_on(rx), Ok(7), "spin {spin:?}, delay {delay:?}");
+                assert_eq!(
+                    block_on(rx),
+                    Ok(7),
+                    "spin {spin:?}, limit {limit}, delay {delay:?}"
+                );
             }
         }
-        set(Duration::ZERO);
+        set(Duration::ZERO, 0);
     }
 
     #[test]
     fn recv_takes_items_in_order_and_ends_when_the_senders_go() {
-        set(Duration::from_micros(20));
+        set(Duration::from_micros(20), 100);
         let (tx, rx) = std::sync::mpsc::channel();
         let sender = std::thread::spawn(move || {
             for i in 0..100 {
@@ -158,6 +239,28 @@ mod tests {
         let got: Vec<i32> = std::iter::from_fn(|| recv(&rx)).collect();
         sender.join().expect("no panic");
         assert_eq!(got, (0..100).collect::<Vec<_>>());
-        set(Duration::ZERO);
+        set(Duration::ZERO, 0);
+    }
+
+    #[test]
+    fn the_runnable_count_is_read_from_loadavgs_fourth_field() {
+        assert_eq!(runnable(b"0.50 0.40 0.30 3/456 789\n"), Some(3));
+        assert_eq!(runnable(b"12.00 9.1 8.0 33/1024 5"), Some(33));
+        assert_eq!(runnable(b"0.50 0.40"), None);
+        assert_eq!(runnable(b"0.50 0.40 0.30 x/456 789"), None);
+    }
+
+    #[test]
+    fn no_polling_while_the_machine_is_loaded_beyond_the_limit() {
+        // This machine's load, whatever it is, is above 1% of its cores
+        // (this thread runs) and below a million percent.
+        if load_percent().is_none() {
+            return;
+        }
+        set(Duration::from_micros(50), 1);
+        assert_eq!(spin(), Duration::ZERO);
+        set(Duration::from_micros(50), 1_000_000);
+        assert_eq!(spin(), Duration::from_micros(50));
+        set(Duration::ZERO, 0);
     }
 }

@@ -398,7 +398,10 @@ struct Startup {
 /// Puts the components together and starts listening on this process's
 /// socket.
 fn build(s: Startup) -> Result<Arc<CoreWorker>> {
-    super::spin::set(std::time::Duration::from_micros(s.config.spin_wait_us));
+    super::spin::set(
+        std::time::Duration::from_micros(s.config.spin_wait_us),
+        s.config.spin_max_load_percent,
+    );
     let address = s.address.clone();
     let unix = socket_path(&s.session_dir, s.worker_id);
     let store = StoreClient::open(
