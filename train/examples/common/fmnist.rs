@@ -92,9 +92,20 @@ impl OnDevice {
     /// A batch of images (as floats in 0..1) and labels, by index: the
     /// indices go to the device, the gather and conversion run there.
     pub fn batch(&self, indices: &[usize]) -> (Tensor, Tensor) {
+        self.gather(&self.indices(indices))
+    }
+
+    /// `indices` on the device, for [`gather`](Self::gather). A copy from
+    /// host memory waits for the device's queued work, so a training loop
+    /// sends an epoch's indices once and slices them per batch.
+    pub fn indices(&self, indices: &[usize]) -> Tensor {
         let idx: Vec<i64> = indices.iter().map(|&i| i as i64).collect();
-        let idx = Tensor::from_slice(&idx).to_device(self.device);
-        let x = self.pixels.index_select(0, &idx).to_kind(Kind::Float) / self.peak;
-        (x, self.labels.index_select(0, &idx))
+        Tensor::from_slice(&idx).to_device(self.device)
+    }
+
+    /// The images and labels at `idx`, indices already on the device.
+    pub fn gather(&self, idx: &Tensor) -> (Tensor, Tensor) {
+        let x = self.pixels.index_select(0, idx).to_kind(Kind::Float) / self.peak;
+        (x, self.labels.index_select(0, idx))
     }
 }
