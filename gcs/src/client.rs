@@ -161,12 +161,27 @@ impl GcsClient {
         .await
     }
 
-    /// Reports the node's free resources and waiting demand.
+    /// Reports the node's free resources and waiting demand. The answer
+    /// carries the whole view of live nodes (a node that holds none).
     pub async fn heartbeat(
         &mut self,
         node_id: &str,
         available: Vec<Resource>,
         demands: Vec<Demand>,
+    ) -> Result<HeartbeatReply, GcsError> {
+        self.heartbeat_since(node_id, available, demands, (0, 0))
+            .await
+    }
+
+    /// As [`heartbeat`](Self::heartbeat), for a node whose view is at
+    /// `(epoch, version)` (of an earlier answer): the answer carries only
+    /// what changed since, unless its `full_view` says otherwise.
+    pub async fn heartbeat_since(
+        &mut self,
+        node_id: &str,
+        available: Vec<Resource>,
+        demands: Vec<Demand>,
+        (view_epoch, view_version): (u64, u64),
     ) -> Result<HeartbeatReply, GcsError> {
         let reply = self
             .inner
@@ -174,6 +189,8 @@ impl GcsClient {
                 node_id: node_id.to_string(),
                 available,
                 demands,
+                view_epoch,
+                view_version,
             })
             .await;
         self.answer("Heartbeat", reply)

@@ -374,11 +374,12 @@ impl Gcs for Handler {
         let beat = request.into_inner();
         validate::heartbeat(&beat.node_id, &beat.available, &beat.demands)?;
         let now = Instant::now();
-        let (outcome, nodes) = {
+        let (outcome, view) = {
             let mut table = self.0.nodes.lock();
             let outcome = table.heartbeat(&beat.node_id, beat.available, beat.demands, now);
-            let alive = (outcome == Beat::Alive).then(|| table.alive_snapshot(now));
-            (outcome, alive.unwrap_or_default())
+            let view = (outcome == Beat::Alive)
+                .then(|| table.view_update(beat.view_epoch, beat.view_version));
+            (outcome, view.unwrap_or_default())
         };
         let (alive, death_cause) = match outcome {
             Beat::Alive => (true, String::new()),
@@ -388,7 +389,11 @@ impl Gcs for Handler {
         Ok(Response::new(HeartbeatReply {
             alive,
             death_cause,
-            nodes,
+            nodes: view.nodes,
+            full_view: view.full,
+            gone: view.gone,
+            view_epoch: view.epoch,
+            view_version: view.version,
         }))
     }
 

@@ -4,18 +4,21 @@
 //! says the node was given up (it missed its heartbeats, so its work was
 //! declared lost; a node that comes back joins as a new node).
 
+mod view;
+
 use crate::placement::assign::NodeRoom;
-use prism_gcs::pb::{Demand, NodeInfo as WireNode, NodeState, Resource};
+use prism_gcs::pb::{Demand, NodeInfo as WireNode, NodeState};
 use prism_gcs::{GcsClient, Token};
 use prism_protocol::ids::{ActorId, NodeId};
 use prism_protocol::messages::{ActorInfo, Call, GetActor, NodeInfo, Request, Response};
-use prism_protocol::resources::{Quantity, ResourceSet};
+use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::{Connection, Handler};
 use prism_protocol::Error;
 use std::path::Path;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::watch;
+use view::{free_of, from_wire_set, to_wire, View};
 
 /// What the membership needs of its node (`crate::node::Node` implements
 /// it): what to register, what each heartbeat reports, and what to do when
@@ -65,7 +68,7 @@ pub(crate) struct Membership {
     /// The address other nodes reach this node at.
     node_ip: String,
     /// The live nodes as of the last heartbeat's answer.
-    view: parking_lot::Mutex<Vec<WireNode>>,
+    view: parking_lot::Mutex<View>,
     /// Where the next SPREAD request starts looking.
     spread_next: std::sync::atomic::AtomicUsize,
     /// Connections to other nodes' raylets (actor lookups).
@@ -112,7 +115,7 @@ impl Membership {
         Ok(Membership {
             node_id: node.node_id().to_string(),
             node_ip: link.node_ip.clone(),
-            view: parking_lot::Mutex::new(Vec::new()),
+            view: parking_lot::Mutex::new(View::default()),
             spread_next: std::sync::atomic::AtomicUsize::new(0),
             peers: Peers::default(),
             client,
@@ -176,9 +179,7 @@ impl Membership {
         here_total: &ResourceSet,
     ) -> Result<Option<(String, String)>, Error> {
         let mut view = self.view.lock();
-        let others = view
-            .iter()
-            .filter(|n| n.node_id != self.node_id && !n.raylet_address.is_empty());
+        let is_other = |n: &&WireNode| n.node_id != self.node_id && !n.raylet_address.is_empty();
         let free_cpus = |n: &WireNode| {
             n.available
                 .iter()
@@ -186,24 +187,18 @@ impl Membership {
                 .map(|r| r.units)
                 .unwrap_or(0)
         };
-        let best = others
-            .clone()
-            .filter(|n| from_wire_set(&n.available).contains(shape))
+        let best = view
+            .iter()
+            .filter(is_other)
+            .filter(|n| free_of(n).contains(shape))
             .max_by_key(|n| free_cpus(n))
-            .map(|n| n.node_id.clone());
-        if let Some(id) = best {
-            // Count the request against that node until its next heartbeat
-            // says what it really has free, so a burst spreads over the
-            // nodes instead of all going to the first.
-            let n = view
-                .iter_mut()
-                .find(|n| n.node_id == id)
-                .expect("found above");
-            let mut free = from_wire_set(&n.available);
-            free.subtract(shape);
-            n.available = to_wire(&free);
-            return Ok(Some((n.raylet_address.clone(), id)));
+            .map(|n| (n.raylet_address.clone(), n.node_id.clone()));
+        if let Some((raylet, id)) = best {
+            // Count the request against that node until the next answer.
+            view.lower(&id, shape);
+            return Ok(Some((raylet, id)));
         }
+        let others = view.iter().filter(is_other);
         if fits_here_ever {
             return Ok(None);
         }
@@ -261,8 +256,8 @@ impl Membership {
     pub(crate) fn raylet_of(&self, node_id: &str) -> Option<String> {
         self.view
             .lock()
-            .iter()
-            .find(|n| n.node_id == node_id && !n.raylet_address.is_empty())
+            .get(node_id)
+            .filter(|n| !n.raylet_address.is_empty())
             .map(|n| n.raylet_address.clone())
     }
 
@@ -271,23 +266,23 @@ impl Membership {
     /// node has it free.
     pub(crate) fn spread_target(&self, shape: &ResourceSet) -> Option<Option<(String, String)>> {
         let mut view = self.view.lock();
-        let mut order: Vec<usize> = (0..view.len()).collect();
-        order.sort_by(|&a, &b| view[a].node_id.cmp(&view[b].node_id));
-        let n = order.len();
+        let n = view.len().max(1);
         let start = self
             .spread_next
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let pick = (0..n)
-            .map(|k| order[(start + k) % n.max(1)])
-            .find(|&i| from_wire_set(&view[i].available).contains(shape))?;
-        let node = &mut view[pick];
-        if node.node_id == self.node_id {
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            % n;
+        // The view is in id order: start at the next node in turn.
+        let (raylet, id) = view
+            .iter()
+            .skip(start)
+            .chain(view.iter().take(start))
+            .find(|node| free_of(node).contains(shape))
+            .map(|node| (node.raylet_address.clone(), node.node_id.clone()))?;
+        if id == self.node_id {
             return Some(None);
         }
-        let mut free = from_wire_set(&node.available);
-        free.subtract(shape);
-        node.available = to_wire(&free);
-        Some(Some((node.raylet_address.clone(), node.node_id.clone())))
+        view.lower(&id, shape);
+        Some(Some((raylet, id)))
     }
 
     /// The connection to live node `node_id`'s raylet (opened once).
@@ -489,6 +484,9 @@ async fn beat<N: MemberNode>(
         };
         let id = node.node_id().to_string();
         let (available, demands) = node.load();
+        // Until the membership is set (the first beats of a join), the
+        // node holds no view and asks for all of it.
+        let since = node.membership().map_or((0, 0), |m| m.view.lock().since());
         drop(node);
         let demands = demands
             .into_iter()
@@ -498,20 +496,11 @@ async fn beat<N: MemberNode>(
             })
             .collect::<Vec<_>>();
         let available = to_wire(&available);
-        match client.heartbeat(&id, available, demands).await {
+        match client.heartbeat_since(&id, available, demands, since).await {
             Ok(reply) if reply.alive => {
                 if let Some(node) = node_ref.upgrade() {
                     if let Some(m) = node.membership() {
-                        let died: Vec<String> = {
-                            let mut view = m.view.lock();
-                            let died = view
-                                .iter()
-                                .filter(|old| !reply.nodes.iter().any(|n| n.node_id == old.node_id))
-                                .map(|old| old.node_id.clone())
-                                .collect();
-                            *view = reply.nodes;
-                            died
-                        };
+                        let died = m.view.lock().apply(reply);
                         for dead in died {
                             tracing::warn!(node = %dead, "a node left the cluster; telling this node's processes");
                             node.node_left(&dead);
@@ -537,23 +526,6 @@ async fn beat<N: MemberNode>(
             }
         }
     }
-}
-
-fn to_wire(set: &ResourceSet) -> Vec<Resource> {
-    set.iter()
-        .map(|(name, q)| Resource {
-            name: name.to_string(),
-            units: q.units() as i64,
-        })
-        .collect()
-}
-
-fn from_wire_set(list: &[Resource]) -> ResourceSet {
-    let mut set = ResourceSet::new();
-    for r in list {
-        set.set(r.name.clone(), Quantity::from_units(r.units.max(0) as u64));
-    }
-    set
 }
 
 fn from_wire(n: WireNode) -> NodeInfo {
@@ -584,6 +556,7 @@ pub(crate) fn hostname() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use prism_protocol::resources::Quantity;
 
     #[test]
     fn resources_cross_the_wire_unchanged() {
