@@ -137,6 +137,22 @@ kill_pod() {
     done
     die "pod $1 did not exit within 30 s of its kill"
 }
+# Starts a stopped pod and waits for its container to run. Now and then
+# podman reports the pod started while its container is not running (it
+# logs "container not running"); that is podman's failure, not Prism's,
+# so the pod is started once more, and the log says so.
+start_pod() {
+    local try
+    for try in 1 2; do
+        podman pod start "$1" >/dev/null
+        for _ in $(seq 1 100); do
+            [ "$(podman inspect --format '{{.State.Running}}' "$1-prism" 2>/dev/null)" = true ] && return 0
+            sleep 0.1
+        done
+        say "podman did not run $1's container within 10 s of starting the pod (try $try)"
+    done
+    die "podman could not start pod $1 again"
+}
 # Waits up to $1 seconds for `prism status` in the head pod to say $2.
 wait_status() {
     local limit=$1 want=$2 i
@@ -209,14 +225,14 @@ podman pod rm -f "$job_pod" >/dev/null
 kill_pod "${workers[0]}"
 wait_status 30 "Nodes: 2 alive, 1 dead"
 say "${workers[0]} killed: the head marks its node DEAD"
-podman pod start "${workers[0]}" >/dev/null
+start_pod "${workers[0]}"
 wait_status 60 "Nodes: 3 alive, 1 dead"
 say "${workers[0]} started again: it joins as a new node"
 
 # 5. The head pod dies, and is started again on its state volume.
 jobs_before=$(PRISM_AUTH_TOKEN="$token" "$prism_bin" job list --address "http://$head_ip:8265" | grep -c SUCCEEDED || true)
 kill_pod "$head_pod"
-podman pod start "$head_pod" >/dev/null
+start_pod "$head_pod"
 restarted=$(date +%s.%N)
 head_ip=$(ip_of "$head_pod")
 for _ in $(seq 1 300); do
