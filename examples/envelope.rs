@@ -118,6 +118,18 @@ fn row(name: &str, value: f64, unit: &str) {
     println!("ROW {name} {value:.3} {unit}");
 }
 
+/// The rows of a section that made `count` things in `took`: how many,
+/// the time, and the rate in `unit`.
+fn made_rows(section: &str, made: &str, count: usize, took: Duration, unit: &str) {
+    row(&format!("{section}_{made}"), count as f64, section);
+    row(&format!("{section}_create_time"), took.as_secs_f64(), "s");
+    row(
+        &format!("{section}_create_rate"),
+        count as f64 / took.as_secs_f64(),
+        unit,
+    );
+}
+
 /// The machine's memory in use (total less available), in MiB: what
 /// worker processes of every node together cost shows in its change.
 fn machine_used_mib() -> f64 {
@@ -159,11 +171,11 @@ fn actors(head: &Head, count: usize) -> prism::Result<()> {
         .collect::<prism::Result<Vec<_>>>()?;
     let tags = prism::get_many_timeout(&firsts, SECTION_LIMIT)?;
     let created = start.elapsed();
-    row("actors_created_and_called", count as f64, "actors");
-    row("actors_create_time", created.as_secs_f64(), "s");
-    row(
-        "actors_create_rate",
-        count as f64 / created.as_secs_f64(),
+    made_rows(
+        "actors",
+        "created_and_called",
+        count,
+        created,
         "actors_per_s",
     );
     row("actors_nodes_used", distinct(&tags), "nodes");
@@ -212,13 +224,7 @@ fn groups(head: &Head, count: usize) -> prism::Result<()> {
         }
     }
     let created = start.elapsed();
-    row("groups_created", count as f64, "groups");
-    row("groups_create_time", created.as_secs_f64(), "s");
-    row(
-        "groups_create_rate",
-        count as f64 / created.as_secs_f64(),
-        "groups_per_s",
-    );
+    made_rows("groups", "created", count, created, "groups_per_s");
     let mut nodes = HashSet::new();
     for g in &groups {
         nodes.extend(g.bundle_nodes()?);

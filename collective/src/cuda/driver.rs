@@ -370,35 +370,27 @@ unsafe impl Sync for Event {}
 impl Event {
     /// A new event without timing.
     pub(crate) fn new(device: &Arc<Device>) -> Result<Event> {
-        device.bind()?;
-        let flags = CU_EVENT_DISABLE_TIMING;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: writes one event handle.
-        device.check(
-            unsafe { (device.driver.event_create)(&mut raw, flags) },
-            "creating an event",
-        )?;
-        Ok(Event {
-            raw,
-            device: device.clone(),
-        })
+        Event::create(device, CU_EVENT_DISABLE_TIMING, "creating an event")
     }
 
     /// A new event that other processes can open
     /// ([`ipc_handle`](Self::ipc_handle), [`open_ipc`](Self::open_ipc)) to
     /// make their streams wait for its records.
     pub(crate) fn interprocess(device: &Arc<Device>) -> Result<Event> {
+        Event::create(
+            device,
+            CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS,
+            "creating an interprocess event",
+        )
+    }
+
+    fn create(device: &Arc<Device>, flags: c_uint, context: &'static str) -> Result<Event> {
         device.bind()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: writes one event handle.
         device.check(
-            unsafe {
-                (device.driver.event_create)(
-                    &mut raw,
-                    CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS,
-                )
-            },
-            "creating an interprocess event",
+            unsafe { (device.driver.event_create)(&mut raw, flags) },
+            context,
         )?;
         Ok(Event {
             raw,
