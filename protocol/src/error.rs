@@ -305,6 +305,18 @@ pub enum Error {
         /// The worker.
         worker: WorkerId,
     },
+    /// A message was larger than a message of its kind may be (see
+    /// [`FrameBound`](crate::messages::FrameBound)); it was not sent, or
+    /// its receiver skipped it unread.
+    #[error("the {kind} message is {bytes} bytes, over the {limit} bytes a message of its kind may have; pass large values by reference (prism::put) rather than inline")]
+    FrameTooLarge {
+        /// The message, as `Service/Request` or `response <Answer>`.
+        kind: String,
+        /// Its size.
+        bytes: u64,
+        /// Its kind's bound.
+        limit: u64,
+    },
     /// A peer sent a message that makes no sense here.
     #[error("protocol error: {message}")]
     Protocol {

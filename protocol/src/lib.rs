@@ -6,6 +6,7 @@
 pub mod clock;
 pub mod error;
 pub mod exposition;
+mod framing;
 pub mod guard;
 mod handshake;
 pub mod ids;

@@ -41,8 +41,10 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
+mod bounds;
 mod specs;
 
+pub use bounds::FrameBound;
 pub use specs::*;
 
 /// A request: its struct is its name on the wire, and `Reply` is what it is
@@ -52,6 +54,8 @@ pub trait Call: Into<Request> {
     type Reply: Reply;
     /// The request's name, for errors.
     const NAME: &'static str;
+    /// How large its frame may be (see [`FrameBound`]).
+    const FRAME_BOUND: FrameBound;
 }
 
 /// A type a [`Response`] carries.
@@ -111,14 +115,25 @@ impl Reply for () {
     }
 }
 
+/// The size class a request declares (`, Batch` or `, Payload` after its
+/// reply type), [`FrameBound::Control`] when it declares none.
+macro_rules! frame_bound {
+    () => {
+        FrameBound::Control
+    };
+    ($bound:ident) => {
+        FrameBound::$bound
+    };
+}
+
 /// Declares each service's request enum, one struct per request with its
-/// reply type, and the wire [`Request`] over all services.
+/// reply type and size class, and the wire [`Request`] over all services.
 macro_rules! services {
     ($(
         $(#[$service_doc:meta])*
         $variant:ident: $service:ident {$(
             $(#[$doc:meta])*
-            $name:ident { $($(#[$field_doc:meta])* $field:ident: $ty:ty),* $(,)? } => $reply:ty;
+            $name:ident { $($(#[$field_doc:meta])* $field:ident: $ty:ty),* $(,)? } => $reply:ty $(, $bound:ident)?;
         )*}
     )*) => {
         $(
@@ -136,6 +151,7 @@ macro_rules! services {
                 impl Call for $name {
                     type Reply = $reply;
                     const NAME: &'static str = stringify!($name);
+                    const FRAME_BOUND: FrameBound = frame_bound!($($bound)?);
                 }
                 impl From<$name> for Request {
                     fn from(request: $name) -> Request {
@@ -148,6 +164,31 @@ macro_rules! services {
         #[derive(Debug, Clone, Serialize, Deserialize)]
         pub enum Request {
             $($(#[$service_doc])* $variant($service),)*
+        }
+
+        impl Request {
+            /// The request's service and name on the wire.
+            pub fn wire_name(&self) -> (&'static str, &'static str) {
+                match self {
+                    $($(Request::$variant($service::$name(_)) => (stringify!($variant), stringify!($name)),)*)*
+                }
+            }
+
+            /// The request's size class.
+            pub fn frame_bound(&self) -> FrameBound {
+                match self {
+                    $($(Request::$variant($service::$name(_)) => <$name as Call>::FRAME_BOUND,)*)*
+                }
+            }
+
+            /// The size class of the request named `name` of `service` on
+            /// the wire, or `None` for a name no request has.
+            pub fn frame_bound_of(service: &str, name: &str) -> Option<FrameBound> {
+                match (service, name) {
+                    $($((stringify!($variant), stringify!($name)) => Some(<$name as Call>::FRAME_BOUND),)*)*
+                    _ => None,
+                }
+            }
         }
     };
 }
@@ -266,7 +307,7 @@ services! {
             /// The node whose store holds them (`None`: this one); the
             /// raylet passes the request on to that node's raylet.
             node: Option<String>,
-        } => ();
+        } => (), Batch;
         /// Copy an object from another node's store into this node's
         /// store; answered once the copy is sealed and readable here.
         /// Concurrent pulls of one object share one transfer.
@@ -324,7 +365,7 @@ services! {
             /// report (`Some(empty)`: none any more).
             #[serde(default)]
             pending: Option<Vec<PendingTask>>,
-        } => ();
+        } => (), Batch;
         /// The calling worker started (or stopped) waiting in `get`.
         WorkerBlocked {
             /// True when it starts waiting.
@@ -334,7 +375,7 @@ services! {
         CreateActor {
             /// What to create.
             spec: ActorSpec,
-        } => ActorPlacement;
+        } => ActorPlacement, Payload;
         /// An actor's state, now or (with `wait`) once it is neither
         /// pending nor restarting.
         GetActor {
@@ -440,7 +481,7 @@ services! {
             value: Bytes,
             /// Replace an existing value.
             overwrite: bool,
-        } => bool;
+        } => bool, Payload;
         /// Read a value.
         KvGet {
             /// The key.
@@ -473,7 +514,7 @@ services! {
         PushTask {
             /// The task.
             spec: TaskSpec,
-        } => ReturnObject;
+        } => ReturnObject, Payload;
         /// The task or actor call whose result is `return_id` was
         /// cancelled by its caller: if it waits here unstarted it is
         /// answered [`Error::TaskCancelled`](crate::error::Error::TaskCancelled)
@@ -496,12 +537,12 @@ services! {
             seq: u64,
             /// The call.
             spec: TaskSpec,
-        } => ReturnObject;
+        } => ReturnObject, Payload;
         /// Run an actor's constructor and host the actor from now on.
         BecomeActor {
             /// The actor.
             spec: ActorSpec,
-        } => ();
+        } => (), Payload;
         /// Every thread's stack of this worker, and what it runs, as JSON
         /// (`prism stack`); the threads stop only while each walks its
         /// own stack.
@@ -527,7 +568,7 @@ services! {
             borrower: Address,
             /// Sent by a borrower passing the reference on.
             from_borrower: bool,
-        } => ();
+        } => (), Batch;
         /// A borrower dropped its references.
         RemoveBorrower {
             /// The objects.
@@ -539,7 +580,7 @@ services! {
             /// for; the owner keeps the borrower for any others. Missing
             /// counts end the borrow outright.
             counts: Vec<u64>,
-        } => ();
+        } => (), Batch;
         /// The next value of a streaming call (`TaskSpec::streaming`) is
         /// stored as `id`: the caller takes it as its own object, the
         /// `index`-th of the stream. Sent by the executor in order, a
@@ -557,7 +598,7 @@ services! {
             id: ObjectId,
             /// The value.
             item: ReturnObject,
-        } => ();
+        } => (), Payload;
         /// Where an actor this process created stands, asked by a caller
         /// that found no live node holding it.
         LocateActor {
@@ -597,7 +638,7 @@ services! {
         LeasesWanted {
             /// Leases this process holds from the sending raylet.
             leases: Vec<LeaseId>,
-        } => ();
+        } => (), Batch;
         /// A chunk of this process's own executable, read by another node's
         /// raylet that runs the job's workers and lacks the program.
         ReadProgram {
@@ -617,7 +658,7 @@ services! {
             stream: Stream,
             /// The lines, without newlines.
             lines: Vec<String>,
-        } => ();
+        } => (), Batch;
     }
 }
 

@@ -36,12 +36,14 @@
 //! [`Error::Disconnected`] and the handler's `closed` hook runs once.
 
 use crate::error::Error;
+use crate::framing::{self, FrameKind};
 use crate::guard::{
     accept_failed, log_refusal, AcceptBackoff, Admitted, ConnectionLimits, GuardedListener,
+    LogLimiter,
 };
 use crate::handshake::{client_handshake, cluster_token, server_handshake, StreamKind};
 pub use crate::handshake::{connect_bulk, constant_time_eq, set_cluster_token};
-use crate::messages::{Call, Request, Response};
+use crate::messages::{Call, FrameBound, Request, Response};
 use crate::tls;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -84,6 +86,27 @@ pub enum Frame {
         /// The answer.
         body: Response,
     },
+}
+
+impl Frame {
+    /// How large this frame may be.
+    fn bound(&self) -> FrameBound {
+        match self {
+            Frame::Request { body, .. } | Frame::Notify(body) => body.frame_bound(),
+            Frame::Response { body, .. } => body.frame_bound(),
+        }
+    }
+
+    /// The message's name, for errors.
+    fn describe(&self) -> String {
+        match self {
+            Frame::Request { body, .. } | Frame::Notify(body) => {
+                let (service, name) = body.wire_name();
+                format!("{service}/{name}")
+            }
+            Frame::Response { body, .. } => format!("response {}", body.wire_name()),
+        }
+    }
 }
 
 /// Serves requests arriving on a connection.
@@ -137,7 +160,16 @@ fn encode_frame(frame: &Frame) -> Result<Vec<u8>, Error> {
     rmp_serde::encode::write_named(&mut buf, frame).map_err(|e| Error::Protocol {
         message: format!("cannot encode frame: {e}"),
     })?;
-    let len = (buf.len() - 4) as u32;
+    let bytes = buf.len() - 4;
+    let bound = frame.bound();
+    if bytes > bound.bytes() {
+        return Err(Error::FrameTooLarge {
+            kind: frame.describe(),
+            bytes: bytes as u64,
+            limit: bound.bytes() as u64,
+        });
+    }
+    let len = bytes as u32;
     buf[..4].copy_from_slice(&len.to_le_bytes());
     Ok(buf)
 }
@@ -444,7 +476,16 @@ impl Connection {
     /// Answers request `id` (does nothing for notifications, `None`).
     pub fn respond(&self, id: Option<u64>, body: Response) {
         if let Some(id) = id {
-            if let Err(e) = self.send_frame(&Frame::Response { id, body }) {
+            let sent = match self.send_frame(&Frame::Response { id, body }) {
+                // The caller hears why instead of waiting for an answer
+                // that cannot come.
+                Err(e @ Error::FrameTooLarge { .. }) => self.send_frame(&Frame::Response {
+                    id,
+                    body: Response::Error(e),
+                }),
+                sent => sent,
+            };
+            if let Err(e) = sent {
                 tracing::debug!(peer = %self.inner.peer, error = %e, "could not send a response");
             }
         }
@@ -468,6 +509,32 @@ async fn read_loop(
             return Err(Error::Protocol {
                 message: format!("frame of {len} bytes exceeds the {MAX_FRAME_BYTES} byte limit"),
             });
+        }
+        // The first bytes tell the frame's kind, and so how large it may be.
+        let head = len.min(framing::PEEK_BYTES);
+        buf.resize(head, 0);
+        reader
+            .read_exact(&mut buf)
+            .await
+            .map_err(|e| Error::io("read frame", e))?;
+        if len > FrameBound::Control.bytes() {
+            match framing::peek(&buf) {
+                Some(kind) if len > kind.bound().bytes() => {
+                    refuse_oversized(conn, kind, len);
+                    skip(reader, len - head).await?;
+                    continue;
+                }
+                Some(_) => {}
+                None => {
+                    return Err(Error::Protocol {
+                        message: format!(
+                            "a frame of {len} bytes whose first bytes are no message; \
+                             frames over {} bytes must be of a kind that may be that large",
+                            FrameBound::Control.bytes()
+                        ),
+                    })
+                }
+            }
         }
         read_body(reader, &mut buf, len).await?;
         let frame: Frame = rmp_serde::from_slice(&buf).map_err(|e| Error::Protocol {
@@ -494,35 +561,97 @@ async fn read_loop(
     }
 }
 
-/// Reads a frame body of `len` bytes into `buf`: at once up to
-/// [`EAGER_FRAME_BYTES`], growing with the bytes that arrive beyond.
+/// Reads the rest of a frame body of `len` bytes into `buf`, which holds
+/// its first bytes: at once up to [`EAGER_FRAME_BYTES`], growing with the
+/// bytes that arrive beyond.
 async fn read_body(
     reader: &mut BufReader<Box<dyn AsyncRead + Send + Unpin>>,
     buf: &mut Vec<u8>,
     len: usize,
 ) -> Result<(), Error> {
+    let head = buf.len();
     if len <= EAGER_FRAME_BYTES {
         buf.resize(len, 0);
         reader
-            .read_exact(buf)
+            .read_exact(&mut buf[head..])
             .await
             .map_err(|e| Error::io("read frame", e))?;
         return Ok(());
     }
-    buf.clear();
     let got = (&mut *reader)
-        .take(len as u64)
+        .take((len - head) as u64)
         .read_to_end(buf)
         .await
         .map_err(|e| Error::io("read frame", e))?;
-    if got < len {
+    if head + got < len {
         return Err(Error::io(
             "read frame",
-            format!("the peer closed the connection {got} bytes into a frame of {len}"),
+            format!(
+                "the peer closed the connection {} bytes into a frame of {len}",
+                head + got
+            ),
         ));
     }
     Ok(())
 }
+
+/// Reads and drops `bytes` bytes: the rest of a frame refused unread.
+async fn skip(
+    reader: &mut BufReader<Box<dyn AsyncRead + Send + Unpin>>,
+    bytes: usize,
+) -> Result<(), Error> {
+    let skipped = tokio::io::copy(
+        &mut (&mut *reader).take(bytes as u64),
+        &mut tokio::io::sink(),
+    )
+    .await
+    .map_err(|e| Error::io("skip an oversized frame", e))?;
+    if skipped < bytes as u64 {
+        return Err(Error::io(
+            "skip an oversized frame",
+            format!("the peer closed the connection {skipped} bytes into the {bytes} skipped"),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a frame larger than its kind may be, whose rest is then
+/// skipped unread: a request is answered with [`Error::FrameTooLarge`], the call an answer
+/// was for fails with it, and a notification is logged (a line per
+/// interval at most).
+fn refuse_oversized(conn: &Connection, kind: FrameKind, len: usize) {
+    let error = Error::FrameTooLarge {
+        kind: kind.describe(),
+        bytes: len as u64,
+        limit: kind.bound().bytes() as u64,
+    };
+    match kind {
+        FrameKind::Request { id, .. } => conn.respond(Some(id), Response::Error(error)),
+        FrameKind::Response { id, .. } => {
+            let waiter = conn.inner.pending.lock().remove(&id);
+            match waiter {
+                Some(Waiter::Channel(tx)) => {
+                    let _ = tx.send(Response::Error(error));
+                }
+                Some(Waiter::Callback(f)) => f(Err(error)),
+                None => {}
+            }
+        }
+        FrameKind::Notify { .. } => {
+            if let Some(held_back) = OVERSIZED_NOTICES.allow() {
+                tracing::warn!(
+                    peer = %conn.inner.peer,
+                    %error,
+                    refusals_not_logged = held_back,
+                    "skipped an oversized notification"
+                );
+            }
+        }
+    }
+}
+
+/// Oversized notifications are logged a line per 10 s at most.
+static OVERSIZED_NOTICES: LogLimiter = LogLimiter::new(std::time::Duration::from_secs(10));
 
 /// Accepts connections on `path` until the returned task is aborted,
 /// serving each with a handler made for it by `make_handler` (so per-peer
