@@ -14,6 +14,7 @@ pub mod messages;
 pub mod program;
 pub mod resources;
 pub mod rpc;
+pub mod serve;
 pub mod tls;
 pub mod transfer;
 

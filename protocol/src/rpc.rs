@@ -56,9 +56,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 
-/// The largest frame accepted, to stop a corrupt length from allocating
-/// without bound.
-pub const MAX_FRAME_BYTES: usize = 1 << 30;
+pub use crate::messages::MAX_FRAME_BYTES;
 
 /// Frames up to this size are read into a buffer sized by their header at
 /// once; a larger one's buffer grows with the bytes that arrive, so that

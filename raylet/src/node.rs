@@ -25,12 +25,14 @@ use prism_gcs::KvTable;
 use prism_object_store::Segment;
 use prism_protocol::error::Error;
 use prism_protocol::ids::{ActorId, JobId, LeaseId, NodeId, PlacementGroupId, WorkerId};
+use prism_protocol::messages::GetNodes;
 use prism_protocol::messages::{
     ActorEnded, ActorPlacement, ActorRestarted, ActorSpec, ActorState, BecomeActor, LeaseGrant,
     LeaseReply, LeasesWanted, NodeDied, NodeInfo, Registration, Response, SchedulingStrategy,
 };
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::{Connection, Endpoint};
+use prism_protocol::serve::Answer;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -246,14 +248,13 @@ impl Node {
 
     /// Answers with every node of the cluster (from the head), or this node
     /// alone when it is not part of one.
-    pub(crate) fn get_nodes(self: &Arc<Self>, reply: ReplyTo) {
+    pub(crate) fn get_nodes(self: &Arc<Self>, answer: Answer<GetNodes>) {
         let node = self.clone();
         tokio::spawn(async move {
-            let answer = match node.membership.get() {
+            answer.send(match node.membership.get() {
                 Some(m) => m.nodes().await,
                 None => Ok(vec![local_node(&node)]),
-            };
-            reply.send_result(answer);
+            });
         });
     }
 

@@ -46,6 +46,7 @@ use prism_protocol::messages::{
     PlacementStrategy, PrepareBundles, RemovePlacementGroup, Response, DRIVER_RECORD_PREFIX,
 };
 use prism_protocol::resources::ResourceSet;
+use prism_protocol::serve::Answer;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -147,7 +148,11 @@ impl Node {
 
     /// The groups created here that are not removed. With `everywhere`,
     /// in a cluster, those of every other live node too.
-    pub(crate) fn list_groups(self: &Arc<Self>, everywhere: bool, reply: ReplyTo) {
+    pub(crate) fn list_groups(
+        self: &Arc<Self>,
+        everywhere: bool,
+        answer: Answer<ListPlacementGroups>,
+    ) {
         // Groups gone by other ways (their job ended) are forgotten first.
         self.forget_ended_groups();
         // One lock at a time: the home list, the pending groups, the
@@ -167,7 +172,7 @@ impl Node {
                 .collect()
         });
         match self.membership.get().filter(|_| everywhere) {
-            None => reply.send(Response::PlacementGroupIds(ids)),
+            None => answer.send(Ok(ids)),
             Some(m) => {
                 let asking = m.ask_all(ListPlacementGroups { everywhere: false });
                 tokio::spawn(async move {
@@ -175,7 +180,7 @@ impl Node {
                     for more in asking.await {
                         all.extend(more);
                     }
-                    reply.send(Response::PlacementGroupIds(all));
+                    answer.send(Ok(all));
                 });
             }
         }

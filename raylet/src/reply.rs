@@ -1,10 +1,12 @@
-//! [`ReplyTo`]: the handle that answers one request of a client, now or
-//! later (the scheduler, pulls and placement keep it while the client
-//! waits).
+//! [`ReplyTo`]: a request's [`Answer`] with its type put aside, for the
+//! components that keep answers to several kinds of request in one place
+//! while their clients wait (the scheduler's leases and group answers,
+//! the actor table's waiters, pulls, placement).
 
 use prism_protocol::error::Error;
-use prism_protocol::messages::{Reply, Response};
+use prism_protocol::messages::{Call, Reply, Response};
 use prism_protocol::rpc::Connection;
+use prism_protocol::serve::Answer;
 
 /// Answers one request, now or later.
 #[derive(Debug)]
@@ -14,13 +16,6 @@ pub(crate) struct ReplyTo {
 }
 
 impl ReplyTo {
-    pub(crate) fn new(conn: &Connection, request: Option<u64>) -> Self {
-        ReplyTo {
-            conn: conn.clone(),
-            request,
-        }
-    }
-
     /// The connection the request came on.
     pub(crate) fn conn(&self) -> &Connection {
         &self.conn
@@ -32,5 +27,12 @@ impl ReplyTo {
 
     pub(crate) fn send_result<T: Reply>(self, answer: Result<T, Error>) {
         self.send(Response::from_result(answer));
+    }
+}
+
+impl<C: Call> From<Answer<C>> for ReplyTo {
+    fn from(answer: Answer<C>) -> Self {
+        let (conn, request) = answer.into_parts();
+        ReplyTo { conn, request }
     }
 }

@@ -1,11 +1,13 @@
-//! The raylet's server: one handler value per connection, and one
-//! `handle_<message>` function per request.
+//! The raylet's server: one handler value per connection, serving each
+//! request of the raylet's service through its `Serve` implementation
+//! (the `RayletServer` trait holds only when every request is served).
 //!
 //! A connection is a driver or a worker (after its `Register*` request).
 //! The handler remembers which, and which objects the peer has pinned, so
 //! that a peer that disconnects (or dies) leaves no pins or leases behind.
-//! Requests that wait (a lease, an actor or a group to be ready) are given
-//! a [`ReplyTo`] to answer later; the rest are answered at once.
+//! Each request comes with its typed [`Answer`]; requests that wait (a
+//! lease, an actor or a group to be ready) keep it, as a [`ReplyTo`] where
+//! a component holds answers to several kinds of request, to answer later.
 
 use crate::drivers::DriverEntry;
 use crate::node::{Job, Node};
@@ -15,15 +17,20 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use prism_object_store::{Creator, Pin, Placement};
 use prism_protocol::error::{Error, Result};
-use prism_protocol::ids::{JobId, LeaseId, ObjectId, PlacementGroupId, WorkerId};
+use prism_protocol::ids::{JobId, ObjectId, WorkerId};
 use prism_protocol::messages::{
-    ActorPlacement, ActorSpec, BundleRef, ClusterResources, EnvVars, GetActor, GetNamedActor,
-    GetPlacementGroup, KillActor, LeaseReply, ObjectLocation, Ownership, PlacementGroupSpec,
-    RayletRequest, RegisterDriver, RegisterWorker, Registration, Reply, Request, RequestLease,
-    Response, SchedulingStrategy, ACTOR_CHECKPOINT_PREFIX,
+    ActorPlacement, ActorSpec, BundleRef, Call, CancelLeaseRequests, ClusterResources,
+    CommitBundles, CreateActor, CreateObject, CreatePlacementGroup, DeleteObjects, EnvVars,
+    ExitActor, GetActor, GetClusterResources, GetNamedActor, GetNodes, GetObject,
+    GetPlacementGroup, GetStoreStats, KillActor, KvDelete, KvGet, KvKeys, KvPut, LeaseReply,
+    ListPlacementGroups, MoveBundles, ObjectLocation, OwnerExited, Ownership, PrepareBundles,
+    PullObject, RegisterDriver, RegisterWorker, Registration, ReleaseObject, RemovePlacementGroup,
+    ReportTaskCounts, Request, RequestLease, Response, ReturnLease, SchedulingStrategy, SealObject,
+    WorkerBlocked, WorkerExitReason, ACTOR_CHECKPOINT_PREFIX,
 };
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::{Connection, Handler};
+use prism_protocol::serve::{Answer, Serve};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -71,137 +78,16 @@ pub(crate) fn handler(node: &Arc<Node>) -> Arc<dyn Handler> {
 
 impl Handler for ClientHandler {
     fn handle(&self, conn: &Connection, id: Option<u64>, request: Request) {
-        let reply = ReplyTo::new(conn, id);
-        let request = match request {
-            Request::Raylet(request) => request,
-            other => {
-                return reply.send(Response::Error(Error::NotServed {
+        match request {
+            Request::Raylet(request) => request.dispatch(self, conn, id),
+            other => conn.respond(
+                id,
+                Response::Error(Error::NotServed {
                     service: "the raylet".into(),
                     request: format!("{other:?}"),
-                }))
-            }
-        };
-        use RayletRequest as R;
-        let answer = match request {
-            // Answered later, when a worker, the actor or the group is ready.
-            R::RequestLease(RequestLease {
-                shape,
-                bundle,
-                strategy,
-                env_vars,
-            }) => return self.handle_request_lease(shape, bundle, strategy, env_vars, reply),
-            R::GetActor(GetActor { actor_id, wait }) => {
-                return self
-                    .node
-                    .get_actor(actor_id, wait, self.asks_others(), reply)
-            }
-            R::GetPlacementGroup(GetPlacementGroup { id: group, wait_ms }) => {
-                return self
-                    .node
-                    .get_placement_group(group, wait_ms, self.asks_others(), reply)
-            }
-            R::GetNodes(_) => return self.node.get_nodes(reply),
-            R::ListPlacementGroups(r) => {
-                return self
-                    .node
-                    .list_groups(r.everywhere && self.asks_others(), reply)
-            }
-            // Answered now.
-            R::RegisterDriver(r) if r.job_id.is_some() => {
-                return self.handle_register_lessee(conn, r, reply)
-            }
-            R::RegisterDriver(r) => answer(self.handle_register_driver(conn, r)),
-            R::RegisterWorker(r) => answer(self.handle_register_worker(conn, r)),
-            R::ReturnLease(r) => answer(self.handle_return_lease(r.lease_id, r.unreachable)),
-            R::CancelLeaseRequests(r) => {
-                answer(self.handle_cancel_lease_requests(r.shape, r.bundle, r.env_vars))
-            }
-            R::WorkerBlocked(r) => answer(self.handle_worker_blocked(r.blocked)),
-            // Answered now, or once spilling made room or a restore ended.
-            R::CreateObject(r) => return self.handle_create_object(r.id, r.size, r.owner, reply),
-            R::GetObject(r) => return self.handle_get_object(r.id, reply),
-            R::SealObject(r) => answer(match crate::faults::injected("object_seal") {
-                Some(e) => Err(e),
-                None => self.node.store.seal(r.id, self.creator()),
-            }),
-            R::ReleaseObject(r) => answer(self.handle_release_object(r.id)),
-            R::DeleteObjects(r) => answer(self.handle_delete_objects(r.ids, r.node)),
-            R::PullObject(r) => return self.node.pull_object(r.id, r.node, r.size, r.owner, reply),
-            R::OwnerExited(r) => answer({
-                self.node.store.owner_exited(&r.address);
-                Ok(())
-            }),
-            R::GetStoreStats(_) => answer(Ok(self.node.store.stats(self.node.transfers.bytes()))),
-            R::ReportTaskCounts(r) => answer({
-                (self.node.task_totals).add(r.counts, &r.latencies, r.retries, r.rebuilt);
-                if let Some(now) = r.pending {
-                    self.node.tasks.set_pending(self.conn_id, now);
-                }
-                (self.node.tasks).add(r.events, r.dropped, &r.worker_id, r.runs, r.running);
-                Ok(())
-            }),
-            R::CreateActor(r) => return self.handle_create_actor(r.spec, conn, reply),
-            R::GetNamedActor(r) => return self.handle_get_named_actor(r, reply),
-            R::WorkerExitReason(r) => answer(Ok(self.node.worker_exit_reason(r.worker_id))),
-            R::KillActor(r) => return self.handle_kill_actor(r, reply),
-            R::ExitActor(r) => answer(self.node.exit_actor(r.actor_id)),
-            R::GetClusterResources(_) => answer(self.handle_get_cluster_resources()),
-            R::CreatePlacementGroup(r) => answer(self.handle_create_placement_group(r.spec)),
-            R::RemovePlacementGroup(r) => answer(self.handle_remove_placement_group(r.id)),
-            R::PrepareBundles(r) => answer(self.node.control(|c| {
-                let here = self.node.node_id.to_string();
-                c.scheduler.prepare_shard(r.job, r.spec, r.nodes, &here)
-            })),
-            R::CommitBundles(r) => answer(self.node.control(|c| c.scheduler.commit_shard(r.id))),
-            R::MoveBundles(r) => answer(self.node.control(|c| {
-                let here = self.node.node_id.to_string();
-                c.scheduler.move_bundles(r.job, r.spec, r.nodes, &here)
-            })),
-            // In a cluster the table is the head's.
-            R::KvPut(r) => {
-                let fault = if r.key.starts_with(ACTOR_CHECKPOINT_PREFIX) {
-                    crate::faults::injected("checkpoint_commit")
-                } else {
-                    None
-                };
-                match (fault, self.node.membership.get()) {
-                    (Some(e), _) => answer::<bool>(Err(e)),
-                    (None, Some(m)) => {
-                        let mut gcs = m.gcs();
-                        return answer_later(reply, async move {
-                            gcs.kv_put(r.key, r.value.to_vec(), r.overwrite).await
-                        });
-                    }
-                    (None, None) => {
-                        answer(Ok(self.node.kv.lock().put(r.key, r.value, r.overwrite)))
-                    }
-                }
-            }
-            R::KvGet(r) => match self.node.membership.get() {
-                Some(m) => {
-                    let mut gcs = m.gcs();
-                    return answer_later(reply, async move {
-                        gcs.kv_get(r.key).await.map(|v| v.map(Bytes::from))
-                    });
-                }
-                None => answer(Ok(self.node.kv.lock().get(&r.key))),
-            },
-            R::KvDelete(r) => match self.node.membership.get() {
-                Some(m) => {
-                    let mut gcs = m.gcs();
-                    return answer_later(reply, async move { gcs.kv_delete(r.key).await });
-                }
-                None => answer(Ok(self.node.kv.lock().delete(&r.key))),
-            },
-            R::KvKeys(r) => match self.node.membership.get() {
-                Some(m) => {
-                    let mut gcs = m.gcs();
-                    return answer_later(reply, async move { gcs.kv_keys(r.prefix).await });
-                }
-                None => answer(Ok(self.node.kv.lock().keys(&r.prefix))),
-            },
-        };
-        reply.send(answer);
+                }),
+            ),
+        }
     }
 
     fn closed(&self, _conn: &Connection) {
@@ -335,8 +221,8 @@ impl ClientHandler {
     /// A process of another node will lease workers here: answered once
     /// this node has the job's program (fetched from that process if need
     /// be, which may take a while).
-    fn handle_register_lessee(&self, conn: &Connection, r: RegisterDriver, reply: ReplyTo) {
-        let (node, role, conn) = (self.node.clone(), self.role.clone(), conn.clone());
+    fn handle_register_lessee(&self, r: RegisterDriver, answer: Answer<RegisterDriver>) {
+        let (node, role, conn) = (self.node.clone(), self.role.clone(), answer.conn().clone());
         tokio::spawn(async move {
             let registered = async {
                 let RegisterDriver {
@@ -379,7 +265,7 @@ impl ClientHandler {
                 tracing::info!(job = %job_id, pid, "a process of another node leases workers here");
                 Ok(node.registration(job_id))
             };
-            reply.send(answer(registered.await));
+            answer.send(registered.await);
         });
     }
 
@@ -426,67 +312,48 @@ impl ClientHandler {
         Ok(self.node.registration(job))
     }
 
-    fn handle_return_lease(&self, lease: LeaseId, unreachable: bool) -> Result<()> {
-        self.node
-            .control(|c| c.scheduler.return_lease(lease, unreachable));
-        Ok(())
-    }
-
-    fn handle_cancel_lease_requests(
+    fn handle_create_object(
         &self,
-        shape: ResourceSet,
-        bundle: Option<BundleRef>,
-        env: EnvVars,
-    ) -> Result<()> {
-        let withdrawn = self.node.control(|c| {
-            c.scheduler
-                .cancel_requests(self.conn_id, &shape, bundle, &env)
-        });
-        for reply in withdrawn {
-            reply.send(Response::Lease(LeaseReply::Cancelled));
-        }
-        Ok(())
-    }
-
-    fn handle_worker_blocked(&self, blocked: bool) -> Result<()> {
-        if let Role::Worker(_, worker) = *self.role.lock() {
-            tracing::debug!(%worker, blocked, "worker blocked state");
-            self.node
-                .control(|c| c.scheduler.set_blocked(worker, blocked));
-        }
-        Ok(())
-    }
-
-    fn handle_create_object(&self, id: ObjectId, size: u64, owner: Ownership, reply: ReplyTo) {
+        id: ObjectId,
+        size: u64,
+        owner: Ownership,
+        answer: Answer<CreateObject>,
+    ) {
         let creator = self.creator();
         let placement = match self.node.store.try_create(id, size, creator, Some(&owner)) {
             Err(Error::ObjectStoreFull { .. }) if self.node.store.spill_config.enabled => {
-                return self.create_later(id, size, owner, reply);
+                return self.create_later(id, size, owner, answer);
             }
             // A copy an earlier attempt left is in use or still written.
             Err(_) if self.node.store.lock().busy(id, creator) => {
-                return self.create_later(id, size, owner, reply)
+                return self.create_later(id, size, owner, answer)
             }
             other => other,
         };
-        reply.send(Response::from_result(placement.map(location)));
+        answer.send(placement.map(location));
     }
 
     /// Answers a create once spilling made room, or once the copy it
     /// replaces is no longer in use.
-    fn create_later(&self, id: ObjectId, size: u64, owner: Ownership, reply: ReplyTo) {
+    fn create_later(
+        &self,
+        id: ObjectId,
+        size: u64,
+        owner: Ownership,
+        answer: Answer<CreateObject>,
+    ) {
         let (node, creator) = (self.node.clone(), self.creator());
         tokio::spawn(async move {
             let created = node
                 .store
                 .create_object(id, size, creator, Some(&owner))
                 .await;
-            reply.send(Response::from_result(created.map(location)));
+            answer.send(created.map(location));
         });
     }
 
     /// Pins the object for this connection until it releases it or closes.
-    fn handle_get_object(&self, id: ObjectId, reply: ReplyTo) {
+    fn handle_get_object(&self, id: ObjectId, answer: Answer<GetObject>) {
         let now = self.node.store.lock().pin(id);
         let placement = match now {
             Ok(Pin::Pinned(p)) => Ok(p),
@@ -499,7 +366,7 @@ impl ClientHandler {
                         node.store.lock().unpin(id);
                         return;
                     }
-                    reply.send(Response::from_result(pinned.map(location)));
+                    answer.send(pinned.map(location));
                 });
                 return;
             }
@@ -509,13 +376,13 @@ impl ClientHandler {
             self.node.store.lock().unpin(id);
             return;
         }
-        reply.send(Response::from_result(placement.map(location)));
+        answer.send(placement.map(location));
     }
 
-    fn handle_release_object(&self, id: ObjectId) -> Result<()> {
+    fn handle_release_object(&self, id: ObjectId) {
         let mut pins = self.pins.lock();
         let Some(held) = pins.as_mut() else {
-            return Ok(());
+            return;
         };
         if let Some(n) = held.get_mut(&id) {
             *n -= 1;
@@ -524,12 +391,6 @@ impl ClientHandler {
             }
             self.node.store.lock().unpin(id);
         }
-        Ok(())
-    }
-
-    fn handle_delete_objects(&self, ids: Vec<ObjectId>, holder: Option<String>) -> Result<()> {
-        self.node.free_objects(ids, holder);
-        Ok(())
     }
 
     /// Whether this client's requests about actors this node does not
@@ -544,18 +405,18 @@ impl ClientHandler {
     /// strategy or its placement-group bundle) names the node that should.
     /// In a cluster, a named actor's name is claimed in the head's
     /// directory by the node that takes it.
-    fn handle_create_actor(&self, spec: ActorSpec, conn: &Connection, reply: ReplyTo) {
+    fn handle_create_actor(&self, spec: ActorSpec, answer: Answer<CreateActor>) {
         let job = match self.job() {
             Ok(job) => job,
-            Err(e) => return reply.send(Response::Error(e)),
+            Err(e) => return answer.send(Err(e)),
         };
         let local = !matches!(*self.role.lock(), Role::Lessee(_));
-        let lessee = (!local).then(|| conn.clone());
+        let lessee = (!local).then(|| answer.conn().clone());
         let cluster = self.node.membership.get().is_some();
         let bundle = spec.options.placement.filter(|_| local && cluster);
         let named = cluster && spec.options.name.is_some();
         if bundle.is_none() && !named {
-            return reply.send_result(self.node.accept_actor(job, spec, lessee));
+            return answer.send(self.node.accept_actor(job, spec, lessee));
         }
         let node = self.node.clone();
         tokio::spawn(async move {
@@ -568,37 +429,37 @@ impl ClientHandler {
                 Ok(None) => node.accept_named_actor(job, spec, lessee).await,
                 Err(e) => Err(e),
             };
-            reply.send_result(placed);
+            answer.send(placed);
         });
     }
 
     /// Finds a named actor here, or in a cluster through the head's
     /// directory of names, on the node that holds it.
-    fn handle_get_named_actor(&self, request: GetNamedActor, reply: ReplyTo) {
+    fn handle_get_named_actor(&self, request: GetNamedActor, answer: Answer<GetNamedActor>) {
         let here = self.node.get_named_actor(&request.name, &request.namespace);
         match (here, self.node.membership.get()) {
             (Err(e), Some(_)) if self.asks_others() => {
                 let node = self.node.clone();
                 tokio::spawn(async move {
                     let found = node.find_named_actor(request).await;
-                    reply.send_result(found.and_then(|f| f.ok_or(e)));
+                    answer.send(found.and_then(|f| f.ok_or(e)));
                 });
             }
-            (here, _) => reply.send_result(here),
+            (here, _) => answer.send(here),
         }
     }
 
     /// Kills an actor here, or in a cluster on the node that holds it.
-    fn handle_kill_actor(&self, request: KillActor, reply: ReplyTo) {
+    fn handle_kill_actor(&self, request: KillActor, answer: Answer<KillActor>) {
         let here = self
             .node
             .kill_actor(request.actor_id, request.no_restart, request.out_of_scope);
         match (here, self.node.membership.get()) {
             (Err(e), Some(m)) if self.asks_others() => {
                 let asking = m.ask_others(request);
-                tokio::spawn(async move { reply.send_result(asking.await.ok_or(e)) });
+                tokio::spawn(async move { answer.send(asking.await.ok_or(e)) });
             }
-            (here, _) => reply.send_result(here),
+            (here, _) => answer.send(here),
         }
     }
 
@@ -619,15 +480,295 @@ impl ClientHandler {
             })
         })
     }
+}
 
-    fn handle_create_placement_group(&self, spec: PlacementGroupSpec) -> Result<()> {
-        let job = self.job()?;
-        self.node.create_group(job, spec)
+// Answered later, when a worker, the actor or the group is ready.
+
+impl Serve<RequestLease> for ClientHandler {
+    fn serve(&self, r: RequestLease, answer: Answer<RequestLease>) {
+        self.handle_request_lease(r.shape, r.bundle, r.strategy, r.env_vars, answer.into())
     }
+}
 
-    fn handle_remove_placement_group(&self, id: PlacementGroupId) -> Result<()> {
-        self.node.remove_group(id, self.asks_others());
-        Ok(())
+impl Serve<GetActor> for ClientHandler {
+    fn serve(&self, r: GetActor, answer: Answer<GetActor>) {
+        let asks_others = self.asks_others();
+        (self.node).get_actor(r.actor_id, r.wait, asks_others, answer.into())
+    }
+}
+
+impl Serve<GetPlacementGroup> for ClientHandler {
+    fn serve(&self, r: GetPlacementGroup, answer: Answer<GetPlacementGroup>) {
+        let asks_others = self.asks_others();
+        (self.node).get_placement_group(r.id, r.wait_ms, asks_others, answer.into())
+    }
+}
+
+impl Serve<GetNodes> for ClientHandler {
+    fn serve(&self, _: GetNodes, answer: Answer<GetNodes>) {
+        self.node.get_nodes(answer)
+    }
+}
+
+impl Serve<ListPlacementGroups> for ClientHandler {
+    fn serve(&self, r: ListPlacementGroups, answer: Answer<ListPlacementGroups>) {
+        let everywhere = r.everywhere && self.asks_others();
+        self.node.list_groups(everywhere, answer)
+    }
+}
+
+// Registrations.
+
+impl Serve<RegisterDriver> for ClientHandler {
+    fn serve(&self, r: RegisterDriver, answer: Answer<RegisterDriver>) {
+        if r.job_id.is_some() {
+            return self.handle_register_lessee(r, answer);
+        }
+        let registered = self.handle_register_driver(answer.conn(), r);
+        answer.send(registered)
+    }
+}
+
+impl Serve<RegisterWorker> for ClientHandler {
+    fn serve(&self, r: RegisterWorker, answer: Answer<RegisterWorker>) {
+        let registered = self.handle_register_worker(answer.conn(), r);
+        answer.send(registered)
+    }
+}
+
+// Leases and workers, answered now.
+
+impl Serve<ReturnLease> for ClientHandler {
+    fn serve(&self, r: ReturnLease, answer: Answer<ReturnLease>) {
+        (self.node).control(|c| c.scheduler.return_lease(r.lease_id, r.unreachable));
+        answer.send(Ok(()))
+    }
+}
+
+impl Serve<CancelLeaseRequests> for ClientHandler {
+    fn serve(&self, r: CancelLeaseRequests, answer: Answer<CancelLeaseRequests>) {
+        let withdrawn = self.node.control(|c| {
+            (c.scheduler).cancel_requests(self.conn_id, &r.shape, r.bundle, &r.env_vars)
+        });
+        for reply in withdrawn {
+            reply.send(Response::Lease(LeaseReply::Cancelled));
+        }
+        answer.send(Ok(()))
+    }
+}
+
+impl Serve<WorkerBlocked> for ClientHandler {
+    fn serve(&self, r: WorkerBlocked, answer: Answer<WorkerBlocked>) {
+        if let Role::Worker(_, worker) = *self.role.lock() {
+            tracing::debug!(%worker, blocked = r.blocked, "worker blocked state");
+            (self.node).control(|c| c.scheduler.set_blocked(worker, r.blocked));
+        }
+        answer.send(Ok(()))
+    }
+}
+
+impl Serve<ReportTaskCounts> for ClientHandler {
+    fn serve(&self, r: ReportTaskCounts, answer: Answer<ReportTaskCounts>) {
+        (self.node.task_totals).add(r.counts, &r.latencies, r.retries, r.rebuilt);
+        if let Some(now) = r.pending {
+            self.node.tasks.set_pending(self.conn_id, now);
+        }
+        (self.node.tasks).add(r.events, r.dropped, &r.worker_id, r.runs, r.running);
+        answer.send(Ok(()))
+    }
+}
+
+// The object store: answered now, or once spilling made room or a
+// restore ended.
+
+impl Serve<CreateObject> for ClientHandler {
+    fn serve(&self, r: CreateObject, answer: Answer<CreateObject>) {
+        self.handle_create_object(r.id, r.size, r.owner, answer)
+    }
+}
+
+impl Serve<GetObject> for ClientHandler {
+    fn serve(&self, r: GetObject, answer: Answer<GetObject>) {
+        self.handle_get_object(r.id, answer)
+    }
+}
+
+impl Serve<SealObject> for ClientHandler {
+    fn serve(&self, r: SealObject, answer: Answer<SealObject>) {
+        answer.send(match crate::faults::injected("object_seal") {
+            Some(e) => Err(e),
+            None => self.node.store.seal(r.id, self.creator()),
+        })
+    }
+}
+
+impl Serve<ReleaseObject> for ClientHandler {
+    fn serve(&self, r: ReleaseObject, answer: Answer<ReleaseObject>) {
+        self.handle_release_object(r.id);
+        answer.send(Ok(()))
+    }
+}
+
+impl Serve<DeleteObjects> for ClientHandler {
+    fn serve(&self, r: DeleteObjects, answer: Answer<DeleteObjects>) {
+        self.node.free_objects(r.ids, r.node);
+        answer.send(Ok(()))
+    }
+}
+
+impl Serve<PullObject> for ClientHandler {
+    fn serve(&self, r: PullObject, answer: Answer<PullObject>) {
+        (self.node).pull_object(r.id, r.node, r.size, r.owner, answer.into())
+    }
+}
+
+impl Serve<OwnerExited> for ClientHandler {
+    fn serve(&self, r: OwnerExited, answer: Answer<OwnerExited>) {
+        self.node.store.owner_exited(&r.address);
+        answer.send(Ok(()))
+    }
+}
+
+impl Serve<GetStoreStats> for ClientHandler {
+    fn serve(&self, _: GetStoreStats, answer: Answer<GetStoreStats>) {
+        answer.send(Ok(self.node.store.stats(self.node.transfers.bytes())))
+    }
+}
+
+// Actors.
+
+impl Serve<CreateActor> for ClientHandler {
+    fn serve(&self, r: CreateActor, answer: Answer<CreateActor>) {
+        self.handle_create_actor(r.spec, answer)
+    }
+}
+
+impl Serve<GetNamedActor> for ClientHandler {
+    fn serve(&self, r: GetNamedActor, answer: Answer<GetNamedActor>) {
+        self.handle_get_named_actor(r, answer)
+    }
+}
+
+impl Serve<WorkerExitReason> for ClientHandler {
+    fn serve(&self, r: WorkerExitReason, answer: Answer<WorkerExitReason>) {
+        answer.send(Ok(self.node.worker_exit_reason(r.worker_id)))
+    }
+}
+
+impl Serve<KillActor> for ClientHandler {
+    fn serve(&self, r: KillActor, answer: Answer<KillActor>) {
+        self.handle_kill_actor(r, answer)
+    }
+}
+
+impl Serve<ExitActor> for ClientHandler {
+    fn serve(&self, r: ExitActor, answer: Answer<ExitActor>) {
+        answer.send(self.node.exit_actor(r.actor_id))
+    }
+}
+
+// Resources and placement groups.
+
+impl Serve<GetClusterResources> for ClientHandler {
+    fn serve(&self, _: GetClusterResources, answer: Answer<GetClusterResources>) {
+        answer.send(self.handle_get_cluster_resources())
+    }
+}
+
+impl Serve<CreatePlacementGroup> for ClientHandler {
+    fn serve(&self, r: CreatePlacementGroup, answer: Answer<CreatePlacementGroup>) {
+        answer.send(
+            self.job()
+                .and_then(|job| self.node.create_group(job, r.spec)),
+        )
+    }
+}
+
+impl Serve<RemovePlacementGroup> for ClientHandler {
+    fn serve(&self, r: RemovePlacementGroup, answer: Answer<RemovePlacementGroup>) {
+        self.node.remove_group(r.id, self.asks_others());
+        answer.send(Ok(()))
+    }
+}
+
+impl Serve<PrepareBundles> for ClientHandler {
+    fn serve(&self, r: PrepareBundles, answer: Answer<PrepareBundles>) {
+        let here = self.node.node_id.to_string();
+        answer
+            .send((self.node).control(|c| c.scheduler.prepare_shard(r.job, r.spec, r.nodes, &here)))
+    }
+}
+
+impl Serve<CommitBundles> for ClientHandler {
+    fn serve(&self, r: CommitBundles, answer: Answer<CommitBundles>) {
+        answer.send(self.node.control(|c| c.scheduler.commit_shard(r.id)))
+    }
+}
+
+impl Serve<MoveBundles> for ClientHandler {
+    fn serve(&self, r: MoveBundles, answer: Answer<MoveBundles>) {
+        let here = self.node.node_id.to_string();
+        answer
+            .send((self.node).control(|c| c.scheduler.move_bundles(r.job, r.spec, r.nodes, &here)))
+    }
+}
+
+// The key-value table: in a cluster, the head's.
+
+impl Serve<KvPut> for ClientHandler {
+    fn serve(&self, r: KvPut, answer: Answer<KvPut>) {
+        if r.key.starts_with(ACTOR_CHECKPOINT_PREFIX) {
+            if let Some(e) = crate::faults::injected("checkpoint_commit") {
+                return answer.send(Err(e));
+            }
+        }
+        match self.node.membership.get() {
+            Some(m) => {
+                let mut gcs = m.gcs();
+                answer_later(answer, async move {
+                    gcs.kv_put(r.key, r.value.to_vec(), r.overwrite).await
+                })
+            }
+            None => answer.send(Ok(self.node.kv.lock().put(r.key, r.value, r.overwrite))),
+        }
+    }
+}
+
+impl Serve<KvGet> for ClientHandler {
+    fn serve(&self, r: KvGet, answer: Answer<KvGet>) {
+        match self.node.membership.get() {
+            Some(m) => {
+                let mut gcs = m.gcs();
+                answer_later(answer, async move {
+                    gcs.kv_get(r.key).await.map(|v| v.map(Bytes::from))
+                })
+            }
+            None => answer.send(Ok(self.node.kv.lock().get(&r.key))),
+        }
+    }
+}
+
+impl Serve<KvDelete> for ClientHandler {
+    fn serve(&self, r: KvDelete, answer: Answer<KvDelete>) {
+        match self.node.membership.get() {
+            Some(m) => {
+                let mut gcs = m.gcs();
+                answer_later(answer, async move { gcs.kv_delete(r.key).await })
+            }
+            None => answer.send(Ok(self.node.kv.lock().delete(&r.key))),
+        }
+    }
+}
+
+impl Serve<KvKeys> for ClientHandler {
+    fn serve(&self, r: KvKeys, answer: Answer<KvKeys>) {
+        match self.node.membership.get() {
+            Some(m) => {
+                let mut gcs = m.gcs();
+                answer_later(answer, async move { gcs.kv_keys(r.prefix).await })
+            }
+            None => answer.send(Ok(self.node.kv.lock().keys(&r.prefix))),
+        }
     }
 }
 
@@ -643,18 +784,16 @@ fn hold_pin(pins: &Mutex<Option<HashMap<ObjectId, u64>>>, id: ObjectId) -> bool 
     }
 }
 
-fn answer<T: Reply>(result: Result<T>) -> Response {
-    Response::from_result(result)
-}
-
-/// Answers `reply` once a call to the head's control store returns.
-fn answer_later<T: Reply + Send + 'static>(
-    reply: ReplyTo,
-    call: impl std::future::Future<Output = std::result::Result<T, prism_gcs::GcsError>>
+/// Sends `answer` once a call to the head's control store returns.
+fn answer_later<C: Call + 'static>(
+    answer: Answer<C>,
+    call: impl std::future::Future<Output = std::result::Result<C::Reply, prism_gcs::GcsError>>
         + Send
         + 'static,
-) {
-    tokio::spawn(async move { reply.send_result(call.await.map_err(Error::from)) });
+) where
+    C::Reply: Send,
+{
+    tokio::spawn(async move { answer.send(call.await.map_err(Error::from)) });
 }
 
 fn location(p: Placement) -> ObjectLocation {

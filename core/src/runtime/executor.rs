@@ -50,10 +50,11 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use prism_protocol::ids::{ActorId, ObjectId, WorkerId};
 use prism_protocol::messages::{
-    ActorCall, Address, ArgSpec, BecomeActor, CancelTask, ExecutorRequest, ObjectValue, PushTask,
+    ActorCall, Address, ArgSpec, BecomeActor, CancelTask, DumpStacks, ObjectValue, PushTask,
     Response, ReturnObject, RunKind, TaskSpec,
 };
 use prism_protocol::rpc::Connection;
+use prism_protocol::serve::Answer;
 use state::{call_cancelled, ActorInstance, CallBook, MailItem, Started, RUNNING};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -158,115 +159,120 @@ impl Executor {
 }
 
 impl Executor {
-    /// Handles task, actor and lifecycle requests.
-    pub(crate) fn handle(
-        self: &Arc<Self>,
-        conn: &Connection,
-        id: Option<u64>,
-        request: ExecutorRequest,
-    ) {
-        let exec = self;
-        match request {
-            ExecutorRequest::PushTask(PushTask { spec }) => {
-                // Queued first, then a job posted to start it: the job
-                // runs the oldest queued task, none if it was handed back.
-                exec.pending.push(Pending::new(conn.clone(), id, spec));
-                let c = exec.clone();
-                if let Err(e) = exec.post(Box::new(move || c.run_next_task())) {
-                    exec.pending.fail_all(&e);
-                }
-            }
-            ExecutorRequest::CancelTask(CancelTask { return_id, force }) => {
-                // An actor call not started yet is answered now; its caller
-                // names the call in the error.
-                let waiting = {
-                    let mut calls = exec.calls.lock();
-                    let waiting = calls.waiting.remove(&return_id);
-                    // A started async call: its runner drops it and
-                    // answers.
-                    if let Some(started) = calls.started.get_mut(&return_id) {
-                        let asked = std::mem::replace(started, Started::CancelAsked);
-                        if let Started::Watched(signal) = asked {
-                            let _ = signal.send(());
-                        }
-                    }
-                    waiting
-                };
-                if let Some(request) = waiting {
-                    conn.respond(request, call_cancelled());
-                    return;
-                }
-                if exec.pending.cancel(return_id) && force {
-                    // The caller stops the task by stopping this process:
-                    // a running function cannot be interrupted. Its other
-                    // tasks fail with the connection and are retried.
-                    tracing::warn!(object = %return_id, "a running task was cancelled with force; this worker exits");
-                    std::process::exit(1);
-                }
-            }
-            ExecutorRequest::BecomeActor(BecomeActor { spec }) => {
-                let exec = exec.clone();
-                let conn = conn.clone();
-                exec.rt.clone().spawn(async move {
-                    let response = match exec.become_actor(spec).await {
-                        Ok(()) => Response::Ok,
-                        Err(e) => {
-                            // A failed actor's worker has no further use; leave
-                            // after the answer is out so its resources return.
-                            tokio::spawn(async {
-                                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-                                std::process::exit(0);
-                            });
-                            Response::Error(e)
-                        }
-                    };
-                    conn.respond(id, response);
-                });
-            }
-            ExecutorRequest::DumpStacks(_) => {
-                let (conn, runs) = (conn.clone(), exec.runs.clone());
-                let actor = exec.actor_id().map(|a| a.to_string());
-                exec.rt.spawn_blocking(move || {
-                    let threads = super::stacks::dump();
-                    let running: Vec<String> = runs.running_names();
-                    let answer = serde_json::json!({
-                        "pid": std::process::id(),
-                        "actor_id": actor,
-                        "running": running,
-                        "threads": threads,
-                    });
-                    let response = match serde_json::to_vec(&answer) {
-                        Ok(bytes) => Response::Chunk(Bytes::from(bytes)),
-                        Err(e) => Response::Error(Error::invalid("stack dump", e.to_string())),
-                    };
-                    conn.respond(id, response);
-                });
-            }
-            ExecutorRequest::ActorCall(ActorCall {
-                caller, seq, spec, ..
-            }) => {
-                let expected = {
-                    let mut calls = exec.calls.lock();
-                    if let Some(earlier) = calls.waiting.insert(spec.return_id, id) {
-                        // Never sent twice to one process; if it were, the
-                        // earlier request would go unanswered.
-                        tracing::error!(object = %spec.return_id, ?earlier, "an actor call arrived twice");
-                    }
-                    let next = calls.next_seq.entry(caller).or_default();
-                    let expected = *next;
-                    *next = seq + 1;
-                    expected
-                };
-                if seq != expected {
-                    tracing::warn!(%caller, seq, expected, "actor call arrived out of order");
-                }
-                exec.enqueue_actor_call(MailItem {
-                    conn: conn.clone(),
-                    request: id,
-                    spec,
-                });
-            }
+    /// Queues a task, then posts a job to start it: the job runs the
+    /// oldest queued task, none if it was handed back.
+    pub(crate) fn serve_push_task(self: &Arc<Self>, request: PushTask, answer: Answer<PushTask>) {
+        let (conn, id) = answer.into_parts();
+        self.pending.push(Pending::new(conn, id, request.spec));
+        let c = self.clone();
+        if let Err(e) = self.post(Box::new(move || c.run_next_task())) {
+            self.pending.fail_all(&e);
         }
+    }
+
+    /// Cancels a task or actor call. An actor call not started yet is
+    /// answered now (its caller names the call in the error); a started
+    /// async call is dropped by its runner, which answers; a running task
+    /// cancelled with `force` ends this process.
+    pub(crate) fn serve_cancel_task(&self, request: CancelTask, answer: Answer<CancelTask>) {
+        let CancelTask { return_id, force } = request;
+        let waiting = {
+            let mut calls = self.calls.lock();
+            let waiting = calls.waiting.remove(&return_id);
+            if let Some(started) = calls.started.get_mut(&return_id) {
+                let asked = std::mem::replace(started, Started::CancelAsked);
+                if let Started::Watched(signal) = asked {
+                    let _ = signal.send(());
+                }
+            }
+            waiting
+        };
+        if let Some(call) = waiting {
+            answer.conn().respond(call, call_cancelled());
+            return answer.send(Ok(()));
+        }
+        if self.pending.cancel(return_id) && force {
+            // The caller stops the task by stopping this process: a
+            // running function cannot be interrupted. Its other tasks fail
+            // with the connection and are retried.
+            tracing::warn!(object = %return_id, "a running task was cancelled with force; this worker exits");
+            std::process::exit(1);
+        }
+        answer.send(Ok(()));
+    }
+
+    /// Runs an actor's constructor and hosts the actor from now on. A
+    /// failed actor's worker has no further use: it leaves after the
+    /// answer is out, so its resources return.
+    pub(crate) fn serve_become_actor(
+        self: &Arc<Self>,
+        request: BecomeActor,
+        answer: Answer<BecomeActor>,
+    ) {
+        let exec = self.clone();
+        self.rt.clone().spawn(async move {
+            let became = exec.become_actor(request.spec).await;
+            if became.is_err() {
+                tokio::spawn(async {
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    std::process::exit(0);
+                });
+            }
+            answer.send(became);
+        });
+    }
+
+    /// Every thread's stack, and what runs, as JSON.
+    pub(crate) fn serve_dump_stacks(&self, _: DumpStacks, answer: Answer<DumpStacks>) {
+        let runs = self.runs.clone();
+        let actor = self.actor_id().map(|a| a.to_string());
+        self.rt.spawn_blocking(move || {
+            let threads = super::stacks::dump();
+            let running: Vec<String> = runs.running_names();
+            let dump = serde_json::json!({
+                "pid": std::process::id(),
+                "actor_id": actor,
+                "running": running,
+                "threads": threads,
+            });
+            answer.send(
+                serde_json::to_vec(&dump)
+                    .map(Bytes::from)
+                    .map_err(|e| Error::invalid("stack dump", e.to_string())),
+            );
+        });
+    }
+
+    /// Queues an actor call in its caller's order.
+    pub(crate) fn serve_actor_call(
+        self: &Arc<Self>,
+        request: ActorCall,
+        answer: Answer<ActorCall>,
+    ) {
+        let ActorCall {
+            caller, seq, spec, ..
+        } = request;
+        let (conn, id) = answer.into_parts();
+        let expected = {
+            let mut calls = self.calls.lock();
+            if let Some(earlier) = calls.waiting.insert(spec.return_id, id) {
+                // Never sent twice to one process; if it were, the earlier
+                // request would go unanswered.
+                tracing::error!(object = %spec.return_id, ?earlier, "an actor call arrived twice");
+            }
+            let next = calls.next_seq.entry(caller).or_default();
+            let expected = *next;
+            *next = seq + 1;
+            expected
+        };
+        if seq != expected {
+            tracing::warn!(%caller, seq, expected, "actor call arrived out of order");
+        }
+        self.enqueue_actor_call(MailItem {
+            conn,
+            request: id,
+            spec,
+        });
     }
 }
 

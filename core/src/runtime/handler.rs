@@ -1,6 +1,9 @@
-//! Serving what other processes send this one: owner requests go to
-//! [`Objects`], executor requests to the [`Executor`], a driver prints the
-//! worker output the raylet forwards.
+//! Serving what other processes send this one: the handler serves the
+//! executor, owner and driver services (`ExecutorServer`, `OwnerServer`,
+//! `DriverServer`), one `Serve` implementation per request. Executor
+//! requests go to the [`Executor`], owner requests to [`Objects`], the
+//! driver's notices to the component that owns what they are about; a
+//! driver prints the worker output the raylet forwards.
 
 use super::executor::Executor;
 use super::objects::Objects;
@@ -10,11 +13,13 @@ use crate::Error;
 use parking_lot::Mutex;
 use prism_protocol::ids::ObjectId;
 use prism_protocol::messages::{
-    AddBorrower, Address, DriverRequest, OwnerRequest, ReadProgram, Request, Response, Stream,
-    PROGRAM_CHUNK,
+    ActorCall, ActorEnded, ActorRestarted, AddBorrower, Address, BecomeActor, Call, CancelTask,
+    DumpStacks, GetObjectStatus, LeasesWanted, LocateActor, NodeDied, PushTask, ReadProgram,
+    RemoveBorrower, Request, Response, Stream, StreamItem, WorkerOutput, PROGRAM_CHUNK,
 };
 use prism_protocol::program::Program;
 use prism_protocol::rpc::{Connection, Handler};
+use prism_protocol::serve::{Answer, Serve};
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, Weak};
 
@@ -68,76 +73,43 @@ impl CoreHandler {
     }
 }
 
+impl CoreHandler {
+    fn objects(&self) -> Option<Arc<Objects>> {
+        self.bound.get().and_then(|b| b.objects.upgrade())
+    }
+
+    fn executor(&self) -> Option<Arc<Executor>> {
+        self.bound.get().and_then(|b| b.executor.upgrade())
+    }
+
+    fn owned_actors(&self) -> Option<Arc<OwnedActors>> {
+        self.bound.get().and_then(|b| b.owned_actors.upgrade())
+    }
+
+    fn tasks(&self) -> Option<Arc<TaskSubmitter>> {
+        self.bound.get().and_then(|b| b.tasks.upgrade())
+    }
+}
+
+/// The answer of a process that cannot serve a request now: its runtime is
+/// not built yet or is shutting down.
+fn not_ready<C: Call>(answer: Answer<C>) {
+    answer.send(Err(Error::NotServed {
+        service: "this process (not ready, or shutting down)".into(),
+        request: C::NAME.into(),
+    }))
+}
+
 impl Handler for CoreHandler {
     fn handle(&self, conn: &Connection, id: Option<u64>, request: Request) {
-        if let Request::Driver(DriverRequest::WorkerOutput(out)) = &request {
-            print_worker_output(&out.label, out.stream, &out.lines);
-            return;
-        }
-        let bound = self.bound.get();
-        let objects = bound.and_then(|b| b.objects.upgrade());
-        let executor = bound.and_then(|b| b.executor.upgrade());
-        let owned_actors = bound.and_then(|b| b.owned_actors.upgrade());
-        if let Request::Driver(DriverRequest::ActorEnded(ended)) = &request {
-            if let Some(owned_actors) = &owned_actors {
-                owned_actors.ended(ended.actor_id);
-            }
-            return;
-        }
-        if let Request::Driver(DriverRequest::LeasesWanted(w)) = &request {
-            if let Some(tasks) = bound.and_then(|b| b.tasks.upgrade()) {
-                tasks.leases_wanted(&w.leases);
-            }
-            return;
-        }
-        if let Request::Driver(DriverRequest::ActorRestarted(r)) = &request {
-            if let Some(owned_actors) = &owned_actors {
-                owned_actors.seen_restarts(r.actor_id, r.num_restarts);
-            }
-            return;
-        }
-        if let Request::Driver(DriverRequest::ReadProgram(read)) = &request {
-            // Off the connection's reader: a chunk is megabytes of file.
-            let (conn, read) = (conn.clone(), read.clone());
-            tokio::task::spawn_blocking(move || {
-                conn.respond(id, Response::from_result(read_program(&read)))
-            });
-            return;
-        }
-        if let Request::Driver(DriverRequest::NodeDied(died)) = &request {
-            if let Some(objects) = &objects {
-                let n = objects.peers.abandon_node(&died.node_id);
-                tracing::warn!(node = %died.node_id, connections = n, "a node died; its connections were given up");
-                if let Some(owned_actors) = &owned_actors {
-                    owned_actors.node_died(&died.node_id);
-                }
-            }
-            if id.is_some() {
-                conn.respond(id, Response::Ok);
-            }
-            return;
-        }
-        match (request, objects, executor) {
-            (Request::Owner(request), Some(objects), _) => {
-                if let OwnerRequest::AddBorrower(AddBorrower {
-                    ids,
-                    borrower,
-                    from_borrower: true,
-                }) = &request
-                {
-                    self.borrows_here
-                        .lock()
-                        .entry(borrower.clone())
-                        .or_default()
-                        .extend(ids.iter().copied());
-                }
-                objects.handle(conn, id, request);
-            }
-            (Request::Executor(request), _, Some(executor)) => executor.handle(conn, id, request),
-            (request, _, _) => conn.respond(
+        match request {
+            Request::Executor(request) => request.dispatch(self, conn, id),
+            Request::Owner(request) => request.dispatch(self, conn, id),
+            Request::Driver(request) => request.dispatch(self, conn, id),
+            Request::Raylet(request) => conn.respond(
                 id,
                 Response::Error(Error::NotServed {
-                    service: "this process (not ready, shutting down, or not its service)".into(),
+                    service: "a driver or worker (the raylet serves it)".into(),
                     request: format!("{request:?}"),
                 }),
             ),
@@ -159,6 +131,165 @@ impl Handler for CoreHandler {
             // Our raylet is gone: a worker has nothing left to do.
             std::process::exit(0);
         }
+    }
+}
+
+// The executor service: tasks and actor calls.
+
+impl Serve<PushTask> for CoreHandler {
+    fn serve(&self, request: PushTask, answer: Answer<PushTask>) {
+        match self.executor() {
+            Some(executor) => executor.serve_push_task(request, answer),
+            None => not_ready(answer),
+        }
+    }
+}
+
+impl Serve<CancelTask> for CoreHandler {
+    fn serve(&self, request: CancelTask, answer: Answer<CancelTask>) {
+        match self.executor() {
+            Some(executor) => executor.serve_cancel_task(request, answer),
+            None => not_ready(answer),
+        }
+    }
+}
+
+impl Serve<ActorCall> for CoreHandler {
+    fn serve(&self, request: ActorCall, answer: Answer<ActorCall>) {
+        match self.executor() {
+            Some(executor) => executor.serve_actor_call(request, answer),
+            None => not_ready(answer),
+        }
+    }
+}
+
+impl Serve<BecomeActor> for CoreHandler {
+    fn serve(&self, request: BecomeActor, answer: Answer<BecomeActor>) {
+        match self.executor() {
+            Some(executor) => executor.serve_become_actor(request, answer),
+            None => not_ready(answer),
+        }
+    }
+}
+
+impl Serve<DumpStacks> for CoreHandler {
+    fn serve(&self, request: DumpStacks, answer: Answer<DumpStacks>) {
+        match self.executor() {
+            Some(executor) => executor.serve_dump_stacks(request, answer),
+            None => not_ready(answer),
+        }
+    }
+}
+
+// The owner service: the values and borrowers of what this process owns.
+
+impl Serve<GetObjectStatus> for CoreHandler {
+    fn serve(&self, request: GetObjectStatus, answer: Answer<GetObjectStatus>) {
+        match self.objects() {
+            Some(objects) => objects.serve_status(request, answer),
+            None => not_ready(answer),
+        }
+    }
+}
+
+impl Serve<AddBorrower> for CoreHandler {
+    fn serve(&self, request: AddBorrower, answer: Answer<AddBorrower>) {
+        let Some(objects) = self.objects() else {
+            return not_ready(answer);
+        };
+        if request.from_borrower {
+            // Registered by the borrower itself: when this connection
+            // closes, that process is gone, and so are its borrows.
+            self.borrows_here
+                .lock()
+                .entry(request.borrower.clone())
+                .or_default()
+                .extend(request.ids.iter().copied());
+        }
+        objects.serve_add_borrower(request, answer)
+    }
+}
+
+impl Serve<RemoveBorrower> for CoreHandler {
+    fn serve(&self, request: RemoveBorrower, answer: Answer<RemoveBorrower>) {
+        match self.objects() {
+            Some(objects) => objects.serve_remove_borrower(request, answer),
+            None => not_ready(answer),
+        }
+    }
+}
+
+impl Serve<StreamItem> for CoreHandler {
+    fn serve(&self, request: StreamItem, answer: Answer<StreamItem>) {
+        match self.objects() {
+            Some(objects) => objects.serve_stream_item(request, answer),
+            None => not_ready(answer),
+        }
+    }
+}
+
+impl Serve<LocateActor> for CoreHandler {
+    fn serve(&self, request: LocateActor, answer: Answer<LocateActor>) {
+        match self.objects() {
+            Some(objects) => objects.serve_locate_actor(request, answer),
+            None => not_ready(answer),
+        }
+    }
+}
+
+// The driver service: notices from the raylet and other nodes.
+
+impl Serve<NodeDied> for CoreHandler {
+    fn serve(&self, request: NodeDied, answer: Answer<NodeDied>) {
+        if let Some(objects) = self.objects() {
+            let n = objects.peers.abandon_node(&request.node_id);
+            tracing::warn!(node = %request.node_id, connections = n, "a node died; its connections were given up");
+            if let Some(owned_actors) = self.owned_actors() {
+                owned_actors.node_died(&request.node_id);
+            }
+        }
+        answer.send(Ok(()))
+    }
+}
+
+impl Serve<ActorEnded> for CoreHandler {
+    fn serve(&self, request: ActorEnded, answer: Answer<ActorEnded>) {
+        if let Some(owned_actors) = self.owned_actors() {
+            owned_actors.ended(request.actor_id);
+        }
+        answer.send(Ok(()))
+    }
+}
+
+impl Serve<ActorRestarted> for CoreHandler {
+    fn serve(&self, request: ActorRestarted, answer: Answer<ActorRestarted>) {
+        if let Some(owned_actors) = self.owned_actors() {
+            owned_actors.seen_restarts(request.actor_id, request.num_restarts);
+        }
+        answer.send(Ok(()))
+    }
+}
+
+impl Serve<LeasesWanted> for CoreHandler {
+    fn serve(&self, request: LeasesWanted, answer: Answer<LeasesWanted>) {
+        if let Some(tasks) = self.tasks() {
+            tasks.leases_wanted(&request.leases);
+        }
+        answer.send(Ok(()))
+    }
+}
+
+impl Serve<ReadProgram> for CoreHandler {
+    fn serve(&self, request: ReadProgram, answer: Answer<ReadProgram>) {
+        // Off the connection's reader: a chunk is megabytes of file.
+        tokio::task::spawn_blocking(move || answer.send(read_program(&request)));
+    }
+}
+
+impl Serve<WorkerOutput> for CoreHandler {
+    fn serve(&self, request: WorkerOutput, answer: Answer<WorkerOutput>) {
+        print_worker_output(&request.label, request.stream, &request.lines);
+        answer.send(Ok(()))
     }
 }
 

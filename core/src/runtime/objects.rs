@@ -24,10 +24,11 @@ use bytes::Bytes;
 use prism_protocol::ids::{ActorId, ObjectId};
 use prism_protocol::messages::{
     AddBorrower, Address, ArgSpec, DeleteObjects, GetObjectStatus, KillActor, LocateActor,
-    ObjectRefInfo, ObjectValue, OwnerRequest, Ownership, RemoveBorrower, Response, ReturnObject,
-    StreamItem, TaskOutcome, WorkerBlocked,
+    ObjectRefInfo, ObjectValue, Ownership, RemoveBorrower, Response, ReturnObject, StreamItem,
+    TaskOutcome, WorkerBlocked,
 };
 use prism_protocol::rpc::Connection;
+use prism_protocol::serve::Answer;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -829,72 +830,86 @@ impl Objects {
         self.streams.offer(generator, index, handle, answer)
     }
 
-    /// Serves the owner service.
-    pub(crate) fn handle(
+    /// Answers with an owned object's value once it is ready; one lost
+    /// with a node (`lost_at`) is made again first, if it can be.
+    pub(crate) fn serve_status(
         self: &Arc<Self>,
-        conn: &Connection,
-        id: Option<u64>,
-        request: OwnerRequest,
+        request: GetObjectStatus,
+        answer: Answer<GetObjectStatus>,
     ) {
-        match request {
-            OwnerRequest::GetObjectStatus(GetObjectStatus {
-                id: object_id,
-                lost_at,
-            }) => {
-                let objects = self.clone();
-                let conn = conn.clone();
-                self.rt.spawn(async move {
-                    if let Some(node) = lost_at {
-                        if !objects.rebuild(object_id, &node) {
-                            let lost = Error::ObjectLost {
-                                object_id,
-                                cause: format!(
-                                    "its only copy was on node {node}, which is gone, and it \
-                                     cannot be made again: it was put, or its task took \
-                                     objects owned by another process by reference, may not \
-                                     be retried (max_retries 0), made a value holding \
-                                     references, or streamed it (the values of a streaming \
-                                     call are not made again)"
-                                ),
-                            };
-                            return conn.respond(id, Response::Error(lost));
-                        }
-                    }
-                    let response = match objects.wait_owned(object_id).await {
-                        Ok((value, contained)) => Response::Object(ReturnObject {
-                            value,
-                            contained,
-                            more: Vec::new(),
-                        }),
-                        Err(e) => Response::Error(e),
-                    };
-                    conn.respond(id, response);
-                });
-            }
-            OwnerRequest::AddBorrower(AddBorrower { ids, borrower, .. }) => {
-                self.refs.add_borrower(&ids, &borrower);
-                conn.respond(id, Response::Ok);
-            }
-            OwnerRequest::RemoveBorrower(RemoveBorrower {
-                ids,
-                borrower,
-                counts,
-            }) => {
-                let releases = self.refs.remove_borrower(&ids, &counts, &borrower);
-                self.apply_releases(releases);
-                conn.respond(id, Response::Ok);
-            }
-            OwnerRequest::StreamItem(item) => {
-                match self.take_stream_item(item, Some((conn.clone(), id))) {
-                    Offered::Taken => conn.respond(id, Response::Ok),
-                    Offered::Held => {}
-                    Offered::Closed => conn.respond(id, Response::Error(stream_closed())),
+        let GetObjectStatus {
+            id: object_id,
+            lost_at,
+        } = request;
+        let objects = self.clone();
+        self.rt.spawn(async move {
+            if let Some(node) = lost_at {
+                if !objects.rebuild(object_id, &node) {
+                    return answer.send(Err(Error::ObjectLost {
+                        object_id,
+                        cause: format!(
+                            "its only copy was on node {node}, which is gone, and it \
+                             cannot be made again: it was put, or its task took \
+                             objects owned by another process by reference, may not \
+                             be retried (max_retries 0), made a value holding \
+                             references, or streamed it (the values of a streaming \
+                             call are not made again)"
+                        ),
+                    }));
                 }
             }
-            OwnerRequest::LocateActor(LocateActor { actor_id }) => {
-                let answer = self.owned_actors.locate(actor_id);
-                conn.respond(id, Response::OwnedActor(answer));
-            }
+            answer.send(
+                objects
+                    .wait_owned(object_id)
+                    .await
+                    .map(|(value, contained)| ReturnObject {
+                        value,
+                        contained,
+                        more: Vec::new(),
+                    }),
+            );
+        });
+    }
+
+    /// Records borrowers of owned objects.
+    pub(crate) fn serve_add_borrower(&self, request: AddBorrower, answer: Answer<AddBorrower>) {
+        self.refs.add_borrower(&request.ids, &request.borrower);
+        answer.send(Ok(()));
+    }
+
+    /// Drops borrowers of owned objects, freeing what no one holds.
+    pub(crate) fn serve_remove_borrower(
+        self: &Arc<Self>,
+        request: RemoveBorrower,
+        answer: Answer<RemoveBorrower>,
+    ) {
+        let RemoveBorrower {
+            ids,
+            borrower,
+            counts,
+        } = request;
+        let releases = self.refs.remove_borrower(&ids, &counts, &borrower);
+        self.apply_releases(releases);
+        answer.send(Ok(()));
+    }
+
+    /// Takes a streamed value: answered now, or once the stream's reader
+    /// has room for it (backpressure).
+    pub(crate) fn serve_stream_item(
+        self: &Arc<Self>,
+        item: StreamItem,
+        answer: Answer<StreamItem>,
+    ) {
+        let (conn, id) = answer.into_parts();
+        match self.take_stream_item(item, Some((conn.clone(), id))) {
+            Offered::Taken => conn.respond(id, Response::Ok),
+            Offered::Held => {}
+            Offered::Closed => conn.respond(id, Response::Error(stream_closed())),
         }
+    }
+
+    /// Says where an actor this process owns is.
+    pub(crate) fn serve_locate_actor(&self, request: LocateActor, answer: Answer<LocateActor>) {
+        answer.send(Ok(self.owned_actors.locate(request.actor_id)));
     }
 }
