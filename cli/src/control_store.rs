@@ -11,6 +11,7 @@
 
 use crate::args::{ControlStoreArgs, TlsArgs};
 use crate::common::runtime;
+use prism_config::Backoff;
 use prism_gcs::{GcsServer, GcsSettings, StateStore, Token};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -297,7 +298,7 @@ async fn supervise(
     mut child: tokio::process::Child,
     mut stopped: tokio::sync::oneshot::Receiver<()>,
 ) {
-    let mut wait = RESTART_WAIT;
+    let mut backoff = Backoff::new(RESTART_WAIT, RESTART_WAIT_MAX);
     let mut since = tokio::time::Instant::now();
     loop {
         tokio::select! {
@@ -305,14 +306,15 @@ async fn supervise(
                 let status = status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
                 tracing::error!(%status, "the control store died; starting it again (the nodes run on meanwhile)");
                 if since.elapsed() >= RESTART_WAIT_MAX {
-                    wait = RESTART_WAIT;
+                    backoff.reset();
                 }
                 loop {
+                    // No deadline: there is always a next pause.
+                    let wait = backoff.next_pause().unwrap_or(RESTART_WAIT_MAX);
                     tokio::select! {
                         _ = tokio::time::sleep(wait) => {}
                         _ = &mut stopped => return,
                     }
-                    wait = (wait * 2).min(RESTART_WAIT_MAX);
                     match launch(&plan).await {
                         Ok((again, ready)) => {
                             tracing::info!(port = ready.port, cluster = %ready.cluster_id, "the control store serves again");

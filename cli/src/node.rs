@@ -4,6 +4,7 @@
 use crate::args::StartArgs;
 use crate::common::{find_token, given_token, runtime, token_on_command_line};
 use crate::control_store::{ControlStore, Plan};
+use prism_config::Backoff;
 use prism_gcs::{GcsSettings, StateStore, Token};
 use prism_raylet::{ClusterLink, NodeRecord, Raylet};
 use std::net::UdpSocket;
@@ -479,7 +480,8 @@ async fn saved_token(state: &StateStore) -> Result<Option<Token>, String> {
 /// joins once the head is up, and one given a wrong address says so.
 async fn wait_for_head(head: &str, patience: Duration) -> Result<(), String> {
     let started = Instant::now();
-    let mut pause = Duration::from_millis(250);
+    let mut backoff =
+        Backoff::new(Duration::from_millis(250), Duration::from_secs(5)).until(started + patience);
     let mut tries = 0u32;
     loop {
         tries += 1;
@@ -497,7 +499,7 @@ async fn wait_for_head(head: &str, patience: Duration) -> Result<(), String> {
             Err(_) => "no answer within 2 s".to_string(),
         };
         let waited = started.elapsed();
-        if waited + pause > patience {
+        if !backoff.fits() {
             return Err(format!(
                 "the head at {head} could not be reached in {:.1} s ({tries} tries; the last: \
                  {why}): check the address and that the head runs, or wait longer with \
@@ -505,9 +507,9 @@ async fn wait_for_head(head: &str, patience: Duration) -> Result<(), String> {
                 waited.as_secs_f64()
             ));
         }
+        let pause = backoff.next_pause().unwrap_or_default();
         tracing::warn!(%head, tries, error = %why, next_try_ms = pause.as_millis() as u64, "waiting for the head");
         tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(5));
     }
 }
 

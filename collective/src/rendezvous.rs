@@ -15,6 +15,7 @@
 //! it saw the rank come from, so no rank has to guess its own address.
 
 use super::error::{CollectiveError, Result};
+use prism_config::Backoff;
 use std::fmt;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -325,9 +326,10 @@ impl TcpRendezvous {
     ) -> Result<Vec<PeerRecord>> {
         let start = Instant::now();
         let master = self.resolve()?;
-        let mut backoff = Duration::from_millis(10);
+        let mut backoff =
+            Backoff::new(Duration::from_millis(10), Duration::from_millis(200)).until(deadline);
         let stream = loop {
-            let left = remaining(deadline);
+            let left = backoff.remaining();
             if left.is_zero() {
                 return Err(self.timeout_error(world_size, 1, deadline, start));
             }
@@ -336,8 +338,7 @@ impl TcpRendezvous {
                 Err(_) => {
                     // The master may not be listening yet: retry, bounded by
                     // the deadline.
-                    std::thread::sleep(backoff.min(remaining(deadline)));
-                    backoff = (backoff * 2).min(Duration::from_millis(200));
+                    backoff.sleep();
                 }
             }
         };
@@ -523,7 +524,8 @@ impl<S: KvStore> Rendezvous for KvRendezvous<S> {
         );
         self.store.put(&key(me.rank), &row)?;
         let mut table: Vec<Option<PeerRecord>> = vec![None; world_size];
-        let mut backoff = Duration::from_millis(1);
+        let mut backoff =
+            Backoff::new(Duration::from_millis(1), Duration::from_millis(50)).until(deadline);
         // Bounded by the deadline.
         loop {
             for (rank, slot) in table.iter_mut().enumerate().filter(|(_, s)| s.is_none()) {
@@ -549,8 +551,7 @@ impl<S: KvStore> Rendezvous for KvRendezvous<S> {
                     timeout: deadline.saturating_duration_since(start),
                 });
             }
-            std::thread::sleep(backoff.min(remaining(deadline)));
-            backoff = (backoff * 2).min(Duration::from_millis(50));
+            backoff.sleep();
         }
     }
 }

@@ -36,6 +36,10 @@
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+mod backoff;
+
+pub use backoff::Backoff;
+
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;

@@ -354,9 +354,7 @@ impl PlacementGroup {
         match info.state {
             PlacementGroupState::Created => Ok(true),
             PlacementGroupState::Pending => Ok(false),
-            PlacementGroupState::Removed => Err(Error::PlacementGroupRemoved {
-                id: self.id.to_string(),
-            }),
+            PlacementGroupState::Removed => Err(Error::PlacementGroupRemoved { id: self.id }),
         }
     }
 

@@ -64,8 +64,8 @@ pub fn actor_mut<A: 'static>(
 }
 
 fn wrong_class<A>() -> CallError {
-    CallError::Runtime(Error::Protocol {
-        message: format!("this actor is not a {}", std::any::type_name::<A>()),
+    CallError::Runtime(Error::WrongActorInstance {
+        expected: std::any::type_name::<A>().to_string(),
     })
 }
 

@@ -31,6 +31,7 @@ use super::schema::Schema;
 use super::stats::StageStats;
 use super::stream::{Chunk, StreamBatches};
 use prism::{ActorHandle, ObjectRef};
+use prism_config::Backoff;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -372,7 +373,7 @@ impl Iterator for SplitBlocks {
             return None;
         }
         let started = Instant::now();
-        let mut pause = Duration::from_micros(500);
+        let mut backoff = Backoff::new(Duration::from_micros(500), Duration::from_millis(20));
         loop {
             match self.ask() {
                 Ok(Next::Block { data, start, end }) => {
@@ -389,8 +390,7 @@ impl Iterator for SplitBlocks {
                     return None;
                 }
                 Ok(Next::Wait) if started.elapsed() < WAIT_LIMIT => {
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(20));
+                    backoff.sleep();
                 }
                 Ok(Next::Wait) => {
                     self.ended = true;

@@ -5,6 +5,7 @@ use crate::auth::{Token, HEADER};
 use crate::pb::gcs_client::GcsClient as Generated;
 use crate::pb::*;
 use crate::GcsError;
+use prism_config::Backoff;
 use std::time::Duration;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
@@ -118,28 +119,26 @@ impl GcsClient {
         F: FnMut(Inner) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let deadline = tokio::time::Instant::now() + self.patience;
-        let mut wait = RETRY_WAIT;
+        let mut backoff = Backoff::new(RETRY_WAIT, RETRY_WAIT_MAX)
+            .until(std::time::Instant::now() + self.patience);
         let mut tries = 0u32;
         loop {
             tries += 1;
             let reply = send(self.inner.clone()).await;
             match self.answer(call, reply) {
                 Err(GcsError::Unreachable { reason, .. }) if !self.patience.is_zero() => {
-                    let now = tokio::time::Instant::now();
-                    if now >= deadline {
+                    let Some(pause) = backoff.next_pause() else {
                         return Err(GcsError::HeadDown {
                             address: self.address.clone(),
                             waited: self.patience,
                             tries,
                             reason,
                         });
-                    }
+                    };
                     if tries == 1 {
                         tracing::warn!(address = %self.address, call, "the head does not answer; trying again until it does");
                     }
-                    tokio::time::sleep(wait.min(deadline - now)).await;
-                    wait = (wait * 2).min(RETRY_WAIT_MAX);
+                    tokio::time::sleep(pause).await;
                 }
                 other => return other,
             }

@@ -148,8 +148,16 @@ pub enum GcsError {
 
 impl From<GcsError> for prism_protocol::Error {
     fn from(e: GcsError) -> Self {
-        prism_protocol::Error::Cluster {
-            message: e.to_string(),
+        let message = e.to_string();
+        match e {
+            GcsError::Unreachable { .. }
+            | GcsError::HeadDown { .. }
+            | GcsError::BrokeOff { .. } => prism_protocol::Error::HeadUnreachable { message },
+            GcsError::Unauthenticated { .. }
+            | GcsError::NoToken { .. }
+            | GcsError::BadToken { .. }
+            | GcsError::TokenMismatch { .. } => prism_protocol::Error::HeadRefused { message },
+            _ => prism_protocol::Error::HeadFailed { message },
         }
     }
 }

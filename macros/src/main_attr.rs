@@ -28,7 +28,7 @@ pub(crate) fn expand(attr: Tokens, item: Tokens) -> Tokens {
     let output = &func.sig.output;
     let body = &func.block;
     // A `Result` is reported here rather than by Rust, which would print
-    // `Error: ` and the error's `Debug` (`Cluster { message: ".." }`).
+    // `Error: ` and the error's `Debug` (`HeadUnreachable { message: ".." }`).
     let finish = if return_info(output).1 {
         report_error()
     } else {

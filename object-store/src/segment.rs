@@ -122,11 +122,10 @@ impl Segment {
 
     fn check(&self, offset: u64, len: u64) -> Result<(), Error> {
         if offset.checked_add(len).is_none_or(|end| end > self.len()) {
-            return Err(Error::Protocol {
-                message: format!(
-                    "range {offset}+{len} lies outside the {} byte object segment",
-                    self.len()
-                ),
+            return Err(Error::OutsideSegment {
+                offset,
+                len,
+                segment_len: self.len(),
             });
         }
         Ok(())

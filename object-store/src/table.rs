@@ -231,20 +231,11 @@ impl ObjectTable {
         creator: Creator,
     ) -> Result<Placement, Error> {
         if self.gone.contains(&creator) {
-            return Err(Error::Protocol {
-                message: format!(
-                    "object {id} was asked for by a process whose connection has closed"
-                ),
-            });
+            return Err(Error::CreatorGone { object_id: id });
         }
         if let Some(existing) = self.objects.get(&id) {
             if self.busy(id, creator) {
-                return Err(Error::Protocol {
-                    message: format!(
-                        "object {id} already exists in the store and is in use: being written \
-                         or answered for by another process, read, spilled or restored"
-                    ),
-                });
+                return Err(Error::ObjectInUse { object_id: id });
             }
             // An earlier attempt of the task that makes this object died
             // before its owner heard back, leaving a copy (written or not)
@@ -287,12 +278,7 @@ impl ObjectTable {
                 e.last_used = now;
                 Ok(())
             }
-            Some(_) => Err(Error::Protocol {
-                message: format!(
-                    "object {id} was created again by another process since this one created \
-                     it: only the new copy's writer seals it"
-                ),
-            }),
+            Some(_) => Err(Error::ObjectCreatedAgain { object_id: id }),
             None => Err(Error::ObjectNotFound { object_id: id }),
         }
     }

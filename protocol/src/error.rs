@@ -5,7 +5,7 @@
 //! serializable and carries structured fields rather than wrapped source
 //! errors. The facade crate re-exports it as `prism::Error`.
 
-use crate::ids::{ActorId, ObjectId, WorkerId};
+use crate::ids::{ActorId, ObjectId, PlacementGroupId, WorkerId};
 use serde::{Deserialize, Serialize};
 
 /// How a remote function failed.
@@ -203,7 +203,7 @@ pub enum Error {
     #[error("placement group {id} was removed; tasks and actors placed in it are stopped. Create a new group to schedule there")]
     PlacementGroupRemoved {
         /// The group.
-        id: String,
+        id: PlacementGroupId,
     },
     /// The object store has no room left.
     #[error("object store full: asked for {requested} bytes, {used} of {capacity} bytes in use by {num_objects} objects; free some ObjectRefs or raise Config::object_store_memory")]
@@ -266,13 +266,164 @@ pub enum Error {
         /// The OS error.
         message: String,
     },
-    /// The cluster's head or membership: unreachable, refused, or this
-    /// node was given up.
-    #[error("cluster: {message}")]
-    Cluster {
-        /// What happened and what to do.
+    /// The cluster's head (its control store) could not be reached, or
+    /// did not answer in time: it is down, restarting, or cut off.
+    #[error("{message}")]
+    HeadUnreachable {
+        /// What was tried, for how long, and what to do.
         message: String,
     },
+    /// The head refused this process: a wrong or missing cluster token,
+    /// or the head's state belongs to another cluster.
+    #[error("{message}")]
+    HeadRefused {
+        /// Why, and what to do.
+        message: String,
+    },
+    /// The head answered a call with a failure of its own (its state, a
+    /// bad address given to it).
+    #[error("{message}")]
+    HeadFailed {
+        /// The call and the failure.
+        message: String,
+    },
+    /// Another Prism process refused a connection from this one (a wrong
+    /// token).
+    #[error("{peer} refused this connection: {reason}")]
+    ConnectionRefused {
+        /// Who refused.
+        peer: String,
+        /// What it said.
+        reason: String,
+    },
+    /// This process has no cluster token, and so cannot reach another
+    /// node.
+    #[error("this process has no cluster token to reach another node with: give it with --token-file or PRISM_AUTH_TOKEN")]
+    NoClusterToken,
+    /// TLS with another Prism process failed.
+    #[error("TLS with {peer} failed: {reason}")]
+    TlsFailed {
+        /// The other side.
+        peer: String,
+        /// What went wrong, and what to check.
+        reason: String,
+    },
+    /// A node that work was sent to is not a live node of the cluster.
+    #[error("node {node_id} is not alive in the cluster (prism::nodes() lists the live ones)")]
+    NodeNotAlive {
+        /// The node.
+        node_id: String,
+    },
+    /// Node affinity named a node that is not alive, without `soft`.
+    #[error("node affinity names node {node_id}, which is not a live node of this cluster (prism::nodes() lists them); with soft: true the work runs elsewhere instead")]
+    AffinityNodeNotAlive {
+        /// The node named.
+        node_id: String,
+    },
+    /// A node sent on work that another node had sent to it: work goes to
+    /// one other node at most.
+    #[error("node {node_id} sent {what} on again; it goes to one other node at most")]
+    SentOnAgain {
+        /// The node.
+        node_id: String,
+        /// What it sent on (`a lease request`, `an actor`).
+        what: String,
+    },
+    /// A node did not answer a request in time.
+    #[error("node {node_id} did not answer within {waited_ms} ms")]
+    NodeTimeout {
+        /// The node.
+        node_id: String,
+        /// How long was waited.
+        waited_ms: u64,
+    },
+    /// A placement-group bundle on a dead node was not placed again in
+    /// time.
+    #[error("bundle {bundle:?} of placement group {group} is on node {node_id}, which is not alive, and was not placed again within {waited_ms} ms (its group's home node died too, or no live node has room for it)")]
+    BundleNotPlacedAgain {
+        /// The group.
+        group: PlacementGroupId,
+        /// The bundle's index (`None`: any bundle of the group).
+        bundle: Option<u32>,
+        /// The dead node.
+        node_id: String,
+        /// How long was waited.
+        waited_ms: u64,
+    },
+    /// A job's program (the driver's binary) could not be had from the
+    /// process or node asked, or cannot run here.
+    #[error("{holder} cannot provide the job's program: {reason}")]
+    ProgramUnavailable {
+        /// Who was asked (a node, the head, a driver).
+        holder: String,
+        /// Why, and what to do.
+        reason: String,
+    },
+    /// A driver found no node of its cluster running on its machine.
+    #[error("no Prism node of the cluster at {address} runs on this machine (looked in {looked_in}): start one here with `prism start --address {address}`, then run the driver again")]
+    NoLocalNode {
+        /// The head's address.
+        address: String,
+        /// The folder of node records searched.
+        looked_in: String,
+    },
+    /// A node record on this machine is unreadable.
+    #[error("the node record of pid {pid} {reason}")]
+    BadNodeRecord {
+        /// The node process the record is of.
+        pid: u32,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An object-store request came from a process whose connection had
+    /// already closed.
+    #[error("object {object_id} was asked for by a process whose connection has closed")]
+    CreatorGone {
+        /// The object.
+        object_id: ObjectId,
+    },
+    /// An object was created again while its copy is in use.
+    #[error("object {object_id} already exists in the store and is in use: being written or answered for by another process, read, spilled or restored")]
+    ObjectInUse {
+        /// The object.
+        object_id: ObjectId,
+    },
+    /// A process sealed an object that another process created again
+    /// since.
+    #[error("object {object_id} was created again by another process since this one created it: only the new copy's writer seals it")]
+    ObjectCreatedAgain {
+        /// The object.
+        object_id: ObjectId,
+    },
+    /// A spilled object could not be read back from disk.
+    #[error("object {object_id} could not be read back from disk after {attempts} attempts")]
+    RestoreFailed {
+        /// The object.
+        object_id: ObjectId,
+        /// Attempts made.
+        attempts: u32,
+    },
+    /// A range outside the object store's shared segment was asked for.
+    #[error("range {offset}+{len} lies outside the {segment_len} byte object segment")]
+    OutsideSegment {
+        /// Where the range starts.
+        offset: u64,
+        /// Its length.
+        len: u64,
+        /// The segment's length.
+        segment_len: u64,
+    },
+    /// An actor's instance is not of the type a method was compiled for
+    /// (a worker running another build of the program).
+    #[error("this actor is not a {expected}: is the worker running the same build as the caller?")]
+    WrongActorInstance {
+        /// The type the method expects.
+        expected: String,
+    },
+    /// A call was stopped before it finished because its process is
+    /// shutting down.
+    #[error("the call was stopped before it finished: its process is shutting down")]
+    CallAborted,
     /// A connection to another Prism process closed.
     #[error("connection to {peer} closed")]
     Disconnected {

@@ -17,6 +17,7 @@
 //! variables by [`ConnectionLimits::from_env`].
 
 use parking_lot::Mutex;
+use prism_config::Backoff;
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
@@ -219,9 +220,17 @@ impl Drop for Admitted {
 
 /// The pause after a failed `accept`: 10 ms, doubling to 1 s while the
 /// failures go on, back to none after a success.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct AcceptBackoff {
-    pause: Option<Duration>,
+    pause: Backoff,
+}
+
+impl Default for AcceptBackoff {
+    fn default() -> Self {
+        AcceptBackoff {
+            pause: Backoff::new(Self::FIRST, Self::MOST),
+        }
+    }
 }
 
 impl AcceptBackoff {
@@ -230,14 +239,13 @@ impl AcceptBackoff {
 
     /// An accept failed: how long to wait before the next.
     pub fn failed(&mut self) -> Duration {
-        let pause = self.pause.map_or(Self::FIRST, |p| (p * 2).min(Self::MOST));
-        self.pause = Some(pause);
-        pause
+        // No deadline: there is always a next pause.
+        self.pause.next_pause().unwrap_or(Self::MOST)
     }
 
     /// An accept succeeded.
     pub fn succeeded(&mut self) {
-        self.pause = None;
+        self.pause.reset();
     }
 }
 

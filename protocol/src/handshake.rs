@@ -48,11 +48,9 @@ pub(crate) async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
         stream.read_exact(&mut len).await.map_err(io)?;
         let mut why = vec![0u8; u16::from_le_bytes(len) as usize];
         stream.read_exact(&mut why).await.map_err(io)?;
-        Err(Error::Cluster {
-            message: format!(
-                "{address} refused this connection: {}",
-                String::from_utf8_lossy(&why)
-            ),
+        Err(Error::ConnectionRefused {
+            peer: address.to_string(),
+            reason: String::from_utf8_lossy(&why).into_owned(),
         })
     };
     tokio::time::timeout(HANDSHAKE_TIMEOUT, exchange)
@@ -136,7 +134,5 @@ pub fn set_cluster_token(token: Option<String>) {
 }
 
 pub(crate) fn cluster_token() -> Result<String, Error> {
-    CLUSTER_TOKEN.lock().clone().ok_or_else(|| Error::Cluster {
-        message: "this process has no cluster token to reach another node with".into(),
-    })
+    CLUSTER_TOKEN.lock().clone().ok_or(Error::NoClusterToken)
 }

@@ -257,17 +257,18 @@ pub async fn connect(address: &str) -> Result<Stream, Error> {
     })?;
     let handshake = tokio::time::timeout(HANDSHAKE_LIMIT, tls.client.connect(name, tcp))
         .await
-        .map_err(|_| Error::Cluster {
-            message: format!(
-                "TLS with {address} failed: no handshake within {HANDSHAKE_LIMIT:?} (is the \
-                 process there alive, and does it speak TLS?)"
+        .map_err(|_| Error::TlsFailed {
+            peer: address.to_string(),
+            reason: format!(
+                "no handshake within {HANDSHAKE_LIMIT:?} (is the process there alive, and does \
+                 it speak TLS?)"
             ),
         })?;
-    handshake.map(Stream::Client).map_err(|e| Error::Cluster {
-        message: format!(
-            "TLS with {address} failed: {e} (every node's certificate must be signed by \
-                 the CA given with --tls-ca and name the node's IP address; does {address} \
-                 run with TLS?)"
+    handshake.map(Stream::Client).map_err(|e| Error::TlsFailed {
+        peer: address.to_string(),
+        reason: format!(
+            "{e} (every node's certificate must be signed by the CA given with --tls-ca and \
+             name the node's IP address; does {address} run with TLS?)"
         ),
     })
 }

@@ -303,8 +303,11 @@ impl Node {
             .await?
         {
             ActorPlacement::Accepted => Ok(conn),
-            ActorPlacement::Elsewhere { node_id, .. } => Err(Error::Cluster {
-                message: format!("the node sent the actor on to {node_id}"),
+            ActorPlacement::Elsewhere { .. } => Err(Error::SentOnAgain {
+                node_id: prism_protocol::rpc::Endpoint::parse(raylet)
+                    .node
+                    .unwrap_or_else(|| raylet.to_string()),
+                what: "a detached actor".into(),
             }),
         }
     }
@@ -359,15 +362,13 @@ impl ProgramSource {
 
     fn read(&self, read: &ReadProgram) -> Result<bytes::Bytes, Error> {
         use std::io::{Read, Seek, SeekFrom};
-        let refuse = |why: String| Error::Cluster { message: why };
+        let refuse = |reason: String| Error::ProgramUnavailable {
+            holder: "the head".into(),
+            reason,
+        };
         let program = match &self.program {
             Some(p) if p.id == read.id => p,
-            _ => {
-                return Err(refuse(format!(
-                    "the head does not serve program {}",
-                    read.id
-                )))
-            }
+            _ => return Err(refuse(format!("it does not serve program {}", read.id))),
         };
         if read.len > PROGRAM_CHUNK || read.offset > program.size {
             return Err(refuse(format!(
@@ -377,7 +378,7 @@ impl ProgramSource {
         }
         let file = self.file(program).ok_or_else(|| {
             refuse(format!(
-                "the head has no copy of the job's program {} ({}): install it at that path on \
+                "it has no copy of the job's program {} ({}): install it at that path on \
                  every node, so that a detached actor can be created again anywhere",
                 program.id,
                 self.path.display()

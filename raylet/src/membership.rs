@@ -297,8 +297,8 @@ impl Membership {
             self.peers.clone(),
         );
         async move {
-            let raylet = raylet.ok_or_else(|| Error::Cluster {
-                message: format!("node {target} is not alive in the cluster"),
+            let raylet = raylet.ok_or_else(|| Error::NodeNotAlive {
+                node_id: target.to_string(),
             })?;
             peer(&peers, &raylet, &node).await
         }

@@ -664,12 +664,8 @@ impl Node {
                 match membership.and_then(|m| m.raylet_of(&node_id.to_string())) {
                     Some(raylet) => Ok(Some((raylet, node_id.to_string()))),
                     None if soft => default(),
-                    None => Err(Error::Cluster {
-                        message: format!(
-                            "node affinity names node {node_id}, which is not a live node of \
-                             this cluster (prism::nodes() lists them); with soft: true the work \
-                             runs elsewhere instead"
-                        ),
+                    None => Err(Error::AffinityNodeNotAlive {
+                        node_id: node_id.to_string(),
                     }),
                 }
             }

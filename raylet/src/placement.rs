@@ -497,8 +497,9 @@ impl Node {
         tokio::time::timeout(MOVE_LIMIT, asked)
             .await
             .unwrap_or_else(|_| {
-                Err(Error::Cluster {
-                    message: format!("node {node} did not answer within {MOVE_LIMIT:?}"),
+                Err(Error::NodeTimeout {
+                    node_id: node.to_string(),
+                    waited_ms: MOVE_LIMIT.as_millis() as u64,
                 })
             })
     }
@@ -688,13 +689,11 @@ impl Node {
                     waited += RETRY;
                 }
                 None => {
-                    return Err(Error::Cluster {
-                        message: format!(
-                            "bundle {:?} of placement group {} is on node {node}, which is not \
-                             alive, and was not placed again within {MOVE_WAIT:?} (its group's \
-                             home node died too, or no live node has room for it)",
-                            bundle.index, bundle.group
-                        ),
+                    return Err(Error::BundleNotPlacedAgain {
+                        group: bundle.group,
+                        bundle: bundle.index,
+                        node_id: node,
+                        waited_ms: MOVE_WAIT.as_millis() as u64,
                     })
                 }
             }

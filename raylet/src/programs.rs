@@ -40,8 +40,9 @@ impl Node {
         program: Option<Program>,
         lessee: &Connection,
     ) -> Result<PathBuf, Error> {
-        let refuse = |why: String| Error::Cluster {
-            message: format!("node {} cannot run the job's program: {why}", self.node_id),
+        let refuse = |reason: String| Error::ProgramUnavailable {
+            holder: format!("node {}", self.node_id),
+            reason,
         };
         let Some(program) = program else {
             if path.is_file() {

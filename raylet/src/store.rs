@@ -229,10 +229,9 @@ impl StoreSide {
             }
             self.restore(id).await?;
         }
-        Err(Error::Protocol {
-            message: format!(
-                "object {id} could not be read back from disk after {SPILL_ROUNDS} attempts"
-            ),
+        Err(Error::RestoreFailed {
+            object_id: id,
+            attempts: SPILL_ROUNDS as u32,
         })
     }
 

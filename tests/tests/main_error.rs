@@ -1,6 +1,6 @@
 //! `#[prism::main]` reports an error that `main` returns as `error: ` and
 //! the error's `Display` on stderr, and exits with code 1 (rather than
-//! Rust's `Error: ` and its `Debug`, `Cluster { message: ".." }`).
+//! Rust's `Error: ` and its `Debug`, `HeadUnreachable { message: ".." }`).
 //!
 //! Each test runs a program's `main` in a child process (this test binary
 //! again, with `PRISM_MAIN_ERROR_CHILD` set), which runs it as Rust's
@@ -17,7 +17,7 @@ mod cluster_error {
 
     #[prism::main]
     pub fn main() -> prism::Result<()> {
-        Err(prism::Error::Cluster {
+        Err(prism::Error::HeadUnreachable {
             message: MESSAGE.to_string(),
         })
     }
@@ -97,7 +97,7 @@ fn an_error_from_main_is_printed_with_its_display_and_exits_with_1() {
         run_as_program(cluster_error::main);
     }
     let (code, stderr) = child(NAME);
-    let display = prism::Error::Cluster {
+    let display = prism::Error::HeadUnreachable {
         message: cluster_error::MESSAGE.to_string(),
     }
     .to_string();
@@ -107,7 +107,7 @@ fn an_error_from_main_is_printed_with_its_display_and_exits_with_1() {
         "stderr must have the line {line:?}; it was:\n{stderr}"
     );
     assert!(
-        !stderr.contains("Cluster {") && !stderr.contains("message:") && !stderr.contains("Error:"),
+        !stderr.contains("HeadUnreachable {") && !stderr.contains("message:") && !stderr.contains("Error:"),
         "stderr must not have the error's Debug (Rust's report of a main's error); it was:\n{stderr}"
     );
     assert_eq!(

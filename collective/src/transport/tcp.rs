@@ -21,6 +21,7 @@ use super::{Interest, Link, Mesh};
 use crate::config::CollectiveConfig;
 use crate::error::{CollectiveError, Result};
 use crate::rendezvous::{remaining, PeerRecord};
+use prism_config::Backoff;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Shutdown, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
@@ -117,17 +118,17 @@ pub(crate) fn connect_mesh(
     // Connect downwards; every listener exists already, so these complete
     // without the peer's help.
     for (peer, record) in table.iter().enumerate().take(rank) {
-        let mut backoff = Duration::from_millis(5);
+        let mut backoff =
+            Backoff::new(Duration::from_millis(5), Duration::from_millis(100)).until(deadline);
         let stream = loop {
-            let left = remaining(deadline);
+            let left = backoff.remaining();
             if left.is_zero() {
                 return Err(timed_out(peer));
             }
             match TcpStream::connect_timeout(&record.data_addr, left.min(Duration::from_secs(2))) {
                 Ok(s) => break s,
                 Err(_) => {
-                    std::thread::sleep(backoff.min(remaining(deadline)));
-                    backoff = (backoff * 2).min(Duration::from_millis(100));
+                    backoff.sleep();
                 }
             }
         };

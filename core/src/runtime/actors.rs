@@ -654,10 +654,9 @@ impl ActorSubmitter {
                 } => (address.clone(), *worker),
                 ActorState::Dead(e) => return Err(e.clone()),
                 ActorState::Pending | ActorState::Restarting => {
-                    return Err(Error::Protocol {
-                        message: "the control store answered a waiting lookup with an actor \
-                                  that is not started yet"
-                            .into(),
+                    return Err(Error::UnexpectedReply {
+                        request: "GetActor (waiting)".into(),
+                        reply: "an actor that is not started yet".into(),
                     })
                 }
             };

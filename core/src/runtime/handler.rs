@@ -298,24 +298,24 @@ impl Serve<WorkerOutput> for CoreHandler {
 /// was started from even if a rebuild replaced it at its path since.
 fn read_program(read: &ReadProgram) -> Result<bytes::Bytes, Error> {
     use std::io::{Read, Seek, SeekFrom};
-    let this = Program::this().map_err(|message| Error::Cluster { message })?;
+    let refuse = |reason: String| Error::ProgramUnavailable {
+        holder: format!("process {}", std::process::id()),
+        reason,
+    };
+    let this = Program::this().map_err(refuse)?;
     if this.id != read.id {
-        return Err(Error::Cluster {
-            message: format!(
-                "this process runs program {}, not {}: was the job's binary rebuilt and \
-                 restarted while nodes still fetched it?",
-                this.id, read.id
-            ),
-        });
+        return Err(refuse(format!(
+            "it runs program {}, not {}: was the job's binary rebuilt and restarted while \
+             nodes still fetched it?",
+            this.id, read.id
+        )));
     }
     if read.len > PROGRAM_CHUNK || read.offset > this.size {
-        return Err(Error::Cluster {
-            message: format!(
-                "a program read of {} bytes at {} is out of bounds (the program has {} bytes, \
-                 and one read takes at most {PROGRAM_CHUNK})",
-                read.len, read.offset, this.size
-            ),
-        });
+        return Err(refuse(format!(
+            "a program read of {} bytes at {} is out of bounds (the program has {} bytes, and \
+             one read takes at most {PROGRAM_CHUNK})",
+            read.len, read.offset, this.size
+        )));
     }
     let len = read.len.min(this.size - read.offset) as usize;
     let mut chunk = vec![0u8; len];

@@ -18,6 +18,7 @@
 use super::lessee::Lessee;
 use crate::{Error, Result};
 use parking_lot::Mutex;
+use prism_config::Backoff;
 use prism_protocol::ids::ActorId;
 use prism_protocol::messages::{ActorPlacement, ActorSpec, CreateActor, KillActor, OwnedActor};
 use prism_protocol::rpc::Connection;
@@ -39,11 +40,9 @@ pub(crate) async fn place(
             let remote = lessee.connect(&raylet).await?;
             match remote.request(CreateActor { spec }).await? {
                 ActorPlacement::Accepted => Ok(Some(node_id)),
-                ActorPlacement::Elsewhere { .. } => Err(Error::Cluster {
-                    message: format!(
-                        "node {node_id} sent an actor on again; an actor goes to one other \
-                         node at most"
-                    ),
+                ActorPlacement::Elsewhere { .. } => Err(Error::SentOnAgain {
+                    node_id: node_id.to_string(),
+                    what: "an actor".into(),
                 }),
             }
         }
@@ -181,17 +180,16 @@ impl OwnedActors {
         // The node chosen may be dying too, not yet out of the view of the
         // cluster that this node holds: an unreachable raylet is tried
         // again, briefly, until the view has moved on.
-        let deadline = std::time::Instant::now() + PLACE_AGAIN_FOR;
-        let mut pause = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1))
+            .until(std::time::Instant::now() + PLACE_AGAIN_FOR);
         let placed = loop {
             let outcome = place(&self.raylet, &self.lessee, spec.clone()).await;
             match outcome {
-                Err(e @ (Error::Io { .. } | Error::Disconnected { .. }))
-                    if std::time::Instant::now() + pause < deadline =>
-                {
+                Err(e @ (Error::Io { .. } | Error::Disconnected { .. })) if backoff.fits() => {
                     tracing::debug!(actor = %id, error = %e, "the node chosen for an actor is unreachable; placing it again");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(1));
+                    if let Some(pause) = backoff.next_pause() {
+                        tokio::time::sleep(pause).await;
+                    }
                 }
                 other => break other,
             }

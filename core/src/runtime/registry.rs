@@ -236,9 +236,7 @@ pub(crate) fn make_view<E: Element>(loaded: Loaded) -> Result<View<E>> {
 /// The failure for a task that panicked (as a tokio task).
 pub(crate) fn panic_error(e: tokio::task::JoinError) -> CallError {
     if !e.is_panic() {
-        return CallError::Runtime(Error::Protocol {
-            message: "the call was cancelled".into(),
-        });
+        return CallError::Runtime(Error::CallAborted);
     }
     panic_payload_error(e.into_panic())
 }

@@ -294,8 +294,9 @@ async fn local_raylet_socket(
         Token::find(given.as_deref(), &config.temp_dir).map_err(Error::from)
     };
     let joined = |r: &NodeRecord, token: Token| {
-        let node = NodeId::parse(&r.node_id).ok_or_else(|| Error::Cluster {
-            message: format!("the node record of pid {} names no node id", r.pid),
+        let node = NodeId::parse(&r.node_id).ok_or_else(|| Error::BadNodeRecord {
+            pid: r.pid,
+            reason: "names no node id".into(),
         })?;
         let cluster = ClusterContext {
             node_ip: r.node_ip.clone(),
@@ -306,12 +307,9 @@ async fn local_raylet_socket(
     if let Some(r) = records.iter().find(|r| r.head == address) {
         return joined(r, token()?);
     }
-    let no_node = || Error::Cluster {
-        message: format!(
-            "no Prism node of the cluster at {address} runs on this machine (looked in {}): \
-             start one here with `prism start --address {address}`, then run the driver again",
-            NodeRecord::dir(&config.temp_dir).display()
-        ),
+    let no_node = || Error::NoLocalNode {
+        address: address.to_string(),
+        looked_in: NodeRecord::dir(&config.temp_dir).display().to_string(),
     };
     if records.is_empty() {
         return Err(no_node());

@@ -395,11 +395,9 @@ impl TaskSubmitter {
                 match remote.request(request()).await? {
                     LeaseReply::Granted(grant) => Ok(Some((remote, grant))),
                     LeaseReply::Cancelled => Ok(None),
-                    LeaseReply::Spillback { .. } => Err(Error::Cluster {
-                        message: format!(
-                            "node {node_id} sent a lease request on again; a request goes to one \
-                             other node at most"
-                        ),
+                    LeaseReply::Spillback { .. } => Err(Error::SentOnAgain {
+                        node_id: node_id.to_string(),
+                        what: "a lease request".into(),
                     }),
                 }
             }

@@ -127,7 +127,7 @@ impl RemovedGroups {
 
 /// The error for a group that is removed (or never was).
 pub(super) fn removed(id: PlacementGroupId) -> Error {
-    Error::PlacementGroupRemoved { id: id.to_string() }
+    Error::PlacementGroupRemoved { id }
 }
 
 /// A lease's allocation and the bundle (group, index) it came from.

@@ -123,8 +123,9 @@ fn item_answered(
         Some(Response::Ok) => return Ok(()),
         Some(Response::Error(e @ Error::TaskCancelled { .. })) => return Err(e),
         Some(Response::Error(e)) => e,
-        Some(other) => Error::Protocol {
-            message: format!("a stream's value was answered {other:?}"),
+        Some(other) => Error::UnexpectedReply {
+            request: "StreamItem".into(),
+            reply: format!("{other:?}"),
         },
         None => Error::Disconnected {
             peer: "the caller of a streaming call".into(),
