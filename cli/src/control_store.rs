@@ -69,9 +69,11 @@ async fn serve(args: ControlStoreArgs) -> Result<ExitCode, String> {
     let config = prism::Config::default()
         .apply_env()
         .map_err(|e| e.to_string())?;
-    let mut settings = GcsSettings::new(token.clone());
-    settings.heartbeat_period = Duration::from_millis(config.heartbeat_period_ms.max(1));
-    settings.node_death_timeout = Duration::from_millis(config.node_death_timeout_ms.max(1));
+    let mut settings = GcsSettings::new(
+        token.clone(),
+        Duration::from_millis(config.heartbeat_period_ms.max(1)),
+        Duration::from_millis(config.node_death_timeout_ms.max(1)),
+    );
     settings.state = match (args.redis.place(), &args.state) {
         (Some(place), _) => Some(StateStore::Redis(place)),
         (None, Some(file)) => Some(StateStore::File(file.clone())),

@@ -10,7 +10,7 @@
 
 use crate::Error;
 use prism_protocol::resources::{Quantity, ResourceSet, CPU, GPU, MEMORY};
-use prism_raylet::RayletConfig;
+use prism_raylet::{MemoryMonitorConfig, RayletConfig, SpillConfig};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -341,26 +341,35 @@ impl Config {
     /// `prism start` run.
     pub fn raylet_config(&self, session_dir: PathBuf) -> Result<RayletConfig, Error> {
         let resources = self.node_resources()?;
-        let cpus = resources.get(CPU).units() / Quantity::SCALE;
-        let mut raylet = RayletConfig::local(session_dir, cpus, self.store_capacity());
-        raylet.resources = resources;
-        raylet.idle_worker_timeout = Duration::from_millis(self.idle_worker_timeout_ms);
-        raylet.idle_worker_reap_period = Duration::from_millis(self.idle_worker_reap_period_ms);
-        raylet.worker_start_attempts = self.worker_start_attempts;
-        raylet.removed_placement_groups_kept = self.removed_placement_groups_kept;
-        raylet.task_events_kept = self.task_events_kept;
-        raylet.object_store_warm_bytes = self.object_store_warm_bytes;
-        raylet.memory_monitor.threshold = self.memory_usage_threshold;
-        raylet.memory_monitor.refresh = Duration::from_millis(self.memory_monitor_refresh_ms);
-        raylet.spill.enabled = self.object_spilling;
-        raylet.spill.threshold = self.object_spilling_threshold;
-        if let Some(dir) = &self.object_spill_dir {
-            raylet.spill.dir = dir.clone();
-        }
-        if let Some(n) = self.max_workers_per_job {
-            raylet.max_workers_per_job = n.max(1);
-        }
-        Ok(raylet)
+        let cpus = (resources.get(CPU).units() / Quantity::SCALE) as usize;
+        let spill_dir =
+            (self.object_spill_dir.clone()).unwrap_or_else(|| session_dir.join("spill"));
+        Ok(RayletConfig {
+            resources,
+            object_store_bytes: self.store_capacity(),
+            prestart_workers: cpus,
+            max_workers_per_job: match self.max_workers_per_job {
+                Some(n) => n.max(1),
+                None => (cpus * 4).max(8),
+            },
+            idle_worker_timeout: Duration::from_millis(self.idle_worker_timeout_ms),
+            idle_worker_reap_period: Duration::from_millis(self.idle_worker_reap_period_ms),
+            worker_start_attempts: self.worker_start_attempts,
+            removed_placement_groups_kept: self.removed_placement_groups_kept,
+            task_events_kept: self.task_events_kept,
+            object_store_warm_bytes: self.object_store_warm_bytes,
+            memory_monitor: MemoryMonitorConfig {
+                threshold: self.memory_usage_threshold,
+                refresh: Duration::from_millis(self.memory_monitor_refresh_ms),
+            },
+            spill: SpillConfig {
+                enabled: self.object_spilling,
+                threshold: self.object_spilling_threshold,
+                dir: spill_dir,
+            },
+            session_dir,
+            cluster: None,
+        })
     }
 
     /// Makes a fresh session directory under `temp_dir` (and points

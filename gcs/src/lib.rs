@@ -24,8 +24,11 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), prism_gcs::GcsError> {
 //! use prism_gcs::{GcsClient, GcsServer, GcsSettings, Token};
+//! use std::time::Duration;
 //! let token = Token::generate();
-//! let gcs = GcsServer::start("127.0.0.1:0".parse().unwrap(), GcsSettings::new(token.clone())).await?;
+//! let (beat, death) = (Duration::from_millis(500), Duration::from_secs(5));
+//! let settings = GcsSettings::new(token.clone(), beat, death);
+//! let gcs = GcsServer::start("127.0.0.1:0".parse().unwrap(), settings).await?;
 //! let mut client = GcsClient::connect(&gcs.address().to_string(), &token).await?;
 //! println!("{} nodes", client.get_nodes().await?.len());
 //! gcs.shutdown().await;

@@ -28,12 +28,15 @@ pub struct GcsSettings {
 }
 
 impl GcsSettings {
-    /// A heartbeat every 500 ms, death after 5 s of silence.
-    pub fn new(token: Token) -> Self {
+    /// Settings with `token`, a heartbeat every `heartbeat_period`, and
+    /// death after `node_death_timeout` of silence (their defaults are the
+    /// table's `heartbeat_period_ms` and `node_death_timeout_ms`), kept in
+    /// memory only until `state` is set.
+    pub fn new(token: Token, heartbeat_period: Duration, node_death_timeout: Duration) -> Self {
         GcsSettings {
             token,
-            heartbeat_period: Duration::from_millis(500),
-            node_death_timeout: Duration::from_secs(5),
+            heartbeat_period,
+            node_death_timeout,
             state: None,
         }
     }

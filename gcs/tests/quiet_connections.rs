@@ -30,7 +30,11 @@ async fn silent_connections_are_closed_and_one_peer_holds_at_most_its_share() {
     let token = Token::generate();
     let gcs = GcsServer::start(
         "127.0.0.1:0".parse().unwrap(),
-        GcsSettings::new(token.clone()),
+        GcsSettings::new(
+            token.clone(),
+            Duration::from_millis(500),
+            Duration::from_secs(5),
+        ),
     )
     .await
     .expect("the control store starts");

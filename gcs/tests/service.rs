@@ -18,9 +18,7 @@ fn node(id: &str) -> NodeInfo {
 
 async fn start(death: Duration) -> (GcsServer, Token) {
     let token = Token::generate();
-    let mut settings = GcsSettings::new(token.clone());
-    settings.heartbeat_period = Duration::from_millis(50);
-    settings.node_death_timeout = death;
+    let settings = GcsSettings::new(token.clone(), Duration::from_millis(50), death);
     let gcs = GcsServer::start("127.0.0.1:0".parse().unwrap(), settings)
         .await
         .expect("the control store starts on a free port");
@@ -55,9 +53,12 @@ async fn calls_without_the_right_token_are_refused_with_how_to_fix_it() {
 #[tokio::test]
 async fn a_second_server_on_a_taken_port_says_so() {
     let (gcs, token) = start(Duration::from_secs(5)).await;
-    let err = GcsServer::start(gcs.address(), GcsSettings::new(token))
-        .await
-        .unwrap_err();
+    let err = GcsServer::start(
+        gcs.address(),
+        GcsSettings::new(token, Duration::from_millis(50), Duration::from_secs(5)),
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, GcsError::PortInUse { .. }), "{err:?}");
     assert!(err.to_string().contains("--port"), "{err}");
     gcs.shutdown().await;
@@ -283,9 +284,11 @@ async fn start_with_state(
     token: &Token,
     state: &std::path::Path,
 ) -> Result<GcsServer, GcsError> {
-    let mut settings = GcsSettings::new(token.clone());
-    settings.heartbeat_period = Duration::from_millis(50);
-    settings.node_death_timeout = Duration::from_millis(1500);
+    let mut settings = GcsSettings::new(
+        token.clone(),
+        Duration::from_millis(50),
+        Duration::from_millis(1500),
+    );
     settings.state = Some(prism_gcs::StateStore::File(state.to_path_buf()));
     GcsServer::start(address, settings).await
 }
@@ -455,9 +458,11 @@ async fn a_control_store_on_redis_resumes_its_cluster_on_a_new_machine() {
     };
     let token = Token::generate();
     let start = |store: prism_gcs::StateStore, token: Token| async move {
-        let mut settings = GcsSettings::new(token);
-        settings.heartbeat_period = Duration::from_millis(50);
-        settings.node_death_timeout = Duration::from_millis(1500);
+        let mut settings = GcsSettings::new(
+            token,
+            Duration::from_millis(50),
+            Duration::from_millis(1500),
+        );
         settings.state = Some(store);
         GcsServer::start("127.0.0.1:0".parse().unwrap(), settings).await
     };

@@ -1,10 +1,14 @@
 //! How a raylet is set up: [`RayletConfig`], what [`crate::Raylet::start`]
 //! takes and every part of the node reads.
+//!
+//! It has no defaults of its own: every value comes from the one table of
+//! tunables (`prism::Config`, whose `raylet_config` builds it), so that a
+//! default is declared once, where `docs/config.md` reads it.
 
 use crate::membership::ClusterLink;
 use crate::memory::MemoryMonitorConfig;
 use crate::spill::SpillConfig;
-use prism_protocol::resources::{Quantity, ResourceSet, CPU};
+use prism_protocol::resources::ResourceSet;
 use std::path::PathBuf;
 
 /// How a raylet is set up.
@@ -40,35 +44,4 @@ pub struct RayletConfig {
     pub memory_monitor: MemoryMonitorConfig,
     /// The cluster to join; `None` for a single-node cluster of its own.
     pub cluster: Option<ClusterLink>,
-}
-
-impl RayletConfig {
-    /// A single-node setup with `cpus` CPUs and `store_bytes` of object store.
-    pub fn local(session_dir: PathBuf, cpus: u64, store_bytes: u64) -> Self {
-        let mut resources = ResourceSet::new();
-        resources.set(CPU, Quantity::whole(cpus));
-        RayletConfig {
-            resources,
-            object_store_bytes: store_bytes,
-            prestart_workers: cpus as usize,
-            max_workers_per_job: (cpus as usize * 4).max(8),
-            idle_worker_timeout: std::time::Duration::from_secs(10),
-            idle_worker_reap_period: std::time::Duration::from_secs(1),
-            worker_start_attempts: 3,
-            removed_placement_groups_kept: 10_000,
-            task_events_kept: 10_000,
-            object_store_warm_bytes: 128 << 20,
-            memory_monitor: MemoryMonitorConfig {
-                threshold: 0.95,
-                refresh: std::time::Duration::from_millis(250),
-            },
-            spill: SpillConfig {
-                enabled: true,
-                threshold: 0.8,
-                dir: session_dir.join("spill"),
-            },
-            session_dir,
-            cluster: None,
-        }
-    }
 }

@@ -7,9 +7,10 @@
 //! session directory; tasks themselves never pass through it.
 //!
 //! ```no_run
-//! # async fn demo() -> prism_protocol::Result<()> {
-//! use prism_raylet::{Raylet, RayletConfig};
-//! let raylet = Raylet::start(RayletConfig::local("/tmp/prism/session_demo".into(), 2, 1 << 30)).await?;
+//! # async fn demo(config: prism_raylet::RayletConfig) -> prism_protocol::Result<()> {
+//! use prism_raylet::Raylet;
+//! // `config` comes from `prism::Config::raylet_config`, the table of tunables.
+//! let raylet = Raylet::start(config).await?;
 //! println!("raylet listening on {}", raylet.socket_path().display());
 //! raylet.shutdown();
 //! # Ok(()) }
