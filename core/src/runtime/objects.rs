@@ -31,7 +31,7 @@ use prism_protocol::rpc::Connection;
 use prism_protocol::serve::Answer;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Weak};
 
 impl RefOwner for Objects {
     fn release_local(self: Arc<Self>, id: ObjectId) {
@@ -57,8 +57,10 @@ pub(crate) struct Objects {
     waiting: AtomicUsize,
     /// The lineage of owned objects in a store, by object.
     lineage: parking_lot::Mutex<LineageTable>,
-    /// What runs lineage again (the task submitter, built after this).
-    resubmit: OnceLock<Weak<dyn Resubmit>>,
+    /// What runs lineage again: the task submitter, which is built around
+    /// these objects (`Arc::new_cyclic` in `startup`), so that this is
+    /// given at construction and never set later.
+    resubmit: Weak<dyn Resubmit>,
     /// The actors this process created on other nodes: told when one's
     /// last handle goes, asked where one is.
     owned_actors: Arc<OwnedActors>,
@@ -122,6 +124,9 @@ pub(crate) struct ObjectsParts {
     pub(crate) peers: Arc<Peers>,
     pub(crate) owned_actors: Arc<OwnedActors>,
     pub(crate) task_counts: Arc<TaskCounts>,
+    /// What runs lineage again (the task submitter, built around these
+    /// objects: see `startup`).
+    pub(crate) resubmit: Weak<dyn Resubmit>,
 }
 
 impl Objects {
@@ -138,6 +143,7 @@ impl Objects {
             peers,
             owned_actors,
             task_counts,
+            resubmit,
         } = parts;
         Objects {
             owned_actors,
@@ -151,9 +157,14 @@ impl Objects {
             refs: RefTable::new(address),
             waiting: AtomicUsize::new(0),
             lineage: parking_lot::Mutex::new(LineageTable::default()),
-            resubmit: OnceLock::new(),
+            resubmit,
             streams: Streams::default(),
         }
+    }
+
+    /// The counts of this process's ended and waiting tasks.
+    pub(crate) fn task_counts(&self) -> &Arc<TaskCounts> {
+        &self.task_counts
     }
 
     /// This process's address: its socket path (and in a multi-node
@@ -431,16 +442,11 @@ impl Objects {
         self.lineage.lock().record(lineage);
     }
 
-    /// Sets what runs lineage again.
-    pub(crate) fn set_resubmit(&self, resubmit: Weak<dyn Resubmit>) {
-        let _ = self.resubmit.set(resubmit);
-    }
-
     /// Makes an owned object whose copy on node `lost_node` is gone again,
     /// by running its task again; false when it cannot be.
     pub(crate) fn rebuild(self: &Arc<Self>, id: ObjectId, lost_node: &str) -> bool {
         let lineage = self.lineage.lock().get(id);
-        let submitter = self.resubmit.get().and_then(Weak::upgrade);
+        let submitter = self.resubmit.upgrade();
         let (Some(lineage), Some(submitter)) = (lineage, submitter) else {
             return false;
         };

@@ -429,25 +429,52 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
         lessee.clone(),
     ));
     let report_every = s.config.task_events_report_interval_ms;
-    let task_counts = Arc::new(TaskCounts::new(s.job_id.to_string(), report_every > 0));
     let task_runs = Arc::new(TaskRuns::new(
         s.job_id.to_string(),
         s.worker_id.to_string(),
         report_every > 0 && s.role == Role::Worker,
     ));
-    let objects = Arc::new(Objects::new(
-        s.rt.clone(),
-        s.config.clone(),
-        s.role == Role::Worker,
-        s.raylet.clone(),
-        address,
-        ObjectsParts {
-            store,
-            peers,
-            owned_actors: owned_actors.clone(),
-            task_counts: task_counts.clone(),
-        },
-    ));
+    // The task submitter is built around the objects it submits for, and
+    // they are handed it (as what runs lineage again, and where the task
+    // counts read the waiting tasks) as they are made: nothing is wired
+    // after construction.
+    let tasks = Arc::new_cyclic(|me: &Weak<TaskSubmitter>| {
+        let queues = me.clone();
+        let task_counts = Arc::new(TaskCounts::new(
+            s.job_id.to_string(),
+            report_every > 0,
+            Box::new(move |limit| {
+                queues
+                    .upgrade()
+                    .map(|t| t.queued(limit))
+                    .unwrap_or_default()
+            }),
+        ));
+        let resubmit: Weak<dyn Resubmit> = me.clone();
+        let objects = Arc::new(Objects::new(
+            s.rt.clone(),
+            s.config.clone(),
+            s.role == Role::Worker,
+            s.raylet.clone(),
+            address,
+            ObjectsParts {
+                store,
+                peers,
+                owned_actors: owned_actors.clone(),
+                task_counts,
+                resubmit,
+            },
+        ));
+        TaskSubmitter::new(
+            s.rt.clone(),
+            s.config.clone(),
+            s.raylet.clone(),
+            objects,
+            lessee.clone(),
+        )
+    });
+    let objects = tasks.objects().clone();
+    let task_counts = objects.task_counts().clone();
     // Nothing to report when recording is off.
     let reporting = (report_every > 0).then(|| {
         task_counts.start_reporting(
@@ -457,22 +484,6 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
             task_runs.clone(),
         )
     });
-    let tasks = Arc::new(TaskSubmitter::new(
-        s.rt.clone(),
-        s.config.clone(),
-        s.raylet.clone(),
-        objects.clone(),
-        lessee.clone(),
-    ));
-    let queues = Arc::downgrade(&tasks);
-    task_counts.set_waiting(Box::new(move |limit| {
-        queues
-            .upgrade()
-            .map(|t| t.queued(limit))
-            .unwrap_or_default()
-    }));
-    let resubmit: Weak<dyn Resubmit> = Arc::downgrade(&tasks) as Weak<dyn Resubmit>;
-    objects.set_resubmit(resubmit);
     let actors = Arc::new(ActorSubmitter::new(
         s.rt.clone(),
         s.worker_id,

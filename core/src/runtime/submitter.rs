@@ -256,6 +256,11 @@ impl TaskSubmitter {
         }
     }
 
+    /// The objects this submitter submits tasks for.
+    pub(crate) fn objects(&self) -> &Arc<Objects> {
+        &self.objects
+    }
+
     /// Cancels the task whose first result is `return_id` (see
     /// `prism::cancel`, which named the task by its result `named`). A
     /// task queued here ends at once; one sent to a worker ends when the

@@ -74,7 +74,6 @@ struct Ended {
 }
 
 /// Ended tasks not yet reported.
-#[derive(Default)]
 pub(crate) struct TaskCounts {
     unreported: Mutex<Unreported>,
     /// This process's job, named in each event.
@@ -85,8 +84,8 @@ pub(crate) struct TaskCounts {
     /// This process's retries (tasks, actor calls) and rebuilt objects
     /// as of the last report.
     reported_totals: Mutex<([u64; 2], u64)>,
-    /// Where the waiting tasks are read, once set.
-    waiting: std::sync::OnceLock<Waiting>,
+    /// Where the waiting tasks are read (the task submitter's queues).
+    waiting: Waiting,
     /// The last report listed waiting tasks.
     waiting_sent: Mutex<bool>,
 }
@@ -105,29 +104,23 @@ fn slot(outcome: TaskOutcome, is_retry: bool) -> usize {
 }
 
 impl TaskCounts {
-    /// Counts of the tasks of a process of `job_id`; nothing is recorded
-    /// unless `enabled`.
-    pub(crate) fn new(job_id: String, enabled: bool) -> TaskCounts {
+    /// Counts of the tasks of a process of `job_id`, whose waiting tasks
+    /// `waiting` lists; nothing is recorded unless `enabled`.
+    pub(crate) fn new(job_id: String, enabled: bool, waiting: Waiting) -> TaskCounts {
         TaskCounts {
             unreported: Mutex::default(),
             job_id,
             enabled,
             reported_totals: Mutex::default(),
-            waiting: std::sync::OnceLock::new(),
+            waiting,
             waiting_sent: Mutex::new(false),
         }
-    }
-
-    /// Where the waiting tasks are read from now on.
-    pub(crate) fn set_waiting(&self, waiting: Waiting) {
-        let _ = self.waiting.set(waiting);
     }
 
     /// The waiting tasks, when they are to be sent: some now, or none now
     /// after some were.
     fn pending(&self) -> Option<Vec<PendingTask>> {
-        let waiting = self.waiting.get()?;
-        let now: Vec<PendingTask> = waiting(PENDING_SENT)
+        let now: Vec<PendingTask> = (self.waiting)(PENDING_SENT)
             .into_iter()
             .map(|(id, name, submitted_us)| PendingTask {
                 task_id: id.to_string(),
@@ -352,7 +345,7 @@ mod tests {
 
     #[test]
     fn counts_are_taken_once_by_function_outcome_and_retry() {
-        let counts = TaskCounts::new("job-1".into(), true);
+        let counts = TaskCounts::new("job-1".into(), true, Box::new(|_| Vec::new()));
         for _ in 0..3 {
             counts.record(
                 TaskId::new(),
@@ -410,7 +403,7 @@ mod tests {
 
     #[test]
     fn a_busy_owner_sends_its_newest_finished_tasks_every_failure_and_exact_counts() {
-        let counts = TaskCounts::new("job-1".into(), true);
+        let counts = TaskCounts::new("job-1".into(), true, Box::new(|_| Vec::new()));
         let mut last = TaskId::new();
         for i in 0..(FINISHED_KEPT + 500) {
             last = TaskId::new();
