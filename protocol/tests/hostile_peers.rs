@@ -61,8 +61,9 @@ async fn greeted(address: &str, token: &str) -> TcpStream {
     tcp
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn frame_headers_announcing_a_gigabyte_cost_nothing_and_starve_no_one() {
+/// A TCP listener on loopback serving [`Answer`] to holders of the token
+/// `secret`, and its address.
+async fn serve_answers() -> (tokio::task::JoinHandle<()>, String) {
     rpc::set_cluster_token(Some("secret".into()));
     let (server, bound) = rpc::serve_tcp(
         "127.0.0.1:0".parse().expect("an address"),
@@ -72,7 +73,12 @@ async fn frame_headers_announcing_a_gigabyte_cost_nothing_and_starve_no_one() {
     )
     .await
     .expect("serve");
-    let address = bound.to_string();
+    (server, bound.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frame_headers_announcing_a_gigabyte_cost_nothing_and_starve_no_one() {
+    let (server, address) = serve_answers().await;
     let before = resident_bytes();
 
     // Four connections at once announce a frame of the largest size
@@ -143,16 +149,7 @@ async fn read_frame(tcp: &mut TcpStream) -> Frame {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frame_larger_than_its_kind_may_be_is_refused_unread() {
-    rpc::set_cluster_token(Some("secret".into()));
-    let (server, bound) = rpc::serve_tcp(
-        "127.0.0.1:0".parse().expect("an address"),
-        "secret".into(),
-        || Arc::new(Answer),
-        None,
-    )
-    .await
-    .expect("serve");
-    let address = bound.to_string();
+    let (server, address) = serve_answers().await;
 
     // A token holder announces a name lookup of 8 MiB: only the first bytes
     // (the frame's kind) are read before the answer says why it is refused.
