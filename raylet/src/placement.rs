@@ -96,22 +96,26 @@ impl Node {
     }
 
     /// Records a group whose home is this node in the head's table, with
-    /// its bundles' nodes (empty while not placed).
-    fn record_group(&self, job: JobId, spec: &PlacementGroupSpec, nodes: Vec<String>) {
-        let Some(records) = self.group_records() else {
-            return;
-        };
+    /// its bundles' nodes (empty while not placed). The receiver is told
+    /// once the write was tried; `None` when nothing was written.
+    fn record_group(
+        &self,
+        job: JobId,
+        spec: &PlacementGroupSpec,
+        nodes: Vec<String>,
+    ) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        let records = self.group_records()?;
         // Under the home list's lock, as removal's delete is: a group
         // removed meanwhile is not recorded again.
         let home = self.pending_groups.home.lock();
-        if home.contains(&spec.id) {
+        home.contains(&spec.id).then(|| {
             records.put(&GroupRecord {
                 spec: spec.clone(),
                 job,
                 home: self.node_id.to_string(),
                 nodes,
-            });
-        }
+            })
+        })
     }
 
     /// Forgets the groups whose home is this node that ended with their
@@ -260,6 +264,14 @@ impl Node {
             }
             tokio::time::sleep(RETRY).await;
         }
+        // Where the bundles are reaches the head before anyone hears the
+        // group is placed (askers wait meanwhile, as the group is still
+        // pending here): a home that dies right after leaves the head what
+        // it needs to place the group again.
+        let nodes = self.control(|c| c.scheduler.group_nodes(id));
+        if let Some(written) = self.record_group(job, &spec, nodes) {
+            let _ = written.await;
+        }
         let waiting = self
             .pending_groups
             .groups
@@ -270,8 +282,6 @@ impl Node {
         for reply in waiting {
             self.get_placement_group(id, None, false, reply);
         }
-        let nodes = self.control(|c| c.scheduler.group_nodes(id));
-        self.record_group(job, &spec, nodes);
         // A node that died while the group was being reserved left its
         // bundles on a dead node: they are moved like any others.
         self.start_moving(job, spec);

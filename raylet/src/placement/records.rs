@@ -5,18 +5,22 @@
 //!
 //! Writes leave in the background, one at a time in the order they were
 //! made (a group's later record never lands before its earlier one), so
-//! creating a group never waits for the head. The head keeps the table on
+//! creating a group never waits for the head. A group placed over several
+//! nodes is said to be created only once its record of where the bundles
+//! are was written: a home that dies right after leaves the head what it
+//! needs to place the group again. The head keeps the table on
 //! its disk, so the records outlive a restart of the head too.
 
 use prism_gcs::GcsClient;
 use prism_protocol::ids::PlacementGroupId;
 use prism_protocol::messages::{group_record_key, GroupRecord, GROUP_RECORD_PREFIX};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
-/// One change to the records.
+/// One change to the records; a put may carry who waits for it to be
+/// written.
 #[derive(Debug)]
 enum Change {
-    Put(String, Vec<u8>),
+    Put(String, Vec<u8>, Option<oneshot::Sender<()>>),
     Delete(String),
 }
 
@@ -33,10 +37,15 @@ impl GroupRecords {
         tokio::spawn(async move {
             let mut gcs = gcs;
             while let Some(change) = queue.recv().await {
-                let done = match change {
-                    Change::Put(key, value) => gcs.kv_put(key, value, true).await.map(|_| ()),
-                    Change::Delete(key) => gcs.kv_delete(key).await.map(|_| ()),
+                let (done, waiter) = match change {
+                    Change::Put(key, value, waiter) => {
+                        (gcs.kv_put(key, value, true).await.map(|_| ()), waiter)
+                    }
+                    Change::Delete(key) => (gcs.kv_delete(key).await.map(|_| ()), None),
                 };
+                if let Some(waiter) = waiter {
+                    let _ = waiter.send(());
+                }
                 if let Err(e) = done {
                     tracing::warn!(error = %e, "a placement group's record was not written to the head");
                 }
@@ -45,18 +54,21 @@ impl GroupRecords {
         GroupRecords { changes }
     }
 
-    /// Records a group (replacing its earlier record).
-    pub(crate) fn put(&self, record: &GroupRecord) {
+    /// Records a group (replacing its earlier record). The receiver
+    /// returned is told once the write was tried (done, or failed and
+    /// logged): for a caller that must not go on before the head has it.
+    pub(crate) fn put(&self, record: &GroupRecord) -> oneshot::Receiver<()> {
+        let (written, tried) = oneshot::channel();
         match serde_json::to_vec(record) {
             Ok(value) => {
-                let _ = self
-                    .changes
-                    .send(Change::Put(group_record_key(record.spec.id), value));
+                let key = group_record_key(record.spec.id);
+                let _ = self.changes.send(Change::Put(key, value, Some(written)));
             }
             Err(e) => {
                 tracing::warn!(group = %record.spec.id, error = %e, "a placement group's record could not be encoded")
             }
         }
+        tried
     }
 
     /// Removes a group's record.
@@ -67,7 +79,7 @@ impl GroupRecords {
     /// Writes another record (a detached actor's) through the same queue,
     /// in order with this node's other writes.
     pub(crate) fn put_key(&self, key: String, value: Vec<u8>) {
-        let _ = self.changes.send(Change::Put(key, value));
+        let _ = self.changes.send(Change::Put(key, value, None));
     }
 
     /// Removes another record through the same queue.
