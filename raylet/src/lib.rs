@@ -133,7 +133,7 @@ impl Raylet {
                     // Other nodes' raylets pull objects of this store.
                     Some(Arc::new(move |stream| {
                         if let Some(node) = serving_bulk.upgrade() {
-                            node.serve_bulk(stream);
+                            node.transfers.serve_bulk(stream);
                         }
                     })),
                 )

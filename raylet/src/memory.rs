@@ -5,7 +5,55 @@
 //! the raylet or the driver).
 
 use prism_protocol::error::Error;
+use prism_protocol::ids::WorkerId;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
+
+/// What the memory monitor acts on (the node, which implements it).
+pub(crate) trait Relief: Send + Sync + 'static {
+    /// Stops the worker of the newest task lease, recording `reason` as
+    /// why it exited; the worker and pid stopped, if there was one.
+    fn stop_newest_task(self: &Arc<Self>, reason: &str) -> Option<(WorkerId, u32)>;
+}
+
+/// Reads the node's memory every `watch.refresh` (not at all when it is
+/// zero) and, above `watch.threshold`, has `node` stop the worker of its
+/// newest task lease (the task is retried like after any worker death),
+/// until the node is gone.
+pub(crate) fn watch<N: Relief>(watch: MemoryMonitorConfig, node: Weak<N>) {
+    if watch.refresh.is_zero() {
+        return;
+    }
+    let probe = Probe::new();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(watch.refresh);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            tick.tick().await;
+            let Some(node) = node.upgrade() else {
+                return;
+            };
+            let Some(memory) = probe.read() else {
+                continue;
+            };
+            if memory.fraction() <= watch.threshold {
+                continue;
+            }
+            let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+            let reason = format!(
+                "stopped by the memory monitor: the node's memory use, {:.2} GiB of {:.2} GiB \
+                 ({:.1}%), passed memory_usage_threshold = {}; the newest task is stopped first",
+                gib(memory.used),
+                gib(memory.total),
+                memory.fraction() * 100.0,
+                watch.threshold
+            );
+            if let Some((worker, pid)) = node.stop_newest_task(&reason) {
+                tracing::warn!(%worker, pid, %reason, "stopping a task worker");
+            }
+        }
+    });
+}
 
 /// How the memory monitor watches a node.
 #[derive(Debug, Clone)]

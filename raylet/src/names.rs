@@ -1,38 +1,36 @@
-//! Actor names in a cluster: a named actor taken here claims its name in
-//! the head's directory (replacing a holder that is dead), and a name this
-//! node does not hold is looked up there and asked of the node holding
-//! it. An `impl Node` block above node.rs, like placement.rs.
+//! Actor names in a cluster ([`Names`]): a named actor taken here claims
+//! its name in the head's directory (replacing a holder that is dead), and
+//! a name this node does not hold is looked up there and asked of the node
+//! holding it. A component of the node, built with its id and its place in
+//! the cluster; it reads the node's own actors through [`LocalActors`].
 
-use crate::node::Node;
+use crate::membership::Membership;
 use prism_gcs::NameHolder;
 use prism_protocol::error::{ActorDeath, Error};
-use prism_protocol::ids::{ActorId, JobId};
-use prism_protocol::messages::{ActorPlacement, ActorSpec, ActorState};
-use prism_protocol::rpc::Connection;
-use std::sync::Arc;
+use prism_protocol::ids::{ActorId, NodeId};
+use prism_protocol::messages::{ActorInfo, ActorState, GetActor, GetNamedActor};
+use std::sync::{Arc, OnceLock};
 
-impl Node {
-    /// [`Node::accept_actor`], then, for a named actor taken here in a
-    /// cluster, claims its name; an actor whose name is held by another
-    /// live actor is given up.
-    pub(crate) async fn accept_named_actor(
-        self: &Arc<Self>,
-        job: JobId,
-        spec: ActorSpec,
-        lessee: Option<Connection>,
-    ) -> Result<ActorPlacement, Error> {
-        let (name, namespace) = (spec.options.name.clone(), spec.options.namespace.clone());
-        let actor_id = spec.actor_id;
-        let placed = self.accept_actor(job, spec, lessee)?;
-        match (placed, name) {
-            (ActorPlacement::Accepted, Some(name)) if self.membership.get().is_some() => {
-                if let Err(e) = self.claim_actor_name(&namespace, &name, actor_id).await {
-                    let _ = self.kill_actor(actor_id, true, false);
-                    return Err(e);
-                }
-                Ok(ActorPlacement::Accepted)
-            }
-            (placed, _) => Ok(placed),
+/// The actors of this node, as the names component reads them.
+pub(crate) trait LocalActors: Send + Sync {
+    /// An actor this node holds, in its current state.
+    fn actor_info(&self, actor: ActorId) -> Option<ActorInfo>;
+}
+
+/// The node's part in the cluster's directory of actor names.
+#[derive(Debug)]
+pub(crate) struct Names {
+    node_id: NodeId,
+    membership: Arc<OnceLock<Membership>>,
+}
+
+impl Names {
+    /// The names of node `node_id`, in the cluster `membership` holds
+    /// once the node joins one.
+    pub(crate) fn new(node_id: NodeId, membership: Arc<OnceLock<Membership>>) -> Self {
+        Names {
+            node_id,
+            membership,
         }
     }
 
@@ -40,11 +38,12 @@ impl Node {
     /// the head's directory. A holder whose node is dead, or that its node
     /// no longer holds alive, is replaced; a live one makes this
     /// `ActorNameTaken`.
-    pub(crate) async fn claim_actor_name(
-        self: &Arc<Self>,
+    pub(crate) async fn claim(
+        &self,
         namespace: &str,
         name: &str,
         actor_id: ActorId,
+        local: &dyn LocalActors,
     ) -> Result<(), Error> {
         let m = self.membership.get().ok_or(Error::NotRegistered)?;
         let mut gcs = m.gcs();
@@ -60,7 +59,7 @@ impl Node {
             }
             let holder = ActorId::parse(&reply.holder_actor_id);
             let alive = match holder {
-                Some(holder) => self.actor_alive_on(&reply.holder_node_id, holder).await,
+                Some(holder) => self.alive_on(&reply.holder_node_id, holder, local).await,
                 None => false,
             };
             if alive {
@@ -76,11 +75,10 @@ impl Node {
 
     /// Whether node `node`'s raylet holds `actor` and it is not dead (an
     /// unreachable node counts as holding it).
-    async fn actor_alive_on(self: &Arc<Self>, node: &str, actor: ActorId) -> bool {
-        let alive =
-            |info: &prism_protocol::messages::ActorInfo| !matches!(info.state, ActorState::Dead(_));
+    async fn alive_on(&self, node: &str, actor: ActorId, local: &dyn LocalActors) -> bool {
+        let alive = |info: &ActorInfo| !matches!(info.state, ActorState::Dead(_));
         if node == self.node_id.to_string() {
-            let now = self.actor_info(actor);
+            let now = local.actor_info(actor);
             return now.as_ref().is_some_and(alive);
         }
         let Some(m) = self.membership.get() else {
@@ -91,7 +89,7 @@ impl Node {
             Err(_) => return true,
         };
         match conn
-            .request(prism_protocol::messages::GetActor {
+            .request(GetActor {
                 actor_id: actor,
                 wait: false,
             })
@@ -105,10 +103,7 @@ impl Node {
 
     /// A named actor held by another node, found through the head's
     /// directory: `None` when no live actor holds the name.
-    pub(crate) async fn find_named_actor(
-        self: &Arc<Self>,
-        request: prism_protocol::messages::GetNamedActor,
-    ) -> Result<Option<prism_protocol::messages::ActorInfo>, Error> {
+    pub(crate) async fn find(&self, request: GetNamedActor) -> Result<Option<ActorInfo>, Error> {
         let m = self.membership.get().ok_or(Error::NotRegistered)?;
         let holder = m
             .gcs()

@@ -17,22 +17,24 @@ use crate::actors::{ActorTable, Answers, Lost};
 use crate::config::RayletConfig;
 use crate::launcher::{Launcher, WorkerLaunch};
 use crate::membership::{MemberNode, Membership};
+use crate::memory::Relief;
+use crate::names::Names;
+use crate::programs::Programs;
 use crate::reply::ReplyTo;
 use crate::scheduler::{Decision, Grantee, LeaseRequest, Limits, Scheduler};
 use crate::store::StoreSide;
+use crate::transfer::Transfers;
 use parking_lot::Mutex;
 use prism_gcs::KvTable;
 use prism_object_store::Segment;
 use prism_protocol::error::Error;
 use prism_protocol::ids::{ActorId, JobId, LeaseId, NodeId, PlacementGroupId, WorkerId};
-use prism_protocol::messages::GetNodes;
 use prism_protocol::messages::{
     ActorEnded, ActorPlacement, ActorRestarted, ActorSpec, ActorState, BecomeActor, LeaseGrant,
-    LeaseReply, LeasesWanted, NodeDied, NodeInfo, Registration, Response, SchedulingStrategy,
+    LeaseReply, LeasesWanted, NodeDied, Registration, Response, SchedulingStrategy,
 };
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::{Connection, Endpoint};
-use prism_protocol::serve::Answer;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -133,7 +135,7 @@ pub(crate) struct Node {
     state: Mutex<Control>,
     launcher: Arc<dyn Launcher>,
     /// The node's membership of a cluster, once registered.
-    pub(crate) membership: std::sync::OnceLock<Membership>,
+    pub(crate) membership: Arc<std::sync::OnceLock<Membership>>,
     /// The TCP listener for other nodes' processes (in a cluster).
     pub(crate) tcp_server: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Open connections of other nodes' processes leasing workers here,
@@ -143,14 +145,16 @@ pub(crate) struct Node {
     /// does not end with its last lessee.
     lessees: Mutex<HashMap<JobId, (usize, bool)>>,
     /// Objects pulled from and served to other nodes.
-    pub(crate) transfers: crate::transfer::state::Transfers,
+    pub(crate) transfers: Arc<Transfers>,
     /// Groups placed over several nodes from here, not placed yet.
     pub(crate) pending_groups: crate::placement::state::PendingGroups,
     /// Detached actors' records, and the head's connections for those it
     /// created again.
     pub(crate) detached: crate::detached::state::DetachedActors,
     /// Copies of other nodes' jobs' programs, fetched one at a time.
-    pub(crate) programs: crate::programs::state::Programs,
+    pub(crate) programs: Programs,
+    /// The node's part in the cluster's directory of actor names.
+    pub(crate) names: Names,
     /// Counts of tasks ended, as owners on this node report them.
     pub(crate) task_totals: crate::metrics::TaskTotals,
     /// Tasks ended, run or running here, one row each.
@@ -175,13 +179,18 @@ impl Node {
             logs_dir: config.session_dir.join("logs"),
         };
         let task_events_kept = config.task_events_kept;
+        let store = Arc::new(StoreSide::new(
+            segment,
+            config.object_store_bytes,
+            config.spill.clone(),
+        ));
+        let membership = Arc::new(std::sync::OnceLock::new());
+        let transfers = Arc::new(Transfers::new(node_id, store.clone(), membership.clone()));
+        let programs = Programs::new(node_id, config.session_dir.join("programs"));
+        let names = Names::new(node_id, membership.clone());
         Arc::new(Node {
             node_id,
-            store: Arc::new(StoreSide::new(
-                segment,
-                config.object_store_bytes,
-                config.spill.clone(),
-            )),
+            store,
             kv: Mutex::new(KvTable::default()),
             state: Mutex::new(Control {
                 scheduler: Scheduler::new(config.resources.clone(), limits),
@@ -194,13 +203,14 @@ impl Node {
             }),
             launcher,
             config,
-            membership: std::sync::OnceLock::new(),
+            membership,
             tcp_server: Mutex::new(None),
             lessees: Mutex::new(HashMap::new()),
-            transfers: Default::default(),
+            transfers,
             pending_groups: Default::default(),
             detached: Default::default(),
-            programs: Default::default(),
+            programs,
+            names,
             task_totals: crate::metrics::TaskTotals::default(),
             tasks: crate::task_table::TaskTable::new(task_events_kept),
             cpu: Default::default(),
@@ -244,18 +254,6 @@ impl Node {
                 })
                 .collect()
         }
-    }
-
-    /// Answers with every node of the cluster (from the head), or this node
-    /// alone when it is not part of one.
-    pub(crate) fn get_nodes(self: &Arc<Self>, answer: Answer<GetNodes>) {
-        let node = self.clone();
-        tokio::spawn(async move {
-            answer.send(match node.membership.get() {
-                Some(m) => m.nodes().await,
-                None => Ok(vec![local_node(&node)]),
-            });
-        });
     }
 
     pub(crate) fn registration(&self, job_id: JobId) -> Registration {
@@ -904,69 +902,28 @@ impl Node {
         self.state.lock().exits.reasons.get(&worker).cloned()
     }
 
-    /// Reads the node's memory every `refresh` and, above the threshold,
-    /// stops the worker of the newest task lease, recording why so that
-    /// its caller's error says so (the task is retried like any other
-    /// worker death).
+    /// Starts the memory monitor (see [`crate::memory::watch`]) on this
+    /// node.
     pub(crate) fn start_memory_monitor(self: &Arc<Self>) {
-        let watch = self.config.memory_monitor.clone();
-        if watch.refresh.is_zero() {
-            return;
-        }
-        let node = Arc::downgrade(self);
-        let probe = crate::memory::Probe::new();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(watch.refresh);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            loop {
-                tick.tick().await;
-                let Some(node) = node.upgrade() else {
-                    return;
-                };
-                let Some(memory) = probe.read() else {
-                    continue;
-                };
-                if memory.fraction() <= watch.threshold {
-                    continue;
-                }
-                let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-                let reason = format!(
-                    "stopped by the memory monitor: the node's memory use, {:.2} GiB of \
-                     {:.2} GiB ({:.1}%), passed memory_usage_threshold = {}; the newest \
-                     task is stopped first",
-                    gib(memory.used),
-                    gib(memory.total),
-                    memory.fraction() * 100.0,
-                    watch.threshold
-                );
-                let victim = node.control(|c| {
-                    let victim = c.scheduler.newest_task_worker();
-                    if let Some((worker, _)) = victim {
-                        c.exits.record(worker, reason.clone());
-                    }
-                    victim
-                });
-                if let Some((worker, pid)) = victim {
-                    tracing::warn!(%worker, pid, %reason, "stopping a task worker");
-                    node.kill(vec![pid]);
-                }
-            }
-        });
+        crate::memory::watch(self.config.memory_monitor.clone(), Arc::downgrade(self));
     }
 }
 
-/// The local node alone, for a raylet that is not part of a cluster.
-fn local_node(node: &Arc<Node>) -> NodeInfo {
-    let (total, available) = node.resources();
-    NodeInfo {
-        node_id: node.node_id.to_string(),
-        node_ip: "127.0.0.1".into(),
-        hostname: crate::membership::hostname(),
-        is_head: true,
-        alive: true,
-        death_cause: String::new(),
-        total,
-        available,
+/// What the memory monitor stops: the worker of the node's newest task
+/// lease, with why recorded so that its caller's error says so.
+impl Relief for Node {
+    fn stop_newest_task(self: &Arc<Self>, reason: &str) -> Option<(WorkerId, u32)> {
+        let victim = self.control(|c| {
+            let victim = c.scheduler.newest_task_worker();
+            if let Some((worker, _)) = victim {
+                c.exits.record(worker, reason.to_string());
+            }
+            victim
+        });
+        if let Some((_, pid)) = victim {
+            self.kill(vec![pid]);
+        }
+        victim
     }
 }
 

@@ -13,16 +13,15 @@
 
 pub(crate) mod state;
 
-use crate::node::Node;
 use prism_protocol::error::Error;
 use prism_protocol::messages::{ReadProgram, PROGRAM_CHUNK};
 use prism_protocol::program::Program;
 use prism_protocol::rpc::Connection;
+pub(crate) use state::Programs;
 use state::{name_file, same};
 use std::collections::VecDeque;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long one chunk may take to arrive.
@@ -30,12 +29,12 @@ const CHUNK_LIMIT: Duration = Duration::from_secs(60);
 /// Chunks asked for at once.
 const IN_FLIGHT: usize = 3;
 
-impl Node {
+impl Programs {
     /// The file to start the job's workers from: `path` if it holds
     /// `program` (or no program was named), else this node's copy of it,
     /// fetched from the process on `lessee` if this node has none.
     pub(crate) async fn program_file(
-        self: &Arc<Self>,
+        &self,
         path: PathBuf,
         program: Option<Program>,
         lessee: &Connection,
@@ -55,20 +54,20 @@ impl Node {
             )));
         };
         program.runs_here().map_err(refuse)?;
-        if self.programs.holds(&path, &program).await {
+        if self.holds(&path, &program).await {
             return Ok(path);
         }
         let name = path
             .file_name()
             .map(|n| n.to_os_string())
             .unwrap_or_else(|| "program".into());
-        let programs = self.config.session_dir.join("programs");
+        let programs = &self.folder;
         let folder = programs.join(program.folder_name());
         let copy = folder.join(name);
         if copy.is_file() {
             return Ok(copy);
         }
-        let lock = self.programs.lock_for(&program);
+        let lock = self.lock_for(&program);
         let _one_at_a_time = lock.lock().await;
         if copy.is_file() {
             return Ok(copy);

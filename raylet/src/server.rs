@@ -10,6 +10,8 @@
 //! a component holds answers to several kinds of request, to answer later.
 
 use crate::drivers::DriverEntry;
+use crate::membership::MemberNode;
+use crate::names::LocalActors;
 use crate::node::{Job, Node};
 use crate::reply::ReplyTo;
 use crate::scheduler::{Grantee, LeaseRequest};
@@ -19,14 +21,14 @@ use prism_object_store::{Creator, Pin, Placement};
 use prism_protocol::error::{Error, Result};
 use prism_protocol::ids::{JobId, ObjectId, WorkerId};
 use prism_protocol::messages::{
-    ActorPlacement, ActorSpec, BundleRef, Call, CancelLeaseRequests, ClusterResources,
+    ActorInfo, ActorPlacement, ActorSpec, BundleRef, Call, CancelLeaseRequests, ClusterResources,
     CommitBundles, CreateActor, CreateObject, CreatePlacementGroup, DeleteObjects, EnvVars,
     ExitActor, GetActor, GetClusterResources, GetNamedActor, GetNodes, GetObject,
     GetPlacementGroup, GetStoreStats, KillActor, KvDelete, KvGet, KvKeys, KvPut, LeaseReply,
-    ListPlacementGroups, MoveBundles, ObjectLocation, OwnerExited, Ownership, PrepareBundles,
-    PullObject, RegisterDriver, RegisterWorker, Registration, ReleaseObject, RemovePlacementGroup,
-    ReportTaskCounts, Request, RequestLease, Response, ReturnLease, SchedulingStrategy, SealObject,
-    WorkerBlocked, WorkerExitReason, ACTOR_CHECKPOINT_PREFIX,
+    ListPlacementGroups, MoveBundles, NodeInfo, ObjectLocation, OwnerExited, Ownership,
+    PrepareBundles, PullObject, RegisterDriver, RegisterWorker, Registration, ReleaseObject,
+    RemovePlacementGroup, ReportTaskCounts, Request, RequestLease, Response, ReturnLease,
+    SchedulingStrategy, SealObject, WorkerBlocked, WorkerExitReason, ACTOR_CHECKPOINT_PREFIX,
 };
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::{Connection, Handler};
@@ -237,7 +239,9 @@ impl ClientHandler {
                     ..
                 } = r;
                 let job_id = job_id.ok_or(Error::NotRegistered)?;
-                let executable = node.program_file(executable, program, &conn).await?;
+                let executable = (node.programs)
+                    .program_file(executable, program, &conn)
+                    .await?;
                 // The driver's folder may not exist on this machine.
                 let cwd = if cwd.is_dir() {
                     cwd
@@ -426,7 +430,7 @@ impl ClientHandler {
             };
             let placed = match routed {
                 Ok(Some((raylet, node_id))) => Ok(ActorPlacement::Elsewhere { raylet, node_id }),
-                Ok(None) => node.accept_named_actor(job, spec, lessee).await,
+                Ok(None) => accept_named_actor(&node, job, spec, lessee).await,
                 Err(e) => Err(e),
             };
             answer.send(placed);
@@ -441,7 +445,7 @@ impl ClientHandler {
             (Err(e), Some(_)) if self.asks_others() => {
                 let node = self.node.clone();
                 tokio::spawn(async move {
-                    let found = node.find_named_actor(request).await;
+                    let found = node.names.find(request).await;
                     answer.send(found.and_then(|f| f.ok_or(e)));
                 });
             }
@@ -504,9 +508,17 @@ impl Serve<GetPlacementGroup> for ClientHandler {
     }
 }
 
+/// Every node of the cluster (from the head), or this node alone when it
+/// is not part of one.
 impl Serve<GetNodes> for ClientHandler {
     fn serve(&self, _: GetNodes, answer: Answer<GetNodes>) {
-        self.node.get_nodes(answer)
+        let node = self.node.clone();
+        tokio::spawn(async move {
+            answer.send(match node.membership.get() {
+                Some(m) => m.nodes().await,
+                None => Ok(vec![local_node(&node)]),
+            });
+        });
     }
 }
 
@@ -611,14 +623,14 @@ impl Serve<ReleaseObject> for ClientHandler {
 
 impl Serve<DeleteObjects> for ClientHandler {
     fn serve(&self, r: DeleteObjects, answer: Answer<DeleteObjects>) {
-        self.node.free_objects(r.ids, r.node);
+        self.node.transfers.free_objects(r.ids, r.node);
         answer.send(Ok(()))
     }
 }
 
 impl Serve<PullObject> for ClientHandler {
     fn serve(&self, r: PullObject, answer: Answer<PullObject>) {
-        (self.node).pull_object(r.id, r.node, r.size, r.owner, answer.into())
+        (self.node.transfers).pull_object(r.id, r.node, r.size, r.owner, answer.into())
     }
 }
 
@@ -781,6 +793,55 @@ fn hold_pin(pins: &Mutex<Option<HashMap<ObjectId, u64>>>, id: ObjectId) -> bool 
             true
         }
         None => false,
+    }
+}
+
+/// The local node alone, for a raylet that is not part of a cluster.
+fn local_node(node: &Arc<Node>) -> NodeInfo {
+    let (total, available) = node.resources();
+    NodeInfo {
+        node_id: node.node_id.to_string(),
+        node_ip: "127.0.0.1".into(),
+        hostname: crate::membership::hostname(),
+        is_head: true,
+        alive: true,
+        death_cause: String::new(),
+        total,
+        available,
+    }
+}
+
+/// [`Node::accept_actor`], then, for a named actor taken here in a
+/// cluster, claims its name in the head's directory; an actor whose name is
+/// held by another live actor is given up.
+async fn accept_named_actor(
+    node: &Arc<Node>,
+    job: JobId,
+    spec: ActorSpec,
+    lessee: Option<Connection>,
+) -> Result<ActorPlacement> {
+    let (name, namespace) = (spec.options.name.clone(), spec.options.namespace.clone());
+    let actor_id = spec.actor_id;
+    let placed = node.accept_actor(job, spec, lessee)?;
+    match (placed, name) {
+        (ActorPlacement::Accepted, Some(name)) if node.membership.get().is_some() => {
+            let claimed = (node.names)
+                .claim(&namespace, &name, actor_id, node.as_ref())
+                .await;
+            if let Err(e) = claimed {
+                let _ = node.kill_actor(actor_id, true, false);
+                return Err(e);
+            }
+            Ok(ActorPlacement::Accepted)
+        }
+        (placed, _) => Ok(placed),
+    }
+}
+
+/// The node's own actors, as its names component reads them.
+impl LocalActors for Node {
+    fn actor_info(&self, actor: prism_protocol::ids::ActorId) -> Option<ActorInfo> {
+        Node::actor_info(self, actor)
     }
 }
 

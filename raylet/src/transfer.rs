@@ -12,10 +12,15 @@
 //!
 //! The holder remembers which nodes pulled a copy; when the object is
 //! deleted (its owner freed it), so are the copies.
+//!
+//! [`Transfers`] is a component of the node: built with the node's store,
+//! its id and its place in the cluster (the membership, set once the node
+//! joins), and nothing else of the node.
 
 pub(crate) mod state;
 
-use crate::node::Node;
+pub(crate) use state::Transfers;
+
 use crate::reply::ReplyTo;
 use prism_object_store::{Creator, Placement};
 use prism_protocol::error::Error;
@@ -43,7 +48,7 @@ const CHUNK_TIMEOUT: Duration = Duration::from_secs(30);
 /// or one that died, ends it at once.
 const PULL_ATTEMPTS: u32 = 3;
 
-impl Node {
+impl Transfers {
     /// Copies object `id` (`size` bytes) from node `holder`'s store into
     /// this one and answers `reply` once it is sealed here. The copy is
     /// freed when `owner` exits, as the object is.
@@ -59,7 +64,7 @@ impl Node {
             return reply.send(Response::Ok);
         }
         {
-            let mut pulls = self.transfers.pulls.lock();
+            let mut pulls = self.pulls.lock();
             if let Some(waiting) = pulls.get_mut(&id) {
                 waiting.push(reply);
                 return;
@@ -72,7 +77,7 @@ impl Node {
             if let Err(e) = &pulled {
                 tracing::warn!(object = %id, %holder, error = %e, "could not pull an object");
             }
-            let waiting = node.transfers.pulls.lock().remove(&id).unwrap_or_default();
+            let waiting = node.pulls.lock().remove(&id).unwrap_or_default();
             for reply in waiting {
                 reply.send(Response::from_result(pulled.clone()));
             }
@@ -129,9 +134,7 @@ impl Node {
         match copied {
             Ok(()) => {
                 self.store.seal(id, Creator::NODE)?;
-                self.transfers
-                    .pulled_bytes
-                    .fetch_add(size, Ordering::Relaxed);
+                self.pulled_bytes.fetch_add(size, Ordering::Relaxed);
                 Ok(())
             }
             Err(e) => {
@@ -249,7 +252,6 @@ impl Node {
     /// An idle bulk stream to `address`, or a new one.
     async fn bulk_stream(&self, address: &str) -> Result<Stream, Error> {
         let idle = self
-            .transfers
             .idle
             .lock()
             .get_mut(address)
@@ -261,7 +263,7 @@ impl Node {
     }
 
     fn keep_stream(&self, address: String, stream: Stream) {
-        let mut idle = self.transfers.idle.lock();
+        let mut idle = self.idle.lock();
         let streams = idle.entry(address).or_default();
         if streams.len() < IDLE_STREAMS_KEPT {
             streams.push(stream);
@@ -339,17 +341,14 @@ impl Node {
         };
         self.store.lock().unpin(id);
         if written.is_ok() && !request.puller.is_empty() {
-            self.transfers
-                .copies
+            self.copies
                 .lock()
                 .entry(id)
                 .or_default()
                 .insert(request.puller.clone());
         }
         if written.is_ok() {
-            self.transfers
-                .served_bytes
-                .fetch_add(request.len, Ordering::Relaxed);
+            self.served_bytes.fetch_add(request.len, Ordering::Relaxed);
         }
         written
     }
@@ -362,7 +361,7 @@ impl Node {
         match holder.filter(|h| *h != here) {
             Some(other) => self.tell_node(other, ids),
             None => {
-                let copies = self.transfers.take_copies(&ids);
+                let copies = self.take_copies(&ids);
                 self.store.delete_objects(ids);
                 for (node, ids) in copies {
                     self.tell_node(node, ids);

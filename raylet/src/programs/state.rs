@@ -1,7 +1,8 @@
-//! The programs this node knows ([`Programs`]): which file holds which
-//! program, and the locks of the programs being fetched. Fetching them is
-//! in `crate::programs`.
+//! The programs this node knows ([`Programs`]): what the component is
+//! built with, which file holds which program, and the locks of the
+//! programs being fetched. Fetching them is in `crate::programs`.
 
+use prism_protocol::ids::NodeId;
 use prism_protocol::program::Program;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -11,8 +12,12 @@ use std::sync::Arc;
 /// file is read once per change), and one lock per program being fetched
 /// (a second lessee of it waits, then finds the copy; other programs are
 /// fetched meanwhile).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Programs {
+    /// This node, named in errors.
+    pub(super) node_id: NodeId,
+    /// Where copies are kept: `<session>/programs`.
+    pub(super) folder: PathBuf,
     fetching: parking_lot::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     named: parking_lot::Mutex<HashMap<PathBuf, (FileKey, Program)>>,
 }
@@ -42,6 +47,16 @@ impl FileKey {
 }
 
 impl Programs {
+    /// The programs of node `node_id`, whose copies go in `folder`.
+    pub(crate) fn new(node_id: NodeId, folder: PathBuf) -> Self {
+        Programs {
+            node_id,
+            folder,
+            fetching: Default::default(),
+            named: Default::default(),
+        }
+    }
+
     /// Says if the file at `path` holds `program`, reading the file (off
     /// the runtime's threads) only when it changed since last asked.
     pub(super) async fn holds(&self, path: &Path, program: &Program) -> bool {
