@@ -11,7 +11,7 @@ mod common;
 use common::head::{http, Head};
 use common::{run_bounded, text, PRISM};
 use prism::{ActorOptions, Bundle, PlacementStrategy};
-use prism_tests::must;
+use prism_tests::{must, must_become};
 use serde_json::Value;
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -433,11 +433,17 @@ fn prism_list_get_and_summary_show_the_clusters_state() {
         named(&tasks, "name", "square_for_state").len() as i64 == SQUARES,
         "{tasks:?}"
     );
-    let actors = list(&temp, "actors", &[]);
-    assert!(
-        actors.len() == 2 && actors.iter().all(|a| a["state"] == "DEAD"),
-        "the job's actors ended with it: {actors:?}"
+    // They die as their processes stop, which the node sees a moment
+    // after the driver's exit.
+    let actors = must_become(
+        "the job's actors ended with it",
+        Duration::from_secs(20),
+        || {
+            let actors = list(&temp, "actors", &[]);
+            (actors.len() == 2 && actors.iter().all(|a| a["state"] == "DEAD")).then_some(actors)
+        },
     );
+    assert_eq!(actors.len(), 2);
 
     // Bad queries: clear errors, on the command line.
     for (args, says) in [
