@@ -26,17 +26,20 @@
 
 pub(crate) mod state;
 
-use crate::node::Node;
+use crate::membership::Membership;
+use crate::placement::HeadRecords;
 use prism_protocol::error::Error;
-use prism_protocol::ids::ActorId;
+use prism_protocol::ids::{ActorId, NodeId};
 use prism_protocol::messages::{
     ActorPlacement, ActorSpec, CreateActor, DetachedRecord, DriverRequest, ReadProgram,
     RegisterDriver, Request, Response, DETACHED_RECORD_PREFIX, PROGRAM_CHUNK,
 };
 use prism_protocol::program::Program;
+use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::{Connection, Handler};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// How often, and how many times, the head tries again to create an actor
@@ -48,7 +51,50 @@ fn key(actor: ActorId) -> String {
     format!("{DETACHED_RECORD_PREFIX}{actor}")
 }
 
-impl Node {
+/// A job's program file on this node, its namespace and its workers'
+/// environment: what a detached actor's record keeps of its job.
+pub(crate) type JobSetup = (PathBuf, String, BTreeMap<String, String>);
+
+/// What creating detached actors again needs of this node: its resources
+/// free now and in all (to choose where an actor goes).
+pub(crate) trait LocalResources: Send + Sync + 'static {
+    fn free_and_total(&self) -> (ResourceSet, ResourceSet);
+}
+
+/// The detached actors' records this node writes, and at the head the
+/// creating again of those whose node died.
+#[derive(Debug)]
+pub(crate) struct Detached {
+    node_id: NodeId,
+    membership: Arc<OnceLock<Membership>>,
+    records: Arc<HeadRecords>,
+    /// The node's session folder, where its copies of programs are.
+    session_dir: PathBuf,
+    state: state::DetachedActors,
+}
+
+impl Detached {
+    pub(crate) fn new(
+        node_id: NodeId,
+        membership: Arc<OnceLock<Membership>>,
+        records: Arc<HeadRecords>,
+        session_dir: PathBuf,
+    ) -> Detached {
+        Detached {
+            node_id,
+            membership,
+            records,
+            session_dir,
+            state: state::DetachedActors::default(),
+        }
+    }
+
+    /// The node stops: its records stay as they are in the head's table,
+    /// for the head to create those actors again elsewhere.
+    pub(crate) fn forget_all(&self) {
+        self.state.records.lock().clear();
+    }
+
     /// Records a detached actor this node took. The record is written at
     /// once; the program's identity (named off the runtime's threads) is
     /// added when known. Every write of this node's records goes through
@@ -56,14 +102,18 @@ impl Node {
     /// state never lands before an earlier one. Nothing outside a cluster,
     /// nor for an actor that may not restart, nor for one in a
     /// placement-group bundle (its owner creates it again in its bundle).
-    pub(crate) fn record_detached(self: &Arc<Self>, spec: &ActorSpec) {
+    pub(crate) fn record(
+        self: &Arc<Self>,
+        spec: &ActorSpec,
+        setup: impl FnOnce() -> Option<JobSetup>,
+    ) {
         if self.membership.get().is_none()
             || spec.options.max_restarts == 0
             || spec.options.placement.is_some()
         {
             return;
         }
-        let Some((executable, namespace, env_vars)) = self.job_setup(spec.job) else {
+        let Some((executable, namespace, env_vars)) = setup() else {
             return;
         };
         let actor = spec.actor_id;
@@ -76,7 +126,7 @@ impl Node {
             env_vars,
         };
         {
-            let mut records = self.detached.records.lock();
+            let mut records = self.state.records.lock();
             self.write_record(&record);
             records.insert(actor, record);
         }
@@ -86,7 +136,7 @@ impl Node {
                 .await
                 .ok()
                 .flatten();
-            let mut records = node.detached.records.lock();
+            let mut records = node.state.records.lock();
             if let Some(record) = records.get_mut(&actor) {
                 record.program = program;
                 node.write_record(record);
@@ -96,7 +146,7 @@ impl Node {
 
     /// Queues `record` for the head's table (call under the records' lock).
     fn write_record(&self, record: &DetachedRecord) {
-        let Some(writer) = self.group_records() else {
+        let Some(writer) = self.records.get() else {
             return;
         };
         match serde_json::to_vec(record) {
@@ -109,8 +159,8 @@ impl Node {
 
     /// A detached actor recorded here restarted on this node: its record
     /// counts the restart.
-    pub(crate) fn detached_restarted(self: &Arc<Self>, actor: ActorId, restarts: u32) {
-        let mut records = self.detached.records.lock();
+    pub(crate) fn restarted(&self, actor: ActorId, restarts: u32) {
+        let mut records = self.state.records.lock();
         if let Some(record) = records.get_mut(&actor) {
             record.spec.restarts = restarts;
             self.write_record(record);
@@ -118,10 +168,10 @@ impl Node {
     }
 
     /// An actor is dead for good here: its record (if detached) goes.
-    pub(crate) fn detached_ended(self: &Arc<Self>, actor: ActorId) {
-        let mut records = self.detached.records.lock();
+    pub(crate) fn ended(&self, actor: ActorId) {
+        let mut records = self.state.records.lock();
         if records.remove(&actor).is_some() {
-            if let Some(writer) = self.group_records() {
+            if let Some(writer) = self.records.get() {
                 writer.delete_key(key(actor));
             }
         }
@@ -133,7 +183,7 @@ impl Node {
     /// (a head started again finds those its earlier self ran, and those
     /// of nodes that died while it was down). An actor being created again
     /// is not started twice.
-    pub(crate) fn restart_orphaned_detached(self: &Arc<Self>) {
+    pub(crate) fn restart_orphans(self: &Arc<Self>, local: Arc<dyn LocalResources>) {
         let Some(m) = self.membership.get() else {
             return;
         };
@@ -190,10 +240,11 @@ impl Node {
                     continue;
                 }
                 let actor = record.spec.actor_id;
-                if !node.detached.restarting.lock().insert(actor) {
+                if !node.state.restarting.lock().insert(actor) {
                     continue;
                 }
                 let node = node.clone();
+                let local = local.clone();
                 let mut gcs = gcs.clone();
                 tokio::spawn(async move {
                     // Read again now that this look has it: another look may
@@ -205,9 +256,9 @@ impl Node {
                         .flatten()
                         .and_then(|raw| serde_json::from_slice::<DetachedRecord>(&raw).ok());
                     if let Some(record) = fresh.filter(|r| r.node == record.node) {
-                        node.clone().restart_detached(record).await;
+                        node.clone().restart_one(&*local, record).await;
                     }
-                    node.detached.restarting.lock().remove(&actor);
+                    node.state.restarting.lock().remove(&actor);
                 });
             }
         });
@@ -215,7 +266,7 @@ impl Node {
 
     /// Creates one detached actor again (or, without restarts left, drops
     /// its record: it died with its node).
-    async fn restart_detached(self: Arc<Self>, mut record: DetachedRecord) {
+    async fn restart_one(self: Arc<Self>, local: &dyn LocalResources, mut record: DetachedRecord) {
         let Some(m) = self.membership.get() else {
             return;
         };
@@ -230,10 +281,7 @@ impl Node {
         let shape = record.spec.options.resources.clone();
         let here = self.node_id.to_string();
         for _ in 0..PLACE_TRIES {
-            let (free, total) = self.control(|c| {
-                let r = c.scheduler.resources();
-                (r.available(), r.total().clone())
-            });
+            let (free, total) = local.free_and_total();
             let target = if free.contains(&shape) {
                 m.raylet_of(&here).map(|raylet| (raylet, here.clone()))
             } else {
@@ -248,12 +296,12 @@ impl Node {
             // (and that node's own record, or its end, comes after this).
             let from = std::mem::replace(&mut record.node, target.clone());
             put(m.gcs(), &record).await;
-            match self.create_detached_on(&raylet, &record).await {
+            match self.create_on(&raylet, &record).await {
                 Ok(conn) => {
                     tracing::warn!(%actor, class = %record.spec.class, %from, to = %target, restart = record.spec.restarts, "a detached actor's node died; the head created it again");
                     // Kept open while the actor lives there: the node tells
                     // this connection when it ends for good.
-                    self.detached.lessees.lock().insert(actor, conn);
+                    self.state.lessees.lock().insert(actor, conn);
                     return;
                 }
                 Err(e) => {
@@ -270,13 +318,13 @@ impl Node {
 
     /// Registers at the raylet at `raylet` as a lessee of the actor's job
     /// and creates the actor there.
-    async fn create_detached_on(
+    async fn create_on(
         self: &Arc<Self>,
         raylet: &str,
         record: &DetachedRecord,
     ) -> Result<Connection, Error> {
         let source = Arc::new(ProgramSource {
-            node: self.clone(),
+            detached: self.clone(),
             program: record.program.clone(),
             path: record.executable.clone(),
             found: Arc::default(),
@@ -287,7 +335,7 @@ impl Node {
             address: record.spec.owner.clone(),
             pid: std::process::id(),
             executable: record.executable.clone(),
-            cwd: self.config.session_dir.clone(),
+            cwd: self.session_dir.clone(),
             log_to_driver: false,
             namespace: record.namespace.clone(),
             job_id: Some(record.spec.job),
@@ -332,7 +380,7 @@ async fn put(mut gcs: prism_gcs::GcsClient, record: &DetachedRecord) {
 /// the connection when the actor ends there.
 #[derive(Clone)]
 struct ProgramSource {
-    node: Arc<Node>,
+    detached: Arc<Detached>,
     program: Option<Program>,
     path: PathBuf,
     /// The file found to hold the program, looked for once.
@@ -349,8 +397,7 @@ impl ProgramSource {
     fn find(&self, program: &Program) -> Option<PathBuf> {
         let name = self.path.file_name()?;
         let copy = self
-            .node
-            .config
+            .detached
             .session_dir
             .join("programs")
             .join(program.folder_name())
@@ -406,7 +453,7 @@ impl Handler for ProgramSource {
                 });
             }
             Request::Driver(DriverRequest::ActorEnded(ended)) => {
-                self.node.detached.lessees.lock().remove(&ended.actor_id);
+                self.detached.state.lessees.lock().remove(&ended.actor_id);
             }
             _ if id.is_some() => conn.respond(
                 id,

@@ -158,7 +158,7 @@ impl Raylet {
                     // A head started again is home to the groups its
                     // earlier self placed, and creates again the detached
                     // actors that ran on it.
-                    node.adopt_orphan_groups();
+                    node.groups().adopt_orphan_groups();
                     node.restart_orphaned_detached();
                 }
                 Err(e) => {

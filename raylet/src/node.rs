@@ -6,19 +6,30 @@
 //! - the control state (`state`): the [`Scheduler`], the actor table, and
 //!   what the node needs to start and reach each job's workers;
 //! - the key-value table (`kv`);
-//! - the [`Launcher`] that forks workers.
+//! - the [`Launcher`] that forks workers;
+//! - the components a cluster adds: [`Placement`] (groups over nodes),
+//!   [`Detached`] (detached actors' records and their restart at the
+//!   head), [`Transfers`], [`Programs`] and [`Names`]. They reach the
+//!   scheduler only through the verbs of `node/verbs.rs` ([`Verbs`]).
 //!
 //! Every change to the control state goes through [`Node::control`], which
 //! runs it under the lock, carries out the scheduler's decisions (answers,
 //! actor starts and deaths), and only after releasing the lock forks and
 //! kills processes.
 
+mod exits;
+mod verbs;
+
+use exits::ExitLog;
+
 use crate::actors::{ActorTable, Answers, Lost};
 use crate::config::RayletConfig;
+use crate::detached::Detached;
 use crate::launcher::{Launcher, WorkerLaunch};
 use crate::membership::{MemberNode, Membership};
 use crate::memory::Relief;
 use crate::names::Names;
+use crate::placement::{HeadRecords, Placement, Placer};
 use crate::programs::Programs;
 use crate::reply::ReplyTo;
 use crate::scheduler::{Decision, Grantee, LeaseRequest, Limits, Scheduler};
@@ -28,7 +39,7 @@ use parking_lot::Mutex;
 use prism_gcs::KvTable;
 use prism_object_store::Segment;
 use prism_protocol::error::Error;
-use prism_protocol::ids::{ActorId, JobId, LeaseId, NodeId, PlacementGroupId, WorkerId};
+use prism_protocol::ids::{ActorId, JobId, LeaseId, NodeId, WorkerId};
 use prism_protocol::messages::{
     ActorEnded, ActorPlacement, ActorRestarted, ActorSpec, ActorState, BecomeActor, LeaseGrant,
     LeaseReply, LeasesWanted, NodeDied, Registration, Response, SchedulingStrategy,
@@ -38,7 +49,7 @@ use prism_protocol::rpc::{Connection, Endpoint};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// A driver and the binary its workers run.
 #[derive(Debug)]
@@ -79,32 +90,6 @@ pub(crate) struct Control {
     pub(crate) lease_holders: HashMap<u64, Connection>,
 }
 
-/// Why recent workers exited, for callers that saw one vanish (the last
-/// [`EXITS_KEPT`]). The first reason recorded stays: a kill's reason is
-/// recorded before the kill, the exit status after it.
-#[derive(Debug, Default)]
-struct ExitLog {
-    order: std::collections::VecDeque<WorkerId>,
-    reasons: HashMap<WorkerId, String>,
-}
-
-const EXITS_KEPT: usize = 4096;
-
-impl ExitLog {
-    fn record(&mut self, worker: WorkerId, reason: String) {
-        if self.reasons.contains_key(&worker) {
-            return;
-        }
-        self.order.push_back(worker);
-        self.reasons.insert(worker, reason);
-        while self.order.len() > EXITS_KEPT {
-            if let Some(old) = self.order.pop_front() {
-                self.reasons.remove(&old);
-            }
-        }
-    }
-}
-
 /// Process work decided under the lock, done after it is released.
 #[derive(Debug, Default)]
 struct AfterLock {
@@ -121,6 +106,11 @@ struct AfterLock {
     gone: Vec<ActorId>,
     restarts: Vec<(ActorId, u32)>,
 }
+
+/// A node as its components reach it: the verbs they need of its
+/// scheduler (`node/verbs.rs` implements their traits), each taking the
+/// lock once.
+pub(crate) struct Verbs(Arc<Node>);
 
 /// One node: its store, its scheduler, its workers and (on the head) the
 /// actor table.
@@ -146,11 +136,10 @@ pub(crate) struct Node {
     lessees: Mutex<HashMap<JobId, (usize, bool)>>,
     /// Objects pulled from and served to other nodes.
     pub(crate) transfers: Arc<Transfers>,
-    /// Groups placed over several nodes from here, not placed yet.
-    pub(crate) pending_groups: crate::placement::state::PendingGroups,
-    /// Detached actors' records, and the head's connections for those it
-    /// created again.
-    pub(crate) detached: crate::detached::state::DetachedActors,
+    /// The placement groups placed from here over several nodes.
+    placement: Arc<Placement>,
+    /// Detached actors' records, and the head's creating them again.
+    pub(crate) detached: Arc<Detached>,
     /// Copies of other nodes' jobs' programs, fetched one at a time.
     pub(crate) programs: Programs,
     /// The node's part in the cluster's directory of actor names.
@@ -188,6 +177,14 @@ impl Node {
         let transfers = Arc::new(Transfers::new(node_id, store.clone(), membership.clone()));
         let programs = Programs::new(node_id, config.session_dir.join("programs"));
         let names = Names::new(node_id, membership.clone());
+        let records = Arc::new(HeadRecords::new(membership.clone()));
+        let placement = Arc::new(Placement::new(node_id, membership.clone(), records.clone()));
+        let detached = Arc::new(Detached::new(
+            node_id,
+            membership.clone(),
+            records,
+            config.session_dir.clone(),
+        ));
         Arc::new(Node {
             node_id,
             store,
@@ -207,14 +204,26 @@ impl Node {
             tcp_server: Mutex::new(None),
             lessees: Mutex::new(HashMap::new()),
             transfers,
-            pending_groups: Default::default(),
-            detached: Default::default(),
+            placement,
+            detached,
             programs,
             names,
             task_totals: crate::metrics::TaskTotals::default(),
             tasks: crate::task_table::TaskTable::new(task_events_kept),
             cpu: Default::default(),
         })
+    }
+
+    /// The placement groups placed from here, worked with this node's
+    /// scheduler.
+    pub(crate) fn groups(self: &Arc<Self>) -> Placer {
+        self.placement.with(Arc::new(Verbs(self.clone())))
+    }
+
+    /// At the head: creates again the detached actors whose node died
+    /// (see `crate::detached`).
+    pub(crate) fn restart_orphaned_detached(self: &Arc<Self>) {
+        self.detached.restart_orphans(Arc::new(Verbs(self.clone())));
     }
 
     /// Tells every driver and worker of this node (and every process of
@@ -289,10 +298,10 @@ impl Node {
             });
         }
         for (actor, n) in after.restarts {
-            self.detached_restarted(actor, n);
+            self.detached.restarted(actor, n);
         }
         for actor in after.gone {
-            self.detached_ended(actor);
+            self.detached.ended(actor);
         }
         out
     }
@@ -559,7 +568,7 @@ impl Node {
             let others: std::collections::BTreeSet<String> =
                 nodes.into_iter().filter(|n| *n != here).collect();
             for node in others {
-                self.tell_node_remove(node, id);
+                self.groups().tell_node_remove(node, id);
             }
         }
         let kept = self.control(|c| {
@@ -573,7 +582,7 @@ impl Node {
             c.scheduler.end_job(job_id, &keep);
             keep.len()
         });
-        self.forget_ended_groups();
+        self.groups().forget_ended_groups();
         tracing::info!(job = %job_id, detached_actors_kept = kept, "job ended; its workers were stopped");
     }
 
@@ -619,9 +628,7 @@ impl Node {
 
     /// Stops every worker process (shutdown) and reaps them.
     pub(crate) fn kill_all_workers(&self) {
-        // The node stops: its detached actors' records stay as they are, for
-        // the head to create those actors again elsewhere.
-        self.detached.records.lock().clear();
+        self.detached.forget_all();
         let pids = self.state.lock().scheduler.stop();
         self.launcher.kill_and_reap(pids);
     }
@@ -732,7 +739,7 @@ impl Node {
             Ok::<(), Error>(())
         })?;
         if let Some(spec) = detached {
-            self.record_detached(&spec);
+            self.detached.record(&spec, || self.job_setup(spec.job));
         }
         Ok(())
     }
@@ -873,30 +880,6 @@ impl Node {
             }
         }
     }
-
-    /// Answers with the state of a group this node holds (or does not
-    /// know): now, or once it is not pending, or when `wait_ms` runs out
-    /// (still pending), whichever comes first.
-    pub(crate) fn watch_group_here(
-        self: &Arc<Self>,
-        id: PlacementGroupId,
-        wait_ms: Option<u64>,
-        reply: ReplyTo,
-    ) {
-        let token = self.control(|c| c.scheduler.watch_group(id, wait_ms.is_some(), reply));
-        let (Some(token), Some(ms)) = (token, wait_ms) else {
-            return;
-        };
-        if ms == u64::MAX {
-            return;
-        }
-        let node = self.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(ms)).await;
-            node.control(|c| c.scheduler.group_deadline(id, token));
-        });
-    }
-
     /// Why a worker exited, if known.
     pub(crate) fn worker_exit_reason(&self, worker: WorkerId) -> Option<String> {
         self.state.lock().exits.reasons.get(&worker).cloned()
@@ -958,8 +941,9 @@ impl MemberNode for Node {
     /// ran there.
     fn node_left(self: &Arc<Self>, dead: &str) {
         self.announce_node_death(dead);
-        self.replace_lost_bundles(dead);
-        self.adopt_orphan_groups();
+        let groups = self.groups();
+        groups.replace_lost_bundles(dead);
+        groups.adopt_orphan_groups();
         self.restart_orphaned_detached();
     }
 

@@ -16,7 +16,7 @@
 //! `scheduler::groups`, unchanged.
 //!
 //! When a node holding bundles dies, the home places those bundles again
-//! ([`Node::replace_lost_bundles`]; one mover per group): by the group's
+//! ([`Placer::replace_lost_bundles`]; one mover per group): by the group's
 //! strategy over the live nodes' free resources (for `STRICT_SPREAD`, only
 //! nodes holding none of its bundles), one node at a time with
 //! `MoveBundles`, each move recorded at the home at once; then it tells
@@ -27,28 +27,34 @@
 //! The home records each group in the head's key-value table as it is
 //! created, placed and moved, and drops the record when the group goes
 //! ([`records`]). When a home dies, the head's raylet reads the records
-//! ([`Node::adopt_orphan_groups`]): it takes up each group whose job still
+//! ([`Placer::adopt_orphan_groups`]): it takes up each group whose job still
 //! runs, becoming its home (and moving its bundles off the dead nodes),
 //! and gives back the bundles of a group whose job died with its home.
+//!
+//! The component ([`Placement`]) holds the state of the groups placed from
+//! here; the node's scheduler is reached through the [`LocalGroups`] verbs
+//! the node hands it for each use ([`Placement::with`] makes the
+//! [`Placer`] that does the work).
 
+mod adopt;
 pub(crate) mod assign;
 pub(crate) mod records;
 pub(crate) mod state;
 
-use crate::node::Node;
+use crate::membership::Membership;
 use crate::reply::ReplyTo;
 use assign::assign;
 use prism_protocol::error::Error;
-use prism_protocol::ids::{JobId, PlacementGroupId};
+use prism_protocol::ids::{JobId, NodeId, PlacementGroupId};
 use prism_protocol::messages::{
-    BundleRef, CommitBundles, DriverRecord, GetPlacementGroup, GroupRecord, ListPlacementGroups,
-    MoveBundles, NodeInfo, PlacementGroupInfo, PlacementGroupSpec, PlacementGroupState,
-    PlacementStrategy, PrepareBundles, RemovePlacementGroup, Response, DRIVER_RECORD_PREFIX,
+    BundleRef, CommitBundles, GetPlacementGroup, GroupRecord, ListPlacementGroups, MoveBundles,
+    PlacementGroupInfo, PlacementGroupSpec, PlacementGroupState, PlacementStrategy, PrepareBundles,
+    RemovePlacementGroup, Response,
 };
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::serve::Answer;
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// How often a pending group is tried again, and a request naming a
@@ -60,39 +66,140 @@ const MOVE_WAIT: Duration = Duration::from_secs(60);
 /// How long one node is given to take moved bundles.
 const MOVE_LIMIT: Duration = Duration::from_secs(10);
 
-impl Node {
+/// What placing groups needs of this node's scheduler: its groups and
+/// resources. The node takes its lock for each verb and carries out what
+/// the scheduler decided meanwhile (freed resources granted, waiters
+/// answered).
+pub(crate) trait LocalGroups: Send + Sync + 'static {
+    /// Whether the scheduler knows group `id` (held, or remembered).
+    fn knows_group(&self, id: PlacementGroupId) -> bool;
+    /// Whether group `id` holds bundles here and is not removed.
+    fn group_is_live(&self, id: PlacementGroupId) -> bool;
+    /// Which of `ids` are live here, under one lock.
+    fn live_groups(&self, ids: &[PlacementGroupId]) -> BTreeSet<PlacementGroupId>;
+    /// Creates a group held here whole.
+    fn create_group(&self, job: JobId, spec: PlacementGroupSpec) -> Result<(), Error>;
+    /// This node's resources in all, and free now.
+    fn total(&self) -> ResourceSet;
+    fn available(&self) -> ResourceSet;
+    /// Reserves this node's bundles of a group over `nodes` (phase one).
+    fn prepare_shard(
+        &self,
+        job: JobId,
+        spec: PlacementGroupSpec,
+        nodes: Vec<String>,
+    ) -> Result<(), Error>;
+    /// Starts using the bundles reserved (phase two).
+    fn commit_shard(&self, id: PlacementGroupId) -> Result<(), Error>;
+    /// Removes a group here; returns the nodes its bundles were on.
+    fn remove_group(&self, id: PlacementGroupId) -> Vec<String>;
+    /// The groups with bundles on `node`.
+    fn groups_on_node(&self, node: &str) -> Vec<(PlacementGroupSpec, JobId, Vec<String>)>;
+    /// The node of each bundle of group `id`.
+    fn group_nodes(&self, id: PlacementGroupId) -> Vec<String>;
+    /// Takes the group's bundles assigned here by `nodes` (after a move).
+    fn move_bundles(
+        &self,
+        job: JobId,
+        spec: PlacementGroupSpec,
+        nodes: Vec<String>,
+    ) -> Result<(), Error>;
+    /// Where a bundle lies: `Some(None)` here, `Some(Some(node))` on
+    /// another node, `None` when the group is not known here.
+    fn bundle_node(&self, bundle: BundleRef) -> Option<Option<String>>;
+    /// Answers `reply` with a group's state now, or (with `wait`) once it
+    /// is not pending; returns the waiter's token when it waits.
+    fn watch_group(&self, id: PlacementGroupId, wait: bool, reply: ReplyTo) -> Option<u64>;
+    /// A waiter's time ran out: it is answered with the state now.
+    fn group_deadline(&self, id: PlacementGroupId, token: u64);
+}
+
+/// The writer of this node's records in the head's table (its groups',
+/// and its detached actors'), started once the node is in a cluster.
+#[derive(Debug)]
+pub(crate) struct HeadRecords {
+    membership: Arc<OnceLock<Membership>>,
+    writer: OnceLock<records::GroupRecords>,
+}
+
+impl HeadRecords {
+    pub(crate) fn new(membership: Arc<OnceLock<Membership>>) -> HeadRecords {
+        HeadRecords {
+            membership,
+            writer: OnceLock::new(),
+        }
+    }
+
+    /// The writer, once the node is in a cluster.
+    pub(crate) fn get(&self) -> Option<&records::GroupRecords> {
+        let m = self.membership.get()?;
+        Some(
+            self.writer
+                .get_or_init(|| records::GroupRecords::start(m.gcs())),
+        )
+    }
+}
+
+/// The placement groups placed from this node: their state, and what
+/// placing them reaches (the node's membership, the head's records).
+#[derive(Debug)]
+pub(crate) struct Placement {
+    node_id: NodeId,
+    membership: Arc<OnceLock<Membership>>,
+    records: Arc<HeadRecords>,
+    state: state::PendingGroups,
+}
+
+impl Placement {
+    pub(crate) fn new(
+        node_id: NodeId,
+        membership: Arc<OnceLock<Membership>>,
+        records: Arc<HeadRecords>,
+    ) -> Placement {
+        Placement {
+            node_id,
+            membership,
+            records,
+            state: state::PendingGroups::default(),
+        }
+    }
+
+    /// The placer working with `local`, this node's scheduler.
+    pub(crate) fn with(self: &Arc<Self>, local: Arc<dyn LocalGroups>) -> Placer {
+        Placer {
+            parts: self.clone(),
+            local,
+        }
+    }
+}
+
+/// Places, moves, removes and answers for groups: the [`Placement`]
+/// component's state with the node's scheduler verbs, cheap to clone into
+/// the background tasks it starts.
+#[derive(Clone)]
+pub(crate) struct Placer {
+    parts: Arc<Placement>,
+    local: Arc<dyn LocalGroups>,
+}
+
+impl Placer {
     /// Creates a group. On one node, or when every bundle goes to this
     /// node, it is a local group; otherwise it is placed over the cluster
     /// in the background (see the module docs).
-    pub(crate) fn create_group(
-        self: &Arc<Self>,
-        job: JobId,
-        spec: PlacementGroupSpec,
-    ) -> Result<(), Error> {
+    pub(crate) fn create_group(&self, job: JobId, spec: PlacementGroupSpec) -> Result<(), Error> {
         let id = spec.id;
         self.create_group_here_or_over(job, spec.clone())?;
-        self.pending_groups.home.lock().push(id);
+        self.parts.state.home.lock().push(id);
         // Placed here alone, every bundle is here; over the cluster, it is
         // recorded again once placed.
-        let here = self.control(|c| c.scheduler.knows_group(id));
+        let here = self.local.knows_group(id);
         let nodes = if here {
-            vec![self.node_id.to_string(); spec.bundles.len()]
+            vec![self.parts.node_id.to_string(); spec.bundles.len()]
         } else {
             Vec::new()
         };
         self.record_group(job, &spec, nodes);
         Ok(())
-    }
-
-    /// The writer of this node's records in the head's table (its groups',
-    /// and its detached actors'), once it is in a cluster.
-    pub(crate) fn group_records(&self) -> Option<&records::GroupRecords> {
-        let m = self.membership.get()?;
-        Some(
-            self.pending_groups
-                .records
-                .get_or_init(|| records::GroupRecords::start(m.gcs())),
-        )
     }
 
     /// Records a group whose home is this node in the head's table, with
@@ -104,15 +211,15 @@ impl Node {
         spec: &PlacementGroupSpec,
         nodes: Vec<String>,
     ) -> Option<tokio::sync::oneshot::Receiver<()>> {
-        let records = self.group_records()?;
+        let records = self.parts.records.get()?;
         // Under the home list's lock, as removal's delete is: a group
         // removed meanwhile is not recorded again.
-        let home = self.pending_groups.home.lock();
+        let home = self.parts.state.home.lock();
         home.contains(&spec.id).then(|| {
             records.put(&GroupRecord {
                 spec: spec.clone(),
                 job,
-                home: self.node_id.to_string(),
+                home: self.parts.node_id.to_string(),
                 nodes,
             })
         })
@@ -120,28 +227,29 @@ impl Node {
 
     /// Forgets the groups whose home is this node that ended with their
     /// job (the scheduler removed them), and their records.
-    pub(crate) fn forget_ended_groups(self: &Arc<Self>) {
+    pub(crate) fn forget_ended_groups(&self) {
         // One lock at a time: the home list, the pending groups, the
         // scheduler's groups.
-        let home = self.pending_groups.home.lock().clone();
+        let home = self.parts.state.home.lock().clone();
         let pending: BTreeSet<PlacementGroupId> = {
-            let groups = self.pending_groups.groups.lock();
+            let groups = self.parts.state.groups.lock();
             home.iter()
                 .filter(|id| groups.contains_key(id))
                 .copied()
                 .collect()
         };
-        let ended: BTreeSet<PlacementGroupId> = self.control(|c| {
+        let ended: BTreeSet<PlacementGroupId> = {
+            let live = self.local.live_groups(&home);
             home.iter()
-                .filter(|id| !pending.contains(id) && !c.scheduler.group_is_live(**id))
+                .filter(|id| !pending.contains(id) && !live.contains(id))
                 .copied()
                 .collect()
-        });
+        };
         if ended.is_empty() {
             return;
         }
-        let records = self.group_records();
-        let mut home = self.pending_groups.home.lock();
+        let records = self.parts.records.get();
+        let mut home = self.parts.state.home.lock();
         home.retain(|id| !ended.contains(id));
         for id in ended {
             if let Some(records) = records {
@@ -152,30 +260,27 @@ impl Node {
 
     /// The groups created here that are not removed. With `everywhere`,
     /// in a cluster, those of every other live node too.
-    pub(crate) fn list_groups(
-        self: &Arc<Self>,
-        everywhere: bool,
-        answer: Answer<ListPlacementGroups>,
-    ) {
+    pub(crate) fn list_groups(&self, everywhere: bool, answer: Answer<ListPlacementGroups>) {
         // Groups gone by other ways (their job ended) are forgotten first.
         self.forget_ended_groups();
         // One lock at a time: the home list, the pending groups, the
         // scheduler's groups.
-        let home = self.pending_groups.home.lock().clone();
+        let home = self.parts.state.home.lock().clone();
         let placing: BTreeSet<PlacementGroupId> = {
-            let pending = self.pending_groups.groups.lock();
+            let pending = self.parts.state.groups.lock();
             home.iter()
                 .filter(|id| pending.contains_key(id))
                 .copied()
                 .collect()
         };
-        let ids: Vec<PlacementGroupId> = self.control(|c| {
+        let ids: Vec<PlacementGroupId> = {
+            let live = self.local.live_groups(&home);
             home.iter()
-                .filter(|id| placing.contains(id) || c.scheduler.group_is_live(**id))
+                .filter(|id| placing.contains(id) || live.contains(id))
                 .copied()
                 .collect()
-        });
-        match self.membership.get().filter(|_| everywhere) {
+        };
+        match self.parts.membership.get().filter(|_| everywhere) {
             None => answer.send(Ok(ids)),
             Some(m) => {
                 let asking = m.ask_all(ListPlacementGroups { everywhere: false });
@@ -190,20 +295,12 @@ impl Node {
         }
     }
 
-    fn create_group_here_or_over(
-        self: &Arc<Self>,
-        job: JobId,
-        spec: PlacementGroupSpec,
-    ) -> Result<(), Error> {
-        let Some(m) = self.membership.get() else {
-            return self.control(|c| c.scheduler.create_group(job, spec));
+    fn create_group_here_or_over(&self, job: JobId, spec: PlacementGroupSpec) -> Result<(), Error> {
+        let Some(m) = self.parts.membership.get() else {
+            return self.local.create_group(job, spec);
         };
-        let here = self.node_id.to_string();
-        let totals = m.rooms(
-            &here,
-            self.control(|c| c.scheduler.resources().total().clone()),
-            true,
-        );
+        let here = self.parts.node_id.to_string();
+        let totals = m.rooms(&here, self.local.total(), true);
         let ever = assign(&spec.bundles, spec.strategy, &totals, &here);
         match ever {
             None => {
@@ -226,12 +323,13 @@ impl Node {
                 })
             }
             Some(nodes) if nodes.iter().all(|n| *n == here) => {
-                return self.control(|c| c.scheduler.create_group(job, spec));
+                return self.local.create_group(job, spec);
             }
             Some(_) => {}
         }
         let id = spec.id;
-        self.pending_groups
+        self.parts
+            .state
             .groups
             .lock()
             .insert(id, (spec.clone(), Vec::new()));
@@ -242,17 +340,17 @@ impl Node {
     }
 
     /// Places a pending group, trying again until it is placed or removed.
-    async fn place_in_background(self: Arc<Self>, job: JobId, spec: PlacementGroupSpec) {
+    async fn place_in_background(self, job: JobId, spec: PlacementGroupSpec) {
         let id = spec.id;
-        let here = self.node_id.to_string();
+        let here = self.parts.node_id.to_string();
         loop {
-            if !self.pending_groups.groups.lock().contains_key(&id) {
+            if !self.parts.state.groups.lock().contains_key(&id) {
                 return; // removed while pending
             }
-            let Some(m) = self.membership.get() else {
+            let Some(m) = self.parts.membership.get() else {
                 return;
             };
-            let free = self.control(|c| c.scheduler.resources().available());
+            let free = self.local.available();
             let rooms = m.rooms(&here, free, false);
             if let Some(nodes) = assign(&spec.bundles, spec.strategy, &rooms, &here) {
                 match self.reserve(job, &spec, nodes).await {
@@ -268,12 +366,13 @@ impl Node {
         // group is placed (askers wait meanwhile, as the group is still
         // pending here): a home that dies right after leaves the head what
         // it needs to place the group again.
-        let nodes = self.control(|c| c.scheduler.group_nodes(id));
+        let nodes = self.local.group_nodes(id);
         if let Some(written) = self.record_group(job, &spec, nodes) {
             let _ = written.await;
         }
         let waiting = self
-            .pending_groups
+            .parts
+            .state
             .groups
             .lock()
             .remove(&id)
@@ -290,18 +389,15 @@ impl Node {
     /// The two phases: every node reserves its bundles, then uses them;
     /// on a failure, what was reserved is given back.
     async fn reserve(
-        self: &Arc<Self>,
+        &self,
         job: JobId,
         spec: &PlacementGroupSpec,
         nodes: Vec<String>,
     ) -> Result<(), Error> {
-        let here = self.node_id.to_string();
-        let m = self.membership.get().ok_or(Error::NotRegistered)?;
+        let here = self.parts.node_id.to_string();
+        let m = self.parts.membership.get().ok_or(Error::NotRegistered)?;
         let id = spec.id;
-        self.control(|c| {
-            c.scheduler
-                .prepare_shard(job, spec.clone(), nodes.clone(), &here)
-        })?;
+        self.local.prepare_shard(job, spec.clone(), nodes.clone())?;
         let others: BTreeSet<String> = nodes.iter().filter(|n| **n != here).cloned().collect();
         let mut prepared = Vec::new();
         let mut failed = None;
@@ -339,21 +435,21 @@ impl Node {
             }
         }
         if let Some(e) = failed {
-            self.control(|c| c.scheduler.remove_group(id));
+            self.local.remove_group(id);
             for node in prepared {
                 self.tell_node_remove(node, id);
             }
             return Err(e);
         }
-        self.control(|c| c.scheduler.commit_shard(id))
+        self.local.commit_shard(id)
     }
 
     /// A node died: the groups created here with bundles on it get those
     /// bundles placed again on live nodes, in the background.
-    pub(crate) fn replace_lost_bundles(self: &Arc<Self>, dead: &str) {
+    pub(crate) fn replace_lost_bundles(&self, dead: &str) {
         let home: BTreeSet<PlacementGroupId> =
-            self.pending_groups.home.lock().iter().copied().collect();
-        let lost = self.control(|c| c.scheduler.groups_on_node(dead));
+            self.parts.state.home.lock().iter().copied().collect();
+        let lost = self.local.groups_on_node(dead);
         for (spec, job, _) in lost.into_iter().filter(|(s, _, _)| home.contains(&s.id)) {
             tracing::warn!(group = %spec.id, node = %dead, "a node holding bundles of a placement group died; placing them again");
             self.start_moving(job, spec);
@@ -362,8 +458,8 @@ impl Node {
 
     /// Starts moving a group's bundles off dead nodes, unless a mover of
     /// that group runs already.
-    fn start_moving(self: &Arc<Self>, job: JobId, spec: PlacementGroupSpec) {
-        if !self.pending_groups.moving.lock().insert(spec.id) {
+    fn start_moving(&self, job: JobId, spec: PlacementGroupSpec) {
+        if !self.parts.state.moving.lock().insert(spec.id) {
             return;
         }
         let node = self.clone();
@@ -375,27 +471,27 @@ impl Node {
     /// `STRICT_SPREAD`, only to nodes holding none of its bundles), one
     /// node at a time, until none is left on a dead node and every live
     /// holder knows the bundles' nodes, or the group is removed.
-    async fn replace_group(self: Arc<Self>, job: JobId, spec: PlacementGroupSpec) {
+    async fn replace_group(self, job: JobId, spec: PlacementGroupSpec) {
         let id = spec.id;
-        let here = self.node_id.to_string();
-        let Some(m) = self.membership.get() else {
-            self.pending_groups.moving.lock().remove(&id);
+        let here = self.parts.node_id.to_string();
+        let Some(m) = self.parts.membership.get() else {
+            self.parts.state.moving.lock().remove(&id);
             return;
         };
         // Live holders not yet told the current nodes.
         let mut untold: BTreeSet<String> = BTreeSet::new();
         let mut moved_any = false;
         loop {
-            let nodes = self.control(|c| c.scheduler.group_nodes(id));
+            let nodes = self.local.group_nodes(id);
             let lost: Vec<usize> = {
                 // Under the movers' lock: a node that dies after this look
                 // finds this mover gone and starts another.
-                let mut moving = self.pending_groups.moving.lock();
+                let mut moving = self.parts.state.moving.lock();
                 let lost: Vec<usize> = (0..nodes.len())
                     .filter(|&i| nodes[i] != here && m.raylet_of(&nodes[i]).is_none())
                     .collect();
                 untold.retain(|n| m.raylet_of(n).is_some());
-                let live = self.control(|c| c.scheduler.group_is_live(id));
+                let live = self.local.group_is_live(id);
                 if !live || (lost.is_empty() && untold.is_empty()) {
                     moving.remove(&id);
                     break;
@@ -412,7 +508,7 @@ impl Node {
                         .collect();
                 }
             }
-            let current = self.control(|c| c.scheduler.group_nodes(id));
+            let current = self.local.group_nodes(id);
             for holder in untold.clone() {
                 match self.move_to(m, &holder, job, &spec, current.clone()).await {
                     Ok(()) => {
@@ -435,15 +531,15 @@ impl Node {
     /// a group removed meanwhile is removed from the node just given
     /// bundles too. Returns the nodes after the moves that took, if any.
     async fn move_lost(
-        self: &Arc<Self>,
+        &self,
         m: &crate::membership::Membership,
         job: JobId,
         spec: &PlacementGroupSpec,
         mut nodes: Vec<String>,
         lost: &[usize],
     ) -> Option<Vec<String>> {
-        let (id, here) = (spec.id, self.node_id.to_string());
-        let free = self.control(|c| c.scheduler.resources().available());
+        let (id, here) = (spec.id, self.parts.node_id.to_string());
+        let free = self.local.available();
         let mut rooms = m.rooms(&here, free, false);
         if spec.strategy == PlacementStrategy::StrictSpread {
             rooms.retain(|r| !nodes.contains(&r.node_id));
@@ -463,11 +559,8 @@ impl Node {
                 tracing::debug!(group = %id, node = %target, error = %e, "bundles not moved there; trying again");
                 break;
             }
-            let recorded = self.control(|c| {
-                c.scheduler
-                    .move_bundles(job, spec.clone(), next.clone(), &here)
-            });
-            if recorded.is_err() || !self.control(|c| c.scheduler.group_is_live(id)) {
+            let recorded = self.local.move_bundles(job, spec.clone(), next.clone());
+            if recorded.is_err() || !self.local.group_is_live(id) {
                 // Removed while this move was on its way.
                 if target != here {
                     self.tell_node_remove(target, id);
@@ -483,16 +576,16 @@ impl Node {
 
     /// Sends `MoveBundles` to `node` (or applies it here), bounded in time.
     async fn move_to(
-        self: &Arc<Self>,
+        &self,
         m: &crate::membership::Membership,
         node: &str,
         job: JobId,
         spec: &PlacementGroupSpec,
         nodes: Vec<String>,
     ) -> Result<(), Error> {
-        let here = self.node_id.to_string();
+        let here = self.parts.node_id.to_string();
         if node == here {
-            return self.control(|c| c.scheduler.move_bundles(job, spec.clone(), nodes, &here));
+            return self.local.move_bundles(job, spec.clone(), nodes);
         }
         let asked = async {
             m.raylet_conn(node)
@@ -515,8 +608,8 @@ impl Node {
     }
 
     /// Asks node `node`'s raylet to remove group `id`.
-    pub(crate) fn tell_node_remove(self: &Arc<Self>, node: String, id: PlacementGroupId) {
-        let Some(m) = self.membership.get() else {
+    pub(crate) fn tell_node_remove(&self, node: String, id: PlacementGroupId) {
+        let Some(m) = self.parts.membership.get() else {
             return;
         };
         let asking = m.raylet_conn(&node);
@@ -532,10 +625,10 @@ impl Node {
 
     /// Removes a group here and, for a request from this node's own
     /// processes, from every node holding a bundle of it.
-    pub(crate) fn remove_group(self: &Arc<Self>, id: PlacementGroupId, tell_others: bool) {
-        let records = self.group_records();
+    pub(crate) fn remove_group(&self, id: PlacementGroupId, tell_others: bool) {
+        let records = self.parts.records.get();
         {
-            let mut home = self.pending_groups.home.lock();
+            let mut home = self.parts.state.home.lock();
             if home.contains(&id) {
                 home.retain(|g| *g != id);
                 if let Some(records) = records {
@@ -543,7 +636,7 @@ impl Node {
                 }
             }
         }
-        let pending = self.pending_groups.groups.lock().remove(&id);
+        let pending = self.parts.state.groups.lock().remove(&id);
         if let Some((spec, waiting)) = pending {
             let info = PlacementGroupInfo {
                 spec,
@@ -555,19 +648,15 @@ impl Node {
                 reply.send(Response::PlacementGroup(info.clone()));
             }
         }
-        let nodes = self.control(|c| {
-            let nodes = c.scheduler.group_nodes(id);
-            c.scheduler.remove_group(id);
-            nodes
-        });
+        let nodes = self.local.remove_group(id);
         if !tell_others {
             return;
         }
-        let here = self.node_id.to_string();
+        let here = self.parts.node_id.to_string();
         let mut others: BTreeSet<String> = nodes.into_iter().filter(|n| *n != here).collect();
         if others.is_empty() {
             // Not held here: any live node may hold a bundle of it.
-            if let Some(m) = self.membership.get() {
+            if let Some(m) = self.parts.membership.get() {
                 others = m.other_nodes().into_iter().collect();
             }
         }
@@ -580,14 +669,14 @@ impl Node {
     /// not pending. With `ask_others`, a group this node does not know is
     /// asked of the other nodes.
     pub(crate) fn get_placement_group(
-        self: &Arc<Self>,
+        &self,
         id: PlacementGroupId,
         wait_ms: Option<u64>,
         ask_others: bool,
         reply: ReplyTo,
     ) {
         {
-            let mut pending = self.pending_groups.groups.lock();
+            let mut pending = self.parts.state.groups.lock();
             if let Some((spec, waiting)) = pending.get_mut(&id) {
                 let info = PlacementGroupInfo {
                     spec: spec.clone(),
@@ -611,8 +700,8 @@ impl Node {
                 return;
             }
         }
-        let known = self.control(|c| c.scheduler.knows_group(id));
-        match self.membership.get().filter(|_| ask_others && !known) {
+        let known = self.local.knows_group(id);
+        match self.parts.membership.get().filter(|_| ask_others && !known) {
             Some(m) => {
                 let asking = m.ask_others(GetPlacementGroup { id, wait_ms });
                 let node = self.clone();
@@ -627,10 +716,27 @@ impl Node {
         }
     }
 
+    /// Answers with the state of a group this node holds or remembers
+    /// (see [`LocalGroups::watch_group`]), bounding a wait to `wait_ms`.
+    fn watch_group_here(&self, id: PlacementGroupId, wait_ms: Option<u64>, reply: ReplyTo) {
+        let token = self.local.watch_group(id, wait_ms.is_some(), reply);
+        let (Some(token), Some(ms)) = (token, wait_ms) else {
+            return;
+        };
+        if ms == u64::MAX {
+            return;
+        }
+        let local = self.local.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            local.group_deadline(id, token);
+        });
+    }
+
     /// Answers the waiters of a pending group whose wait ran out (all of
     /// them: a waiter that gave up must not pile up).
     fn pending_deadline(&self, id: PlacementGroupId, info: PlacementGroupInfo) {
-        let waiting = match self.pending_groups.groups.lock().get_mut(&id) {
+        let waiting = match self.parts.state.groups.lock().get_mut(&id) {
             Some((_, waiting)) => std::mem::take(waiting),
             None => return,
         };
@@ -642,23 +748,18 @@ impl Node {
     /// Where a request naming `bundle` should go: `None` here, or the
     /// raylet and node holding it. Waits while the group is being placed.
     pub(crate) async fn route_bundle(
-        self: &Arc<Self>,
+        &self,
         bundle: BundleRef,
     ) -> Result<Option<(String, String)>, Error> {
-        let Some(m) = self.membership.get() else {
+        let Some(m) = self.parts.membership.get() else {
             return Ok(None);
         };
         let mut waited = Duration::ZERO;
         loop {
-            let node = match self.control(|c| c.scheduler.bundle_node(bundle)) {
+            let node = match self.local.bundle_node(bundle) {
                 Some(None) => return Ok(None),
                 Some(Some(node)) => node,
-                None if self
-                    .pending_groups
-                    .groups
-                    .lock()
-                    .contains_key(&bundle.group) =>
-                {
+                None if self.parts.state.groups.lock().contains_key(&bundle.group) => {
                     tokio::time::sleep(RETRY).await;
                     continue;
                 }
@@ -688,7 +789,7 @@ impl Node {
                     }
                 }
             };
-            if node == self.node_id.to_string() {
+            if node == self.parts.node_id.to_string() {
                 return Ok(None);
             }
             match m.raylet_of(&node) {
@@ -709,240 +810,4 @@ impl Node {
             }
         }
     }
-
-    /// At the head: looks for groups whose home node is dead (from their
-    /// records in the head's table) and places each again from here when
-    /// its job still runs, or removes it from the nodes still holding its
-    /// bundles when its job is over. Run when a node dies and once when the
-    /// head starts (a head started again finds the groups its earlier self
-    /// was home to). One look at a time; a death during a look asks for
-    /// another, and a look that could not decide about a group is made
-    /// again a little later (at most `ADOPT_RETRIES` times).
-    pub(crate) fn adopt_orphan_groups(self: &Arc<Self>) {
-        let Some(m) = self.membership.get() else {
-            return;
-        };
-        if !m.is_head() {
-            return;
-        }
-        {
-            let mut looking = self.pending_groups.adopting.lock();
-            if looking.0 {
-                looking.1 = true;
-                return;
-            }
-            *looking = (true, false);
-        }
-        let node = self.clone();
-        tokio::spawn(async move {
-            // Should a look panic, the next node death may look again.
-            struct Reset(Arc<Node>);
-            impl Drop for Reset {
-                fn drop(&mut self) {
-                    self.0.pending_groups.adopting.lock().0 = false;
-                }
-            }
-            let _reset = Reset(node.clone());
-            let mut retries = 0;
-            loop {
-                let undecided = node.adopt_round().await;
-                {
-                    let mut looking = node.pending_groups.adopting.lock();
-                    if looking.1 {
-                        looking.1 = false;
-                        continue;
-                    }
-                    if !undecided || retries == ADOPT_RETRIES {
-                        looking.0 = false;
-                        break;
-                    }
-                }
-                retries += 1;
-                tokio::time::sleep(ADOPT_RETRY).await;
-            }
-        });
-    }
-
-    /// One look over the group records (see [`Node::adopt_orphan_groups`]).
-    /// Returns whether a group was left undecided (its job's state could
-    /// not be read).
-    async fn adopt_round(self: &Arc<Self>) -> bool {
-        let Some(m) = self.membership.get() else {
-            return false;
-        };
-        // A head that just started has no view of the live nodes until its
-        // first heartbeat's answer: without one, every holder would look
-        // dead.
-        let view_by = std::time::Instant::now() + VIEW_WAIT;
-        while m.cluster_resources().is_none() && std::time::Instant::now() < view_by {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let mut gcs = m.gcs();
-        let records = match records::load(&mut gcs).await {
-            Ok(records) => records,
-            Err(e) => {
-                tracing::warn!(error = %e, "the placement groups' records could not be read");
-                return true;
-            }
-        };
-        if records.is_empty() {
-            return false;
-        }
-        let nodes = match m.nodes().await {
-            Ok(nodes) => nodes,
-            Err(e) => {
-                tracing::warn!(error = %e, "the cluster's nodes could not be read");
-                return true;
-            }
-        };
-        let here = self.node_id.to_string();
-        let mut undecided = false;
-        for record in records {
-            if record.home == here || !is_dead(&nodes, &record.home) {
-                continue;
-            }
-            match job_runs(&mut gcs, record.job, &nodes).await {
-                Ok(true) if !record.nodes.is_empty() => self.adopt_group(record),
-                // Never placed: the dead home may have left prepared
-                // bundles anywhere, which a new placement of the same group
-                // would find in its way. It is removed everywhere; its
-                // creator's wait answers that it was removed.
-                Ok(true) => {
-                    tracing::warn!(group = %record.spec.id, home = %record.home, "a placement group's home died before placing it; the group is removed");
-                    self.end_orphan_group(record)
-                }
-                Ok(false) => self.end_orphan_group(record),
-                Err(why) => {
-                    undecided = true;
-                    tracing::warn!(group = %record.spec.id, %why, "could not tell whether a placement group's job still runs; looking again later")
-                }
-            }
-        }
-        undecided
-    }
-
-    /// Becomes the home of a group whose home died while its job runs:
-    /// takes it up (holding the bundles it already held here, if any),
-    /// records it, moves its bundles off dead nodes, and removes it when
-    /// its job ends.
-    fn adopt_group(self: &Arc<Self>, record: GroupRecord) {
-        let GroupRecord {
-            spec,
-            job,
-            home,
-            nodes,
-        } = record;
-        let id = spec.id;
-        if !self.pending_groups.adopted.lock().insert(id) {
-            return;
-        }
-        tracing::warn!(group = %id, %home, "a placement group's home node died while its job runs; the head places it again");
-        let here = self.node_id.to_string();
-        let taken = self.control(|c| {
-            c.scheduler
-                .move_bundles(job, spec.clone(), nodes.clone(), &here)
-        });
-        if let Err(e) = taken {
-            tracing::warn!(group = %id, error = %e, "a placement group whose home died could not be taken up; it is removed");
-            self.end_orphan_group(GroupRecord {
-                spec,
-                job,
-                home,
-                nodes,
-            });
-            return;
-        }
-        // Home only once it is held here: a group in the home list that the
-        // scheduler does not hold counts as ended.
-        self.pending_groups.home.lock().push(id);
-        self.record_group(job, &spec, nodes);
-        self.start_moving(job, spec);
-        let node = self.clone();
-        tokio::spawn(async move { node.end_with_job(job, id).await });
-    }
-
-    /// Removes an adopted group once its job is over (its driver left, or
-    /// its driver's node died), checking every `JOB_CHECK`; returns when
-    /// the group is removed otherwise.
-    async fn end_with_job(self: Arc<Self>, job: JobId, id: PlacementGroupId) {
-        let Some(m) = self.membership.get() else {
-            return;
-        };
-        loop {
-            tokio::time::sleep(JOB_CHECK).await;
-            if !self.control(|c| c.scheduler.group_is_live(id)) {
-                return;
-            }
-            let Ok(nodes) = m.nodes().await else {
-                continue;
-            };
-            if let Ok(false) = job_runs(&mut m.gcs(), job, &nodes).await {
-                tracing::info!(group = %id, %job, "the job of an adopted placement group ended; the group is removed");
-                self.remove_group(id, true);
-                return;
-            }
-        }
-    }
-
-    /// A group whose home died after its job ended (or before placing
-    /// it): its bundles on live nodes are given back, and its record goes.
-    fn end_orphan_group(self: &Arc<Self>, record: GroupRecord) {
-        let id = record.spec.id;
-        let here = self.node_id.to_string();
-        let mut holders: BTreeSet<String> = record.nodes.into_iter().collect();
-        if holders.is_empty() {
-            // Not placed: any live node may hold a prepared bundle of it.
-            if let Some(m) = self.membership.get() {
-                holders = m.other_nodes().into_iter().collect();
-            }
-            holders.insert(here.clone());
-        }
-        tracing::info!(group = %id, home = %record.home, "a placement group's home node died with its job, or before placing it; its bundles are given back");
-        for node in holders {
-            if node == here {
-                self.remove_group(id, false);
-            } else if node != record.home {
-                self.tell_node_remove(node, id);
-            }
-        }
-        if let Some(records) = self.group_records() {
-            records.forget(id);
-        }
-    }
-}
-
-/// How long a look for groups whose home died waits for the head's first
-/// view of the live nodes.
-const VIEW_WAIT: Duration = Duration::from_secs(10);
-/// How often, and how long after, a look that left a group undecided is
-/// made again.
-const ADOPT_RETRIES: u32 = 60;
-const ADOPT_RETRY: Duration = Duration::from_secs(5);
-
-/// How often the head looks whether an adopted group's job still runs.
-const JOB_CHECK: Duration = Duration::from_secs(1);
-
-/// Whether `node` is dead: the head lists it dead, or no longer lists it
-/// (every live node is registered with the head, and the head keeps its
-/// members across its restarts, while it forgets long-dead ones).
-fn is_dead(nodes: &[NodeInfo], node: &str) -> bool {
-    !nodes.iter().any(|n| n.node_id == node && n.alive)
-}
-
-/// Whether job `job`'s driver still runs: its record says it has not
-/// left, and its node is alive. `Err` when that cannot be read.
-async fn job_runs(
-    gcs: &mut prism_gcs::GcsClient,
-    job: JobId,
-    nodes: &[NodeInfo],
-) -> Result<bool, String> {
-    let key = format!("{DRIVER_RECORD_PREFIX}{job}");
-    let raw = gcs.kv_get(key).await.map_err(|e| e.to_string())?;
-    // Written in the background as the driver registered: a missing one is
-    // not yet known, not a job without a driver.
-    let Some(raw) = raw else {
-        return Err(format!("no record of job {job}'s driver"));
-    };
-    let driver: DriverRecord = serde_json::from_slice(&raw).map_err(|e| e.to_string())?;
-    Ok(driver.end_time.is_none() && nodes.iter().any(|n| n.node_id == driver.node_id && n.alive))
 }

@@ -11,7 +11,6 @@
 
 use crate::drivers::DriverEntry;
 use crate::membership::MemberNode;
-use crate::names::LocalActors;
 use crate::node::{Job, Node};
 use crate::reply::ReplyTo;
 use crate::scheduler::{Grantee, LeaseRequest};
@@ -21,7 +20,7 @@ use prism_object_store::{Creator, Pin, Placement};
 use prism_protocol::error::{Error, Result};
 use prism_protocol::ids::{JobId, ObjectId, WorkerId};
 use prism_protocol::messages::{
-    ActorInfo, ActorPlacement, ActorSpec, BundleRef, Call, CancelLeaseRequests, ClusterResources,
+    ActorPlacement, ActorSpec, BundleRef, Call, CancelLeaseRequests, ClusterResources,
     CommitBundles, CreateActor, CreateObject, CreatePlacementGroup, DeleteObjects, EnvVars,
     ExitActor, GetActor, GetClusterResources, GetNamedActor, GetNodes, GetObject,
     GetPlacementGroup, GetStoreStats, KillActor, KvDelete, KvGet, KvKeys, KvPut, LeaseReply,
@@ -171,7 +170,7 @@ impl ClientHandler {
         if let Some(b) = bundle.filter(elsewhere) {
             let (node, holder) = (self.node.clone(), self.conn_id);
             tokio::spawn(async move {
-                match node.route_bundle(b).await {
+                match node.groups().route_bundle(b).await {
                     Ok(Some((raylet, node_id))) => {
                         reply.send(Response::Lease(LeaseReply::Spillback { raylet, node_id }))
                     }
@@ -425,7 +424,7 @@ impl ClientHandler {
         let node = self.node.clone();
         tokio::spawn(async move {
             let routed = match bundle {
-                Some(b) => node.route_bundle(b).await,
+                Some(b) => node.groups().route_bundle(b).await,
                 None => Ok(None),
             };
             let placed = match routed {
@@ -504,7 +503,9 @@ impl Serve<GetActor> for ClientHandler {
 impl Serve<GetPlacementGroup> for ClientHandler {
     fn serve(&self, r: GetPlacementGroup, answer: Answer<GetPlacementGroup>) {
         let asks_others = self.asks_others();
-        (self.node).get_placement_group(r.id, r.wait_ms, asks_others, answer.into())
+        self.node
+            .groups()
+            .get_placement_group(r.id, r.wait_ms, asks_others, answer.into())
     }
 }
 
@@ -525,7 +526,7 @@ impl Serve<GetNodes> for ClientHandler {
 impl Serve<ListPlacementGroups> for ClientHandler {
     fn serve(&self, r: ListPlacementGroups, answer: Answer<ListPlacementGroups>) {
         let everywhere = r.everywhere && self.asks_others();
-        self.node.list_groups(everywhere, answer)
+        self.node.groups().list_groups(everywhere, answer)
     }
 }
 
@@ -691,14 +692,14 @@ impl Serve<CreatePlacementGroup> for ClientHandler {
     fn serve(&self, r: CreatePlacementGroup, answer: Answer<CreatePlacementGroup>) {
         answer.send(
             self.job()
-                .and_then(|job| self.node.create_group(job, r.spec)),
+                .and_then(|job| self.node.groups().create_group(job, r.spec)),
         )
     }
 }
 
 impl Serve<RemovePlacementGroup> for ClientHandler {
     fn serve(&self, r: RemovePlacementGroup, answer: Answer<RemovePlacementGroup>) {
-        self.node.remove_group(r.id, self.asks_others());
+        self.node.groups().remove_group(r.id, self.asks_others());
         answer.send(Ok(()))
     }
 }
@@ -839,12 +840,6 @@ async fn accept_named_actor(
 }
 
 /// The node's own actors, as its names component reads them.
-impl LocalActors for Node {
-    fn actor_info(&self, actor: prism_protocol::ids::ActorId) -> Option<ActorInfo> {
-        Node::actor_info(self, actor)
-    }
-}
-
 /// Sends `answer` once a call to the head's control store returns.
 fn answer_later<C: Call + 'static>(
     answer: Answer<C>,

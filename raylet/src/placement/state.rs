@@ -21,9 +21,6 @@ pub(crate) struct PendingGroups {
     /// The groups whose bundles on dead nodes are being moved: one mover
     /// per group, which sees every node that died meanwhile.
     pub(super) moving: Mutex<BTreeSet<PlacementGroupId>>,
-    /// The writer of this node's group records in the head's table, once
-    /// the node is in a cluster.
-    pub(super) records: std::sync::OnceLock<super::records::GroupRecords>,
     /// At the head: whether a look for groups whose home died runs, and
     /// whether another was asked for meanwhile.
     pub(super) adopting: Mutex<(bool, bool)>,

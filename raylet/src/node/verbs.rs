@@ -1,0 +1,115 @@
+//! The verbs the node offers its components: each takes the node's lock
+//! once (through `Node::control`, which carries out what the scheduler
+//! decided meanwhile) and hands back plain values, so that a component
+//! reaches the scheduler only through these and not through closures.
+
+use super::{Node, Verbs};
+use crate::detached::LocalResources;
+use crate::names::LocalActors;
+use crate::placement::LocalGroups;
+use crate::reply::ReplyTo;
+use prism_protocol::error::Error;
+use prism_protocol::ids::{ActorId, JobId, PlacementGroupId};
+use prism_protocol::messages::{ActorInfo, BundleRef, PlacementGroupSpec};
+use prism_protocol::resources::ResourceSet;
+use std::collections::BTreeSet;
+
+impl LocalGroups for Verbs {
+    fn knows_group(&self, id: PlacementGroupId) -> bool {
+        self.0.control(|c| c.scheduler.knows_group(id))
+    }
+
+    fn group_is_live(&self, id: PlacementGroupId) -> bool {
+        self.0.control(|c| c.scheduler.group_is_live(id))
+    }
+
+    fn live_groups(&self, ids: &[PlacementGroupId]) -> BTreeSet<PlacementGroupId> {
+        self.0.control(|c| {
+            ids.iter()
+                .filter(|id| c.scheduler.group_is_live(**id))
+                .copied()
+                .collect()
+        })
+    }
+
+    fn create_group(&self, job: JobId, spec: PlacementGroupSpec) -> Result<(), Error> {
+        self.0.control(|c| c.scheduler.create_group(job, spec))
+    }
+
+    fn total(&self) -> ResourceSet {
+        self.0.control(|c| c.scheduler.resources().total().clone())
+    }
+
+    fn available(&self) -> ResourceSet {
+        self.0.control(|c| c.scheduler.resources().available())
+    }
+
+    fn prepare_shard(
+        &self,
+        job: JobId,
+        spec: PlacementGroupSpec,
+        nodes: Vec<String>,
+    ) -> Result<(), Error> {
+        let here = self.0.node_id.to_string();
+        self.0
+            .control(|c| c.scheduler.prepare_shard(job, spec, nodes, &here))
+    }
+
+    fn commit_shard(&self, id: PlacementGroupId) -> Result<(), Error> {
+        self.0.control(|c| c.scheduler.commit_shard(id))
+    }
+
+    fn remove_group(&self, id: PlacementGroupId) -> Vec<String> {
+        self.0.control(|c| {
+            let nodes = c.scheduler.group_nodes(id);
+            c.scheduler.remove_group(id);
+            nodes
+        })
+    }
+
+    fn groups_on_node(&self, node: &str) -> Vec<(PlacementGroupSpec, JobId, Vec<String>)> {
+        self.0.control(|c| c.scheduler.groups_on_node(node))
+    }
+
+    fn group_nodes(&self, id: PlacementGroupId) -> Vec<String> {
+        self.0.control(|c| c.scheduler.group_nodes(id))
+    }
+
+    fn move_bundles(
+        &self,
+        job: JobId,
+        spec: PlacementGroupSpec,
+        nodes: Vec<String>,
+    ) -> Result<(), Error> {
+        let here = self.0.node_id.to_string();
+        self.0
+            .control(|c| c.scheduler.move_bundles(job, spec, nodes, &here))
+    }
+
+    fn bundle_node(&self, bundle: BundleRef) -> Option<Option<String>> {
+        self.0.control(|c| c.scheduler.bundle_node(bundle))
+    }
+
+    fn watch_group(&self, id: PlacementGroupId, wait: bool, reply: ReplyTo) -> Option<u64> {
+        self.0.control(|c| c.scheduler.watch_group(id, wait, reply))
+    }
+
+    fn group_deadline(&self, id: PlacementGroupId, token: u64) {
+        self.0.control(|c| c.scheduler.group_deadline(id, token))
+    }
+}
+
+impl LocalResources for Verbs {
+    fn free_and_total(&self) -> (ResourceSet, ResourceSet) {
+        self.0.control(|c| {
+            let r = c.scheduler.resources();
+            (r.available(), r.total().clone())
+        })
+    }
+}
+
+impl LocalActors for Node {
+    fn actor_info(&self, actor: ActorId) -> Option<ActorInfo> {
+        Node::actor_info(self, actor)
+    }
+}
