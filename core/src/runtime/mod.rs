@@ -4,6 +4,8 @@
 //! ```text
 //!  CoreWorker (this file): ids, the raylet connection, the components
 //!  ├── tasks: TaskSubmitter       submitter.rs   leases per shape, pushes tasks
+//!  │     └── leases: LeaseClient  lease_client.rs  its raylets and leased
+//!  │                                             workers (a fake in its tests)
 //!  ├── actors: ActorSubmitter     actors.rs      one ordered client per actor
 //!  ├── executor: Executor         executor.rs    runs tasks and actor calls here
 //!  │     └── its parts            executor/      hosting.rs (an actor's calls),
@@ -38,6 +40,7 @@ pub(crate) mod actors;
 mod blocking;
 pub(crate) mod executor;
 pub(crate) mod handler;
+pub(crate) mod lease_client;
 pub(crate) mod lessee;
 pub(crate) mod lineage;
 pub(crate) mod local_ref;

@@ -15,6 +15,7 @@
 use super::actors::ActorSubmitter;
 use super::executor::{Executor, Job};
 use super::handler::{Components, CoreHandler};
+use super::lease_client::RayletLeases;
 use super::lessee::Lessee;
 use super::lineage::Resubmit;
 use super::objects::{Objects, ObjectsParts};
@@ -465,13 +466,8 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
                 resubmit,
             },
         ));
-        TaskSubmitter::new(
-            s.rt.clone(),
-            s.config.clone(),
-            s.raylet.clone(),
-            objects,
-            lessee.clone(),
-        )
+        let leases = RayletLeases::new(s.raylet.clone(), lessee.clone(), objects.peers.clone());
+        TaskSubmitter::new(s.rt.clone(), s.config.clone(), objects, leases)
     });
     let objects = tasks.objects().clone();
     let task_counts = objects.task_counts().clone();

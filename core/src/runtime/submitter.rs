@@ -31,8 +31,13 @@
 //! If a worker dies, each task sent to it counts an attempt, as any may
 //! have been running; so a task with no attempts left is sent only to a
 //! worker with nothing in flight, and nothing is sent behind it.
+//!
+//! # Raylets and workers
+//!
+//! The submitter reaches both through a [`LeaseClient`]: over the network
+//! ([`RayletLeases`]) in a process, a fake in this module's unit tests.
 
-use super::lessee::Lessee;
+use super::lease_client::{LeaseClient, RayletLeases};
 use super::lineage::{Lineage, Resubmit};
 use super::objects::Objects;
 use super::refs::ValueState;
@@ -45,25 +50,40 @@ use prism_protocol::messages::{
     ArgSpec, CancelLeaseRequests, CancelTask, LeaseGrant, LeaseReply, PushTask, RequestLease,
     ReturnLease, ReturnObject, WorkerExitReason,
 };
-use prism_protocol::rpc::Connection;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-#[derive(Debug, Clone)]
-struct LeasedWorker {
+/// A worker leased for a shape's tasks.
+#[derive(Debug)]
+struct LeasedWorker<L: LeaseClient> {
     lease_id: LeaseId,
     /// The raylet that granted it (this node's, or another node's after a
     /// spillback), to give it back to.
-    raylet: Connection,
+    raylet: L::Raylet,
     worker_id: WorkerId,
     pid: u32,
-    conn: Connection,
+    conn: L::Worker,
     idle_since: Instant,
     /// Others waited for workers when it was granted: it goes back as
     /// soon as it is idle.
     contended: bool,
+}
+
+// By hand: a derive would ask `L: Clone` of the lease client itself.
+impl<L: LeaseClient> Clone for LeasedWorker<L> {
+    fn clone(&self) -> Self {
+        LeasedWorker {
+            lease_id: self.lease_id,
+            raylet: self.raylet.clone(),
+            worker_id: self.worker_id,
+            pid: self.pid,
+            conn: self.conn.clone(),
+            idle_since: self.idle_since,
+            contended: self.contended,
+        }
+    }
 }
 
 /// The work a worker is sent ahead, measured in its recent tasks' time:
@@ -73,8 +93,8 @@ struct LeasedWorker {
 const PIPELINE_BELOW: Duration = Duration::from_millis(1);
 
 /// A leased worker's tasks in flight.
-#[derive(Debug, Default)]
-struct Busy {
+#[derive(Debug)]
+struct Busy<L: LeaseClient> {
     /// Tasks sent and not answered.
     in_flight: usize,
     /// It handed tasks back: it is sent no more until `in_flight` is 0.
@@ -86,15 +106,29 @@ struct Busy {
     /// When it last answered a task.
     last_answer: Option<Instant>,
     /// Its connection, to cancel a task sent to it.
-    conn: Option<Connection>,
+    conn: Option<L::Worker>,
 }
 
-#[derive(Debug, Default)]
-struct ShapeQueue {
+// By hand: a derive would ask `L: Default` of the lease client.
+impl<L: LeaseClient> Default for Busy<L> {
+    fn default() -> Self {
+        Busy {
+            in_flight: 0,
+            handed_back: false,
+            sole: false,
+            last_answer: None,
+            conn: None,
+        }
+    }
+}
+
+/// One resource shape's queued tasks and the workers leased for them.
+#[derive(Debug)]
+struct ShapeQueue<L: LeaseClient> {
     tasks: VecDeque<Submission>,
-    idle: Vec<LeasedWorker>,
+    idle: Vec<LeasedWorker<L>>,
     /// Workers with tasks in flight, by lease.
-    busy: HashMap<LeaseId, Busy>,
+    busy: HashMap<LeaseId, Busy<L>>,
     /// The time a worker spent on each of this shape's recent tasks,
     /// averaged; `None` before the first answer.
     service: Option<Duration>,
@@ -106,7 +140,22 @@ struct ShapeQueue {
     unreachable: u32,
 }
 
-impl ShapeQueue {
+// By hand: a derive would ask `L: Default` of the lease client.
+impl<L: LeaseClient> Default for ShapeQueue<L> {
+    fn default() -> Self {
+        ShapeQueue {
+            tasks: VecDeque::new(),
+            idle: Vec::new(),
+            busy: HashMap::new(),
+            service: None,
+            requesting: 0,
+            withdrawing: false,
+            unreachable: 0,
+        }
+    }
+}
+
+impl<L: LeaseClient> ShapeQueue<L> {
     /// Tasks a worker may have in flight now: about [`PIPELINE_BELOW`]
     /// of work, at most `max`.
     fn depth(&self, max: usize) -> usize {
@@ -126,7 +175,7 @@ impl ShapeQueue {
     /// tasks back, and has nothing in flight when either the task it runs
     /// or the next one may not be attempted again. (If a worker dies, every
     /// task sent to it counts an attempt, as any may have been running.)
-    fn take_one(&mut self, worker: &LeasedWorker, depth: usize) -> Option<Submission> {
+    fn take_one(&mut self, worker: &LeasedWorker<L>, depth: usize) -> Option<Submission> {
         let last_chance = self.tasks.front()?.retries_left == 0;
         // A new entry (nothing in flight) always takes one, as `depth` is
         // at least 1, so no empty entry is left behind.
@@ -153,19 +202,9 @@ impl ShapeQueue {
     }
 }
 
-impl LeasedWorker {
-    /// Gives the lease back to the raylet that granted it.
-    fn give_back(&self) {
-        let _ = self.raylet.notify(ReturnLease {
-            lease_id: self.lease_id,
-            unreachable: false,
-        });
-    }
-}
-
 /// What a lease request came to.
-enum Leased {
-    Worker(LeasedWorker),
+enum Leased<L: LeaseClient> {
+    Worker(LeasedWorker<L>),
     /// Withdrawn (`CancelLeaseRequests`) before it was granted.
     Withdrawn,
     /// Granted, but the worker could not be reached.
@@ -181,16 +220,17 @@ const MAX_UNREACHABLE_WORKERS: u32 = 10;
 /// marks a silent node dead).
 const MAX_UNREACHABLE_SPILLBACKS: u32 = 50;
 
-/// The task submitter of one process.
+/// The task submitter of one process. `L`: how it reaches raylets and
+/// leased workers (over the network, but for unit tests).
 #[derive(Debug)]
-pub(crate) struct TaskSubmitter {
+pub(crate) struct TaskSubmitter<L: LeaseClient = RayletLeases> {
     rt: tokio::runtime::Handle,
     config: Arc<Config>,
-    raylet: Connection,
+    /// Asks raylets for leases and gives them back, pushes tasks to the
+    /// workers granted.
+    leases: L,
     objects: Arc<Objects>,
-    shapes: Mutex<HashMap<SchedulingKey, ShapeQueue>>,
-    /// Other nodes' raylets this process leases from, registered.
-    lessee: Arc<Lessee>,
+    shapes: Mutex<HashMap<SchedulingKey, ShapeQueue<L>>>,
     /// Busy leases others wait for (`LeasesWanted`): each goes back as
     /// soon as it is idle. Locked after `shapes`.
     wanted: Mutex<HashSet<LeaseId>>,
@@ -203,7 +243,7 @@ pub(crate) struct TaskSubmitter {
     any_cancelled: AtomicBool,
 }
 
-impl TaskSubmitter {
+impl<L: LeaseClient> TaskSubmitter<L> {
     /// The tasks waiting in the queues for a worker, the oldest first (at
     /// most `limit`): id, function and submission time.
     pub(crate) fn queued(&self, limit: usize) -> Vec<(TaskId, String, u64)> {
@@ -235,21 +275,21 @@ struct Cancelled {
 /// dropped (a raylet may name a lease its return has not reached yet).
 const WANTED_KEPT: usize = 64;
 
-impl TaskSubmitter {
+impl<L: LeaseClient> TaskSubmitter<L> {
+    /// A submitter of tasks for `objects`, leasing workers through
+    /// `leases`.
     pub(crate) fn new(
         rt: tokio::runtime::Handle,
         config: Arc<Config>,
-        raylet: Connection,
         objects: Arc<Objects>,
-        lessee: Arc<Lessee>,
+        leases: L,
     ) -> Self {
         TaskSubmitter {
             rt,
             config,
-            raylet,
+            leases,
             objects,
             shapes: Mutex::new(HashMap::new()),
-            lessee,
             wanted: Mutex::new(HashSet::new()),
             cancelled: Mutex::new(HashMap::new()),
             any_cancelled: AtomicBool::new(false),
@@ -303,7 +343,9 @@ impl TaskSubmitter {
         // queue but not yet written to its worker misses this notice; its
         // `dispatch` sends it again after the task.
         for conn in workers {
-            let _ = conn.notify(CancelTask { return_id, force });
+            let _ = self
+                .leases
+                .cancel_task(&conn, CancelTask { return_id, force });
         }
     }
 
@@ -370,14 +412,23 @@ impl TaskSubmitter {
             }
         }
         for w in back {
-            w.give_back();
+            self.give_back(&w);
         }
+    }
+
+    /// Gives a lease back to the raylet that granted it.
+    fn give_back(&self, worker: &LeasedWorker<L>) {
+        let lease = ReturnLease {
+            lease_id: worker.lease_id,
+            unreachable: false,
+        };
+        let _ = self.leases.return_lease(&worker.raylet, lease);
     }
 
     /// Leases a worker for `shape`: from this node's raylet, or from the
     /// node it sends the request on to. `None`: the request was withdrawn
     /// (see [`withdraw_requests`](Self::withdraw_requests)).
-    async fn lease(&self, shape: &SchedulingKey) -> Result<Option<(Connection, LeaseGrant)>> {
+    async fn lease(&self, shape: &SchedulingKey) -> Result<Option<(L::Raylet, LeaseGrant)>> {
         let request = || RequestLease {
             shape: shape.shape.clone(),
             bundle: shape.bundle,
@@ -390,14 +441,15 @@ impl TaskSubmitter {
         // number of times.
         let mut unreachable = 0;
         loop {
-            let (raylet, node_id) = match self.raylet.request(request()).await? {
-                LeaseReply::Granted(grant) => return Ok(Some((self.raylet.clone(), grant))),
+            let local = self.leases.local();
+            let (raylet, node_id) = match self.leases.request_lease(local, request()).await? {
+                LeaseReply::Granted(grant) => return Ok(Some((local.clone(), grant))),
                 LeaseReply::Spillback { raylet, node_id } => (raylet, node_id),
                 LeaseReply::Cancelled => return Ok(None),
             };
             let leased = async {
-                let remote = self.lessee.connect(&raylet).await?;
-                match remote.request(request()).await? {
+                let remote = self.leases.remote(&raylet).await?;
+                match self.leases.request_lease(&remote, request()).await? {
                     LeaseReply::Granted(grant) => Ok(Some((remote, grant))),
                     LeaseReply::Cancelled => Ok(None),
                     LeaseReply::Spillback { .. } => Err(Error::SentOnAgain {
@@ -503,7 +555,7 @@ impl TaskSubmitter {
     fn dispatch_all(
         self: &Arc<Self>,
         shape: &SchedulingKey,
-        ready: Vec<(LeasedWorker, Submission)>,
+        ready: Vec<(LeasedWorker<L>, Submission)>,
     ) {
         for (worker, task) in ready {
             self.dispatch(shape.clone(), worker, task);
@@ -516,8 +568,8 @@ impl TaskSubmitter {
     fn pump(
         self: &Arc<Self>,
         shape: &SchedulingKey,
-        queue: &mut ShapeQueue,
-    ) -> Vec<(LeasedWorker, Submission)> {
+        queue: &mut ShapeQueue<L>,
+    ) -> Vec<(LeasedWorker<L>, Submission)> {
         // One task to each idle worker, then more to each in turn up to
         // the depth the shape's tasks allow.
         let depth = queue.depth(self.config.max_tasks_in_flight_per_worker);
@@ -570,7 +622,7 @@ impl TaskSubmitter {
             let Some((raylet, grant)) = self.lease(&shape).await? else {
                 return Ok(Leased::Withdrawn);
             };
-            let conn = match self.objects.peers.get(&grant.address).await {
+            let conn = match self.leases.worker(&grant.address).await {
                 Ok(conn) => conn,
                 Err(e) => {
                     // The worker died between its grant and this connect
@@ -578,14 +630,15 @@ impl TaskSubmitter {
                     // raylet stops it and grants it to no one else: before
                     // it saw the exit, it would hand the dead worker to
                     // every request waiting, each failing in turn.
-                    let _ = raylet.notify(ReturnLease {
+                    let lease = ReturnLease {
                         lease_id: grant.lease_id,
                         unreachable: true,
-                    });
+                    };
+                    let _ = self.leases.return_lease(&raylet, lease);
                     return Ok(Leased::Unreachable(e));
                 }
             };
-            Ok::<_, Error>(Leased::Worker(LeasedWorker {
+            Ok::<_, Error>(Leased::<L>::Worker(LeasedWorker {
                 lease_id: grant.lease_id,
                 raylet,
                 worker_id: grant.worker_id,
@@ -622,7 +675,7 @@ impl TaskSubmitter {
             // than after `lease_idle_ms`.
             Ok(Leased::Worker(worker)) if queue.tasks.is_empty() => {
                 drop(shapes);
-                worker.give_back();
+                self.give_back(&worker);
             }
             Ok(Leased::Worker(worker)) => {
                 queue.idle.push(worker);
@@ -648,7 +701,7 @@ impl TaskSubmitter {
     /// Pushes a task to a leased worker. The answer is handled on the
     /// connection's reader task, which also sends the shape's next queued
     /// task to the same worker: no task is spawned per call.
-    fn dispatch(self: &Arc<Self>, shape: SchedulingKey, worker: LeasedWorker, task: Submission) {
+    fn dispatch(self: &Arc<Self>, shape: SchedulingKey, worker: LeasedWorker<L>, task: Submission) {
         let this = self.clone();
         let conn = worker.conn.clone();
         let return_id = task.spec.return_id;
@@ -656,7 +709,7 @@ impl TaskSubmitter {
             spec: task.spec.clone(),
         };
         let sent = Instant::now();
-        conn.request_with(request, move |outcome| {
+        self.leases.push_task(&conn, request, move |outcome| {
             this.on_task_reply(shape, worker, task, sent, outcome)
         });
         // Cancelled after it left the queue and before this write: the
@@ -664,7 +717,9 @@ impl TaskSubmitter {
         if self.any_cancelled.load(Ordering::SeqCst) {
             let force = self.cancelled.lock().get(&return_id).map(|c| c.force);
             if let Some(force) = force {
-                let _ = conn.notify(CancelTask { return_id, force });
+                let _ = self
+                    .leases
+                    .cancel_task(&conn, CancelTask { return_id, force });
             }
         }
     }
@@ -672,7 +727,7 @@ impl TaskSubmitter {
     fn on_task_reply(
         self: &Arc<Self>,
         shape: SchedulingKey,
-        worker: LeasedWorker,
+        worker: LeasedWorker<L>,
         task: Submission,
         sent: Instant,
         outcome: Result<ReturnObject, Error>,
@@ -685,11 +740,11 @@ impl TaskSubmitter {
         // task.
         let this = self.clone();
         self.rt.spawn(async move {
-            let known = worker
-                .raylet
-                .request(WorkerExitReason {
-                    worker_id: worker.worker_id,
-                })
+            let request = WorkerExitReason {
+                worker_id: worker.worker_id,
+            };
+            let known = (this.leases)
+                .worker_exit_reason(&worker.raylet, request)
                 .await
                 .ok()
                 .flatten();
@@ -714,7 +769,7 @@ impl TaskSubmitter {
     fn settle_task(
         self: &Arc<Self>,
         shape: SchedulingKey,
-        worker: LeasedWorker,
+        worker: LeasedWorker<L>,
         mut task: Submission,
         sent: Option<Instant>,
         result: Result<ReturnObject, Error>,
@@ -815,7 +870,7 @@ impl TaskSubmitter {
             self.schedule_idle_return(&shape);
         } else {
             drop(shapes);
-            worker.give_back();
+            self.give_back(&worker);
         }
         end(ended);
         self.dispatch_all(&shape, elsewhere);
@@ -828,7 +883,7 @@ impl TaskSubmitter {
     /// requests: the shape's tasks ran out, and a worker granted now would
     /// only sit idle while other clients wait for it.
     fn withdraw_requests(&self, shape: &SchedulingKey) {
-        let _ = self.raylet.notify(CancelLeaseRequests {
+        let _ = self.leases.withdraw_requests(CancelLeaseRequests {
             shape: shape.shape.clone(),
             bundle: shape.bundle,
             env_vars: shape.env_vars.clone(),
@@ -842,7 +897,7 @@ impl TaskSubmitter {
         let shape = shape.clone();
         self.rt.spawn(async move {
             tokio::time::sleep(hold).await;
-            let expired: Vec<LeasedWorker> = {
+            let expired: Vec<LeasedWorker<L>> = {
                 let mut shapes = this.shapes.lock();
                 let Some(queue) = shapes.get_mut(&shape) else {
                     return;
@@ -855,7 +910,7 @@ impl TaskSubmitter {
                 old
             };
             for w in expired {
-                w.give_back();
+                this.give_back(&w);
             }
         });
     }
@@ -865,14 +920,17 @@ impl TaskSubmitter {
         let mut shapes = self.shapes.lock();
         for queue in shapes.values_mut() {
             for w in queue.idle.drain(..) {
-                w.give_back();
+                self.give_back(&w);
             }
         }
     }
 }
 
-impl Resubmit for TaskSubmitter {
+impl<L: LeaseClient> Resubmit for TaskSubmitter<L> {
     fn resubmit(self: Arc<Self>, lineage: Lineage, held: Vec<ObjectId>) {
         self.rebuild(lineage, held);
     }
 }
+
+#[cfg(test)]
+mod tests;
