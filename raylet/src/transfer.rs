@@ -15,8 +15,11 @@
 //!
 //! [`Transfers`] is a component of the node: built with the node's store,
 //! its id and its place in the cluster (the membership, set once the node
-//! joins), and nothing else of the node.
+//! joins), and nothing else of the node. What it decides (one transfer
+//! per object, the chunks, when to try again, who holds copies) is the
+//! plain logic of `transfer/pulls.rs`, unit-tested alone.
 
+pub(crate) mod pulls;
 pub(crate) mod state;
 
 pub(crate) use state::Transfers;
@@ -29,24 +32,17 @@ use prism_protocol::messages::{DeleteObjects, Ownership, Response};
 use prism_protocol::rpc::{self, Endpoint};
 use prism_protocol::tls::Stream;
 use prism_protocol::transfer::{self, ChunkRequest};
+use pulls::{after_failure, AfterFailure, ChunkPlan, Joined};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// Bytes asked for in one request on a bulk stream.
-const CHUNK_BYTES: u64 = 8 << 20;
-/// Bulk streams one pull reads over at once.
-const STREAMS_PER_PULL: u64 = 4;
 /// Idle bulk streams kept open per holder.
 const IDLE_STREAMS_KEPT: usize = 8;
 /// The longest a stream may take to open, or to bring one chunk: a holder
 /// cut off from the network sends no reset, and its pull must not hang.
 const CHUNK_TIMEOUT: Duration = Duration::from_secs(30);
-/// Times a pull is tried when its streams break (an I/O error or a
-/// timeout) while the holder stays alive; a holder that refuses a range,
-/// or one that died, ends it at once.
-const PULL_ATTEMPTS: u32 = 3;
 
 impl Transfers {
     /// Copies object `id` (`size` bytes) from node `holder`'s store into
@@ -63,13 +59,8 @@ impl Transfers {
         if holder == self.node_id.to_string() || self.store.lock().has(id) {
             return reply.send(Response::Ok);
         }
-        {
-            let mut pulls = self.pulls.lock();
-            if let Some(waiting) = pulls.get_mut(&id) {
-                waiting.push(reply);
-                return;
-            }
-            pulls.insert(id, vec![reply]);
+        if self.book.lock().join(id, reply) == Joined::Waits {
+            return;
         }
         let node = self.clone();
         tokio::spawn(async move {
@@ -77,7 +68,7 @@ impl Transfers {
             if let Err(e) = &pulled {
                 tracing::warn!(object = %id, %holder, error = %e, "could not pull an object");
             }
-            let waiting = node.pulls.lock().remove(&id).unwrap_or_default();
+            let waiting = node.book.lock().finish(id);
             for reply in waiting {
                 reply.send(Response::from_result(pulled.clone()));
             }
@@ -117,18 +108,19 @@ impl Transfers {
             .await?;
         let mut attempt = 1;
         let copied = loop {
-            match self.copy_chunks(id, &address, at).await {
-                // The holder answered but cannot serve it: no retry helps.
-                Err(e @ Error::ObjectLost { .. }) => break Err(e),
-                Err(e) if attempt < PULL_ATTEMPTS => {
+            let Err(e) = self.copy_chunks(id, &address, at).await else {
+                break Ok(());
+            };
+            match after_failure(attempt, &e) {
+                AfterFailure::GiveUp => break Err(e),
+                AfterFailure::Again(next) => {
                     tracing::warn!(object = %id, %holder, attempt, error = %e, "a pull broke off; trying again");
-                    attempt += 1;
+                    attempt = next;
                     match address_of_holder() {
                         Ok(a) => address = a,
                         Err(gone) => break Err(gone),
                     }
                 }
-                other => break other,
             }
         };
         match copied {
@@ -151,17 +143,19 @@ impl Transfers {
     }
 
     /// Reads every chunk of object `id` from the raylet at `address` into
-    /// its room `at`, over up to [`STREAMS_PER_PULL`] streams at once.
+    /// its room `at`, over up to [`pulls::STREAMS_PER_PULL`] streams at
+    /// once.
     async fn copy_chunks(
         self: &Arc<Self>,
         id: ObjectId,
         address: &str,
         at: Placement,
     ) -> Result<(), Error> {
-        let chunks = at.size.div_ceil(CHUNK_BYTES);
+        let plan = ChunkPlan::of(at.size);
+        let chunks = plan.chunks;
         let next = Arc::new(AtomicU64::new(0));
         let mut streams = tokio::task::JoinSet::new();
-        for _ in 0..chunks.min(STREAMS_PER_PULL) {
+        for _ in 0..plan.streams {
             let (node, next, address) = (self.clone(), next.clone(), address.to_string());
             streams.spawn(async move {
                 let timed_out = || {
@@ -175,11 +169,9 @@ impl Transfers {
                     .map_err(|_| timed_out())??;
                 loop {
                     let chunk = next.fetch_add(1, Ordering::Relaxed);
-                    if chunk >= chunks {
+                    let Some((offset, len)) = plan.range(chunk) else {
                         break;
-                    }
-                    let offset = chunk * CHUNK_BYTES;
-                    let len = CHUNK_BYTES.min(at.size - offset);
+                    };
                     let read = node.read_chunk(&mut stream, id, at, offset, len);
                     tokio::time::timeout(CHUNK_TIMEOUT, read)
                         .await
@@ -341,11 +333,7 @@ impl Transfers {
         };
         self.store.lock().unpin(id);
         if written.is_ok() && !request.puller.is_empty() {
-            self.copies
-                .lock()
-                .entry(id)
-                .or_default()
-                .insert(request.puller.clone());
+            self.book.lock().copied(id, request.puller.clone());
         }
         if written.is_ok() {
             self.served_bytes.fetch_add(request.len, Ordering::Relaxed);

@@ -3,13 +3,14 @@
 //! and the copies other nodes pulled. What they do is in
 //! `crate::transfer`.
 
+use super::pulls::PullBook;
 use crate::membership::Membership;
 use crate::reply::ReplyTo;
 use crate::store::StoreSide;
 use parking_lot::Mutex;
 use prism_protocol::ids::{NodeId, ObjectId};
 use prism_protocol::tls::Stream;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -22,12 +23,11 @@ pub(crate) struct Transfers {
     pub(super) store: Arc<StoreSide>,
     /// The cluster, once the node joined one: where holders are found.
     pub(super) membership: Arc<OnceLock<Membership>>,
-    /// Pulls under way, with who waits for each.
-    pub(super) pulls: Mutex<HashMap<ObjectId, Vec<ReplyTo>>>,
+    /// Pulls under way, with who waits for each, and the copies other
+    /// nodes pulled of objects held here.
+    pub(super) book: Mutex<PullBook<ReplyTo>>,
     /// Idle bulk streams, per holder's TCP address.
     pub(super) idle: Mutex<HashMap<String, Vec<Stream>>>,
-    /// The nodes that pulled a copy of an object held here.
-    pub(super) copies: Mutex<HashMap<ObjectId, HashSet<String>>>,
     /// Bytes pulled into this store, and served to other nodes.
     pub(super) pulled_bytes: AtomicU64,
     pub(super) served_bytes: AtomicU64,
@@ -45,9 +45,8 @@ impl Transfers {
             node_id,
             store,
             membership,
-            pulls: Mutex::default(),
+            book: Mutex::default(),
             idle: Mutex::default(),
-            copies: Mutex::default(),
             pulled_bytes: AtomicU64::default(),
             served_bytes: AtomicU64::default(),
         }
@@ -56,14 +55,7 @@ impl Transfers {
     /// The nodes that pulled copies of `ids`, forgetting them: each with
     /// the ids it holds.
     pub(crate) fn take_copies(&self, ids: &[ObjectId]) -> HashMap<String, Vec<ObjectId>> {
-        let mut copies = self.copies.lock();
-        let mut by_node: HashMap<String, Vec<ObjectId>> = HashMap::new();
-        for id in ids {
-            for node in copies.remove(id).into_iter().flatten() {
-                by_node.entry(node).or_default().push(*id);
-            }
-        }
-        by_node
+        self.book.lock().take_copies(ids)
     }
 
     /// Bytes this node pulled from others and served to others.
