@@ -279,8 +279,7 @@ impl NodeView {
         }
         // A scheduler whose lock is held for good never gets here: the
         // probe times out, as it should.
-        self.node
-            .control(|c| c.scheduler.resources().total().iter().count());
+        self.node.verbs().resources();
         Ok(())
     }
 
@@ -290,10 +289,10 @@ impl NodeView {
         let node = &self.node;
         let mut dropped = 0;
         let (rows, total) = match kind {
-            "actors" => node.control(|c| c.actors.rows(limit)),
-            "workers" => node.control(|c| c.scheduler.worker_rows(limit)),
+            "actors" => node.verbs().actor_rows(limit),
+            "workers" => node.verbs().worker_rows(limit),
             "placement_groups" => {
-                let all = node.control(|c| c.scheduler.group_rows());
+                let all = node.verbs().group_rows();
                 let total = all.len();
                 (all.into_iter().take(limit).collect(), total)
             }
@@ -400,21 +399,7 @@ impl NodeView {
     /// the object store and the machine.
     pub fn metrics(&self) -> String {
         let node = &self.node;
-        let tables = node.control(|c| {
-            let resources = c.scheduler.resources();
-            let (workers, waiting_leases) = c.scheduler.worker_counts();
-            metrics::Tables {
-                total: resources.total().clone(),
-                available: resources.available(),
-                actors: c.actors.counts(),
-                workers,
-                waiting_leases,
-                running_tasks: Default::default(),
-                pending_tasks: Default::default(),
-                lease_waits: c.scheduler.lease_waits().clone(),
-                gpus: Vec::new(),
-            }
-        });
+        let tables = node.verbs().metric_tables();
         // nvidia-smi runs only where the node offers GPUs.
         let gpus = if tables.total.get("GPU").is_zero() {
             Vec::new()

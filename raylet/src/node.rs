@@ -214,6 +214,11 @@ impl Node {
         })
     }
 
+    /// The scheduler's verbs, for the node's server and views.
+    pub(crate) fn verbs(self: &Arc<Self>) -> Verbs {
+        Verbs(self.clone())
+    }
+
     /// The placement groups placed from here, worked with this node's
     /// scheduler.
     pub(crate) fn groups(self: &Arc<Self>) -> Placer {
@@ -278,7 +283,7 @@ impl Node {
     /// Runs `change` on the control state, carries out what the scheduler
     /// decided, then forks (on blocking threads) and kills outside the
     /// lock.
-    pub(crate) fn control<T>(self: &Arc<Self>, change: impl FnOnce(&mut Control) -> T) -> T {
+    fn control<T>(self: &Arc<Self>, change: impl FnOnce(&mut Control) -> T) -> T {
         let (out, after) = self.control_locked(change);
         for launch in after.launches {
             let node = self.clone();

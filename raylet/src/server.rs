@@ -12,6 +12,7 @@
 use crate::drivers::DriverEntry;
 use crate::membership::MemberNode;
 use crate::node::{Job, Node};
+use crate::placement::LocalGroups;
 use crate::reply::ReplyTo;
 use crate::scheduler::{Grantee, LeaseRequest};
 use bytes::Bytes;
@@ -109,10 +110,7 @@ impl Handler for ClientHandler {
         }
         let holder = self.conn_id;
         self.node.tasks.reporter_gone(holder);
-        self.node.control(|c| {
-            c.lease_holders.remove(&holder);
-            c.scheduler.client_gone(holder)
-        });
+        self.node.verbs().client_gone(holder);
         let role = std::mem::replace(&mut *self.role.lock(), Role::Closed);
         match role {
             Role::Driver(job) => {
@@ -165,7 +163,7 @@ impl ClientHandler {
         let elsewhere = |b: &BundleRef| {
             local
                 && self.node.membership.get().is_some()
-                && self.node.control(|c| c.scheduler.bundle_node(*b)) != Some(None)
+                && self.node.verbs().bundle_node(*b) != Some(None)
         };
         if let Some(b) = bundle.filter(elsewhere) {
             let (node, holder) = (self.node.clone(), self.conn_id);
@@ -184,7 +182,7 @@ impl ClientHandler {
                             may_spill: false,
                             asked_at: std::time::Instant::now(),
                         };
-                        node.control(|c| c.scheduler.request_lease(request));
+                        node.verbs().request_lease(request);
                     }
                     Err(e) => reply.send(Response::Error(e)),
                 }
@@ -216,7 +214,7 @@ impl ClientHandler {
             may_spill,
             asked_at: std::time::Instant::now(),
         };
-        self.node.control(|c| c.scheduler.request_lease(request));
+        self.node.verbs().request_lease(request);
     }
 
     /// A process of another node will lease workers here: answered once
@@ -475,13 +473,8 @@ impl ClientHandler {
         {
             return Ok(ClusterResources { total, available });
         }
-        self.node.control(|c| {
-            let resources = c.scheduler.resources();
-            Ok(ClusterResources {
-                total: resources.total().clone(),
-                available: resources.available(),
-            })
-        })
+        let (total, available) = self.node.verbs().resources();
+        Ok(ClusterResources { total, available })
     }
 }
 
@@ -553,16 +546,15 @@ impl Serve<RegisterWorker> for ClientHandler {
 
 impl Serve<ReturnLease> for ClientHandler {
     fn serve(&self, r: ReturnLease, answer: Answer<ReturnLease>) {
-        (self.node).control(|c| c.scheduler.return_lease(r.lease_id, r.unreachable));
+        (self.node.verbs()).return_lease(r.lease_id, r.unreachable);
         answer.send(Ok(()))
     }
 }
 
 impl Serve<CancelLeaseRequests> for ClientHandler {
     fn serve(&self, r: CancelLeaseRequests, answer: Answer<CancelLeaseRequests>) {
-        let withdrawn = self.node.control(|c| {
-            (c.scheduler).cancel_requests(self.conn_id, &r.shape, r.bundle, &r.env_vars)
-        });
+        let withdrawn =
+            (self.node.verbs()).cancel_requests(self.conn_id, &r.shape, r.bundle, &r.env_vars);
         for reply in withdrawn {
             reply.send(Response::Lease(LeaseReply::Cancelled));
         }
@@ -574,7 +566,7 @@ impl Serve<WorkerBlocked> for ClientHandler {
     fn serve(&self, r: WorkerBlocked, answer: Answer<WorkerBlocked>) {
         if let Role::Worker(_, worker) = *self.role.lock() {
             tracing::debug!(%worker, blocked = r.blocked, "worker blocked state");
-            (self.node).control(|c| c.scheduler.set_blocked(worker, r.blocked));
+            self.node.verbs().set_blocked(worker, r.blocked);
         }
         answer.send(Ok(()))
     }
@@ -706,23 +698,19 @@ impl Serve<RemovePlacementGroup> for ClientHandler {
 
 impl Serve<PrepareBundles> for ClientHandler {
     fn serve(&self, r: PrepareBundles, answer: Answer<PrepareBundles>) {
-        let here = self.node.node_id.to_string();
-        answer
-            .send((self.node).control(|c| c.scheduler.prepare_shard(r.job, r.spec, r.nodes, &here)))
+        answer.send(self.node.verbs().prepare_shard(r.job, r.spec, r.nodes))
     }
 }
 
 impl Serve<CommitBundles> for ClientHandler {
     fn serve(&self, r: CommitBundles, answer: Answer<CommitBundles>) {
-        answer.send(self.node.control(|c| c.scheduler.commit_shard(r.id)))
+        answer.send(self.node.verbs().commit_shard(r.id))
     }
 }
 
 impl Serve<MoveBundles> for ClientHandler {
     fn serve(&self, r: MoveBundles, answer: Answer<MoveBundles>) {
-        let here = self.node.node_id.to_string();
-        answer
-            .send((self.node).control(|c| c.scheduler.move_bundles(r.job, r.spec, r.nodes, &here)))
+        answer.send(self.node.verbs().move_bundles(r.job, r.spec, r.nodes))
     }
 }
 

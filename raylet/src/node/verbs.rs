@@ -5,11 +5,13 @@
 
 use super::{Node, Verbs};
 use crate::detached::LocalResources;
+use crate::metrics::Tables;
 use crate::names::LocalActors;
 use crate::placement::LocalGroups;
 use crate::reply::ReplyTo;
+use crate::scheduler::LeaseRequest;
 use prism_protocol::error::Error;
-use prism_protocol::ids::{ActorId, JobId, PlacementGroupId};
+use prism_protocol::ids::{ActorId, JobId, LeaseId, PlacementGroupId, WorkerId};
 use prism_protocol::messages::{ActorInfo, BundleRef, PlacementGroupSpec};
 use prism_protocol::resources::ResourceSet;
 use std::collections::BTreeSet;
@@ -111,5 +113,89 @@ impl LocalResources for Verbs {
 impl LocalActors for Node {
     fn actor_info(&self, actor: ActorId) -> Option<ActorInfo> {
         Node::actor_info(self, actor)
+    }
+}
+
+/// The scheduler's verbs the node's server and views use: each one lock,
+/// with the scheduler's decisions carried out after it.
+impl Verbs {
+    /// Queues a lease request (granted, spilled or refused by the
+    /// scheduler's decisions).
+    pub(crate) fn request_lease(&self, request: LeaseRequest<ReplyTo>) {
+        self.0.control(|c| c.scheduler.request_lease(request))
+    }
+
+    /// A lease comes back (its worker `unreachable` from its holder).
+    pub(crate) fn return_lease(&self, lease: LeaseId, unreachable: bool) {
+        self.0
+            .control(|c| c.scheduler.return_lease(lease, unreachable))
+    }
+
+    /// Withdraws client `holder`'s queued requests of a shape; returns the
+    /// waiters to answer that their request was withdrawn.
+    pub(crate) fn cancel_requests(
+        &self,
+        holder: u64,
+        shape: &ResourceSet,
+        bundle: Option<BundleRef>,
+        env: &prism_protocol::messages::EnvVars,
+    ) -> Vec<ReplyTo> {
+        self.0
+            .control(|c| c.scheduler.cancel_requests(holder, shape, bundle, env))
+    }
+
+    /// A worker blocks in a `get` (its CPUs lent out) or resumes.
+    pub(crate) fn set_blocked(&self, worker: WorkerId, blocked: bool) {
+        self.0.control(|c| c.scheduler.set_blocked(worker, blocked))
+    }
+
+    /// Client connection `holder` closed: its leases and requests go.
+    pub(crate) fn client_gone(&self, holder: u64) {
+        self.0.control(|c| {
+            c.lease_holders.remove(&holder);
+            c.scheduler.client_gone(holder)
+        })
+    }
+
+    /// This node's resources: in all, and free now.
+    pub(crate) fn resources(&self) -> (ResourceSet, ResourceSet) {
+        self.0.control(|c| {
+            let r = c.scheduler.resources();
+            (r.total().clone(), r.available())
+        })
+    }
+
+    /// Rows of the actor table, at most `limit`, and how many there are.
+    pub(crate) fn actor_rows(&self, limit: usize) -> (Vec<serde_json::Value>, usize) {
+        self.0.control(|c| c.actors.rows(limit))
+    }
+
+    /// Rows of the workers, at most `limit`, and how many there are.
+    pub(crate) fn worker_rows(&self, limit: usize) -> (Vec<serde_json::Value>, usize) {
+        self.0.control(|c| c.scheduler.worker_rows(limit))
+    }
+
+    /// One row per placement group this node holds.
+    pub(crate) fn group_rows(&self) -> Vec<serde_json::Value> {
+        self.0.control(|c| c.scheduler.group_rows())
+    }
+
+    /// The control state's figures for the node's metrics.
+    pub(crate) fn metric_tables(&self) -> Tables {
+        self.0.control(|c| {
+            let resources = c.scheduler.resources();
+            let (workers, waiting_leases) = c.scheduler.worker_counts();
+            Tables {
+                total: resources.total().clone(),
+                available: resources.available(),
+                actors: c.actors.counts(),
+                workers,
+                waiting_leases,
+                running_tasks: Default::default(),
+                pending_tasks: Default::default(),
+                lease_waits: c.scheduler.lease_waits().clone(),
+                gpus: Vec::new(),
+            }
+        })
     }
 }
