@@ -473,3 +473,32 @@ pub(crate) struct SubmitArgs {
     #[arg(last = true)]
     pub(crate) entrypoint: Vec<String>,
 }
+
+/// `prism up`, `down`, `attach` and `get-head-ip`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct LaunchArgs {
+    /// The cluster file (YAML, as Ray's cluster launcher reads).
+    pub(crate) cluster_file: PathBuf,
+}
+
+/// `prism exec`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct LaunchExecArgs {
+    /// The cluster file.
+    pub(crate) cluster_file: PathBuf,
+    /// The command to run on the head, after `--`.
+    #[arg(last = true)]
+    pub(crate) command: Vec<String>,
+}
+
+/// `prism submit`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct LaunchSubmitArgs {
+    /// The cluster file.
+    pub(crate) cluster_file: PathBuf,
+    /// The driver program to copy to the head and run there as a job.
+    pub(crate) program: PathBuf,
+    /// The program's arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub(crate) args: Vec<String>,
+}

@@ -19,6 +19,7 @@ mod dashboard;
 mod discovery;
 mod history;
 mod jobs;
+mod launch;
 mod logs;
 mod metrics;
 mod node;
@@ -27,8 +28,8 @@ mod status;
 mod stop;
 
 use args::{
-    ControlStoreArgs, GetArgs, JobArgs, ListArgs, LogsArgs, MemoryArgs, StackArgs, StartArgs,
-    StatusArgs, StopArgs, SummaryArgs, TimelineArgs,
+    ControlStoreArgs, GetArgs, JobArgs, LaunchArgs, LaunchExecArgs, LaunchSubmitArgs, ListArgs,
+    LogsArgs, MemoryArgs, StackArgs, StartArgs, StatusArgs, StopArgs, SummaryArgs, TimelineArgs,
 };
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -81,6 +82,23 @@ enum Command {
     /// of one: --pid, --actor, --task), taken while they run (Ray's
     /// `ray stack`).
     Stack(StackArgs),
+    /// Bring up a cluster from a cluster file: the head and its workers
+    /// over SSH, with this prism copied to each (Ray's `ray up`). Run
+    /// again, it changes only what differs from the file.
+    Up(LaunchArgs),
+    /// Stop every node of a cluster file's cluster and remove their
+    /// session folders (Ray's `ray down`).
+    Down(LaunchArgs),
+    /// Run a command on a cluster's head, with `prism` on its PATH and
+    /// PRISM_ADDRESS set (Ray's `ray exec`).
+    Exec(LaunchExecArgs),
+    /// Open a shell on a cluster's head (Ray's `ray attach`).
+    Attach(LaunchArgs),
+    /// Copy a driver program to a cluster's head and run it there as a
+    /// job, following its output (Ray's `ray submit`).
+    Submit(LaunchSubmitArgs),
+    /// Print the address of a cluster's head (Ray's `ray get-head-ip`).
+    GetHeadIp(LaunchArgs),
     /// The head's control store, as `prism start --head` runs it.
     #[command(hide = true)]
     GcsServer(ControlStoreArgs),
@@ -101,6 +119,12 @@ fn main() -> ExitCode {
         Command::Timeline(args) => state::timeline(args),
         Command::Stack(args) => state::stack(args),
         Command::GcsServer(args) => control_store::run(args),
+        Command::Up(args) => launch::up(args),
+        Command::Down(args) => launch::down(args),
+        Command::Exec(args) => launch::exec(args),
+        Command::Attach(args) => launch::attach(args),
+        Command::Submit(args) => launch::submit(args),
+        Command::GetHeadIp(args) => launch::get_head_ip(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,599 @@
+//! `prism up`, `down`, `exec`, `attach`, `submit` and `get-head-ip`: a
+//! cluster brought up from a cluster file (Ray's cluster launcher).
+//!
+//! Everything happens over SSH from this machine. On each machine,
+//! `prism up` copies this very `prism` binary (into
+//! `~/.prism/bin/<its build id>/`, once), the file mounts, runs the setup
+//! commands and starts Prism: the head first, then the workers at once,
+//! each given the head's token through a file only its user reads
+//! (`~/.prism/clusters/<name>/token`). A machine whose node runs and whose
+//! fingerprint (binary, commands, mounts) is unchanged is left as it is,
+//! so `prism up` run again changes nothing that is right. A user's driver
+//! needs nothing installed on the workers: they fetch its program from
+//! the driver, as in any cluster. `prism down` stops every node and
+//! removes its session folder and the cluster's folder.
+
+pub(crate) mod cluster_file;
+pub(crate) mod provider;
+pub(crate) mod ssh;
+
+use crate::args::{LaunchArgs, LaunchExecArgs, LaunchSubmitArgs};
+use cluster_file::{shell_quote, Cluster};
+use provider::{NodeProvider, SshProvider, HEAD_TYPE_TAG};
+use ssh::Login;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// How long one step on a machine may take (a binary's upload, setup
+/// commands, a node's start).
+const STEP_LIMIT: Duration = Duration::from_secs(300);
+/// How long `prism up` waits for every node to join the head.
+const JOIN_LIMIT: Duration = Duration::from_secs(60);
+
+/// A cluster file with what acting on it needs.
+struct Launch {
+    cluster: Cluster,
+    login: Login,
+    /// This machine's folder for the cluster (known hosts, the
+    /// provider's state).
+    local_dir: PathBuf,
+    /// This `prism` binary and the folder name of its build.
+    binary: PathBuf,
+    binary_id: String,
+}
+
+impl Launch {
+    fn open(file: &Path) -> Result<Launch, String> {
+        let cluster = Cluster::load(file)?;
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .ok_or("HOME is not set: the launcher keeps each cluster's state under ~/.prism")?;
+        let local_dir = home
+            .join(".prism")
+            .join("clusters")
+            .join(&cluster.file.cluster_name);
+        std::fs::create_dir_all(&local_dir)
+            .map_err(|e| format!("cannot make {}: {e}", local_dir.display()))?;
+        let auth = &cluster.file.auth;
+        let key = auth
+            .ssh_private_key
+            .as_deref()
+            .map(|k| cluster_file::resolve(&cluster.dir, k));
+        if let Some(k) = &key {
+            if !k.is_file() {
+                return Err(format!(
+                    "auth.ssh_private_key {} is not a file here",
+                    k.display()
+                ));
+            }
+        }
+        let login = Login {
+            user: auth.ssh_user.clone(),
+            key,
+            port: auth.ssh_port,
+            known_hosts: local_dir.join("known_hosts"),
+        };
+        let binary = std::env::current_exe()
+            .map_err(|e| format!("cannot find this prism binary to copy to the machines: {e}"))?;
+        let binary_id = prism_protocol::program::Program::of(&binary)
+            .map_err(|e| format!("cannot read {}: {e}", binary.display()))?
+            .folder_name();
+        Ok(Launch {
+            cluster,
+            login,
+            local_dir,
+            binary,
+            binary_id,
+        })
+    }
+
+    fn provider(&self) -> Result<SshProvider, String> {
+        SshProvider::new(
+            self.cluster.head_ip.clone(),
+            self.cluster.file.provider.worker_ips.clone(),
+            self.local_dir.join("nodes.json"),
+        )
+    }
+
+    /// The lines every script on a machine starts with: where the binary
+    /// and the cluster's folder are, the node's and the head's addresses,
+    /// and the session folder `prism` uses there.
+    fn preamble(&self, host: &str) -> String {
+        let ip = if host.parse::<std::net::IpAddr>().is_ok() {
+            host
+        } else {
+            ""
+        };
+        format!(
+            "set -e\n\
+             PRISM_BIN_DIR=\"$HOME/.prism/bin/{id}\"\n\
+             PRISM=\"$PRISM_BIN_DIR/prism\"\n\
+             PRISM_CLUSTER_DIR=\"$HOME/.prism/clusters/{name}\"\n\
+             PRISM_NODE_IP={ip}\n\
+             PRISM_HEAD_ADDRESS={head}\n\
+             PRISM_ADDRESS={head}\n\
+             if [ \"$(id -u)\" = 0 ]; then PRISM_SESSION_DIR=\"${{PRISM_TEMP_DIR:-/tmp/prism}}\"; \
+             else PRISM_SESSION_DIR=\"${{PRISM_TEMP_DIR:-/tmp/prism-$(id -u)}}\"; fi\n\
+             PATH=\"$PRISM_BIN_DIR:$PATH\"\n\
+             export PRISM PRISM_CLUSTER_DIR PRISM_NODE_IP PRISM_HEAD_ADDRESS PRISM_ADDRESS PATH\n",
+            id = self.binary_id,
+            name = self.cluster.file.cluster_name,
+            ip = shell_quote(ip),
+            head = shell_quote(&self.cluster.head_address()),
+        )
+    }
+
+    fn run(
+        &self,
+        host: &str,
+        step: &str,
+        script: &str,
+        input: Option<&mut dyn std::io::Read>,
+    ) -> Result<String, String> {
+        let script = format!("{}{script}", self.preamble(host));
+        self.login
+            .run(host, step, &script, input, STEP_LIMIT)
+            .map(|r| r.stdout)
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Prints a step of `prism up` or `down` with its time.
+fn step<T>(host: &str, what: &str, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    let started = Instant::now();
+    let out = f();
+    let took = started.elapsed().as_secs_f64();
+    match &out {
+        Ok(_) => println!("  {host}: {what} ({took:.2} s)"),
+        Err(_) => println!("  {host}: {what} FAILED ({took:.2} s)"),
+    }
+    out
+}
+
+/// What a machine has of the cluster now.
+struct Probe {
+    binary: bool,
+    fingerprint: String,
+}
+
+impl Launch {
+    fn probe(&self, host: &str) -> Result<Probe, String> {
+        let out = self.run(
+            host,
+            "looking at the machine",
+            "if [ -x \"$PRISM\" ]; then echo binary=yes; else echo binary=no; fi\n\
+             echo \"fingerprint=$(cat \"$PRISM_CLUSTER_DIR/fingerprint\" 2>/dev/null || true)\"\n",
+            None,
+        )?;
+        let value = |key: &str| {
+            out.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .unwrap_or_default()
+                .trim()
+                .to_string()
+        };
+        Ok(Probe {
+            binary: value("binary=") == "yes",
+            fingerprint: value("fingerprint="),
+        })
+    }
+
+    fn upload_binary(&self, host: &str) -> Result<(), String> {
+        let mut file = std::fs::File::open(&self.binary)
+            .map_err(|e| format!("{}: {e}", self.binary.display()))?;
+        self.run(
+            host,
+            "copying prism",
+            "mkdir -p \"$PRISM_BIN_DIR\"\n\
+             cat > \"$PRISM.part\"\n\
+             chmod 755 \"$PRISM.part\"\n\
+             mv \"$PRISM.part\" \"$PRISM\"\n\
+             \"$PRISM\" --version >/dev/null || { echo \"the copied prism does not run on this machine (its system libraries differ from the machine prism up ran on)\" >&2; exit 3; }\n",
+            Some(&mut file),
+        )
+        .map(drop)
+    }
+
+    fn copy_mounts(&self, host: &str) -> Result<(), String> {
+        for (remote, local) in &self.cluster.file.file_mounts {
+            let local = cluster_file::resolve(&self.cluster.dir, local);
+            let target = remote_path(remote);
+            if local.is_dir() {
+                let mut tar = std::process::Command::new("tar")
+                    .arg("-C")
+                    .arg(&local)
+                    .args(["-cf", "-", "."])
+                    .stdout(std::process::Stdio::piped())
+                    .spawn()
+                    .map_err(|e| format!("cannot run tar to copy {}: {e}", local.display()))?;
+                let mut out = tar.stdout.take().ok_or("tar gave no output")?;
+                let copied = self.run(
+                    host,
+                    &format!("copying {}", local.display()),
+                    &format!("mkdir -p {target}\ntar -C {target} -xf -\n"),
+                    Some(&mut out),
+                );
+                let status = tar.wait().map_err(|e| e.to_string())?;
+                copied?;
+                if !status.success() {
+                    return Err(format!("tar could not read {}", local.display()));
+                }
+            } else {
+                let mut file =
+                    std::fs::File::open(&local).map_err(|e| format!("{}: {e}", local.display()))?;
+                self.run(
+                    host,
+                    &format!("copying {}", local.display()),
+                    &format!("mkdir -p \"$(dirname {target})\"\ncat > {target}\n"),
+                    Some(&mut file),
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the setup commands and (re)starts Prism on `host`; `token`
+    /// goes to the machine first (a worker's), and the head's token is
+    /// returned (the head's).
+    fn setup_and_start(
+        &self,
+        host: &str,
+        head: bool,
+        fingerprint: &str,
+        token: Option<&str>,
+    ) -> Result<String, String> {
+        let file = &self.cluster.file;
+        let (role_setup, start) = if head {
+            (&file.head_setup_commands, self.cluster.head_start())
+        } else {
+            (&file.worker_setup_commands, self.cluster.worker_start())
+        };
+        let mut script = String::from(
+            "umask 077\nmkdir -p \"$PRISM_CLUSTER_DIR\"\nrm -f \"$PRISM_CLUSTER_DIR/fingerprint\"\n",
+        );
+        if token.is_some() {
+            script.push_str("cat > \"$PRISM_CLUSTER_DIR/token\"\n");
+        }
+        script.push_str("umask 022\n");
+        for c in file.setup_commands.iter().chain(role_setup) {
+            script.push_str(c);
+            script.push('\n');
+        }
+        script.push_str("\"$PRISM\" stop >/dev/null 2>&1 || true\n");
+        for c in &start {
+            script.push_str(c);
+            script.push_str(" >&2\n");
+        }
+        script.push_str(&format!(
+            "echo {} > \"$PRISM_CLUSTER_DIR/fingerprint\"\n",
+            shell_quote(fingerprint)
+        ));
+        if head {
+            script.push_str("cat \"$PRISM_SESSION_DIR/token\"\n");
+        }
+        let mut input = token.map(|t| std::io::Cursor::new(t.as_bytes().to_vec()));
+        let out = self.run(
+            host,
+            "setting up and starting prism",
+            &script,
+            input.as_mut().map(|i| i as &mut dyn std::io::Read),
+        )?;
+        Ok(out.trim().to_string())
+    }
+
+    /// The head's token, read from its session folder.
+    fn head_token(&self) -> Result<String, String> {
+        self.run(
+            &self.cluster.head_ip,
+            "reading the cluster token",
+            "cat \"$PRISM_SESSION_DIR/token\"\n",
+            None,
+        )
+        .map(|t| t.trim().to_string())
+    }
+
+    /// The hosts the head lists alive (from `prism status` there).
+    fn alive_hosts(&self) -> Result<Vec<String>, String> {
+        let out = self.run(
+            &self.cluster.head_ip,
+            "asking the head for its nodes",
+            "\"$PRISM\" status\n",
+            None,
+        )?;
+        Ok(out
+            .lines()
+            .filter(|l| l.contains(" ALIVE "))
+            .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
+            .collect())
+    }
+
+    /// Brings up one machine: whatever differs from the cluster file.
+    /// Returns whether anything was done, and the head's token (head).
+    fn bring_up(
+        &self,
+        host: &str,
+        head: bool,
+        alive: bool,
+        token: Option<&str>,
+    ) -> Result<(bool, Option<String>), String> {
+        let role = if head { "head" } else { "worker" };
+        let fingerprint = self.cluster.fingerprint(role, &self.binary_id)?;
+        let probe = step(host, "checked", || self.probe(host))?;
+        if alive && probe.binary && probe.fingerprint == fingerprint {
+            println!("  {host}: {role} up to date, left as it is");
+            return Ok((false, None));
+        }
+        if !probe.binary {
+            step(host, "prism copied", || self.upload_binary(host))?;
+        }
+        if !self.cluster.file.file_mounts.is_empty() {
+            step(host, "file mounts copied", || self.copy_mounts(host))?;
+        }
+        let what = format!("setup run, {role} started");
+        let out = step(host, &what, || {
+            self.setup_and_start(host, head, &fingerprint, token)
+        })?;
+        Ok((true, head.then_some(out)))
+    }
+}
+
+/// The path of `remote` for a shell there (`~/x` in the home folder).
+fn remote_path(remote: &str) -> String {
+    match remote.strip_prefix("~/") {
+        Some(rest) => format!("\"$HOME\"/{}", shell_quote(rest)),
+        None => shell_quote(remote),
+    }
+}
+
+/// `prism up CLUSTER_FILE`.
+pub(crate) fn up(args: LaunchArgs) -> Result<ExitCode, String> {
+    let started = Instant::now();
+    let l = Launch::open(&args.cluster_file)?;
+    let c = &l.cluster;
+    println!(
+        "Cluster {}: head {}, {} worker(s)",
+        c.file.cluster_name,
+        c.head_ip,
+        c.initial_workers().len()
+    );
+    let mut provider = l.provider()?;
+    let known: Vec<String> = provider.nodes()?.into_iter().map(|n| n.host).collect();
+    if !known.contains(&c.head_ip) {
+        provider.create_nodes(HEAD_TYPE_TAG, 1)?;
+    }
+    // The head first: whether it runs, from its own status.
+    let head_alive = l.alive_hosts().unwrap_or_default();
+    let head_runs = head_alive.contains(&c.head_ip);
+    let (head_changed, token) = l.bring_up(&c.head_ip, true, head_runs, None)?;
+    let token = match token {
+        Some(t) if !t.is_empty() => t,
+        _ => step(&c.head_ip, "token read", || l.head_token())?,
+    };
+    let alive = if head_changed { Vec::new() } else { head_alive };
+    let wanted = c.initial_workers();
+    let missing: Vec<String> = wanted
+        .iter()
+        .filter(|h| !known.contains(h))
+        .cloned()
+        .collect();
+    if !missing.is_empty() {
+        let made = provider.create_nodes(&c.worker_type, missing.len())?;
+        debug_assert_eq!(made.len(), missing.len());
+    }
+    // The workers at once.
+    let results: Vec<Result<bool, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = wanted
+            .iter()
+            .map(|host| {
+                let (l, token, alive) = (&l, token.as_str(), &alive);
+                s.spawn(move || {
+                    let runs = alive.iter().any(|h| h == host);
+                    l.bring_up(host, false, runs, Some(token)).map(|(c, _)| c)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a worker's bring-up panicked".into()))
+            })
+            .collect()
+    });
+    let mut failed = Vec::new();
+    for (host, r) in wanted.iter().zip(&results) {
+        if let Err(e) = r {
+            failed.push(format!("{host}: {e}"));
+        }
+    }
+    if !failed.is_empty() {
+        return Err(format!(
+            "{} machine(s) could not be brought up:\n  {}\nFix what is named and run `prism up` \
+             again: what is already up is left as it is.",
+            failed.len(),
+            failed.join("\n  ")
+        ));
+    }
+    let changed = head_changed || results.iter().any(|r| matches!(r, Ok(true)));
+    if changed {
+        step(&c.head_ip, "every node joined", || {
+            let deadline = Instant::now() + JOIN_LIMIT;
+            loop {
+                let alive = l.alive_hosts()?;
+                let missing: Vec<&String> = std::iter::once(&c.head_ip)
+                    .chain(&wanted)
+                    .filter(|h| !alive.contains(h))
+                    .collect();
+                if missing.is_empty() {
+                    return Ok(());
+                }
+                if Instant::now() > deadline {
+                    return Err(format!(
+                        "{} did not join the head within {} s; see the node's logs in its \
+                         session folder there (/tmp/prism/logs for root, \
+                         /tmp/prism-<uid>/logs for others)",
+                        missing
+                            .iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        JOIN_LIMIT.as_secs(),
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        })?;
+    }
+    println!(
+        "Cluster {} is up ({:.2} s{}). Its head: {}\n  prism exec {} -- prism status\n  prism submit {} ./my_driver",
+        c.file.cluster_name,
+        started.elapsed().as_secs_f64(),
+        if changed { "" } else { ", nothing to change" },
+        c.head_address(),
+        args.cluster_file.display(),
+        args.cluster_file.display(),
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `prism down CLUSTER_FILE`: stops every node (workers first) and removes
+/// its session folder and the cluster's folder.
+pub(crate) fn down(args: LaunchArgs) -> Result<ExitCode, String> {
+    let l = Launch::open(&args.cluster_file)?;
+    let c = &l.cluster;
+    let mut provider = l.provider()?;
+    let mut hosts: Vec<String> = provider.nodes()?.into_iter().map(|n| n.host).collect();
+    // Machines of the file that this machine has no record of may still
+    // run a node (another machine ran `prism up`): they are stopped too.
+    for h in std::iter::once(&c.head_ip).chain(&c.file.provider.worker_ips) {
+        if !hosts.contains(h) {
+            hosts.push(h.clone());
+        }
+    }
+    let stop = "if [ -x \"$PRISM\" ]; then \"$PRISM\" stop >&2 || true; \
+                elif command -v prism >/dev/null; then prism stop >&2 || true; fi\n\
+                rm -rf \"$PRISM_SESSION_DIR\" \"$PRISM_CLUSTER_DIR\"\n";
+    let (head, workers): (Vec<String>, Vec<String>) =
+        hosts.into_iter().partition(|h| *h == c.head_ip);
+    let results: Vec<(String, Result<(), String>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = workers
+            .iter()
+            .map(|host| {
+                let l = &l;
+                s.spawn(move || {
+                    let r = step(host, "stopped, folders removed", || {
+                        l.run(host, "stopping prism", stop, None).map(drop)
+                    });
+                    (host.clone(), r)
+                })
+            })
+            .collect();
+        handles.into_iter().filter_map(|h| h.join().ok()).collect()
+    });
+    let mut failed = Vec::new();
+    for (host, r) in results.into_iter().chain(head.iter().map(|host| {
+        let r = step(host, "stopped, folders removed", || {
+            l.run(host, "stopping prism", stop, None).map(drop)
+        });
+        (host.clone(), r)
+    })) {
+        match r {
+            Ok(()) => provider.terminate_node(&host)?,
+            Err(e) => failed.push(format!("{host}: {e}")),
+        }
+    }
+    if !failed.is_empty() {
+        return Err(format!(
+            "{} machine(s) could not be stopped (run `prism down` again once they are \
+             reachable):\n  {}",
+            failed.len(),
+            failed.join("\n  ")
+        ));
+    }
+    println!("Cluster {} is down.", c.file.cluster_name);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `prism exec CLUSTER_FILE -- COMMAND...`: runs a command on the head,
+/// with `prism` on its PATH and `PRISM_ADDRESS` naming the head.
+pub(crate) fn exec(args: LaunchExecArgs) -> Result<ExitCode, String> {
+    if args.command.is_empty() {
+        return Err(
+            "give the command to run after --, such as `prism exec cluster.yaml -- prism status`"
+                .into(),
+        );
+    }
+    let l = Launch::open(&args.cluster_file)?;
+    let command: Vec<String> = args.command.iter().map(|a| shell_quote(a)).collect();
+    let script = format!(
+        "{}cd \"$HOME\"\nexec {}\n",
+        l.preamble(&l.cluster.head_ip),
+        command.join(" ")
+    );
+    let e = l.login.hand_over(
+        &l.cluster.head_ip,
+        &format!("sh -c {}", shell_quote(&script)),
+    );
+    Err(format!("cannot run ssh: {e}"))
+}
+
+/// `prism attach CLUSTER_FILE`: a shell on the head.
+pub(crate) fn attach(args: LaunchArgs) -> Result<ExitCode, String> {
+    let l = Launch::open(&args.cluster_file)?;
+    let script = format!(
+        "{}cd \"$HOME\"\nexec \"${{SHELL:-/bin/sh}}\" -l\n",
+        l.preamble(&l.cluster.head_ip)
+    );
+    let e = l.login.hand_over(
+        &l.cluster.head_ip,
+        &format!("sh -c {}", shell_quote(&script)),
+    );
+    Err(format!("cannot run ssh: {e}"))
+}
+
+/// `prism submit CLUSTER_FILE PROGRAM [ARGS...]`: copies the program to
+/// the head and runs it there as a job (`prism job submit`), following
+/// its output.
+pub(crate) fn submit(args: LaunchSubmitArgs) -> Result<ExitCode, String> {
+    let l = Launch::open(&args.cluster_file)?;
+    let name = args
+        .program
+        .file_name()
+        .and_then(|n| n.to_str())
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| format!("{} names no file", args.program.display()))?
+        .to_string();
+    let mut file = std::fs::File::open(&args.program)
+        .map_err(|e| format!("cannot read the program {}: {e}", args.program.display()))?;
+    let head = &l.cluster.head_ip;
+    let remote = format!("\"$PRISM_CLUSTER_DIR/programs/{name}\"");
+    step(head, &format!("{name} copied"), || {
+        l.run(
+            head,
+            "copying the program",
+            &format!(
+                "mkdir -p \"$PRISM_CLUSTER_DIR/programs\"\ncat > {remote}.part\nchmod 755 {remote}.part\nmv {remote}.part {remote}\n"
+            ),
+            Some(&mut file),
+        )
+        .map(drop)
+    })?;
+    let program_args: Vec<String> = args.args.iter().map(|a| shell_quote(a)).collect();
+    let script = format!(
+        "{}cd \"$HOME\"\nexec \"$PRISM\" job submit -- {remote} {}\n",
+        l.preamble(head),
+        program_args.join(" ")
+    );
+    let e = l
+        .login
+        .hand_over(head, &format!("sh -c {}", shell_quote(&script)));
+    Err(format!("cannot run ssh: {e}"))
+}
+
+/// `prism get-head-ip CLUSTER_FILE`.
+pub(crate) fn get_head_ip(args: LaunchArgs) -> Result<ExitCode, String> {
+    let cluster = Cluster::load(&args.cluster_file)?;
+    println!("{}", cluster.head_ip);
+    Ok(ExitCode::SUCCESS)
+}
