@@ -75,8 +75,17 @@ pub(crate) struct TempDir {
 #[derive(Args, Debug, Clone)]
 pub(crate) struct StartArgs {
     /// Start the head node: the cluster's control store and a raylet.
-    #[arg(long, required_unless_present = "address", conflicts_with = "address")]
+    #[arg(
+        long,
+        required_unless_present_any = ["address", "slurm"],
+        conflicts_with = "address"
+    )]
     pub(crate) head: bool,
+    /// Inside a Slurm allocation (under `srun`): the allocation's first
+    /// node starts the head, the others join it, each with the CPUs and
+    /// GPUs Slurm gave it (docs/slurm.md).
+    #[arg(long, conflicts_with_all = ["head", "address", "token", "token_file"])]
+    pub(crate) slurm: bool,
     /// Join the cluster whose head listens at HOST:PORT.
     #[arg(long)]
     pub(crate) address: Option<String>,
@@ -501,4 +510,16 @@ pub(crate) struct LaunchSubmitArgs {
     /// The program's arguments.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub(crate) args: Vec<String>,
+}
+
+/// `prism wait`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct WaitArgs {
+    /// The cluster of this Slurm allocation (started with `prism start
+    /// --slurm`): waits for every node of the allocation.
+    #[arg(long)]
+    pub(crate) slurm: bool,
+    /// Seconds to wait at most.
+    #[arg(long, default_value_t = 300)]
+    pub(crate) timeout: u64,
 }

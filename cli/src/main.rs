@@ -23,6 +23,7 @@ mod launch;
 mod logs;
 mod metrics;
 mod node;
+mod slurm;
 mod state;
 mod status;
 mod stop;
@@ -30,6 +31,7 @@ mod stop;
 use args::{
     ControlStoreArgs, GetArgs, JobArgs, LaunchArgs, LaunchExecArgs, LaunchSubmitArgs, ListArgs,
     LogsArgs, MemoryArgs, StackArgs, StartArgs, StatusArgs, StopArgs, SummaryArgs, TimelineArgs,
+    WaitArgs,
 };
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -99,6 +101,10 @@ enum Command {
     Submit(LaunchSubmitArgs),
     /// Print the address of a cluster's head (Ray's `ray get-head-ip`).
     GetHeadIp(LaunchArgs),
+    /// Wait until every node of a cluster has joined (`--slurm`: of this
+    /// Slurm allocation), then print the shell lines that point a driver
+    /// at it: `eval "$(prism wait --slurm)"`.
+    Wait(WaitArgs),
     /// The head's control store, as `prism start --head` runs it.
     #[command(hide = true)]
     GcsServer(ControlStoreArgs),
@@ -125,6 +131,7 @@ fn main() -> ExitCode {
         Command::Attach(args) => launch::attach(args),
         Command::Submit(args) => launch::submit(args),
         Command::GetHeadIp(args) => launch::get_head_ip(args),
+        Command::Wait(args) => slurm::wait(args),
     };
     match result {
         Ok(code) => code,

@@ -9,7 +9,7 @@ use prism_gcs::{GcsSettings, StateStore, Token};
 use prism_raylet::{ClusterLink, NodeRecord, Raylet};
 use std::net::UdpSocket;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -19,6 +19,84 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 const DASHBOARD_PORT: u16 = 8265;
 
 pub(crate) fn start(mut args: StartArgs) -> Result<ExitCode, String> {
+    // In a Slurm allocation: the head or a joining node, as Slurm's
+    // variables say; the head tells the others where it is.
+    let publish = match args.slurm {
+        true => slurm_roles(&mut args)?,
+        false => None,
+    };
+    if let Some(meet) = publish {
+        let temp = args.temp.temp_dir.clone();
+        let block = args.block;
+        let publisher = std::thread::spawn(move || publish_head(&temp, &meet));
+        if !block {
+            let code = start_now(args)?;
+            publisher
+                .join()
+                .map_err(|_| "publishing the head's address panicked".to_string())??;
+            return Ok(code);
+        }
+        // In the foreground: published once the head runs; a failure to
+        // publish is logged by the thread, as the node keeps running.
+        return start_now(args);
+    }
+    start_now(args)
+}
+
+/// Sets `args` for this node of the Slurm allocation: its role, session
+/// folder, CPUs and GPUs, and (joining) the head's address and token.
+/// Returns the meeting folder for the head to publish in.
+fn slurm_roles(args: &mut StartArgs) -> Result<Option<PathBuf>, String> {
+    let alloc = crate::slurm::Allocation::from_env(|k| std::env::var(k).ok())?;
+    if args.temp.temp_dir == prism_protocol::guard::default_temp_dir() {
+        args.temp.temp_dir = alloc.temp_dir();
+    }
+    args.num_cpus = args.num_cpus.or(alloc.cpus);
+    args.num_gpus = args.num_gpus.or(alloc.gpus);
+    let meet = alloc.meeting_dir();
+    if alloc.node_index == 0 {
+        crate::slurm::make_private_dir(&meet)?;
+        args.head = true;
+        eprintln!(
+            "prism: Slurm job {}: the head runs on {} ({} node(s))",
+            alloc.job_id,
+            alloc.nodes[0],
+            alloc.nodes.len()
+        );
+        return Ok(Some(meet));
+    }
+    let head = crate::slurm::wait_for_file(&meet.join("head"), crate::slurm::MEET_LIMIT)?;
+    args.address = Some(head);
+    args.token_file = Some(meet.join("token"));
+    Ok(None)
+}
+
+/// Once this machine's head runs, writes its token and then its address
+/// into the meeting folder (the address last: the others wait for it).
+fn publish_head(temp: &Path, meet: &Path) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + crate::slurm::MEET_LIMIT;
+    let head = loop {
+        if let Some(r) = NodeRecord::list(temp).into_iter().find(|r| r.is_head) {
+            break r.head;
+        }
+        if std::time::Instant::now() > deadline {
+            let e = format!(
+                "the head did not start within {} s",
+                crate::slurm::MEET_LIMIT.as_secs()
+            );
+            eprintln!("prism: {e}");
+            return Err(e);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let token = std::fs::read_to_string(temp.join("token"))
+        .map_err(|e| format!("the head's token in {}: {e}", temp.display()))?;
+    crate::slurm::write_private(&meet.join("token"), token.trim())?;
+    crate::slurm::write_private(&meet.join("head"), &head)?;
+    Ok(())
+}
+
+fn start_now(mut args: StartArgs) -> Result<ExitCode, String> {
     // Everything that can be checked here is, so a mistake is reported
     // before any process starts.
     args.token = given_token(args.token.as_deref(), args.token_file.as_deref())?;
