@@ -105,6 +105,10 @@ enum Command {
     /// Slurm allocation), then print the shell lines that point a driver
     /// at it: `eval "$(prism wait --slurm)"`.
     Wait(WaitArgs),
+    /// The autoscaler of a cluster file's cluster, as `prism up` runs it
+    /// on the head.
+    #[command(hide = true)]
+    Autoscaler(LaunchArgs),
     /// The head's control store, as `prism start --head` runs it.
     #[command(hide = true)]
     GcsServer(ControlStoreArgs),
@@ -132,6 +136,7 @@ fn main() -> ExitCode {
         Command::Submit(args) => launch::submit(args),
         Command::GetHeadIp(args) => launch::get_head_ip(args),
         Command::Wait(args) => slurm::wait(args),
+        Command::Autoscaler(args) => launch::monitor::run(args),
     };
     match result {
         Ok(code) => code,

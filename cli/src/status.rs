@@ -29,15 +29,28 @@ pub(crate) fn run(args: StatusArgs) -> Result<ExitCode, String> {
     let token = find_token(given.as_deref(), temp)?;
     args.tls.apply(temp, &address)?;
     let rt = runtime()?;
-    let (info, nodes) = rt
+    let (info, nodes, scaler) = rt
         .block_on(async {
             let mut client = GcsClient::connect(&address, &token).await?;
             let info = client.cluster_info().await?;
             let nodes = client.get_nodes().await?;
-            Ok::<_, prism_gcs::GcsError>((info, nodes))
+            let scaler = client
+                .kv_get(crate::launch::monitor::STATUS_KEY.to_string())
+                .await?;
+            Ok::<_, prism_gcs::GcsError>((info, nodes, scaler))
         })
         .map_err(|e| e.to_string())?;
-    let text = render(&address, &info.cluster_id, &nodes);
+    let mut text = render(&address, &info.cluster_id, &nodes);
+    // What the autoscaler of a `prism up` cluster does, and why.
+    if let Some(lines) = scaler
+        .and_then(|raw| serde_json::from_slice::<serde_json::Value>(&raw).ok())
+        .and_then(|v| v["lines"].as_array().cloned())
+    {
+        text.push_str("Autoscaler:\n");
+        for line in lines.iter().filter_map(|l| l.as_str()) {
+            text.push_str(&format!(" {line}\n"));
+        }
+    }
     say!("{}", text.trim_end_matches('\n'));
     Ok(ExitCode::SUCCESS)
 }

@@ -462,3 +462,210 @@ fn prism_up_names_a_refused_key_and_an_unreachable_machine() {
         hosts.others_in(0)
     );
 }
+
+/// The driver of the autoscaling test: three tasks of one CPU each, 20 s
+/// long, on a cluster whose head has one CPU.
+#[test]
+#[ignore = "the driver of the_autoscaler_adds_workers_for_demand_and_stops_them_idle, run on its head"]
+fn launcher_scaling_driver() {
+    if std::env::var_os("PRISM_ADDRESS").is_none() {
+        return;
+    }
+    must(
+        prism::init(prism::Config::default()),
+        "the driver joins the cluster",
+    );
+    let refs: Vec<_> = (0..3)
+        .map(|_| must(busy_host::remote(), "a task is submitted"))
+        .collect();
+    let hosts: std::collections::BTreeSet<String> = refs
+        .iter()
+        .map(|r| must(prism::get(r), "a task runs"))
+        .collect();
+    println!("RAN ON {}", hosts.into_iter().collect::<Vec<_>>().join(","));
+    prism::shutdown();
+}
+
+/// The driver that asks for a GPU no node type has, for a while.
+#[test]
+#[ignore = "the driver of the_autoscaler_adds_workers_for_demand_and_stops_them_idle, run on its head"]
+fn launcher_gpu_driver() {
+    if std::env::var_os("PRISM_ADDRESS").is_none() {
+        return;
+    }
+    must(
+        prism::init(prism::Config::default()),
+        "the driver joins the cluster",
+    );
+    let gpu = prism::TaskOptions::new().num_gpus(1.0);
+    match host_name::remote_with(gpu).and_then(|task| prism::get(&task)) {
+        Ok(host) => println!("RAN ON {host}"),
+        Err(e) => println!("REFUSED: {e}"),
+    }
+    prism::shutdown();
+}
+
+#[prism::remote]
+fn busy_host() -> String {
+    // Long enough for a second worker to come up after the first (each
+    // takes a few seconds here, most of it the binary's copy).
+    std::thread::sleep(Duration::from_secs(20));
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_autoscaler_adds_workers_for_demand_and_stops_them_idle() {
+    let Some(hosts) = SshHosts::new("as") else {
+        return;
+    };
+    let key = hosts.dir.join("id_user").display().to_string();
+    let (w1, w2) = (
+        hosts.net.hosts()[1].ip.clone(),
+        hosts.net.hosts()[2].ip.clone(),
+    );
+    let file = hosts.dir.join("scaling.yaml");
+    must(
+        std::fs::write(
+            &file,
+            format!(
+                "cluster_name: scaling\nmax_workers: 2\nidle_timeout_minutes: 0.1\n\
+                 provider: {{type: ssh, head_ip: {}, worker_ips: [{w1}, {w2}]}}\n\
+                 auth: {{ssh_user: root, ssh_private_key: {key}}}\n\
+                 available_node_types:\n  head: {{resources: {{CPU: 1}}}}\n  \
+                 worker: {{resources: {{CPU: 1}}, min_workers: 0, max_workers: 2}}\n\
+                 head_node_type: head\n",
+                hosts.net.hosts()[0].ip
+            ),
+        ),
+        "the cluster file",
+    );
+    let file_arg = file.display().to_string();
+    let up = hosts.prism(&["up", &file_arg], Duration::from_secs(240));
+    let said = text(&up);
+    assert!(up.status.success(), "prism up: {said}");
+    assert!(said.contains("autoscaler started"), "{said}");
+    assert!(
+        !said.contains("worker started"),
+        "min_workers 0: no worker at first: {said}"
+    );
+    let status = || {
+        let out = hosts.prism(
+            &["exec", &file_arg, "--", "prism", "status"],
+            Duration::from_secs(60),
+        );
+        text(&out)
+    };
+    assert!(
+        status().contains("Nodes: 1 alive"),
+        "only the head at first"
+    );
+
+    // Demand no node can meet is refused at once, and launches nothing.
+    let driver = must(std::env::current_exe(), "the test binary")
+        .display()
+        .to_string();
+    let started = Instant::now();
+    let gpu = hosts.prism(
+        &[
+            "submit",
+            &file_arg,
+            &driver,
+            "--ignored",
+            "--exact",
+            "launcher_gpu_driver",
+            "--nocapture",
+        ],
+        Duration::from_secs(120),
+    );
+    let said = text(&gpu);
+    assert!(
+        said.contains("REFUSED") && said.contains("GPU"),
+        "the GPU task is refused: {said}"
+    );
+    eprintln!(
+        "an infeasible task was refused in {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+    let seen = status();
+    assert!(
+        seen.contains("Nodes: 1 alive"),
+        "nothing is launched for it: {seen}"
+    );
+
+    // Three one-CPU tasks on a one-CPU head: two workers come up and run
+    // two of them.
+    let run = hosts.prism(
+        &[
+            "submit",
+            &file_arg,
+            &driver,
+            "--ignored",
+            "--exact",
+            "launcher_scaling_driver",
+            "--nocapture",
+        ],
+        Duration::from_secs(180),
+    );
+    let ran = text(&run);
+    let log = || {
+        text(&hosts.ssh(
+            &hosts.net.hosts()[0].ip,
+            "cat /tmp/prism/logs/autoscaler.log",
+        ))
+    };
+    assert!(
+        run.status.success(),
+        "the driver must succeed: {ran}\n{}",
+        log()
+    );
+    assert!(
+        ran.contains("RAN ON machine0,machine1,machine2"),
+        "the tasks ran on the head and two new workers: {ran}\n--- the autoscaler's log:\n{}",
+        log()
+    );
+    // Idle for 6 s, the workers are stopped.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut saw_idle = false;
+    loop {
+        let seen = status();
+        saw_idle |= seen.contains("idle for");
+        if seen.contains("Nodes: 1 alive") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "idle workers must be stopped: {seen}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(saw_idle, "prism status showed the idle workers' time");
+    for i in 1..3 {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = hosts.others_in(i);
+            if left.is_empty() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "machine {i} still runs {left:?}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        assert_eq!(
+            hosts.ls(i, "/tmp"),
+            "",
+            "no session folder on stopped machine {i}"
+        );
+    }
+    let down = hosts.prism(&["down", &file_arg], Duration::from_secs(120));
+    assert!(down.status.success(), "prism down: {}", text(&down));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = hosts.others_in(0);
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the head still runs {left:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

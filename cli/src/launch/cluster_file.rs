@@ -111,6 +111,8 @@ pub(crate) struct NodeType {
 #[derive(Debug, Clone)]
 pub(crate) struct Cluster {
     pub(crate) file: ClusterFile,
+    /// The file as written, for the copy the head's autoscaler reads.
+    pub(crate) raw: serde_norway::Value,
     /// Where the file is (local paths in it are relative to its folder).
     pub(crate) dir: PathBuf,
     pub(crate) head_type: String,
@@ -127,11 +129,16 @@ impl Cluster {
             .map_err(|e| format!("cannot read the cluster file {}: {e}", path.display()))?;
         let file: ClusterFile = serde_norway::from_str(&text)
             .map_err(|e| format!("the cluster file {} is not valid: {e}", path.display()))?;
+        let raw = serde_norway::from_str(&text)
+            .map_err(|e| format!("the cluster file {} is not valid: {e}", path.display()))?;
         let dir = path
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("."));
-        Cluster::check(file, dir).map_err(|e| format!("{}: {e}", path.display()))
+        let mut cluster =
+            Cluster::check(file, dir).map_err(|e| format!("{}: {e}", path.display()))?;
+        cluster.raw = raw;
+        Ok(cluster)
     }
 
     /// Fills in the defaults and checks what a run would trip on.
@@ -268,6 +275,7 @@ impl Cluster {
             ));
         }
         Ok(Cluster {
+            raw: serde_norway::Value::Null,
             head_type,
             worker_type,
             head_ip,
@@ -275,6 +283,16 @@ impl Cluster {
             dir,
             file,
         })
+    }
+
+    /// Whether an autoscaler runs for the cluster: a worker type may have
+    /// more nodes than its `min_workers`.
+    pub(crate) fn autoscales(&self) -> bool {
+        self.file
+            .available_node_types
+            .iter()
+            .filter(|(n, _)| **n != self.head_type)
+            .any(|(_, t)| t.max_workers.unwrap_or(self.max_workers) > t.min_workers)
     }
 
     /// The head's address, HOST:PORT.

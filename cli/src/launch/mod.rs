@@ -13,7 +13,9 @@
 //! the driver, as in any cluster. `prism down` stops every node and
 //! removes its session folder and the cluster's folder.
 
+pub(crate) mod autoscaler;
 pub(crate) mod cluster_file;
+pub(crate) mod monitor;
 pub(crate) mod provider;
 pub(crate) mod ssh;
 
@@ -31,7 +33,16 @@ const STEP_LIMIT: Duration = Duration::from_secs(300);
 /// How long `prism up` waits for every node to join the head.
 const JOIN_LIMIT: Duration = Duration::from_secs(60);
 
+/// Stops a machine's node (and, on the head, its autoscaler first) and
+/// removes its session folder and the cluster's folder.
+const STOP_SCRIPT: &str = "if [ -f \"$PRISM_CLUSTER_DIR/autoscaler.pid\" ]; then \
+     kill \"$(cat \"$PRISM_CLUSTER_DIR/autoscaler.pid\")\" 2>/dev/null || true; fi\n\
+     if [ -x \"$PRISM\" ]; then \"$PRISM\" stop >&2 || true; \
+     elif command -v prism >/dev/null; then prism stop >&2 || true; fi\n\
+     rm -rf \"$PRISM_SESSION_DIR\" \"$PRISM_CLUSTER_DIR\"\n";
+
 /// A cluster file with what acting on it needs.
+#[derive(Clone)]
 struct Launch {
     cluster: Cluster,
     login: Login,
@@ -338,6 +349,70 @@ impl Launch {
     }
 }
 
+impl Launch {
+    /// Whether the head's autoscaler runs.
+    fn autoscaler_runs(&self) -> Result<bool, String> {
+        let out = self.run(
+            &self.cluster.head_ip,
+            "looking for the autoscaler",
+            "if [ -f \"$PRISM_CLUSTER_DIR/autoscaler.pid\" ] && \
+             kill -0 \"$(cat \"$PRISM_CLUSTER_DIR/autoscaler.pid\")\" 2>/dev/null; \
+             then echo yes; else echo no; fi\n",
+            None,
+        )?;
+        Ok(out.trim() == "yes")
+    }
+
+    /// Gives the head the cluster file (its key and file mounts pointing
+    /// at the head's copies) and the SSH key, and (re)starts the
+    /// autoscaler there.
+    fn start_autoscaler(&self) -> Result<(), String> {
+        let head = &self.cluster.head_ip;
+        let mut file = self.cluster.raw.clone();
+        if let Some(map) = file.as_mapping_mut() {
+            let auth = map
+                .entry("auth".into())
+                .or_insert_with(|| serde_norway::Value::Mapping(Default::default()));
+            if let Some(auth) = auth.as_mapping_mut() {
+                if self.login.key.is_some() {
+                    auth.insert("ssh_private_key".into(), "ssh_key".into());
+                }
+            }
+            if let Some(mounts) = map.get_mut("file_mounts").and_then(|m| m.as_mapping_mut()) {
+                for (remote, local) in mounts.iter_mut() {
+                    *local = remote.clone();
+                }
+            }
+        }
+        let text = serde_norway::to_string(&file).map_err(|e| e.to_string())?;
+        if let Some(key) = &self.login.key {
+            let mut k = std::fs::File::open(key).map_err(|e| format!("{}: {e}", key.display()))?;
+            self.run(
+                head,
+                "giving the head the SSH key",
+                "umask 077\nmkdir -p \"$PRISM_CLUSTER_DIR\"\ncat > \"$PRISM_CLUSTER_DIR/ssh_key\"\n",
+                Some(&mut k),
+            )?;
+        }
+        let mut f = std::io::Cursor::new(text.into_bytes());
+        self.run(
+            head,
+            "starting the autoscaler",
+            "umask 077\nmkdir -p \"$PRISM_CLUSTER_DIR\"\n\
+             cat > \"$PRISM_CLUSTER_DIR/cluster.yaml\"\n\
+             if [ -f \"$PRISM_CLUSTER_DIR/autoscaler.pid\" ]; then \
+               kill \"$(cat \"$PRISM_CLUSTER_DIR/autoscaler.pid\")\" 2>/dev/null || true; fi\n\
+             mkdir -p \"$PRISM_SESSION_DIR/logs\"\n\
+             cd \"$PRISM_CLUSTER_DIR\"\n\
+             setsid \"$PRISM\" autoscaler \"$PRISM_CLUSTER_DIR/cluster.yaml\" \
+               > \"$PRISM_SESSION_DIR/logs/autoscaler.log\" 2>&1 < /dev/null &\n\
+             echo $! > \"$PRISM_CLUSTER_DIR/autoscaler.pid\"\n",
+            Some(&mut f),
+        )
+        .map(drop)
+    }
+}
+
 /// The path of `remote` for a shell there (`~/x` in the home folder).
 fn remote_path(remote: &str) -> String {
     match remote.strip_prefix("~/") {
@@ -370,6 +445,12 @@ pub(crate) fn up(args: LaunchArgs) -> Result<ExitCode, String> {
         Some(t) if !t.is_empty() => t,
         _ => step(&c.head_ip, "token read", || l.head_token())?,
     };
+    if c.autoscales() {
+        let running = l.autoscaler_runs().unwrap_or(false);
+        if head_changed || !running {
+            step(&c.head_ip, "autoscaler started", || l.start_autoscaler())?;
+        }
+    }
     let alive = if head_changed { Vec::new() } else { head_alive };
     let wanted = c.initial_workers();
     let missing: Vec<String> = wanted
@@ -471,9 +552,15 @@ pub(crate) fn down(args: LaunchArgs) -> Result<ExitCode, String> {
             hosts.push(h.clone());
         }
     }
-    let stop = "if [ -x \"$PRISM\" ]; then \"$PRISM\" stop >&2 || true; \
-                elif command -v prism >/dev/null; then prism stop >&2 || true; fi\n\
-                rm -rf \"$PRISM_SESSION_DIR\" \"$PRISM_CLUSTER_DIR\"\n";
+    let stop = STOP_SCRIPT;
+    // The autoscaler first: it would start workers again.
+    let _ = l.run(
+        &c.head_ip,
+        "stopping the autoscaler",
+        "if [ -f \"$PRISM_CLUSTER_DIR/autoscaler.pid\" ]; then \
+         kill \"$(cat \"$PRISM_CLUSTER_DIR/autoscaler.pid\")\" 2>/dev/null || true; fi\n",
+        None,
+    );
     let (head, workers): (Vec<String>, Vec<String>) =
         hosts.into_iter().partition(|h| *h == c.head_ip);
     let results: Vec<(String, Result<(), String>)> = std::thread::scope(|s| {

@@ -26,6 +26,9 @@ pub(crate) trait NodeProvider {
     fn create_nodes(&mut self, node_type: &str, count: usize) -> Result<Vec<ProviderNode>, String>;
     /// Ends a machine (the launcher has stopped Prism on it first).
     fn terminate_node(&mut self, host: &str) -> Result<(), String>;
+    /// Counts a machine found running a node of the cluster (started by
+    /// another run of the launcher) as one of this provider's.
+    fn adopt(&mut self, host: &str, node_type: &str) -> Result<(), String>;
 }
 
 /// The `ssh` provider: the hosts of the cluster file, handed out in
@@ -114,6 +117,14 @@ impl NodeProvider for SshProvider {
 
     fn terminate_node(&mut self, host: &str) -> Result<(), String> {
         if self.used.remove(host).is_some() {
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    fn adopt(&mut self, host: &str, node_type: &str) -> Result<(), String> {
+        if self.used.get(host).map(String::as_str) != Some(node_type) {
+            self.used.insert(host.to_string(), node_type.to_string());
             self.save()?;
         }
         Ok(())
