@@ -463,8 +463,9 @@ fn prism_up_names_a_refused_key_and_an_unreachable_machine() {
     );
 }
 
-/// The driver of the autoscaling test: three tasks of one CPU each, 20 s
-/// long, on a cluster whose head has one CPU.
+/// The driver of the autoscaling test: a task needing `accel`, which only
+/// the worker type has (no worker runs yet), then three tasks of one CPU
+/// each, 20 s long, on a cluster whose head has one CPU.
 #[test]
 #[ignore = "the driver of the_autoscaler_adds_workers_for_demand_and_stops_them_idle, run on its head"]
 fn launcher_scaling_driver() {
@@ -474,6 +475,14 @@ fn launcher_scaling_driver() {
     must(
         prism::init(prism::Config::default()),
         "the driver joins the cluster",
+    );
+    let accel = prism::TaskOptions::new().resource("accel", 1.0);
+    let asked = Instant::now();
+    let first = must(host_name::remote_with(accel), "an accel task is submitted");
+    let host = must(prism::get(&first), "the accel task runs");
+    println!(
+        "ACCEL RAN ON {host}, {:.2} s after it was submitted",
+        asked.elapsed().as_secs_f64()
     );
     let refs: Vec<_> = (0..3)
         .map(|_| must(busy_host::remote(), "a task is submitted"))
@@ -498,10 +507,9 @@ fn launcher_gpu_driver() {
         "the driver joins the cluster",
     );
     let gpu = prism::TaskOptions::new().num_gpus(1.0);
-    match host_name::remote_with(gpu).and_then(|task| prism::get(&task)) {
-        Ok(host) => println!("RAN ON {host}"),
-        Err(e) => println!("REFUSED: {e}"),
-    }
+    let _waits = must(host_name::remote_with(gpu), "a GPU task is submitted");
+    std::thread::sleep(Duration::from_secs(8));
+    println!("ASKED FOR A GPU");
     prism::shutdown();
 }
 
@@ -534,7 +542,7 @@ fn the_autoscaler_adds_workers_for_demand_and_stops_them_idle() {
                  provider: {{type: ssh, head_ip: {}, worker_ips: [{w1}, {w2}]}}\n\
                  auth: {{ssh_user: root, ssh_private_key: {key}}}\n\
                  available_node_types:\n  head: {{resources: {{CPU: 1}}}}\n  \
-                 worker: {{resources: {{CPU: 1}}, min_workers: 0, max_workers: 2}}\n\
+                 worker: {{resources: {{CPU: 1, accel: 1}}, min_workers: 0, max_workers: 2}}\n\
                  head_node_type: head\n",
                 hosts.net.hosts()[0].ip
             ),
@@ -562,13 +570,16 @@ fn the_autoscaler_adds_workers_for_demand_and_stops_them_idle() {
         "only the head at first"
     );
 
-    // Demand no node can meet is refused at once, and launches nothing.
+    // Demand no node type can meet is reported at once, and launches
+    // nothing.
     let driver = must(std::env::current_exe(), "the test binary")
         .display()
         .to_string();
-    let started = Instant::now();
-    let gpu = hosts.prism(
-        &[
+    let gpu = {
+        let (driver, file_arg) = (driver.clone(), file_arg.clone());
+        let home = hosts.dir.join("home").display().to_string();
+        let mut c = hosts.net.command(LAPTOP, PRISM);
+        c.args([
             "submit",
             &file_arg,
             &driver,
@@ -576,23 +587,33 @@ fn the_autoscaler_adds_workers_for_demand_and_stops_them_idle() {
             "--exact",
             "launcher_gpu_driver",
             "--nocapture",
-        ],
-        Duration::from_secs(120),
-    );
-    let said = text(&gpu);
+        ]);
+        std::thread::spawn(move || {
+            run_bounded(c, &[("HOME", home.as_str())], Duration::from_secs(120))
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut reported = false;
+    while Instant::now() < deadline && !gpu.is_finished() {
+        let seen = status();
+        if seen.contains("infeasible: 1 waiting for {CPU: 1, GPU: 1}: no node type has it") {
+            assert!(
+                seen.contains("Nodes: 1 alive"),
+                "nothing is launched for it: {seen}"
+            );
+            reported = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let gpu = must(gpu.join().map_err(|_| "panicked"), "the GPU driver ends");
     assert!(
-        said.contains("REFUSED") && said.contains("GPU"),
-        "the GPU task is refused: {said}"
+        reported,
+        "the infeasible demand must be reported: {}\n--- the driver:\n{}",
+        status(),
+        text(&gpu)
     );
-    eprintln!(
-        "an infeasible task was refused in {:.2} s",
-        started.elapsed().as_secs_f64()
-    );
-    let seen = status();
-    assert!(
-        seen.contains("Nodes: 1 alive"),
-        "nothing is launched for it: {seen}"
-    );
+    assert!(text(&gpu).contains("ASKED FOR A GPU"), "{}", text(&gpu));
 
     // Three one-CPU tasks on a one-CPU head: two workers come up and run
     // two of them.
@@ -621,9 +642,25 @@ fn the_autoscaler_adds_workers_for_demand_and_stops_them_idle() {
         log()
     );
     assert!(
-        ran.contains("RAN ON machine0,machine1,machine2"),
-        "the tasks ran on the head and two new workers: {ran}\n--- the autoscaler's log:\n{}",
+        ran.contains("ACCEL RAN ON machine1") || ran.contains("ACCEL RAN ON machine2"),
+        "a task only the worker type holds started a worker from none: {ran}\n{}",
         log()
+    );
+    for line in ran.lines().filter(|l| l.contains("ACCEL RAN ON")) {
+        eprintln!("{line}");
+    }
+    eprintln!("the autoscaler's log:\n{}", log());
+    // A second worker comes up for the third task (which may still run on
+    // the first worker if it was sent there before the second joined).
+    let launched = log();
+    assert!(
+        launched.contains("launching worker on 10.77.0.2")
+            && launched.contains("launching worker on 10.77.0.3"),
+        "one worker, then a second: {launched}"
+    );
+    assert!(
+        ran.contains("RAN ON machine0,machine1") || ran.contains("RAN ON machine0,machine2"),
+        "the tasks ran on the head and the new workers: {ran}\n{launched}"
     );
     // Idle for 6 s, the workers are stopped.
     let deadline = Instant::now() + Duration::from_secs(60);

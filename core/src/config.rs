@@ -62,6 +62,13 @@ prism_config::table! {
     /// are stopped after being idle this long; starting one again costs a
     /// few milliseconds, an idle one a few MiB.
     idle_worker_timeout_ms: u64 = 10_000;
+    /// How long a lease request of a local client that fits no live node
+    /// of a multi-node cluster waits for a node that can hold it to join
+    /// (reported meanwhile as demand, which an autoscaler answers with a
+    /// new node) before it fails as infeasible. 0 (the default) fails it
+    /// at once, as a cluster that cannot grow should; `prism up` sets 10
+    /// minutes on the nodes of a cluster its autoscaler may grow.
+    infeasible_wait_ms: u64 = 0;
     /// How long `init` waits for the raylet and the first workers.
     startup_timeout_ms: u64 = 30_000;
     /// Lease requests a driver keeps in flight per resource shape. 16:
@@ -353,6 +360,7 @@ impl Config {
                 None => (cpus * 4).max(8),
             },
             idle_worker_timeout: Duration::from_millis(self.idle_worker_timeout_ms),
+            infeasible_wait: Duration::from_millis(self.infeasible_wait_ms),
             idle_worker_reap_period: Duration::from_millis(self.idle_worker_reap_period_ms),
             worker_start_attempts: self.worker_start_attempts,
             removed_placement_groups_kept: self.removed_placement_groups_kept,

@@ -26,6 +26,9 @@ pub struct RayletConfig {
     pub max_workers_per_job: usize,
     /// Idle workers beyond `prestart_workers` are stopped after this long.
     pub idle_worker_timeout: std::time::Duration,
+    /// How long a local lease request that fits no live node waits for one
+    /// that can hold it to join (0: it fails at once).
+    pub infeasible_wait: std::time::Duration,
     /// How often idle workers are looked for.
     pub idle_worker_reap_period: std::time::Duration,
     /// Worker processes that may fail to start in a row before the

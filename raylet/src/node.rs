@@ -277,6 +277,7 @@ impl Node {
             store_path: self.store.segment.path().to_path_buf(),
             store_capacity: self.config.object_store_bytes,
             session_dir: self.config.session_dir.clone(),
+            infeasible_waits: !self.config.infeasible_wait.is_zero(),
         }
     }
 
@@ -968,6 +969,7 @@ fn actor_lease(spec: &ActorSpec) -> LeaseRequest<ReplyTo> {
     LeaseRequest {
         may_spill: false,
         asked_at: std::time::Instant::now(),
+        wait_for_node_until: None,
         shape: spec.options.resources.clone(),
         job: spec.job,
         env: spec.options.env_vars.clone(),

@@ -181,6 +181,7 @@ impl ClientHandler {
                             grantee: Grantee::Client { holder, reply },
                             may_spill: false,
                             asked_at: std::time::Instant::now(),
+                            wait_for_node_until: None,
                         };
                         node.verbs().request_lease(request);
                     }
@@ -189,11 +190,22 @@ impl ClientHandler {
             });
             return;
         }
+        let mut wait_for_node_until = None;
         if local && bundle.is_none() {
             match self.node.place(&shape, strategy) {
                 Ok(None) => {}
                 Ok(Some((raylet, node_id))) => {
                     return reply.send(Response::Lease(LeaseReply::Spillback { raylet, node_id }))
+                }
+                // No live node holds it; in a cluster that may grow, it
+                // waits for one (as demand the autoscaler sees).
+                Err(Error::Infeasible { .. })
+                    if !self.node.config.infeasible_wait.is_zero()
+                        && self.node.membership.get().is_some()
+                        && !matches!(strategy, SchedulingStrategy::NodeAffinity { .. }) =>
+                {
+                    wait_for_node_until =
+                        Some(std::time::Instant::now() + self.node.config.infeasible_wait);
                 }
                 Err(e) => return reply.send(Response::Error(e)),
             }
@@ -213,6 +225,7 @@ impl ClientHandler {
             },
             may_spill,
             asked_at: std::time::Instant::now(),
+            wait_for_node_until,
         };
         self.node.verbs().request_lease(request);
     }

@@ -351,11 +351,23 @@ impl Cluster {
         flags.join(" ")
     }
 
+    /// The environment a node starts with: in a cluster the autoscaler
+    /// may grow, work that fits no live node waits for one (as demand the
+    /// autoscaler sees) instead of failing at once.
+    fn start_env(&self) -> &'static str {
+        if self.autoscales() {
+            "PRISM_INFEASIBLE_WAIT_MS=${PRISM_INFEASIBLE_WAIT_MS:-600000} "
+        } else {
+            ""
+        }
+    }
+
     /// The commands that start Prism on the head.
     pub(crate) fn head_start(&self) -> Vec<String> {
         self.file.head_start_commands.clone().unwrap_or_else(|| {
             vec![format!(
-                "\"$PRISM\" start --head --port {HEAD_PORT} --node-ip-address \"$PRISM_NODE_IP\" {}",
+                "{}\"$PRISM\" start --head --port {HEAD_PORT} --node-ip-address \"$PRISM_NODE_IP\" {}",
+                self.start_env(),
                 self.resource_flags(&self.head_type)
             )]
         })
@@ -365,8 +377,9 @@ impl Cluster {
     pub(crate) fn worker_start(&self) -> Vec<String> {
         self.file.worker_start_commands.clone().unwrap_or_else(|| {
             vec![format!(
-                "\"$PRISM\" start --address \"$PRISM_HEAD_ADDRESS\" --node-ip-address \
+                "{}\"$PRISM\" start --address \"$PRISM_HEAD_ADDRESS\" --node-ip-address \
                  \"$PRISM_NODE_IP\" --token-file \"$PRISM_CLUSTER_DIR/token\" {}",
+                self.start_env(),
                 self.resource_flags(&self.worker_type)
             )]
         })

@@ -1,6 +1,6 @@
 //! The autoscaler at work: `prism autoscaler CLUSTER_FILE`, which `prism
 //! up` starts on the head when a worker type may grow
-//! (`max_workers` above `min_workers`). Once a second it reads the
+//! (`max_workers` above `min_workers`). Every [`PERIOD`] it reads the
 //! cluster from the head (its nodes' resources and waiting demand; the
 //! actors and objects on each node from the state API), asks
 //! [`Autoscaler::decide`](super::autoscaler::Autoscaler::decide), starts
@@ -21,8 +21,9 @@ use std::time::{Duration, Instant};
 
 /// The head's key-value entry `prism status` reads.
 pub(crate) const STATUS_KEY: &str = "prism:autoscaler:status";
-/// How often the autoscaler looks.
-const PERIOD: Duration = Duration::from_secs(1);
+/// How often the autoscaler looks: a node list from the head is a few
+/// hundred bytes per node, and a launch waits for this at most.
+const PERIOD: Duration = Duration::from_millis(250);
 /// How long the head may be unreachable before the autoscaler ends.
 const HEAD_GONE: Duration = Duration::from_secs(30);
 
@@ -118,6 +119,7 @@ pub(crate) fn run(args: LaunchArgs) -> Result<ExitCode, String> {
     provider.adopt(&l.cluster.head_ip, HEAD_TYPE_TAG)?;
     let mut unreachable_since: Option<Instant> = None;
     let mut adopted = false;
+    let mut last_report: Vec<String> = Vec::new();
     println!(
         "autoscaler of cluster {}: worker types {:?}, idle timeout {} s",
         l.cluster.file.cluster_name,
@@ -150,11 +152,21 @@ pub(crate) fn run(args: LaunchArgs) -> Result<ExitCode, String> {
                 continue;
             }
         };
-        let kept = rt.block_on(kept_hosts(&state));
         let alive: Vec<_> = nodes
             .iter()
             .filter(|n| n.state == NodeState::Alive as i32)
             .collect();
+        // The state API (every node asked for its actors and objects) only
+        // when a worker could be idle: no demand anywhere, and one holds
+        // no lease.
+        let may_idle = alive.iter().all(|n| n.demands.is_empty())
+            && alive
+                .iter()
+                .any(|n| !n.is_head && shape(&n.total) == shape(&n.available));
+        let kept = match may_idle {
+            true => rt.block_on(kept_hosts(&state)),
+            false => Some(Vec::new()),
+        };
         let mut seen = Observation::default();
         let mut waiting: BTreeMap<Vec<(String, u64)>, (Shape, u64)> = BTreeMap::new();
         for n in &alive {
@@ -224,7 +236,7 @@ pub(crate) fn run(args: LaunchArgs) -> Result<ExitCode, String> {
             }
         }
         let mut lines = scaler.report().to_vec();
-        if kept.is_none() {
+        if may_idle && kept.is_none() {
             lines.push(
                 "scale-down waits: the head's state API (its dashboard) does not answer, so \
                  no node is known to be free of actors and objects"
@@ -234,8 +246,16 @@ pub(crate) fn run(args: LaunchArgs) -> Result<ExitCode, String> {
         if lines.is_empty() {
             lines.push("nothing to do".into());
         }
-        let value = serde_json::json!({"lines": lines}).to_string().into_bytes();
-        let _ = rt.block_on(gcs.kv_put(STATUS_KEY.to_string(), value, true));
+        // Written when it changes (the head keeps its table on disk).
+        if lines != last_report {
+            let value = serde_json::json!({"lines": lines}).to_string().into_bytes();
+            if rt
+                .block_on(gcs.kv_put(STATUS_KEY.to_string(), value, true))
+                .is_ok()
+            {
+                last_report = lines;
+            }
+        }
         std::thread::sleep(PERIOD);
     }
 }

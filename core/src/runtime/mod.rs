@@ -127,6 +127,9 @@ pub(crate) struct CoreWorker {
     pub(crate) task_runs: Arc<task_runs::TaskRuns>,
     /// The cluster's total resources, for feasibility checks.
     pub(crate) cluster_total: Mutex<ResourceSet>,
+    /// The node holds requests no live node can run until one can (see
+    /// [`CoreWorker::check_feasible`]).
+    pub(crate) infeasible_waits: std::sync::atomic::AtomicBool,
     listeners: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
@@ -139,8 +142,17 @@ impl CoreWorker {
         block_on(&self.rt, fut)
     }
 
-    /// Fails at once if no node could ever run `shape`.
+    /// Fails at once if no node could ever run `shape`; in a cluster that
+    /// may grow (its node said so as this process registered), the raylet
+    /// holds such a request until a node that can run it joins, so it is
+    /// not refused here.
     pub(crate) fn check_feasible(&self, shape: &ResourceSet) -> Result<()> {
+        if self
+            .infeasible_waits
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Ok(());
+        }
         let total = self.cluster_total.lock();
         if !total.contains(shape) {
             return Err(Error::Infeasible {

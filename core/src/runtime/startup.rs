@@ -234,6 +234,7 @@ pub(crate) async fn start_driver(
             submission_id: std::env::var("PRISM_JOB_SUBMISSION_ID").ok(),
         })
         .await?;
+    let infeasible_waits = registration.infeasible_waits;
     let core = build(Startup {
         role: Role::Driver,
         address,
@@ -248,6 +249,8 @@ pub(crate) async fn start_driver(
         raylet: conn,
         handler,
     })?;
+    core.infeasible_waits
+        .store(infeasible_waits, std::sync::atomic::Ordering::Relaxed);
     fetch_cluster_total(&core).await?;
     Ok((core, raylet))
 }
@@ -537,6 +540,7 @@ fn build(s: Startup) -> Result<Arc<CoreWorker>> {
         task_counts,
         task_runs,
         cluster_total: Mutex::new(ResourceSet::new()),
+        infeasible_waits: Default::default(),
         listeners: Mutex::new(listeners),
     }))
 }

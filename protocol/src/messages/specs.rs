@@ -458,6 +458,11 @@ pub struct Registration {
     pub store_capacity: u64,
     /// The session directory (logs, sockets).
     pub session_dir: PathBuf,
+    /// Whether a request no live node holds waits at the node for one
+    /// that can (a cluster an autoscaler may grow), rather than failing:
+    /// then the registering process does not refuse it itself.
+    #[serde(default)]
+    pub infeasible_waits: bool,
 }
 
 /// How a task attempt ended, as its owner counts it.

@@ -112,6 +112,11 @@ pub(crate) struct LeaseRequest<R> {
     pub(crate) may_spill: bool,
     /// When it was asked for (its wait is counted when it is granted).
     pub(crate) asked_at: std::time::Instant,
+    /// Set for a local client's request that fits no live node of the
+    /// cluster, in a cluster that may grow: it waits (reported as demand)
+    /// until a node that can hold it joins and it is sent there, or until
+    /// this time, when it fails as infeasible.
+    pub(crate) wait_for_node_until: Option<std::time::Instant>,
 }
 
 #[derive(Debug)]
@@ -338,6 +343,11 @@ impl<R> Scheduler<R> {
     /// Queues a lease request; one that could never be granted is refused
     /// at once (a [`Decision::Refused`]).
     pub(crate) fn request_lease(&mut self, request: LeaseRequest<R>) {
+        if request.wait_for_node_until.is_some() {
+            // It waits for another node; it is never granted here.
+            self.pending.push_back(request);
+            return;
+        }
         if let Err(error) = self.check_feasible(&request.shape, request.bundle) {
             self.out.push(Decision::Refused {
                 grantee: request.grantee,
@@ -358,7 +368,25 @@ impl<R> Scheduler<R> {
     ) -> Vec<(R, T)> {
         let mut out = Vec::new();
         let mut kept = VecDeque::with_capacity(self.pending.len());
+        let now = Instant::now();
         for request in self.pending.drain(..) {
+            if let Some(until) = request.wait_for_node_until {
+                if now >= until {
+                    let error = self
+                        .resources
+                        .check_feasible(&request.shape)
+                        .err()
+                        .unwrap_or_else(|| Error::Infeasible {
+                            shape: request.shape.to_string(),
+                            total: self.resources.total().to_string(),
+                        });
+                    self.out.push(Decision::Refused {
+                        grantee: request.grantee,
+                        error,
+                    });
+                    continue;
+                }
+            }
             let movable = request.may_spill
                 && request.bundle.is_none()
                 && !self.resources.available().contains(&request.shape);
@@ -430,6 +458,11 @@ impl<R> Scheduler<R> {
         while let Some(request) = self.pending.pop_front() {
             if !self.jobs.contains_key(&request.job) {
                 continue; // its driver is gone
+            }
+            if request.wait_for_node_until.is_some() {
+                // Waits for another node (see `take_spillable`).
+                still_pending.push_back(request);
+                continue;
             }
             let (allocation, bundle) = match self.allocate(&request.shape, request.bundle) {
                 Ok(Some(taken)) => taken,

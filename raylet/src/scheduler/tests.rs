@@ -37,6 +37,7 @@ fn lease(job: JobId, reply: u32, shape: ResourceSet) -> LeaseRequest<u32> {
     LeaseRequest {
         may_spill: false,
         asked_at: std::time::Instant::now(),
+        wait_for_node_until: None,
         shape,
         job,
         env: Default::default(),
@@ -249,6 +250,46 @@ fn waiting_requests_that_may_spill_are_handed_out_and_the_rest_stay() {
     s.return_lease(lease_id, false);
     let granted: Vec<u32> = round(&mut s).granted.iter().map(|g| g.0).collect();
     assert_eq!(granted, vec![3]);
+}
+
+#[test]
+fn a_request_no_node_holds_waits_for_one_as_demand_then_fails_in_time() {
+    let mut s = scheduler(1.0, 0.0, 1, 8);
+    let job = job_with_workers(&mut s);
+    let now = std::time::Instant::now();
+    // Two GPU requests that wait for a node that has one, the second
+    // only briefly; and a CPU one granted here meanwhile.
+    for (reply, wait) in [(1, 60), (2, 0)] {
+        let mut request = lease(job, reply, shape(0.0, 1.0));
+        request.may_spill = true;
+        request.wait_for_node_until = Some(now + Duration::from_secs(wait));
+        s.request_lease(request);
+    }
+    s.request_lease(lease(job, 3, shape(1.0, 0.0)));
+    let r = round(&mut s);
+    assert_eq!(r.granted.iter().map(|g| g.0).collect::<Vec<_>>(), vec![3]);
+    assert!(r.refused.is_empty(), "they wait: {:?}", r.refused);
+    assert_eq!(
+        s.demands(),
+        vec![(shape(0.0, 1.0), 2)],
+        "reported as demand while they wait"
+    );
+    // No node has a GPU yet: the first keeps waiting, the second's time
+    // is up and it fails as infeasible.
+    let moved = s.take_spillable(|_| None::<&str>);
+    assert!(moved.is_empty());
+    let r = round(&mut s);
+    assert_eq!(r.refused.len(), 1);
+    assert_eq!(r.refused[0].0, 2);
+    assert!(
+        matches!(r.refused[0].1, Error::Infeasible { .. }),
+        "{:?}",
+        r.refused[0].1
+    );
+    // A node with a GPU joins: the first goes there.
+    let moved = s.take_spillable(|shape| (shape.get("GPU").units() > 0).then_some("gpu-node"));
+    assert_eq!(moved, vec![(1, "gpu-node")]);
+    assert!(s.demands().is_empty());
 }
 
 #[test]
@@ -618,6 +659,7 @@ fn in_bundle(job: JobId, reply: u32, shape: ResourceSet, g: PlacementGroupId) ->
     LeaseRequest {
         may_spill: false,
         asked_at: std::time::Instant::now(),
+        wait_for_node_until: None,
         bundle: Some(BundleRef {
             group: g,
             index: None,
@@ -728,6 +770,7 @@ fn an_actor_lease_is_not_bound_by_the_job_limit_and_dies_with_its_worker() {
     s.request_lease(LeaseRequest {
         may_spill: false,
         asked_at: std::time::Instant::now(),
+        wait_for_node_until: None,
         shape: shape(1.0, 0.0),
         job,
         env: Default::default(),
@@ -761,6 +804,7 @@ fn actor_lease(job: JobId, actor: ActorId) -> LeaseRequest<u32> {
     LeaseRequest {
         may_spill: false,
         asked_at: std::time::Instant::now(),
+        wait_for_node_until: None,
         shape: shape(0.0, 0.0),
         job,
         env: Default::default(),
