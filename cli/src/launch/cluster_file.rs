@@ -247,6 +247,15 @@ impl Cluster {
         }
         let hosts = file.provider.worker_ips.len() as u32;
         let max_workers = file.max_workers.unwrap_or(hosts);
+        for (name, t) in &file.available_node_types {
+            let grows = t.max_workers.unwrap_or(max_workers) > t.min_workers;
+            if *name != head_type && grows && t.resources.is_empty() {
+                return Err(format!(
+                    "node type {name} may grow past its min_workers: give its resources \
+                     (such as {{CPU: 4}}), which the autoscaler packs waiting work onto"
+                ));
+            }
+        }
         let min: u32 = file
             .available_node_types
             .iter()
@@ -506,6 +515,7 @@ mod tests {
             ("cluster_name: a\nprovider: {type: ssh, head_ip: h}\nfile_mounts: {/x: /no/such/file}\n", "does not exist"),
             ("cluster_name: a\nprovider: {type: ssh, head_ip: h}\nmin_workerz: 1\n", "unknown field"),
             ("cluster_name: a\nprovider: {type: ssh, head_ip: h}\navailable_node_types: {head: {resources: {CPU: -1}}}\n", "zero or more"),
+            ("cluster_name: a\nprovider: {type: ssh, head_ip: h, worker_ips: [w]}\navailable_node_types: {head: {}, w: {max_workers: 1}}\n", "give its resources"),
         ];
         for (text, want) in cases {
             let e = parse(text).expect_err(text);
