@@ -108,6 +108,35 @@ impl Network {
         c
     }
 
+    /// The processes in host `i`'s namespace, with their names
+    /// (`/proc/<pid>/comm`).
+    pub fn processes(&self, i: usize) -> Vec<(i32, String)> {
+        let Ok(out) = Command::new("ip")
+            .args(["netns", "pids", &self.hosts[i].ns])
+            .output()
+        else {
+            return Vec::new();
+        };
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .filter_map(|pid| {
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+                Some((pid.parse().ok()?, comm.trim().to_string()))
+            })
+            .collect()
+    }
+
+    /// Kills (SIGKILL) every process left in the hosts' namespaces: what a
+    /// failed test left running there.
+    pub fn kill_all(&self) {
+        for i in 0..self.hosts.len() {
+            for (pid, _) in self.processes(i) {
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+
     /// Takes host `i`'s link down: nothing reaches it, nothing leaves it.
     pub fn cut(&self, i: usize) -> Result<(), String> {
         ip(&[

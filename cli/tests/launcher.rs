@@ -194,19 +194,11 @@ impl SshHosts {
 
     /// The processes left in host `i`'s namespace, but its sshd's.
     fn others_in(&self, i: usize) -> Vec<String> {
-        let out = must(
-            Command::new("ip")
-                .args(["netns", "pids", &self.net.hosts()[i].ns])
-                .output(),
-            "ip netns pids",
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .filter_map(|pid| {
-                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-                let comm = comm.trim().to_string();
-                (comm != "sshd").then(|| format!("{pid} {comm}"))
-            })
+        self.net
+            .processes(i)
+            .into_iter()
+            .filter(|(_, comm)| comm != "sshd")
+            .map(|(pid, comm)| format!("{pid} {comm}"))
             .collect()
     }
 
@@ -226,16 +218,7 @@ impl SshHosts {
 impl Drop for SshHosts {
     fn drop(&mut self) {
         // Whatever a failed test left running, by pid, in each namespace.
-        for h in self.net.hosts() {
-            if let Ok(out) = Command::new("ip").args(["netns", "pids", &h.ns]).output() {
-                for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-                    if let Ok(pid) = pid.parse::<i32>() {
-                        // SAFETY: kill has no memory-safety preconditions.
-                        unsafe { libc::kill(pid, libc::SIGKILL) };
-                    }
-                }
-            }
-        }
+        self.net.kill_all();
         for c in &mut self.sshd {
             let _ = c.kill();
             let _ = c.wait();

@@ -192,35 +192,18 @@ impl Slurm {
 
     /// The processes left in compute host `i`'s namespace but Slurm's own.
     fn prism_left_on(&self, i: usize) -> Vec<String> {
-        let out = must(
-            Command::new("ip")
-                .args(["netns", "pids", &self.net.hosts()[i].ns])
-                .output(),
-            "ip netns pids",
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .filter_map(|pid| {
-                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-                let comm = comm.trim().to_string();
-                (!matches!(comm.as_str(), "slurmd" | "slurmstepd")).then(|| format!("{pid} {comm}"))
-            })
+        self.net
+            .processes(i)
+            .into_iter()
+            .filter(|(_, comm)| !matches!(comm.as_str(), "slurmd" | "slurmstepd"))
+            .map(|(pid, comm)| format!("{pid} {comm}"))
             .collect()
     }
 }
 
 impl Drop for Slurm {
     fn drop(&mut self) {
-        for h in self.net.hosts() {
-            if let Ok(out) = Command::new("ip").args(["netns", "pids", &h.ns]).output() {
-                for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-                    if let Ok(pid) = pid.parse::<i32>() {
-                        // SAFETY: kill has no memory-safety preconditions.
-                        unsafe { libc::kill(pid, libc::SIGKILL) };
-                    }
-                }
-            }
-        }
+        self.net.kill_all();
         for c in &mut self.daemons {
             let _ = c.kill();
             let _ = c.wait();
