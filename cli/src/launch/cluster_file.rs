@@ -111,8 +111,6 @@ pub(crate) struct NodeType {
 #[derive(Debug, Clone)]
 pub(crate) struct Cluster {
     pub(crate) file: ClusterFile,
-    /// The file as written, for the copy the head's autoscaler reads.
-    pub(crate) raw: serde_norway::Value,
     /// Where the file is (local paths in it are relative to its folder).
     pub(crate) dir: PathBuf,
     pub(crate) head_type: String,
@@ -129,16 +127,11 @@ impl Cluster {
             .map_err(|e| format!("cannot read the cluster file {}: {e}", path.display()))?;
         let file: ClusterFile = serde_norway::from_str(&text)
             .map_err(|e| format!("the cluster file {} is not valid: {e}", path.display()))?;
-        let raw = serde_norway::from_str(&text)
-            .map_err(|e| format!("the cluster file {} is not valid: {e}", path.display()))?;
         let dir = path
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("."));
-        let mut cluster =
-            Cluster::check(file, dir).map_err(|e| format!("{}: {e}", path.display()))?;
-        cluster.raw = raw;
-        Ok(cluster)
+        Cluster::check(file, dir).map_err(|e| format!("{}: {e}", path.display()))
     }
 
     /// Fills in the defaults and checks what a run would trip on.
@@ -284,7 +277,6 @@ impl Cluster {
             ));
         }
         Ok(Cluster {
-            raw: serde_norway::Value::Null,
             head_type,
             worker_type,
             head_ip,

@@ -45,6 +45,8 @@ const STOP_SCRIPT: &str = "if [ -f \"$PRISM_CLUSTER_DIR/autoscaler.pid\" ]; then
 #[derive(Clone)]
 struct Launch {
     cluster: Cluster,
+    /// The cluster file, as given.
+    file: PathBuf,
     login: Login,
     /// This machine's folder for the cluster (known hosts, the
     /// provider's state).
@@ -92,6 +94,7 @@ impl Launch {
             .folder_name();
         Ok(Launch {
             cluster,
+            file: file.to_path_buf(),
             login,
             local_dir,
             binary,
@@ -368,7 +371,12 @@ impl Launch {
     /// autoscaler there.
     fn start_autoscaler(&self) -> Result<(), String> {
         let head = &self.cluster.head_ip;
-        let mut file = self.cluster.raw.clone();
+        // The file as written (its fields and comments beyond what this
+        // launcher reads), with the head's paths put in.
+        let text = std::fs::read_to_string(&self.file)
+            .map_err(|e| format!("{}: {e}", self.file.display()))?;
+        let mut file: serde_norway::Value =
+            serde_norway::from_str(&text).map_err(|e| format!("{}: {e}", self.file.display()))?;
         if let Some(map) = file.as_mapping_mut() {
             let auth = map
                 .entry("auth".into())

@@ -34,19 +34,14 @@ fn shape(resources: &[Resource]) -> Shape {
         .collect()
 }
 
-/// The worker types' limits from the cluster file.
-fn policy(l: &Launch) -> Result<Policy, String> {
+/// The worker types' limits from the cluster file (which `Cluster::check`
+/// made sure give their resources).
+fn policy(l: &Launch) -> Policy {
     let c = &l.cluster;
     let mut types = Vec::new();
     for (name, t) in &c.file.available_node_types {
         if *name == c.head_type {
             continue;
-        }
-        if t.resources.is_empty() {
-            return Err(format!(
-                "node type {name}: give its resources (such as {{CPU: 4}}): the autoscaler \
-                 packs waiting demand onto them"
-            ));
         }
         types.push(TypeLimits {
             name: name.clone(),
@@ -55,14 +50,14 @@ fn policy(l: &Launch) -> Result<Policy, String> {
             max_workers: t.max_workers.unwrap_or(c.max_workers),
         });
     }
-    Ok(Policy {
+    Policy {
         types,
         head: Shape::new(),
         max_workers: c.max_workers,
         idle_timeout: Duration::from_secs_f64(c.file.idle_timeout_minutes * 60.0),
         launch_timeout: Duration::from_secs(300),
         upscaling_speed: 1.0,
-    })
+    }
 }
 
 /// The hosts running something the state API says keeps them: a live
@@ -95,7 +90,7 @@ async fn kept_hosts(state: &Option<prism_state::StateClient>) -> Option<Vec<Stri
 pub(crate) fn run(args: LaunchArgs) -> Result<ExitCode, String> {
     let l = Launch::open(&args.cluster_file)?;
     let mut provider = l.provider()?;
-    let mut scaler = Autoscaler::new(policy(&l)?);
+    let mut scaler = Autoscaler::new(policy(&l));
     let temp = prism_protocol::guard::default_temp_dir();
     let temp = std::env::var_os("PRISM_TEMP_DIR")
         .map(std::path::PathBuf::from)
