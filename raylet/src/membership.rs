@@ -40,7 +40,20 @@ pub(crate) trait MemberNode: Send + Sync + 'static {
     /// Takes out the waiting requests that may go to another node and for
     /// which `place` finds one (its raylet and id), and sends each on there.
     fn spill_waiting(self: &Arc<Self>, place: impl FnMut(&ResourceSet) -> Option<(String, String)>);
+    /// Whether work that fits no live node waits for one to join (a
+    /// cluster an autoscaler grows): then waiting demand is told to the
+    /// head at once and every [`QUICK_BEAT`] while it waits, and a joined
+    /// node is seen as soon.
+    fn waits_for_nodes(&self) -> bool;
 }
+
+/// How often a node beats while demand waits in a cluster that grows.
+pub(crate) const QUICK_BEAT: Duration = Duration::from_millis(50);
+/// How long after waiting demand takes a new shape a node keeps beating
+/// every [`QUICK_BEAT`]: long enough for a node launched for it to join,
+/// short enough that a cluster busy with the same work for long beats at
+/// its period.
+const QUICK_WINDOW: Duration = Duration::from_secs(30);
 
 /// How a raylet joins a cluster.
 #[derive(Debug, Clone)]
@@ -79,6 +92,8 @@ pub(crate) struct Membership {
     is_head: bool,
     lost: watch::Receiver<Option<String>>,
     beating: tokio::task::JoinHandle<()>,
+    /// Wakes the heartbeat task before its period.
+    nudge: Arc<tokio::sync::Notify>,
 }
 
 impl Membership {
@@ -110,7 +125,14 @@ impl Membership {
         let reply = client.register_node(info).await.map_err(Error::from)?;
         let period = Duration::from_millis(reply.heartbeat_period_ms.max(10));
         let (tell, lost) = watch::channel(None);
-        let beating = tokio::spawn(beat(Arc::downgrade(node), client.clone(), period, tell));
+        let nudge = Arc::new(tokio::sync::Notify::new());
+        let beating = tokio::spawn(beat(
+            Arc::downgrade(node),
+            client.clone(),
+            period,
+            tell,
+            nudge.clone(),
+        ));
         tracing::info!(head = %link.head, cluster = %reply.cluster_id, "joined the cluster");
         Ok(Membership {
             node_id: node.node_id().to_string(),
@@ -123,7 +145,14 @@ impl Membership {
             is_head: link.is_head,
             lost,
             beating,
+            nudge,
         })
+    }
+
+    /// Asks for a heartbeat now (at most one per [`QUICK_BEAT`]): demand
+    /// arrived that the head's autoscaler should see.
+    pub(crate) fn nudge(&self) {
+        self.nudge.notify_one();
     }
 
     /// This node's id and address.
@@ -473,17 +502,42 @@ async fn beat<N: MemberNode>(
     mut client: GcsClient,
     period: Duration,
     tell: watch::Sender<Option<String>>,
+    nudge: Arc<tokio::sync::Notify>,
 ) {
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut unreachable = false;
+    let mut first = true;
+    let mut quick = false;
+    // The shapes of the demand last told, and when they changed.
+    let mut told: Vec<ResourceSet> = Vec::new();
+    let mut changed_at = tokio::time::Instant::now();
     loop {
-        tick.tick().await;
+        if !first {
+            // Beats are QUICK_BEAT apart at least; while demand waits in a
+            // cluster that grows, that often; else every period, or
+            // sooner when nudged.
+            let started = tokio::time::Instant::now();
+            tokio::time::sleep(QUICK_BEAT.min(period)).await;
+            if !quick {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(started + period) => {}
+                    _ = nudge.notified() => {}
+                }
+            }
+        }
+        first = false;
         let Some(node) = node_ref.upgrade() else {
             return;
         };
         let id = node.node_id().to_string();
         let (available, demands) = node.load();
+        if node.waits_for_nodes() {
+            let shapes: Vec<ResourceSet> = demands.iter().map(|(s, _)| s.clone()).collect();
+            if shapes != told {
+                told = shapes;
+                changed_at = tokio::time::Instant::now();
+            }
+            quick = !told.is_empty() && changed_at.elapsed() < QUICK_WINDOW;
+        }
         // Until the membership is set (the first beats of a join), the
         // node holds no view and asks for all of it.
         let since = node.membership().map_or((0, 0), |m| m.view.lock().since());

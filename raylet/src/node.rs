@@ -941,6 +941,10 @@ impl MemberNode for Node {
         self.membership.get()
     }
 
+    fn waits_for_nodes(&self) -> bool {
+        !self.config.infeasible_wait.is_zero()
+    }
+
     /// Tells this node's processes, and places again the bundles of the
     /// groups created here that the node held; at the head, takes up the
     /// groups whose home died and creates again the detached actors that

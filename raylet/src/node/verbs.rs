@@ -122,7 +122,14 @@ impl Verbs {
     /// Queues a lease request (granted, spilled or refused by the
     /// scheduler's decisions).
     pub(crate) fn request_lease(&self, request: LeaseRequest<ReplyTo>) {
-        self.0.control(|c| c.scheduler.request_lease(request))
+        self.0.control(|c| c.scheduler.request_lease(request));
+        // In a cluster that grows, the head's autoscaler hears of demand
+        // with the next beat, which this brings forward.
+        if !self.0.config.infeasible_wait.is_zero() {
+            if let Some(m) = self.0.membership.get() {
+                m.nudge();
+            }
+        }
     }
 
     /// A lease comes back (its worker `unreachable` from its holder).
