@@ -18,6 +18,7 @@
 #![warn(missing_docs, missing_debug_implementations)]
 
 mod actors;
+mod awaiting;
 mod config;
 mod detached;
 mod drivers;

@@ -150,6 +150,8 @@ pub(crate) struct Node {
     pub(crate) tasks: crate::task_table::TaskTable,
     /// The machine's CPU use between scrapes.
     pub(crate) cpu: crate::metrics::CpuSampler,
+    /// Actors waiting for a node that can hold them to join.
+    pub(crate) awaiting: crate::awaiting::Awaiting,
 }
 
 impl Node {
@@ -211,6 +213,7 @@ impl Node {
             task_totals: crate::metrics::TaskTotals::default(),
             tasks: crate::task_table::TaskTable::new(task_events_kept),
             cpu: Default::default(),
+            awaiting: Default::default(),
         })
     }
 
@@ -934,7 +937,10 @@ impl MemberNode for Node {
     }
 
     fn load(self: &Arc<Self>) -> (ResourceSet, Vec<(ResourceSet, u64)>) {
-        self.control(|c| (c.scheduler.resources().available(), c.scheduler.demands()))
+        let (available, mut demands) =
+            self.control(|c| (c.scheduler.resources().available(), c.scheduler.demands()));
+        self.awaiting.add_to(&mut demands);
+        (available, demands)
     }
 
     fn membership(&self) -> Option<&Membership> {

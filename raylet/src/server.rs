@@ -429,7 +429,9 @@ impl ClientHandler {
         let cluster = self.node.membership.get().is_some();
         let bundle = spec.options.placement.filter(|_| local && cluster);
         let named = cluster && spec.options.name.is_some();
-        if bundle.is_none() && !named {
+        // In a cluster that may grow, an actor no live node holds waits.
+        let may_wait = cluster && !self.node.config.infeasible_wait.is_zero();
+        if bundle.is_none() && !named && !may_wait {
             return answer.send(self.node.accept_actor(job, spec, lessee));
         }
         let node = self.node.clone();
@@ -824,7 +826,7 @@ async fn accept_named_actor(
 ) -> Result<ActorPlacement> {
     let (name, namespace) = (spec.options.name.clone(), spec.options.namespace.clone());
     let actor_id = spec.actor_id;
-    let placed = node.accept_actor(job, spec, lessee)?;
+    let placed = accept_actor_waiting(node, job, spec, lessee).await?;
     match (placed, name) {
         (ActorPlacement::Accepted, Some(name)) if node.membership.get().is_some() => {
             let claimed = (node.names)
@@ -837,6 +839,48 @@ async fn accept_named_actor(
             Ok(ActorPlacement::Accepted)
         }
         (placed, _) => Ok(placed),
+    }
+}
+
+/// Accepts an actor here or sends it on. In a cluster that may grow
+/// (`infeasible_wait_ms`), an actor of this node's own clients whose shape
+/// no live node holds waits, counted as this node's demand (which the
+/// head's autoscaler sees), until a node that holds it joins or the wait
+/// is over; then it fails as infeasible.
+async fn accept_actor_waiting(
+    node: &Arc<Node>,
+    job: JobId,
+    spec: ActorSpec,
+    lessee: Option<Connection>,
+) -> Result<ActorPlacement> {
+    let may_wait = lessee.is_none()
+        && spec.options.placement.is_none()
+        && node.membership.get().is_some()
+        && !node.config.infeasible_wait.is_zero()
+        && !matches!(
+            spec.options.strategy,
+            SchedulingStrategy::NodeAffinity { .. }
+        );
+    if !may_wait {
+        return node.accept_actor(job, spec, lessee);
+    }
+    let until = std::time::Instant::now() + node.config.infeasible_wait;
+    let mut waiting = None;
+    loop {
+        match node.accept_actor(job, spec.clone(), None) {
+            Err(Error::Infeasible { .. }) if std::time::Instant::now() < until => {
+                if waiting.is_none() {
+                    waiting = Some(node.awaiting.enter(spec.options.resources.clone()));
+                    if let Some(m) = node.membership.get() {
+                        m.nudge();
+                    }
+                }
+                // A joined node shows in the view with the next heartbeat,
+                // which comes this often while demand waits.
+                tokio::time::sleep(crate::membership::QUICK_BEAT).await;
+            }
+            placed => return placed,
+        }
     }
 }
 
