@@ -9,6 +9,8 @@
 //! missing (`.ci/run` installs OpenSSH).
 
 mod common;
+#[path = "launcher/podman.rs"]
+mod podman;
 
 use common::{run_bounded, text, PRISM};
 use prism_tests::must;
@@ -461,10 +463,15 @@ fn launcher_scaling_driver() {
     );
     let accel = prism::TaskOptions::new().resource("accel", 1.0);
     let asked = Instant::now();
-    let first = must(host_name::remote_with(accel), "an accel task is submitted");
-    let host = must(prism::get(&first), "the accel task runs");
+    let asked_at = prism_protocol::clock::unix_ms();
+    let first = must(
+        host_and_start::remote_with(accel),
+        "an accel task is submitted",
+    );
+    let (host, started_at) = must(prism::get(&first), "the accel task runs");
     println!(
-        "ACCEL RAN ON {host}, {:.2} s after it was submitted",
+        "ACCEL RAN ON {host}, {:.2} s after it was submitted (submitted at {asked_at} ms, \
+         started at {started_at} ms, since 1970)",
         asked.elapsed().as_secs_f64()
     );
     let refs: Vec<_> = (0..3)
@@ -475,6 +482,48 @@ fn launcher_scaling_driver() {
         .map(|r| must(prism::get(r), "a task runs"))
         .collect();
     println!("RAN ON {}", hosts.into_iter().collect::<Vec<_>>().join(","));
+    prism::shutdown();
+}
+
+/// Says the host name of the machine it runs on.
+#[prism::actor]
+pub struct Host {}
+
+#[prism::actor]
+impl Host {
+    fn new() -> Self {
+        Host {}
+    }
+
+    fn name(&self) -> String {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_default()
+    }
+}
+
+/// The driver of the podman provider's test: an actor needing `accel`,
+/// which no live node has, waits for a worker the autoscaler starts.
+#[test]
+#[ignore = "the driver of the_podman_provider_scales_containers_with_demand, run on its head"]
+fn launcher_actor_driver() {
+    if std::env::var_os("PRISM_ADDRESS").is_none() {
+        return;
+    }
+    must(
+        prism::init(prism::Config::default()),
+        "the driver joins the cluster",
+    );
+    let asked = Instant::now();
+    let host = must(
+        Host::remote_with(prism::ActorOptions::new().resource("accel", 1.0)),
+        "the actor is created once a node holds it",
+    );
+    let name = must(prism::get(&must(host.name(), "asked")), "it answers");
+    println!(
+        "ACTOR RAN ON {name}, {:.2} s after it was asked for",
+        asked.elapsed().as_secs_f64()
+    );
     prism::shutdown();
 }
 
@@ -494,6 +543,16 @@ fn launcher_gpu_driver() {
     std::thread::sleep(Duration::from_secs(8));
     println!("ASKED FOR A GPU");
     prism::shutdown();
+}
+
+/// The task's machine and when it started (ms since 1970).
+#[prism::remote]
+fn host_and_start() -> (String, u64) {
+    let at = prism_protocol::clock::unix_ms();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    (host, at)
 }
 
 #[prism::remote]

@@ -4,7 +4,8 @@
 #   /usr/local/bin/prism             the release binary, stripped
 #   /usr/local/bin/prism-entrypoint  starts a head or a worker node (see below)
 #   the shared libraries prism links (found with ldd here, same paths)
-#   /bin/busybox + applet links      /bin/sh for job entrypoints, probes
+#   /bin/busybox + applet links      /bin/sh and tools for job entrypoints,
+#                                    probes and `prism up`'s podman provider
 #   /etc/passwd, /etc/group          user `prism` (1000:1000), home /home/prism
 #   /tmp (1777), /home/prism         writable; the image runs as USER 1000
 #
@@ -111,11 +112,14 @@ done
 # glibc reads this for host names; without it, it guesses (dns before files).
 printf 'passwd: files\ngroup: files\nhosts: files dns\n' >"$root/etc/nsswitch.conf"
 
-# busybox as /bin/sh, and a few applets.
+# busybox as /bin/sh, and the applets job entrypoints, probes and the
+# cluster launcher's podman provider (`prism up`) use.
 cp "$busybox_bin" "$root/bin/busybox"
 chmod 0755 "$root/bin/busybox"
 applets=$("$busybox_bin" --list)
-for applet in sh wget cat ls sleep kill ps env id hostname nslookup grep head tail; do
+for applet in sh wget cat ls sleep kill ps env id hostname nslookup grep head tail \
+    mkdir ln rm mv cp chmod tar dirname basename setsid sed tr date touch wc uname \
+    printf echo test true false sort cut find xargs mktemp du df; do
     if printf '%s\n' "$applets" | grep -qx "$applet"; then
         ln -sf busybox "$root/bin/$applet"
     fi

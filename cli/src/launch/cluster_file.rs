@@ -62,7 +62,8 @@ fn default_idle_timeout() -> f64 {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ProviderConfig {
-    /// `ssh` (Ray's `local`: a fixed list of machines reached over SSH).
+    /// `ssh` (Ray's `local`: a fixed list of machines reached over SSH)
+    /// or `podman` (containers on this machine).
     #[serde(rename = "type")]
     pub(crate) kind: String,
     /// The head's machine (an address or a host name).
@@ -71,7 +72,32 @@ pub(crate) struct ProviderConfig {
     /// The machines worker nodes may run on.
     #[serde(default)]
     pub(crate) worker_ips: Vec<String>,
+    /// `podman`: the image the containers run (default
+    /// `localhost/prism:dev`, which `deploy/image/build.sh` makes).
+    #[serde(default)]
+    pub(crate) image: Option<String>,
+    /// `podman`: the network the containers share (default
+    /// `prism-<cluster_name>`, made when missing).
+    #[serde(default)]
+    pub(crate) network: Option<String>,
+    /// `podman`: the network's IPv4 range, such as `10.89.7.0/24` (default:
+    /// a /24 in 10.89.0.0/16 chosen from the cluster's name). The head
+    /// takes its second address, workers the ones after.
+    #[serde(default)]
+    pub(crate) subnet: Option<String>,
 }
+
+/// The checked settings of the `podman` provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PodmanConfig {
+    pub(crate) image: String,
+    pub(crate) network: String,
+    /// The range, `A.B.C.D/P`.
+    pub(crate) subnet: String,
+}
+
+/// How many workers a `podman` cluster may have when its file does not say.
+const PODMAN_DEFAULT_MAX_WORKERS: u32 = 2;
 
 /// How the machines are logged into.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -118,6 +144,8 @@ pub(crate) struct Cluster {
     pub(crate) worker_type: String,
     pub(crate) head_ip: String,
     pub(crate) max_workers: u32,
+    /// The `podman` provider's settings (none for `ssh`).
+    pub(crate) podman: Option<PodmanConfig>,
 }
 
 impl Cluster {
@@ -147,16 +175,34 @@ impl Cluster {
                 file.cluster_name
             ));
         }
-        match file.provider.kind.as_str() {
-            "ssh" | "local" => {}
+        let podman = match file.provider.kind.as_str() {
+            "ssh" | "local" => {
+                let p = &file.provider;
+                for (field, given) in [
+                    ("image", p.image.is_some()),
+                    ("network", p.network.is_some()),
+                    ("subnet", p.subnet.is_some()),
+                ] {
+                    if given {
+                        return Err(format!(
+                            "provider.{field} is a setting of the podman provider, not of \
+                             {:?}: remove it",
+                            p.kind
+                        ));
+                    }
+                }
+                None
+            }
+            "podman" => Some(podman_provider(&mut file)?),
             other => {
                 return Err(format!(
                     "provider type {other:?} is not known: this version has `ssh` (Ray's \
-                     `local`: machines reached over SSH); a provider of your own plugs in \
-                     through the `NodeProvider` trait (docs/launcher.md)"
+                     `local`: machines reached over SSH) and `podman` (containers on this \
+                     machine); a provider of your own plugs in through the `NodeProvider` \
+                     trait (docs/launcher.md)"
                 ))
             }
-        }
+        };
         let head_ip = file
             .provider
             .head_ip
@@ -215,7 +261,8 @@ impl Cluster {
             [one] => (*one).clone(),
             _ => {
                 return Err(format!(
-                    "the ssh provider's machines are all alike: give one worker type, not {}",
+                    "the {} provider's machines are all alike: give one worker type, not {}",
+                    file.provider.kind,
                     workers.len()
                 ))
             }
@@ -283,6 +330,7 @@ impl Cluster {
             max_workers,
             dir,
             file,
+            podman,
         })
     }
 
@@ -367,8 +415,15 @@ impl Cluster {
     pub(crate) fn head_start(&self) -> Vec<String> {
         self.file.head_start_commands.clone().unwrap_or_else(|| {
             vec![format!(
-                "{}\"$PRISM\" start --head --port {HEAD_PORT} --node-ip-address \"$PRISM_NODE_IP\" {}",
+                "{}\"$PRISM\" start --head --port {HEAD_PORT} --node-ip-address \"$PRISM_NODE_IP\" {}{}",
                 self.start_env(),
+                // The autoscaler of containers runs outside the head's
+                // container and reads the state API through the network.
+                if self.podman.is_some() {
+                    "--dashboard-host \"$PRISM_NODE_IP\" "
+                } else {
+                    ""
+                },
                 self.resource_flags(&self.head_type)
             )]
         })
@@ -430,6 +485,91 @@ fn hash_tree(path: &Path, h: &mut impl std::hash::Hasher) -> Result<(), String> 
             .hash(h);
     }
     Ok(())
+}
+
+/// Checks the `podman` provider's settings and gives the file the
+/// addresses its containers take: the head the subnet's second, the workers
+/// the next `max_workers` (the first is the network's gateway).
+fn podman_provider(file: &mut ClusterFile) -> Result<PodmanConfig, String> {
+    let p = &mut file.provider;
+    if p.head_ip.is_some() || !p.worker_ips.is_empty() {
+        return Err(
+            "the podman provider gives its containers addresses in provider.subnet: remove \
+             provider.head_ip and provider.worker_ips"
+                .into(),
+        );
+    }
+    let name = &file.cluster_name;
+    let subnet = match &p.subnet {
+        Some(s) => s.trim().to_string(),
+        None => {
+            // FNV-1a: the same range for the same name on every run.
+            let h = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+            });
+            format!("10.89.{}.0/24", 10 + h % 240)
+        }
+    };
+    let (base, prefix) = parse_subnet(&subnet)?;
+    let usable = (1u64 << (32 - prefix)).saturating_sub(4);
+    let max_workers = file.max_workers.unwrap_or(PODMAN_DEFAULT_MAX_WORKERS);
+    if u64::from(max_workers) > usable {
+        return Err(format!(
+            "provider.subnet {subnet} has room for {usable} workers, and max_workers is \
+             {max_workers}: give a wider subnet"
+        ));
+    }
+    file.max_workers = Some(max_workers);
+    let addr = |i: u32| std::net::Ipv4Addr::from(u32::from(base) + i).to_string();
+    p.head_ip = Some(addr(2));
+    p.worker_ips = (0..max_workers).map(|i| addr(3 + i)).collect();
+    let image = p
+        .image
+        .clone()
+        .unwrap_or_else(|| "localhost/prism:dev".into());
+    let network = p.network.clone().unwrap_or_else(|| format!("prism-{name}"));
+    let ok = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.:/@".contains(c))
+    };
+    if !ok(&image) {
+        return Err(format!("provider.image {image:?} is not an image name"));
+    }
+    if !ok(&network) || network.contains(['/', ':', '@']) {
+        return Err(format!(
+            "provider.network {network:?} must be letters, digits, '-', '_' and '.'"
+        ));
+    }
+    Ok(PodmanConfig {
+        image,
+        network,
+        subnet,
+    })
+}
+
+/// `A.B.C.D/P` as its first address and P (16 to 28).
+fn parse_subnet(subnet: &str) -> Result<(std::net::Ipv4Addr, u32), String> {
+    let bad = || {
+        format!(
+            "provider.subnet {subnet:?} is not an IPv4 range: give one such as 10.89.7.0/24 \
+             (a prefix from /16 to /28)"
+        )
+    };
+    let (ip, prefix) = subnet.split_once('/').ok_or_else(bad)?;
+    let ip: std::net::Ipv4Addr = ip.parse().map_err(|_| bad())?;
+    let prefix: u32 = prefix.parse().map_err(|_| bad())?;
+    if !(16..=28).contains(&prefix) {
+        return Err(bad());
+    }
+    let mask = u32::MAX << (32 - prefix);
+    if u32::from(ip) & !mask != 0 {
+        return Err(format!(
+            "provider.subnet {subnet}: the address must be the range's first, {}/{prefix}",
+            std::net::Ipv4Addr::from(u32::from(ip) & mask)
+        ));
+    }
+    Ok((ip, prefix))
 }
 
 fn names(types: &BTreeMap<String, NodeType>) -> String {
@@ -512,6 +652,63 @@ mod tests {
         for (text, want) in cases {
             let e = parse(text).expect_err(text);
             assert!(e.contains(want), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_podman_provider_gives_addresses_in_its_subnet() {
+        let c = parse(
+            "cluster_name: lab\nmax_workers: 3\nprovider: {type: podman, subnet: 10.89.7.0/24}\n\
+             available_node_types: {head: {}, w: {resources: {CPU: 1}, max_workers: 3}}\n",
+        )
+        .expect("reads");
+        assert_eq!(c.head_ip, "10.89.7.2");
+        assert_eq!(
+            c.file.provider.worker_ips,
+            ["10.89.7.3", "10.89.7.4", "10.89.7.5"]
+        );
+        let p = c.podman.as_ref().expect("podman settings");
+        assert_eq!(p.image, "localhost/prism:dev");
+        assert_eq!(p.network, "prism-lab");
+        assert!(c.head_start()[0].contains("--dashboard-host"));
+        // The same name, the same range; another name, most likely another.
+        let a = parse("cluster_name: lab\nprovider: {type: podman}\n").expect("reads");
+        let again = parse("cluster_name: lab\nprovider: {type: podman}\n").expect("reads");
+        assert_eq!(a.head_ip, again.head_ip);
+        assert!(a.head_ip.starts_with("10.89.") && a.head_ip.ends_with(".2"));
+        assert_eq!(a.max_workers, 2);
+        for (text, says) in [
+            (
+                "cluster_name: a\nprovider: {type: podman, head_ip: h}\n",
+                "remove provider.head_ip",
+            ),
+            (
+                "cluster_name: a\nprovider: {type: podman, subnet: 10.89.7.1/24}\n",
+                "range's first",
+            ),
+            (
+                "cluster_name: a\nprovider: {type: podman, subnet: 10.89.7.0/30}\n",
+                "/16 to /28",
+            ),
+            (
+                "cluster_name: a\nprovider: {type: podman, subnet: fe80::/64}\n",
+                "not an IPv4 range",
+            ),
+            (
+                "cluster_name: a\nmax_workers: 20\nprovider: {type: podman, subnet: 10.1.1.0/28}\n",
+                "room for 12",
+            ),
+            (
+                "cluster_name: a\nprovider: {type: ssh, head_ip: h, image: x}\n",
+                "provider.image is a setting of the podman",
+            ),
+            (
+                "cluster_name: a\nprovider: {type: podman, network: 'a/b'}\n",
+                "provider.network",
+            ),
+        ] {
+            let err = parse(text).expect_err(text);
+            assert!(err.contains(says), "{text}: {err}");
         }
     }
 

@@ -16,11 +16,13 @@
 pub(crate) mod autoscaler;
 pub(crate) mod cluster_file;
 pub(crate) mod monitor;
+pub(crate) mod podman;
 pub(crate) mod provider;
 pub(crate) mod ssh;
 
 use crate::args::{LaunchArgs, LaunchExecArgs, LaunchSubmitArgs};
 use cluster_file::{shell_quote, Cluster};
+use podman::{Podman, PodmanProvider};
 use provider::{NodeProvider, SshProvider, HEAD_TYPE_TAG};
 use ssh::Login;
 use std::path::{Path, PathBuf};
@@ -41,13 +43,56 @@ const STOP_SCRIPT: &str = "if [ -f \"$PRISM_CLUSTER_DIR/autoscaler.pid\" ]; then
      elif command -v prism >/dev/null; then prism stop >&2 || true; fi\n\
      rm -rf \"$PRISM_SESSION_DIR\" \"$PRISM_CLUSTER_DIR\"\n";
 
+/// How commands reach the cluster's machines.
+#[derive(Debug, Clone)]
+enum Shell {
+    /// Over SSH.
+    Ssh(Login),
+    /// Through `podman exec` into the node's container.
+    Podman(Podman),
+}
+
+impl Shell {
+    fn run(
+        &self,
+        host: &str,
+        step: &str,
+        script: &str,
+        input: Option<&mut dyn std::io::Read>,
+    ) -> Result<String, String> {
+        match self {
+            Shell::Ssh(login) => login
+                .run(host, step, script, input, STEP_LIMIT)
+                .map(|r| r.stdout)
+                .map_err(|e| e.to_string()),
+            Shell::Podman(p) => p
+                .run(host, step, script, input, STEP_LIMIT)
+                .map(|r| r.stdout),
+        }
+    }
+
+    /// Replaces this process with a session on `host` running `script`
+    /// with `sh`; returns only the reason it could not.
+    fn hand_over(&self, host: &str, script: &str) -> String {
+        match self {
+            Shell::Ssh(login) => {
+                let e = login.hand_over(host, &format!("sh -c {}", shell_quote(script)));
+                format!("cannot run ssh: {e}")
+            }
+            Shell::Podman(p) => format!("cannot run podman: {}", p.hand_over(host, script)),
+        }
+    }
+}
+
 /// A cluster file with what acting on it needs.
 #[derive(Clone)]
 struct Launch {
     cluster: Cluster,
     /// The cluster file, as given.
     file: PathBuf,
-    login: Login,
+    shell: Shell,
+    /// The SSH key of the cluster file, resolved.
+    key: Option<PathBuf>,
     /// This machine's folder for the cluster (known hosts, the
     /// provider's state).
     local_dir: PathBuf,
@@ -81,33 +126,54 @@ impl Launch {
                 ));
             }
         }
-        let login = Login {
-            user: auth.ssh_user.clone(),
-            key,
-            port: auth.ssh_port,
-            known_hosts: local_dir.join("known_hosts"),
-        };
         let binary = std::env::current_exe()
             .map_err(|e| format!("cannot find this prism binary to copy to the machines: {e}"))?;
         let binary_id = prism_protocol::program::Program::of(&binary)
             .map_err(|e| format!("cannot read {}: {e}", binary.display()))?
             .folder_name();
+        let shell = match &cluster.podman {
+            Some(config) => Shell::Podman(Podman::new(
+                &cluster.file.cluster_name,
+                config.clone(),
+                &cluster.head_ip,
+                &cluster.file.provider.worker_ips,
+                binary.clone(),
+                &binary_id,
+            )),
+            None => Shell::Ssh(Login {
+                user: auth.ssh_user.clone(),
+                key: key.clone(),
+                port: auth.ssh_port,
+                known_hosts: local_dir.join("known_hosts"),
+            }),
+        };
         Ok(Launch {
             cluster,
             file: file.to_path_buf(),
-            login,
+            shell,
+            key,
             local_dir,
             binary,
             binary_id,
         })
     }
 
-    fn provider(&self) -> Result<SshProvider, String> {
-        SshProvider::new(
-            self.cluster.head_ip.clone(),
-            self.cluster.file.provider.worker_ips.clone(),
-            self.local_dir.join("nodes.json"),
-        )
+    fn provider(&self) -> Result<Box<dyn NodeProvider>, String> {
+        Ok(match &self.shell {
+            Shell::Podman(p) => Box::new(PodmanProvider::new(p.clone())),
+            Shell::Ssh(_) => Box::new(SshProvider::new(
+                self.cluster.head_ip.clone(),
+                self.cluster.file.provider.worker_ips.clone(),
+                self.local_dir.join("nodes.json"),
+            )?),
+        })
+    }
+
+    /// Whether the nodes are containers of this machine (`podman`): the
+    /// provider makes them, and the autoscaler runs here rather than on
+    /// the head.
+    fn in_containers(&self) -> bool {
+        matches!(self.shell, Shell::Podman(_))
     }
 
     /// The lines every script on a machine starts with: where the binary
@@ -146,10 +212,7 @@ impl Launch {
         input: Option<&mut dyn std::io::Read>,
     ) -> Result<String, String> {
         let script = format!("{}{script}", self.preamble(host));
-        self.login
-            .run(host, step, &script, input, STEP_LIMIT)
-            .map(|r| r.stdout)
-            .map_err(|e| e.to_string())
+        self.shell.run(host, step, &script, input)
     }
 }
 
@@ -353,8 +416,11 @@ impl Launch {
 }
 
 impl Launch {
-    /// Whether the head's autoscaler runs.
+    /// Whether the cluster's autoscaler runs.
     fn autoscaler_runs(&self) -> Result<bool, String> {
+        if self.in_containers() {
+            return Ok(local_autoscaler(&self.local_dir).is_some());
+        }
         let out = self.run(
             &self.cluster.head_ip,
             "looking for the autoscaler",
@@ -370,6 +436,9 @@ impl Launch {
     /// at the head's copies) and the SSH key, and (re)starts the
     /// autoscaler there.
     fn start_autoscaler(&self) -> Result<(), String> {
+        if self.in_containers() {
+            return self.start_local_autoscaler();
+        }
         let head = &self.cluster.head_ip;
         // The file as written (its fields and comments beyond what this
         // launcher reads), with the head's paths put in.
@@ -382,7 +451,7 @@ impl Launch {
                 .entry("auth".into())
                 .or_insert_with(|| serde_norway::Value::Mapping(Default::default()));
             if let Some(auth) = auth.as_mapping_mut() {
-                if self.login.key.is_some() {
+                if self.key.is_some() {
                     auth.insert("ssh_private_key".into(), "ssh_key".into());
                 }
             }
@@ -393,7 +462,7 @@ impl Launch {
             }
         }
         let text = serde_norway::to_string(&file).map_err(|e| e.to_string())?;
-        if let Some(key) = &self.login.key {
+        if let Some(key) = &self.key {
             let mut k = std::fs::File::open(key).map_err(|e| format!("{}: {e}", key.display()))?;
             self.run(
                 head,
@@ -421,6 +490,63 @@ impl Launch {
     }
 }
 
+impl Launch {
+    /// Starts the autoscaler on this machine, in the background, its
+    /// output in the cluster's folder here (`autoscaler.log`).
+    fn start_local_autoscaler(&self) -> Result<(), String> {
+        use std::os::unix::process::CommandExt;
+        stop_local_autoscaler(&self.local_dir);
+        let log_path = self.local_dir.join("autoscaler.log");
+        let log =
+            std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
+        let err = log.try_clone().map_err(|e| e.to_string())?;
+        let file = std::fs::canonicalize(&self.file)
+            .map_err(|e| format!("{}: {e}", self.file.display()))?;
+        let child = std::process::Command::new(&self.binary)
+            .arg("autoscaler")
+            .arg(&file)
+            .stdin(std::process::Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            // Not stopped with the terminal's process group.
+            .process_group(0)
+            .spawn()
+            .map_err(|e| format!("cannot start the autoscaler: {e}"))?;
+        let pid_path = self.local_dir.join("autoscaler.pid");
+        std::fs::write(&pid_path, child.id().to_string())
+            .map_err(|e| format!("{}: {e}", pid_path.display()))
+    }
+}
+
+/// The pid of the autoscaler running on this machine for the cluster whose
+/// folder here is `dir`, if one runs.
+fn local_autoscaler(dir: &Path) -> Option<u32> {
+    let pid: u32 = std::fs::read_to_string(dir.join("autoscaler.pid"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    (args.get(1) == Some(&b"autoscaler".as_slice())).then_some(pid)
+}
+
+/// Stops the autoscaler running on this machine for the cluster whose
+/// folder here is `dir`, waiting up to 5 s for it to end.
+fn stop_local_autoscaler(dir: &Path) {
+    let Some(pid) = local_autoscaler(dir) else {
+        return;
+    };
+    let _ = std::process::Command::new("kill")
+        .arg(pid.to_string())
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while local_autoscaler(dir).is_some() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_file(dir.join("autoscaler.pid"));
+}
+
 /// The path of `remote` for a shell there (`~/x` in the home folder).
 fn remote_path(remote: &str) -> String {
     match remote.strip_prefix("~/") {
@@ -443,7 +569,13 @@ pub(crate) fn up(args: LaunchArgs) -> Result<ExitCode, String> {
     let mut provider = l.provider()?;
     let known: Vec<String> = provider.nodes()?.into_iter().map(|n| n.host).collect();
     if !known.contains(&c.head_ip) {
-        provider.create_nodes(HEAD_TYPE_TAG, 1)?;
+        if l.in_containers() {
+            step(&c.head_ip, "container made", || {
+                provider.create_nodes(HEAD_TYPE_TAG, 1)
+            })?;
+        } else {
+            provider.create_nodes(HEAD_TYPE_TAG, 1)?;
+        }
     }
     // The head first: whether it runs, from its own status.
     let head_alive = l.alive_hosts().unwrap_or_default();
@@ -467,7 +599,14 @@ pub(crate) fn up(args: LaunchArgs) -> Result<ExitCode, String> {
         .cloned()
         .collect();
     if !missing.is_empty() {
-        let made = provider.create_nodes(&c.worker_type, missing.len())?;
+        let what = format!("{} worker container(s) made", missing.len());
+        let made = if l.in_containers() {
+            step(&missing.join(", "), &what, || {
+                provider.create_nodes(&c.worker_type, missing.len())
+            })?
+        } else {
+            provider.create_nodes(&c.worker_type, missing.len())?
+        };
         debug_assert_eq!(made.len(), missing.len());
     }
     // The workers at once.
@@ -555,13 +694,17 @@ pub(crate) fn down(args: LaunchArgs) -> Result<ExitCode, String> {
     let mut hosts: Vec<String> = provider.nodes()?.into_iter().map(|n| n.host).collect();
     // Machines of the file that this machine has no record of may still
     // run a node (another machine ran `prism up`): they are stopped too.
-    for h in std::iter::once(&c.head_ip).chain(&c.file.provider.worker_ips) {
-        if !hosts.contains(h) {
-            hosts.push(h.clone());
+    // (Podman lists every container of the cluster.)
+    if !l.in_containers() {
+        for h in std::iter::once(&c.head_ip).chain(&c.file.provider.worker_ips) {
+            if !hosts.contains(h) {
+                hosts.push(h.clone());
+            }
         }
     }
     let stop = STOP_SCRIPT;
     // The autoscaler first: it would start workers again.
+    stop_local_autoscaler(&l.local_dir);
     let _ = l.run(
         &c.head_ip,
         "stopping the autoscaler",
@@ -606,6 +749,7 @@ pub(crate) fn down(args: LaunchArgs) -> Result<ExitCode, String> {
             failed.join("\n  ")
         ));
     }
+    provider.finish()?;
     println!("Cluster {} is down.", c.file.cluster_name);
     Ok(ExitCode::SUCCESS)
 }
@@ -626,11 +770,7 @@ pub(crate) fn exec(args: LaunchExecArgs) -> Result<ExitCode, String> {
         l.preamble(&l.cluster.head_ip),
         command.join(" ")
     );
-    let e = l.login.hand_over(
-        &l.cluster.head_ip,
-        &format!("sh -c {}", shell_quote(&script)),
-    );
-    Err(format!("cannot run ssh: {e}"))
+    Err(l.shell.hand_over(&l.cluster.head_ip, &script))
 }
 
 /// `prism attach CLUSTER_FILE`: a shell on the head.
@@ -640,11 +780,7 @@ pub(crate) fn attach(args: LaunchArgs) -> Result<ExitCode, String> {
         "{}cd \"$HOME\"\nexec \"${{SHELL:-/bin/sh}}\" -l\n",
         l.preamble(&l.cluster.head_ip)
     );
-    let e = l.login.hand_over(
-        &l.cluster.head_ip,
-        &format!("sh -c {}", shell_quote(&script)),
-    );
-    Err(format!("cannot run ssh: {e}"))
+    Err(l.shell.hand_over(&l.cluster.head_ip, &script))
 }
 
 /// `prism submit CLUSTER_FILE PROGRAM [ARGS...]`: copies the program to
@@ -680,10 +816,7 @@ pub(crate) fn submit(args: LaunchSubmitArgs) -> Result<ExitCode, String> {
         l.preamble(head),
         program_args.join(" ")
     );
-    let e = l
-        .login
-        .hand_over(head, &format!("sh -c {}", shell_quote(&script)));
-    Err(format!("cannot run ssh: {e}"))
+    Err(l.shell.hand_over(head, &script))
 }
 
 /// `prism get-head-ip CLUSTER_FILE`.

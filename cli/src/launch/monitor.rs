@@ -1,16 +1,17 @@
 //! The autoscaler at work: `prism autoscaler CLUSTER_FILE`, which `prism
-//! up` starts on the head when a worker type may grow
+//! up` starts beside the head (on its machine over SSH; on the machine of
+//! the containers with podman) when a worker type may grow
 //! (`max_workers` above `min_workers`). Every [`PERIOD`] it reads the
 //! cluster from the head (its nodes' resources and waiting demand; the
 //! actors and objects on each node from the state API), asks
 //! [`Autoscaler::decide`](super::autoscaler::Autoscaler::decide), starts
-//! and stops worker nodes over SSH as `prism up` and `prism down` do, and
+//! and stops worker nodes (over SSH, or as containers) as `prism up` and `prism down` do, and
 //! writes what it does and why to the head's key-value table, where
 //! `prism status` shows it. It ends when the head has been gone for
 //! [`HEAD_GONE`].
 
 use super::autoscaler::{Autoscaler, Observation, Policy, SeenNode, Shape, TypeLimits};
-use super::provider::{NodeProvider, HEAD_TYPE_TAG};
+use super::provider::HEAD_TYPE_TAG;
 use super::{Launch, STOP_SCRIPT};
 use crate::args::LaunchArgs;
 use prism_gcs::pb::{NodeState, Resource};
@@ -19,11 +20,32 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+/// Prints a line of the autoscaler's log, after the time of day (UTC, to
+/// the millisecond).
+macro_rules! say {
+    ($($arg:tt)*) => {
+        println!("{} {}", time_of_day(), format!($($arg)*))
+    };
+}
+
+/// The time of day now, `HH:MM:SS.mmm` UTC.
+fn time_of_day() -> String {
+    let ms = prism_protocol::clock::unix_ms();
+    let s = ms / 1000 % 86_400;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        s / 3600,
+        s / 60 % 60,
+        s % 60,
+        ms % 1000
+    )
+}
+
 /// The head's key-value entry `prism status` reads.
 pub(crate) const STATUS_KEY: &str = "prism:autoscaler:status";
 /// How often the autoscaler looks: a node list from the head is a few
 /// hundred bytes per node, and a launch waits for this at most.
-const PERIOD: Duration = Duration::from_millis(250);
+const PERIOD: Duration = Duration::from_millis(100);
 /// How long the head may be unreachable before the autoscaler ends.
 const HEAD_GONE: Duration = Duration::from_secs(30);
 
@@ -86,36 +108,93 @@ async fn kept_hosts(state: &Option<prism_state::StateClient>) -> Option<Vec<Stri
     Some(hosts)
 }
 
-/// `prism autoscaler CLUSTER_FILE` (run on the head by `prism up`).
+/// How the autoscaler reaches the head.
+struct HeadLink {
+    /// The control store, `HOST:PORT`.
+    head: String,
+    token: Token,
+    /// The dashboard (the state API), `HOST:PORT`, if the head has one.
+    dashboard: Option<String>,
+}
+
+/// The head's addresses and token: from this machine's records when the
+/// head runs here (SSH clusters run the autoscaler on the head), else from
+/// the head's records, read through the cluster's shell (podman).
+fn head_link(l: &Launch) -> Result<HeadLink, String> {
+    if !l.in_containers() {
+        let temp = std::env::var_os("PRISM_TEMP_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(prism_protocol::guard::default_temp_dir);
+        let record = prism_raylet::NodeRecord::list(&temp)
+            .into_iter()
+            .find(|r| r.is_head)
+            .ok_or_else(|| {
+                format!(
+                    "no head runs on this machine (none recorded in {})",
+                    temp.display()
+                )
+            })?;
+        let token = Token::find(None, &temp).map_err(|e| e.to_string())?;
+        return Ok(HeadLink {
+            head: record.head,
+            token,
+            dashboard: record.dashboard,
+        });
+    }
+    let out = l.run(
+        &l.cluster.head_ip,
+        "reading the head's records",
+        "for f in \"$PRISM_SESSION_DIR\"/nodes/*.json; do [ -f \"$f\" ] && cat \"$f\"; echo; done\n\
+         echo TOKEN; cat \"$PRISM_SESSION_DIR/token\"\n",
+        None,
+    )?;
+    let (records, token) = out
+        .rsplit_once("TOKEN")
+        .ok_or("the head's records gave no token")?;
+    let token = Token::parse(token.trim()).map_err(|e| format!("the head's token: {e}"))?;
+    let record = serde_json::Deserializer::from_str(records)
+        .into_iter::<prism_raylet::NodeRecord>()
+        .filter_map(Result::ok)
+        .find(|r| r.is_head)
+        .ok_or_else(|| format!("no head runs in the container of {}", l.cluster.head_ip))?;
+    Ok(HeadLink {
+        head: record.head,
+        token,
+        dashboard: record.dashboard,
+    })
+}
+
+/// `prism autoscaler CLUSTER_FILE` (run by `prism up`: on the head of an
+/// SSH cluster, on this machine beside the containers of a podman one).
 pub(crate) fn run(args: LaunchArgs) -> Result<ExitCode, String> {
     let l = Launch::open(&args.cluster_file)?;
     let mut provider = l.provider()?;
     let mut scaler = Autoscaler::new(policy(&l));
-    let temp = prism_protocol::guard::default_temp_dir();
-    let temp = std::env::var_os("PRISM_TEMP_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or(temp);
-    let record = prism_raylet::NodeRecord::list(&temp)
-        .into_iter()
-        .find(|r| r.is_head)
-        .ok_or_else(|| {
-            format!(
-                "no head runs on this machine (none recorded in {})",
-                temp.display()
-            )
-        })?;
-    let token = Token::find(None, &temp).map_err(|e| e.to_string())?;
-    let state = record.dashboard.as_ref().and_then(|at| {
+    let HeadLink {
+        head,
+        token,
+        dashboard,
+    } = head_link(&l)?;
+    let state = dashboard.as_ref().and_then(|at| {
         prism_state::StateClient::new(&format!("http://{at}"), Some(token.reveal().to_string()))
             .ok()
     });
     let rt = crate::common::runtime()?;
     let worker_ips = l.cluster.file.provider.worker_ips.clone();
     provider.adopt(&l.cluster.head_ip, HEAD_TYPE_TAG)?;
+    // Workers the provider made and that may not have joined yet (a
+    // `prism up` that just started them) count as launching, not missing.
+    for n in provider.nodes()? {
+        if n.node_type != HEAD_TYPE_TAG && n.host != l.cluster.head_ip {
+            scaler.launched(&n.node_type, std::slice::from_ref(&n.host), Instant::now());
+        }
+    }
     let mut unreachable_since: Option<Instant> = None;
     let mut adopted = false;
     let mut last_report: Vec<String> = Vec::new();
-    println!(
+    // Nodes launched and not yet seen alive, with when they were launched.
+    let mut joining: BTreeMap<String, Instant> = BTreeMap::new();
+    say!(
         "autoscaler of cluster {}: worker types {:?}, idle timeout {} s",
         l.cluster.file.cluster_name,
         l.cluster
@@ -128,7 +207,7 @@ pub(crate) fn run(args: LaunchArgs) -> Result<ExitCode, String> {
     );
     loop {
         let looked = rt.block_on(async {
-            let mut gcs = GcsClient::connect(&record.head, &token).await?;
+            let mut gcs = GcsClient::connect(&head, &token).await?;
             let nodes = gcs.get_nodes().await?;
             Ok::<_, prism_gcs::GcsError>((gcs, nodes))
         });
@@ -140,7 +219,7 @@ pub(crate) fn run(args: LaunchArgs) -> Result<ExitCode, String> {
             Err(e) => {
                 let since = *unreachable_since.get_or_insert_with(Instant::now);
                 if since.elapsed() > HEAD_GONE {
-                    println!("the head is gone ({e}); the autoscaler ends");
+                    say!("the head is gone ({e}); the autoscaler ends");
                     return Ok(ExitCode::SUCCESS);
                 }
                 std::thread::sleep(PERIOD);
@@ -189,6 +268,15 @@ pub(crate) fn run(args: LaunchArgs) -> Result<ExitCode, String> {
             });
         }
         seen.demand = waiting.into_values().collect();
+        for n in &seen.nodes {
+            if let Some(at) = joining.remove(&n.host) {
+                say!(
+                    "{} joined, {:.2} s after its launch began",
+                    n.host,
+                    at.elapsed().as_secs_f64()
+                );
+            }
+        }
         if !adopted {
             // Workers already running (prism up's min_workers, or an
             // earlier autoscaler's) are counted, by the type they serve.
@@ -202,18 +290,26 @@ pub(crate) fn run(args: LaunchArgs) -> Result<ExitCode, String> {
         }
         let decision = scaler.decide(&seen, Instant::now());
         for host in &decision.terminate {
-            println!("stopping {host}");
+            say!("stopping {host}");
             match l.run(host, "stopping prism", STOP_SCRIPT, None) {
                 Ok(_) => provider.terminate_node(host)?,
-                Err(e) => println!("{host}: could not be stopped: {e}"),
+                Err(e) => say!("{host}: could not be stopped: {e}"),
             }
         }
         for (node_type, count) in &decision.launch {
+            let making = Instant::now();
             match provider.create_nodes(node_type, *count as usize) {
                 Ok(made) => {
                     let hosts: Vec<String> = made.iter().map(|n| n.host.clone()).collect();
-                    println!("launching {node_type} on {}", hosts.join(", "));
+                    say!(
+                        "launching {node_type} on {} (the provider made it in {:.2} s)",
+                        hosts.join(", "),
+                        making.elapsed().as_secs_f64()
+                    );
                     scaler.launched(node_type, &hosts, Instant::now());
+                    for h in &hosts {
+                        joining.insert(h.clone(), making);
+                    }
                     let token = token.reveal().to_string();
                     for host in hosts {
                         // Each launch in the background: a slow machine
@@ -221,13 +317,18 @@ pub(crate) fn run(args: LaunchArgs) -> Result<ExitCode, String> {
                         let l = l.clone();
                         let token = token.clone();
                         std::thread::spawn(move || {
-                            if let Err(e) = l.bring_up(&host, false, false, Some(&token)) {
-                                println!("{host}: launch failed: {e}");
+                            let started = Instant::now();
+                            match l.bring_up(&host, false, false, Some(&token)) {
+                                Ok(_) => say!(
+                                    "{host}: node started in {:.2} s",
+                                    started.elapsed().as_secs_f64()
+                                ),
+                                Err(e) => say!("{host}: launch failed: {e}"),
                             }
                         });
                     }
                 }
-                Err(e) => println!("cannot launch {count} {node_type} node(s): {e}"),
+                Err(e) => say!("cannot launch {count} {node_type} node(s): {e}"),
             }
         }
         let mut lines = scaler.report().to_vec();

@@ -1,6 +1,6 @@
 //! Where a cluster's machines come from: the [`NodeProvider`] trait, and
 //! the `ssh` provider (Ray's `local`), a fixed list of machines reached
-//! over SSH. A provider of a cloud implements the same trait: it makes a
+//! over SSH (the `podman` provider is in `podman.rs`). A provider of a cloud implements the same trait: it makes a
 //! machine of a node type and names it by an address SSH reaches, lists
 //! the machines it made for the cluster, and ends one.
 
@@ -29,6 +29,11 @@ pub(crate) trait NodeProvider {
     /// Counts a machine found running a node of the cluster (started by
     /// another run of the launcher) as one of this provider's.
     fn adopt(&mut self, host: &str, node_type: &str) -> Result<(), String>;
+    /// Ends what the provider made for the cluster beside its machines (a
+    /// network), once `prism down` has ended every machine.
+    fn finish(&mut self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// The `ssh` provider: the hosts of the cluster file, handed out in

@@ -109,43 +109,21 @@ impl Login {
             "sh -c {}",
             super::cluster_file::shell_quote(script)
         ));
-        c.stdin(if input.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-        let mut child = c.spawn().map_err(SshError::NoClient)?;
-        if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
-            // A remote end that stops reading shows as the command's
-            // failure below.
-            let _ = std::io::copy(input, &mut stdin);
-            let _ = stdin.flush();
-        }
-        let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
-        let out = std::thread::spawn(move || read_all(stdout));
-        let err = std::thread::spawn(move || read_all(stderr));
-        let started = Instant::now();
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) if started.elapsed() < limit => {
-                    std::thread::sleep(Duration::from_millis(5))
-                }
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(SshError::TimedOut {
-                        host: host.into(),
-                        step: step.into(),
-                        secs: limit.as_secs(),
-                    });
-                }
+        let Finished {
+            status,
+            stdout,
+            stderr,
+        } = match bounded(c, input, limit) {
+            Ok(f) => f,
+            Err(Bounded::Spawn(e)) => return Err(SshError::NoClient(e)),
+            Err(Bounded::TimedOut) => {
+                return Err(SshError::TimedOut {
+                    host: host.into(),
+                    step: step.into(),
+                    secs: limit.as_secs(),
+                })
             }
         };
-        let stdout = out.join().unwrap_or_default();
-        let stderr = err.join().unwrap_or_default();
         if status.success() {
             return Ok(Ran { stdout });
         }
@@ -191,6 +169,61 @@ impl Login {
     }
 }
 
+/// A command that ran to its end.
+pub(crate) struct Finished {
+    pub(crate) status: std::process::ExitStatus,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
+}
+
+/// Why a bounded command did not run to its end.
+pub(crate) enum Bounded {
+    Spawn(std::io::Error),
+    TimedOut,
+}
+
+/// Runs `c`, feeding it `input`, for at most `limit` (then kills it),
+/// collecting its output.
+pub(crate) fn bounded(
+    mut c: Command,
+    input: Option<&mut dyn std::io::Read>,
+    limit: Duration,
+) -> Result<Finished, Bounded> {
+    c.stdin(if input.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = c.spawn().map_err(Bounded::Spawn)?;
+    if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+        // A remote end that stops reading shows as the command's failure.
+        let _ = std::io::copy(input, &mut stdin);
+        let _ = stdin.flush();
+    }
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let out = std::thread::spawn(move || read_all(stdout));
+    let err = std::thread::spawn(move || read_all(stderr));
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if started.elapsed() < limit => std::thread::sleep(Duration::from_millis(5)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(Bounded::TimedOut);
+            }
+        }
+    };
+    Ok(Finished {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    })
+}
+
 fn read_all(from: Option<impl std::io::Read>) -> String {
     let mut s = Vec::new();
     if let Some(mut r) = from {
@@ -199,7 +232,7 @@ fn read_all(from: Option<impl std::io::Read>) -> String {
     String::from_utf8_lossy(&s).into_owned()
 }
 
-fn last_lines(text: &str, n: usize) -> String {
+pub(crate) fn last_lines(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     let start = lines.len().saturating_sub(n);
     lines[start..].join("\n")
