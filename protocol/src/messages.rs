@@ -47,6 +47,13 @@ mod specs;
 pub use bounds::{FrameBound, MAX_FRAME_BYTES};
 pub use specs::*;
 
+/// How many times a lease request may be sent on from node to node: its
+/// own node's raylet sends it on once when it does not fit there; a raylet
+/// it waits at may send it on again, to a node with room, while it has
+/// been sent on fewer times than this. Bounds a request's travels when
+/// nodes' views of each other lag.
+pub const MAX_LEASE_HOPS: u32 = 3;
+
 /// A request: its struct is its name on the wire, and `Reply` is what it is
 /// answered with.
 pub trait Call: Into<Request> {
@@ -258,6 +265,12 @@ macro_rules! service_list {
                     /// job's (the task's runtime environment).
                     #[serde(default)]
                     env_vars: EnvVars,
+                    /// How many raylets sent this request on before it came
+                    /// here: 0 from the holder's own node. A raylet may send a
+                    /// request that waits there on to a node with room while
+                    /// this is under [`MAX_LEASE_HOPS`].
+                    #[serde(default)]
+                    hops: u32,
                 } => LeaseReply;
                 /// Give a leased worker back.
                 ReturnLease {

@@ -29,6 +29,7 @@ use prism_protocol::messages::{
     PrepareBundles, PullObject, RegisterDriver, RegisterWorker, Registration, ReleaseObject,
     RemovePlacementGroup, ReportTaskCounts, Request, RequestLease, Response, ReturnLease,
     SchedulingStrategy, SealObject, WorkerBlocked, WorkerExitReason, ACTOR_CHECKPOINT_PREFIX,
+    MAX_LEASE_HOPS,
 };
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::{Connection, Handler};
@@ -145,6 +146,7 @@ impl ClientHandler {
         bundle: Option<BundleRef>,
         strategy: SchedulingStrategy,
         env: EnvVars,
+        hops: u32,
         reply: ReplyTo,
     ) {
         if let Some(e) = crate::faults::injected("lease_grant") {
@@ -210,7 +212,9 @@ impl ClientHandler {
                 Err(e) => return reply.send(Response::Error(e)),
             }
         }
-        let may_spill = local
+        // Another node's request, sent here, may go on again while it
+        // waits here and a node has room (a view that lagged sent it).
+        let may_spill = (local || hops < MAX_LEASE_HOPS)
             && bundle.is_none()
             && self.node.membership.get().is_some()
             && !matches!(strategy, SchedulingStrategy::NodeAffinity { .. });
@@ -497,7 +501,8 @@ impl ClientHandler {
 
 impl Serve<RequestLease> for ClientHandler {
     fn serve(&self, r: RequestLease, answer: Answer<RequestLease>) {
-        self.handle_request_lease(r.shape, r.bundle, r.strategy, r.env_vars, answer.into())
+        let (shape, bundle, strategy, env) = (r.shape, r.bundle, r.strategy, r.env_vars);
+        self.handle_request_lease(shape, bundle, strategy, env, r.hops, answer.into())
     }
 }
 

@@ -48,7 +48,7 @@ use parking_lot::Mutex;
 use prism_protocol::ids::{LeaseId, ObjectId, TaskId, WorkerId};
 use prism_protocol::messages::{
     ArgSpec, CancelLeaseRequests, CancelTask, LeaseGrant, LeaseReply, PushTask, RequestLease,
-    ReturnLease, ReturnObject, WorkerExitReason,
+    ReturnLease, ReturnObject, WorkerExitReason, MAX_LEASE_HOPS,
 };
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -429,11 +429,12 @@ impl<L: LeaseClient> TaskSubmitter<L> {
     /// node it sends the request on to. `None`: the request was withdrawn
     /// (see [`withdraw_requests`](Self::withdraw_requests)).
     async fn lease(&self, shape: &SchedulingKey) -> Result<Option<(L::Raylet, LeaseGrant)>> {
-        let request = || RequestLease {
+        let request = |hops| RequestLease {
             shape: shape.shape.clone(),
             bundle: shape.bundle,
             strategy: shape.strategy,
             env_vars: shape.env_vars.clone(),
+            hops,
         };
         // A node can die between its last heartbeat and our request: ask
         // this node's raylet again (its view counts the first try against
@@ -442,20 +443,35 @@ impl<L: LeaseClient> TaskSubmitter<L> {
         let mut unreachable = 0;
         loop {
             let local = self.leases.local();
-            let (raylet, node_id) = match self.leases.request_lease(local, request()).await? {
+            let (raylet, node_id) = match self.leases.request_lease(local, request(0)).await? {
                 LeaseReply::Granted(grant) => return Ok(Some((local.clone(), grant))),
                 LeaseReply::Spillback { raylet, node_id } => (raylet, node_id),
                 LeaseReply::Cancelled => return Ok(None),
             };
+            // A request waiting at the node it was sent to may be sent on
+            // again, to a node with room, up to MAX_LEASE_HOPS times.
+            let mut at = node_id.clone();
             let leased = async {
-                let remote = self.leases.remote(&raylet).await?;
-                match self.leases.request_lease(&remote, request()).await? {
-                    LeaseReply::Granted(grant) => Ok(Some((remote, grant))),
-                    LeaseReply::Cancelled => Ok(None),
-                    LeaseReply::Spillback { .. } => Err(Error::SentOnAgain {
-                        node_id: node_id.to_string(),
-                        what: "a lease request".into(),
-                    }),
+                let (mut raylet, mut hops) = (raylet, 1);
+                loop {
+                    let remote = self.leases.remote(&raylet).await?;
+                    match self.leases.request_lease(&remote, request(hops)).await? {
+                        LeaseReply::Granted(grant) => return Ok(Some((remote, grant))),
+                        LeaseReply::Cancelled => return Ok(None),
+                        LeaseReply::Spillback {
+                            raylet: next,
+                            node_id: next_id,
+                        } if hops < MAX_LEASE_HOPS => {
+                            tracing::debug!(from = %at, to = %next_id, "a waiting lease request is sent on");
+                            (raylet, at, hops) = (next, next_id, hops + 1);
+                        }
+                        LeaseReply::Spillback { .. } => {
+                            return Err(Error::SentOnAgain {
+                                node_id: at.to_string(),
+                                what: "a lease request".into(),
+                            })
+                        }
+                    }
                 }
             }
             .await;
@@ -464,7 +480,7 @@ impl<L: LeaseClient> TaskSubmitter<L> {
                     if unreachable < MAX_UNREACHABLE_SPILLBACKS =>
                 {
                     unreachable += 1;
-                    tracing::debug!(node = %node_id, error = %e, "a node sent to is unreachable; asking again");
+                    tracing::debug!(node = %at, error = %e, "a node sent to is unreachable; asking again");
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
                 other => return other,

@@ -618,6 +618,45 @@ async fn a_spilled_back_lease_is_asked_of_the_other_raylet_and_goes_back_there()
 }
 
 #[tokio::test]
+async fn a_request_waiting_where_it_was_sent_goes_on_to_a_node_with_room_a_bounded_number_of_times()
+{
+    let mut s = setup(30);
+    let id = s.submit("f", 0);
+    // Its own node sends it to b (hop 1); b, where it waits, sends it on
+    // to c (hop 2), and c to d (hop 3).
+    let asked = s.asked().await;
+    assert_eq!(asked.request.hops, 0);
+    let _ = asked.answer.send(Ok(LeaseReply::Spillback {
+        raylet: "b".into(),
+        node_id: "node-b".into(),
+    }));
+    let mut hops = Vec::new();
+    for (raylet, next) in [("b", "c"), ("c", "d")] {
+        let asked = s.asked().await;
+        assert_eq!(asked.raylet, raylet);
+        hops.push(asked.request.hops);
+        let _ = asked.answer.send(Ok(LeaseReply::Spillback {
+            raylet: next.into(),
+            node_id: format!("node-{next}"),
+        }));
+    }
+    // d, at the last hop, must not send it on: if it does, the task fails
+    // saying so rather than travelling on.
+    let asked = s.asked().await;
+    assert_eq!(asked.raylet, "d");
+    hops.push(asked.request.hops);
+    assert_eq!(hops, [1, 2, 3]);
+    let _ = asked.answer.send(Ok(LeaseReply::Spillback {
+        raylet: "e".into(),
+        node_id: "node-e".into(),
+    }));
+    match s.settled(id).await {
+        Err(Error::SentOnAgain { node_id, .. }) => assert_eq!(node_id, "node-d"),
+        other => panic!("expected SentOnAgain from node-d, got {other:?}"),
+    }
+}
+
+#[tokio::test]
 async fn an_unreachable_worker_goes_back_as_such_and_another_is_leased() {
     let mut s = setup(60_000);
     s.fake().unreachable.lock().insert("gone".into());
