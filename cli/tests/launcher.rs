@@ -253,7 +253,11 @@ fn launcher_driver() {
         .iter()
         .map(|r| must(prism::get(r), "a task runs"))
         .collect();
-    println!("RAN ON {}", hosts.into_iter().collect::<Vec<_>>().join(","));
+    println!(
+        "RAN ON {} (finished at {} ms since 1970)",
+        hosts.into_iter().collect::<Vec<_>>().join(","),
+        prism_protocol::clock::unix_ms()
+    );
     prism::shutdown();
 }
 
@@ -481,7 +485,11 @@ fn launcher_scaling_driver() {
         .iter()
         .map(|r| must(prism::get(r), "a task runs"))
         .collect();
-    println!("RAN ON {}", hosts.into_iter().collect::<Vec<_>>().join(","));
+    println!(
+        "RAN ON {} (finished at {} ms since 1970)",
+        hosts.into_iter().collect::<Vec<_>>().join(","),
+        prism_protocol::clock::unix_ms()
+    );
     prism::shutdown();
 }
 
@@ -692,8 +700,9 @@ fn the_autoscaler_adds_workers_for_demand_and_stops_them_idle() {
         eprintln!("{line}");
     }
     eprintln!("the autoscaler's log:\n{}", log());
-    // A second worker comes up for the third task (which may still run on
-    // the first worker if it was sent there before the second joined).
+    // A second worker comes up for the third task, which runs there (sent
+    // on by the node it waited at, if it was sent to the first worker
+    // before the second joined).
     let launched = log();
     assert!(
         launched.contains("launching worker on 10.77.0.2")
@@ -701,8 +710,9 @@ fn the_autoscaler_adds_workers_for_demand_and_stops_them_idle() {
         "one worker, then a second: {launched}"
     );
     assert!(
-        ran.contains("RAN ON machine0,machine1") || ran.contains("RAN ON machine0,machine2"),
-        "the tasks ran on the head and the new workers: {ran}\n{launched}"
+        ran.contains("RAN ON machine0,machine1,machine2"),
+        "the tasks ran on the head and both new workers (a task waiting at the first is sent \
+         on to the second when it joins): {ran}\n{launched}"
     );
     // Idle for 6 s, the workers are stopped.
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -352,8 +352,8 @@ impl Autoscaler {
                 d.terminate.push(host.clone());
                 per_type.insert(w.node_type.clone(), of_type - 1);
                 report.push(format!(
-                    "{host}: idle for {} s; stopping it",
-                    idle_for.as_secs()
+                    "{host}: idle for {:.1} s; stopping it",
+                    idle_for.as_secs_f64()
                 ));
             } else if of_type > min {
                 report.push(format!(

@@ -205,7 +205,14 @@ pub(crate) fn run(args: LaunchArgs) -> Result<ExitCode, String> {
             .collect::<Vec<_>>(),
         (l.cluster.file.idle_timeout_minutes * 60.0) as u64
     );
+    let (stops_done, stopped) = std::sync::mpsc::channel::<(String, Result<String, String>)>();
     loop {
+        for (host, r) in stopped.try_iter() {
+            match r {
+                Ok(_) => provider.terminate_node(&host)?,
+                Err(e) => say!("{host}: could not be stopped: {e}"),
+            }
+        }
         let looked = rt.block_on(async {
             let mut gcs = GcsClient::connect(&head, &token).await?;
             let nodes = gcs.get_nodes().await?;
@@ -289,12 +296,21 @@ pub(crate) fn run(args: LaunchArgs) -> Result<ExitCode, String> {
             adopted = true;
         }
         let decision = scaler.decide(&seen, Instant::now());
+        // Each idle node is stopped in the background (it leaves the
+        // cluster with its `prism stop`), as launches are; the provider
+        // ends its machine once that is done.
         for host in &decision.terminate {
-            say!("stopping {host}");
-            match l.run(host, "stopping prism", STOP_SCRIPT, None) {
-                Ok(_) => provider.terminate_node(host)?,
-                Err(e) => say!("{host}: could not be stopped: {e}"),
-            }
+            let why = scaler
+                .report()
+                .iter()
+                .find(|line| line.starts_with(&format!("{host}: idle for")))
+                .map_or(String::new(), |line| format!(" ({line})"));
+            say!("stopping {host}{why}");
+            let (l, host, done) = (l.clone(), host.clone(), stops_done.clone());
+            std::thread::spawn(move || {
+                let r = l.run(&host, "stopping prism", STOP_SCRIPT, None);
+                let _ = done.send((host, r));
+            });
         }
         for (node_type, count) in &decision.launch {
             let making = Instant::now();
