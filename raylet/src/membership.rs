@@ -71,6 +71,9 @@ pub(crate) struct Membership {
     view: parking_lot::Mutex<View>,
     /// Where the next SPREAD request starts looking.
     spread_next: std::sync::atomic::AtomicUsize,
+    /// Grows each time a room may have grown: an answer changed the view,
+    /// or this node's own free resources grew (placement waits on it).
+    room_changes: watch::Sender<u64>,
     /// Connections to other nodes' raylets (actor lookups).
     peers: Peers,
     client: GcsClient,
@@ -115,8 +118,9 @@ impl Membership {
         Ok(Membership {
             node_id: node.node_id().to_string(),
             node_ip: link.node_ip.clone(),
-            view: parking_lot::Mutex::new(View::default()),
+            view: parking_lot::Mutex::new(View::new(&node.node_id().to_string())),
             spread_next: std::sync::atomic::AtomicUsize::new(0),
+            room_changes: watch::Sender::new(0),
             peers: Peers::default(),
             client,
             cluster_id: reply.cluster_id,
@@ -216,25 +220,43 @@ impl Membership {
         })
     }
 
-    /// Every live node's room for placement: its total resources
-    /// (`totals`) or its free ones as of the last heartbeat; this node,
-    /// `here`, with `here_room`.
-    pub(crate) fn rooms(&self, here: &str, here_room: ResourceSet, totals: bool) -> Vec<NodeRoom> {
-        let mut rooms: Vec<_> = self
-            .view
-            .lock()
-            .iter()
-            .filter(|n| n.node_id != here && !n.raylet_address.is_empty())
-            .map(|n| NodeRoom {
-                node_id: n.node_id.clone(),
-                room: from_wire_set(if totals { &n.total } else { &n.available }),
-            })
-            .collect();
-        rooms.push(NodeRoom {
-            node_id: here.to_string(),
-            room: here_room,
-        });
-        rooms
+    /// The other live nodes' rooms for placement (see [`view::Rooms`]):
+    /// their total resources (`totals`) or their free ones as of the last
+    /// heartbeat, less this node's own counts since, in id order. Shared
+    /// with the view until it changes: nothing is copied.
+    pub(crate) fn rooms(&self, totals: bool) -> Arc<Vec<NodeRoom>> {
+        let rooms = self.view.lock().rooms();
+        if totals {
+            rooms.total
+        } else {
+            rooms.free
+        }
+    }
+
+    /// Counts bundles placed on other nodes (`nodes[i]` holds
+    /// `bundles[i]`) against their free resources until the next answer
+    /// says what they really have free, so that placements made before
+    /// it do not all pick the same node.
+    pub(crate) fn count_placed(&self, bundles: &[ResourceSet], nodes: &[String]) {
+        let mut view = self.view.lock();
+        for (bundle, node) in bundles.iter().zip(nodes) {
+            if *node != self.node_id {
+                view.lower(node, bundle);
+            }
+        }
+    }
+
+    /// A receiver told each time a room may have grown (see
+    /// [`room_may_have_grown`](Self::room_may_have_grown)).
+    pub(crate) fn room_changes(&self) -> watch::Receiver<u64> {
+        self.room_changes.subscribe()
+    }
+
+    /// Some node's room may have grown (resources were given back): a
+    /// placement waiting for room tries again. Heartbeats call it when an
+    /// answer changed the view or this node's free resources grew.
+    pub(crate) fn room_may_have_grown(&self) {
+        self.room_changes.send_modify(|n| *n += 1);
     }
 
     /// The other live nodes' ids.
@@ -477,6 +499,9 @@ async fn beat<N: MemberNode>(
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut unreachable = false;
+    // This node's free resources at the last beat: ones that grew wake
+    // the placements waiting for room.
+    let mut free_before = ResourceSet::new();
     loop {
         tick.tick().await;
         let Some(node) = node_ref.upgrade() else {
@@ -484,6 +509,8 @@ async fn beat<N: MemberNode>(
         };
         let id = node.node_id().to_string();
         let (available, demands) = node.load();
+        let grew_here = !free_before.contains(&available);
+        free_before = available.clone();
         // Until the membership is set (the first beats of a join), the
         // node holds no view and asks for all of it.
         let since = node.membership().map_or((0, 0), |m| m.view.lock().since());
@@ -500,7 +527,15 @@ async fn beat<N: MemberNode>(
             Ok(reply) if reply.alive => {
                 if let Some(node) = node_ref.upgrade() {
                     if let Some(m) = node.membership() {
-                        let died = m.view.lock().apply(reply);
+                        let (died, changed) = {
+                            let mut view = m.view.lock();
+                            let before = view.changes();
+                            let died = view.apply(reply);
+                            (died, view.changes() != before)
+                        };
+                        if changed || grew_here {
+                            m.room_may_have_grown();
+                        }
                         for dead in died {
                             tracing::warn!(node = %dead, "a node left the cluster; telling this node's processes");
                             node.node_left(&dead);
