@@ -326,6 +326,33 @@ impl Membership {
         }
     }
 
+    /// Asks live node `node_id`'s raylet `request`, bounded like every
+    /// question between nodes. A raylet asked this way answers from what it
+    /// holds itself and never asks on.
+    pub(crate) fn ask_node<C>(
+        &self,
+        node_id: &str,
+        request: C,
+    ) -> impl std::future::Future<Output = Result<C::Reply, Error>> + Send + 'static
+    where
+        C: Call + Send + 'static,
+        C::Reply: Send,
+    {
+        let conn = self.raylet_conn(node_id);
+        let node_id = node_id.to_string();
+        async move {
+            let asked = async { conn.await?.request(request).await };
+            tokio::time::timeout(ASK_LIMIT, asked)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Error::NodeTimeout {
+                        node_id,
+                        waited_ms: ASK_LIMIT.as_millis() as u64,
+                    })
+                })
+        }
+    }
+
     /// Asks the other live nodes' raylets `request`, one after another,
     /// and gives the first answer that is not an error (`None` when none
     /// gives one). A raylet asked this way answers from what it holds

@@ -463,15 +463,33 @@ impl ClientHandler {
         }
     }
 
-    /// Kills an actor here, or in a cluster on the node that holds it.
+    /// Kills an actor here, or in a cluster on the node that holds it: the
+    /// node the caller names, when it is alive and holds the actor, and
+    /// otherwise whichever other node holds it (every one is asked).
     fn handle_kill_actor(&self, request: KillActor, answer: Answer<KillActor>) {
         let here = self
             .node
             .kill_actor(request.actor_id, request.no_restart, request.out_of_scope);
         match (here, self.node.membership.get()) {
             (Err(e), Some(m)) if self.asks_others() => {
-                let asking = m.ask_others(request);
-                tokio::spawn(async move { answer.send(asking.await.ok_or(e)) });
+                let named = (request.node_id.as_deref())
+                    .filter(|n| m.raylet_of(n).is_some())
+                    .map(|n| m.ask_node(n, request.clone()));
+                let node = self.node.clone();
+                tokio::spawn(async move {
+                    if let Some(asking) = named {
+                        match asking.await {
+                            Ok(()) => return answer.send(Ok(())),
+                            Err(e) => {
+                                tracing::debug!(actor = %request.actor_id, error = %e, "the node named for an actor does not hold it; asking every node")
+                            }
+                        }
+                    }
+                    let Some(m) = node.membership.get() else {
+                        return answer.send(Err(e));
+                    };
+                    answer.send(m.ask_others(request).await.ok_or(e))
+                });
             }
             (here, _) => answer.send(here),
         }
