@@ -390,6 +390,12 @@ macro_rules! service_list {
                     actor_id: ActorId,
                     /// Wait while it is pending.
                     wait: bool,
+                    /// The node the caller placed it on, when it knows: a
+                    /// raylet that does not hold the actor asks that node
+                    /// first, and every other node only if it does not hold
+                    /// it either.
+                    #[serde(default)]
+                    node_id: Option<String>,
                 } => ActorInfo;
                 /// Look an actor up by name.
                 GetNamedActor {

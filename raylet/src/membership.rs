@@ -438,7 +438,11 @@ impl Membership {
         actor_id: ActorId,
         wait: bool,
     ) -> impl std::future::Future<Output = Result<ActorInfo, Error>> + Send + 'static {
-        let asking = self.ask_others(GetActor { actor_id, wait });
+        let asking = self.ask_others(GetActor {
+            actor_id,
+            wait,
+            node_id: None,
+        });
         async move {
             asking.await.ok_or_else(|| Error::ActorDied {
                 actor_id,
