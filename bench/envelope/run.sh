@@ -16,7 +16,9 @@
 #
 # Usage: bench/envelope/run.sh [N ...]
 # Environment: ACTORS (2000), PGS (placement groups, 1000), TASKS (10000,100000: a list),
-# NODE_CPUS (4: CPUs each node declares), BATCH (25: nodes started at once).
+# NODE_CPUS (4: CPUs each node declares), BATCH (25: nodes started at once),
+# BIN (a folder holding `prism` and `envelope` built before: used as they
+# are, nothing is built; to compare two trees' builds in one sitting).
 # Nodes start no workers until work lands on them (workers are started per
 # job, on a node the job's work reaches), and keep no warm object store
 # (PRISM_OBJECT_STORE_WARM_BYTES=0, a 64 MiB store each).
@@ -31,12 +33,17 @@ tasks="${TASKS:-10000,100000}"
 node_cpus="${NODE_CPUS:-4}"
 batch="${BATCH:-25}"
 
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/prism/target}"
-export CARGO_INCREMENTAL=0
-cargo build --release -p prism-cli --bin prism
-cargo build --release -p prism-examples --example envelope
-prism="$CARGO_TARGET_DIR/release/prism"
-envelope="$CARGO_TARGET_DIR/release/examples/envelope"
+if [ -n "${BIN:-}" ]; then
+  prism="$BIN/prism"
+  envelope="$BIN/envelope"
+else
+  export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/prism/target}"
+  export CARGO_INCREMENTAL=0
+  cargo build --release -p prism-cli --bin prism
+  cargo build --release -p prism-examples --example envelope
+  prism="$CARGO_TARGET_DIR/release/prism"
+  envelope="$CARGO_TARGET_DIR/release/examples/envelope"
+fi
 
 work="$(mktemp -d /tmp/prism-envelope.XXXXXX)"
 started=() # every process this script started, head first

@@ -1,7 +1,8 @@
 //! Placement groups across nodes: a STRICT_SPREAD group reserves one
 //! bundle on each of three nodes (its tasks and actors run there, groups
-//! made on other nodes are listed, an impossible group is refused, and
-//! removal frees the CPUs); the bundles on a node that dies are placed
+//! made on other nodes are listed, an impossible group is refused,
+//! removal frees the CPUs, and a group waiting for them is placed once
+//! they are free); the bundles on a node that dies are placed
 //! again on another node, with the actor in them; and a group whose home
 //! node dies is taken up by the head, placed again, and removed when its
 //! job ends (given back at once when its job died with the home; taken up
@@ -115,6 +116,28 @@ fn place_groups() {
         std::thread::sleep(Duration::from_millis(200));
     }
     println!("FREED CPUs: {free}");
+    // A group that fits nowhere now waits, and is placed once what it
+    // waits for is given back on the other nodes.
+    let all = must(
+        prism::placement_group(vec![one_cpu(); 3], PlacementStrategy::Spread),
+        "the group of every CPU is accepted",
+    );
+    must(all.ready(), "the group of every CPU is created");
+    let waiting = must(
+        prism::placement_group(vec![one_cpu(); 2], PlacementStrategy::StrictSpread),
+        "the waiting group is accepted",
+    );
+    let waits = !must(waiting.wait(Duration::from_millis(500)), "asked");
+    must(
+        prism::remove_placement_group(&all),
+        "the group of every CPU is removed",
+    );
+    let placed = must(waiting.wait(Duration::from_secs(15)), "asked");
+    println!("WAITING group waits: {waits}, placed once freed: {placed}");
+    must(
+        prism::remove_placement_group(&waiting),
+        "the waiting group is removed",
+    );
     prism::shutdown();
 }
 
@@ -140,6 +163,10 @@ fn a_strict_spread_group_reserves_one_bundle_on_each_of_three_nodes() {
         "{said}"
     );
     assert!(said.contains("FREED CPUs: 3"), "{said}");
+    assert!(
+        said.contains("WAITING group waits: true, placed once freed: true"),
+        "{said}"
+    );
 }
 
 /// The driver's part: a STRICT_SPREAD group of two bundles over two of

@@ -403,6 +403,12 @@ macro_rules! service_list {
                     actor_id: ActorId,
                     /// Wait while it is pending.
                     wait: bool,
+                    /// The node the caller placed it on, when it knows: a
+                    /// raylet that does not hold the actor asks that node
+                    /// first, and every other node only if it does not hold
+                    /// it either.
+                    #[serde(default)]
+                    node_id: Option<String>,
                 } => ActorInfo;
                 /// Look an actor up by name.
                 GetNamedActor {
@@ -426,6 +432,12 @@ macro_rules! service_list {
                     /// Its owner saw the last handle to it dropped (with
                     /// `no_restart`): the reason its callers see says so.
                     out_of_scope: bool,
+                    /// The node the caller placed it on, when it knows: a
+                    /// raylet that does not hold the actor asks that node
+                    /// alone, and every other node only if it does not
+                    /// hold it either.
+                    #[serde(default)]
+                    node_id: Option<String>,
                 } => ();
                 /// The calling actor is ending itself (`prism::exit_actor`): mark
                 /// it dead for good; its process exits by itself.

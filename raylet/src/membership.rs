@@ -84,6 +84,9 @@ pub(crate) struct Membership {
     view: parking_lot::Mutex<View>,
     /// Where the next SPREAD request starts looking.
     spread_next: std::sync::atomic::AtomicUsize,
+    /// Grows each time a room may have grown: an answer changed the view,
+    /// or this node's own free resources grew (placement waits on it).
+    room_changes: watch::Sender<u64>,
     /// Connections to other nodes' raylets (actor lookups).
     peers: Peers,
     client: GcsClient,
@@ -137,8 +140,9 @@ impl Membership {
         Ok(Membership {
             node_id: node.node_id().to_string(),
             node_ip: link.node_ip.clone(),
-            view: parking_lot::Mutex::new(View::default()),
+            view: parking_lot::Mutex::new(View::new(&node.node_id().to_string())),
             spread_next: std::sync::atomic::AtomicUsize::new(0),
+            room_changes: watch::Sender::new(0),
             peers: Peers::default(),
             client,
             cluster_id: reply.cluster_id,
@@ -245,25 +249,43 @@ impl Membership {
         })
     }
 
-    /// Every live node's room for placement: its total resources
-    /// (`totals`) or its free ones as of the last heartbeat; this node,
-    /// `here`, with `here_room`.
-    pub(crate) fn rooms(&self, here: &str, here_room: ResourceSet, totals: bool) -> Vec<NodeRoom> {
-        let mut rooms: Vec<_> = self
-            .view
-            .lock()
-            .iter()
-            .filter(|n| n.node_id != here && !n.raylet_address.is_empty())
-            .map(|n| NodeRoom {
-                node_id: n.node_id.clone(),
-                room: from_wire_set(if totals { &n.total } else { &n.available }),
-            })
-            .collect();
-        rooms.push(NodeRoom {
-            node_id: here.to_string(),
-            room: here_room,
-        });
-        rooms
+    /// The other live nodes' rooms for placement (see [`view::Rooms`]):
+    /// their total resources (`totals`) or their free ones as of the last
+    /// heartbeat, less this node's own counts since, in id order. Shared
+    /// with the view until it changes: nothing is copied.
+    pub(crate) fn rooms(&self, totals: bool) -> Arc<Vec<NodeRoom>> {
+        let rooms = self.view.lock().rooms();
+        if totals {
+            rooms.total
+        } else {
+            rooms.free
+        }
+    }
+
+    /// Counts bundles placed on other nodes (`nodes[i]` holds
+    /// `bundles[i]`) against their free resources until the next answer
+    /// says what they really have free, so that placements made before
+    /// it do not all pick the same node.
+    pub(crate) fn count_placed(&self, bundles: &[ResourceSet], nodes: &[String]) {
+        let mut view = self.view.lock();
+        for (bundle, node) in bundles.iter().zip(nodes) {
+            if *node != self.node_id {
+                view.lower(node, bundle);
+            }
+        }
+    }
+
+    /// A receiver told each time a room may have grown (see
+    /// [`room_may_have_grown`](Self::room_may_have_grown)).
+    pub(crate) fn room_changes(&self) -> watch::Receiver<u64> {
+        self.room_changes.subscribe()
+    }
+
+    /// Some node's room may have grown (resources were given back): a
+    /// placement waiting for room tries again. Heartbeats call it when an
+    /// answer changed the view or this node's free resources grew.
+    pub(crate) fn room_may_have_grown(&self) {
+        self.room_changes.send_modify(|n| *n += 1);
     }
 
     /// The other live nodes' ids.
@@ -330,6 +352,33 @@ impl Membership {
                 node_id: target.to_string(),
             })?;
             peer(&peers, &raylet, &node).await
+        }
+    }
+
+    /// Asks live node `node_id`'s raylet `request`, bounded like every
+    /// question between nodes. A raylet asked this way answers from what it
+    /// holds itself and never asks on.
+    pub(crate) fn ask_node<C>(
+        &self,
+        node_id: &str,
+        request: C,
+    ) -> impl std::future::Future<Output = Result<C::Reply, Error>> + Send + 'static
+    where
+        C: Call + Send + 'static,
+        C::Reply: Send,
+    {
+        let conn = self.raylet_conn(node_id);
+        let node_id = node_id.to_string();
+        async move {
+            let asked = async { conn.await?.request(request).await };
+            tokio::time::timeout(ASK_LIMIT, asked)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Error::NodeTimeout {
+                        node_id,
+                        waited_ms: ASK_LIMIT.as_millis() as u64,
+                    })
+                })
         }
     }
 
@@ -418,7 +467,11 @@ impl Membership {
         actor_id: ActorId,
         wait: bool,
     ) -> impl std::future::Future<Output = Result<ActorInfo, Error>> + Send + 'static {
-        let asking = self.ask_others(GetActor { actor_id, wait });
+        let asking = self.ask_others(GetActor {
+            actor_id,
+            wait,
+            node_id: None,
+        });
         async move {
             asking.await.ok_or_else(|| Error::ActorDied {
                 actor_id,
@@ -510,6 +563,9 @@ async fn beat<N: MemberNode>(
     // The shapes of the demand last told, and when they changed.
     let mut told: Vec<ResourceSet> = Vec::new();
     let mut changed_at = tokio::time::Instant::now();
+    // This node's free resources at the last beat: ones that grew wake
+    // the placements waiting for room.
+    let mut free_before = ResourceSet::new();
     loop {
         if !first {
             // Beats are QUICK_BEAT apart at least; while demand waits in a
@@ -538,6 +594,8 @@ async fn beat<N: MemberNode>(
             }
             quick = !told.is_empty() && changed_at.elapsed() < QUICK_WINDOW;
         }
+        let grew_here = !free_before.contains(&available);
+        free_before = available.clone();
         // Until the membership is set (the first beats of a join), the
         // node holds no view and asks for all of it.
         let since = node.membership().map_or((0, 0), |m| m.view.lock().since());
@@ -554,7 +612,15 @@ async fn beat<N: MemberNode>(
             Ok(reply) if reply.alive => {
                 if let Some(node) = node_ref.upgrade() {
                     if let Some(m) = node.membership() {
-                        let died = m.view.lock().apply(reply);
+                        let (died, changed) = {
+                            let mut view = m.view.lock();
+                            let before = view.changes();
+                            let died = view.apply(reply);
+                            (died, view.changes() != before)
+                        };
+                        if changed || grew_here {
+                            m.room_may_have_grown();
+                        }
                         for dead in died {
                             tracing::warn!(node = %dead, "a node left the cluster; telling this node's processes");
                             node.node_left(&dead);

@@ -92,6 +92,7 @@ impl Names {
             .request(GetActor {
                 actor_id: actor,
                 wait: false,
+                node_id: None,
             })
             .await
         {

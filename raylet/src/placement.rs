@@ -43,7 +43,7 @@ pub(crate) mod state;
 
 use crate::membership::Membership;
 use crate::reply::ReplyTo;
-use assign::assign;
+use assign::{assign, here_first, NodeRoom};
 use prism_protocol::error::Error;
 use prism_protocol::ids::{JobId, NodeId, PlacementGroupId};
 use prism_protocol::messages::{
@@ -57,9 +57,14 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-/// How often a pending group is tried again, and a request naming a
-/// bundle of a pending group looks again.
+/// How soon a pending group is tried again when nothing changed (the
+/// first pause; it doubles up to `RETRY_MAX`), and how often a request
+/// naming a bundle of a pending group looks again.
 const RETRY: Duration = Duration::from_millis(100);
+/// The longest pause between two tries of a pending group when no change
+/// is heard: a bound on how late a room that grew unseen (another node's
+/// resources given back between two heartbeats) is used.
+const RETRY_MAX: Duration = Duration::from_secs(1);
 /// How long a request naming a bundle on a dead node waits for the bundle
 /// to be placed again.
 const MOVE_WAIT: Duration = Duration::from_secs(60);
@@ -300,7 +305,12 @@ impl Placer {
             return self.local.create_group(job, spec);
         };
         let here = self.parts.node_id.to_string();
-        let totals = m.rooms(&here, self.local.total(), true);
+        let here_total = NodeRoom {
+            node_id: here.clone(),
+            room: self.local.total(),
+        };
+        let others = m.rooms(true);
+        let totals = here_first(&here_total, &others);
         let ever = assign(&spec.bundles, spec.strategy, &totals, &here);
         match ever {
             None => {
@@ -339,20 +349,41 @@ impl Placer {
         Ok(())
     }
 
-    /// Places a pending group, trying again until it is placed or removed.
+    /// Places a pending group, trying again until it is placed or removed:
+    /// at once after a try whose reservation failed (a node took the room
+    /// meanwhile), and otherwise when some room may have grown (an answer
+    /// changed this node's view, or resources were given back here), or
+    /// after a pause that doubles from `RETRY` to `RETRY_MAX` when nothing
+    /// is heard. A group that does not fit costs nothing while the cluster
+    /// stays as it is.
     async fn place_in_background(self, job: JobId, spec: PlacementGroupSpec) {
         let id = spec.id;
         let here = self.parts.node_id.to_string();
+        let Some(m) = self.parts.membership.get() else {
+            return;
+        };
+        let mut room_changes = m.room_changes();
+        let mut pause = RETRY;
         loop {
             if !self.parts.state.groups.lock().contains_key(&id) {
                 return; // removed while pending
             }
-            let Some(m) = self.parts.membership.get() else {
-                return;
+            // Changes from here on wake the wait below.
+            room_changes.borrow_and_update();
+            let here_free = NodeRoom {
+                node_id: here.clone(),
+                room: self.local.available(),
             };
-            let free = self.local.available();
-            let rooms = m.rooms(&here, free, false);
-            if let Some(nodes) = assign(&spec.bundles, spec.strategy, &rooms, &here) {
+            let others = m.rooms(false);
+            let nodes = assign(
+                &spec.bundles,
+                spec.strategy,
+                &here_first(&here_free, &others),
+                &here,
+            );
+            drop(others);
+            if let Some(nodes) = nodes {
+                m.count_placed(&spec.bundles, &nodes);
                 match self.reserve(job, &spec, nodes).await {
                     Ok(()) => break,
                     Err(e) => {
@@ -360,7 +391,10 @@ impl Placer {
                     }
                 }
             }
-            tokio::time::sleep(RETRY).await;
+            tokio::select! {
+                _ = room_changes.changed() => pause = RETRY,
+                _ = tokio::time::sleep(pause) => pause = (pause * 2).min(RETRY_MAX),
+            }
         }
         // Where the bundles are reaches the head before anyone hears the
         // group is placed (askers wait meanwhile, as the group is still
@@ -539,13 +573,20 @@ impl Placer {
         lost: &[usize],
     ) -> Option<Vec<String>> {
         let (id, here) = (spec.id, self.parts.node_id.to_string());
-        let free = self.local.available();
-        let mut rooms = m.rooms(&here, free, false);
-        if spec.strategy == PlacementStrategy::StrictSpread {
-            rooms.retain(|r| !nodes.contains(&r.node_id));
-        }
         let shapes: Vec<ResourceSet> = lost.iter().map(|&i| spec.bundles[i].clone()).collect();
-        let targets = assign(&shapes, spec.strategy, &rooms, &here)?;
+        let targets = {
+            let here_free = NodeRoom {
+                node_id: here.clone(),
+                room: self.local.available(),
+            };
+            let others = m.rooms(false);
+            let mut rooms = here_first(&here_free, &others);
+            if spec.strategy == PlacementStrategy::StrictSpread {
+                rooms.retain(|r| !nodes.contains(&r.node_id));
+            }
+            assign(&shapes, spec.strategy, &rooms, &here)?
+        };
+        m.count_placed(&shapes, &targets);
         let mut moved = false;
         let distinct: BTreeSet<String> = targets.iter().cloned().collect();
         for target in distinct {
@@ -649,6 +690,10 @@ impl Placer {
             }
         }
         let nodes = self.local.remove_group(id);
+        if let Some(m) = self.parts.membership.get() {
+            // Its bundles here were given back: a pending group may fit.
+            m.room_may_have_grown();
+        }
         if !tell_others {
             return;
         }

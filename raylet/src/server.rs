@@ -469,15 +469,74 @@ impl ClientHandler {
         }
     }
 
-    /// Kills an actor here, or in a cluster on the node that holds it.
+    /// An actor's state, from this node when it holds the actor; in a
+    /// cluster, from the node the caller names when that node holds it,
+    /// and otherwise from whichever other node holds it (every one is
+    /// asked).
+    fn handle_get_actor(&self, request: GetActor, answer: Answer<GetActor>) {
+        let asks_others = self.asks_others();
+        let GetActor {
+            actor_id,
+            wait,
+            node_id,
+        } = request;
+        let named = match (self.node.membership.get(), node_id) {
+            (Some(m), Some(n)) if asks_others && self.node.actor_info(actor_id).is_none() => {
+                (m.raylet_of(&n).is_some()).then(|| {
+                    m.ask_node(
+                        &n,
+                        GetActor {
+                            actor_id,
+                            wait,
+                            node_id: None,
+                        },
+                    )
+                })
+            }
+            _ => None,
+        };
+        let Some(asking) = named else {
+            return (self.node).get_actor(actor_id, wait, asks_others, answer.into());
+        };
+        let node = self.node.clone();
+        tokio::spawn(async move {
+            match asking.await {
+                Ok(info) => answer.send(Ok(info)),
+                Err(e) => {
+                    tracing::debug!(actor = %actor_id, error = %e, "the node named for an actor does not hold it; asking every node");
+                    node.get_actor(actor_id, wait, true, answer.into())
+                }
+            }
+        });
+    }
+
+    /// Kills an actor here, or in a cluster on the node that holds it: the
+    /// node the caller names, when it is alive and holds the actor, and
+    /// otherwise whichever other node holds it (every one is asked).
     fn handle_kill_actor(&self, request: KillActor, answer: Answer<KillActor>) {
         let here = self
             .node
             .kill_actor(request.actor_id, request.no_restart, request.out_of_scope);
         match (here, self.node.membership.get()) {
             (Err(e), Some(m)) if self.asks_others() => {
-                let asking = m.ask_others(request);
-                tokio::spawn(async move { answer.send(asking.await.ok_or(e)) });
+                let named = (request.node_id.as_deref())
+                    .filter(|n| m.raylet_of(n).is_some())
+                    .map(|n| m.ask_node(n, request.clone()));
+                let node = self.node.clone();
+                tokio::spawn(async move {
+                    if let Some(asking) = named {
+                        match asking.await {
+                            Ok(()) => return answer.send(Ok(())),
+                            Err(e) => {
+                                tracing::debug!(actor = %request.actor_id, error = %e, "the node named for an actor does not hold it; asking every node")
+                            }
+                        }
+                    }
+                    let Some(m) = node.membership.get() else {
+                        return answer.send(Err(e));
+                    };
+                    answer.send(m.ask_others(request).await.ok_or(e))
+                });
             }
             (here, _) => answer.send(here),
         }
@@ -508,8 +567,7 @@ impl Serve<RequestLease> for ClientHandler {
 
 impl Serve<GetActor> for ClientHandler {
     fn serve(&self, r: GetActor, answer: Answer<GetActor>) {
-        let asks_others = self.asks_others();
-        (self.node).get_actor(r.actor_id, r.wait, asks_others, answer.into())
+        self.handle_get_actor(r, answer)
     }
 }
 

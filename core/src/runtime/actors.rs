@@ -616,6 +616,8 @@ impl ActorSubmitter {
                 .request(GetActor {
                     actor_id: client.actor_id,
                     wait: true,
+                    // Where this process placed it, if it did.
+                    node_id: self.owned_actors.node_of(client.actor_id),
                 })
                 .await;
             let info = match lookup {

@@ -205,12 +205,14 @@ impl Objects {
                     counts.push(count);
                 }
                 Release::ActorOutOfScope(actor_id) => {
+                    let node_id = self.owned_actors.node_of(actor_id);
                     self.owned_actors.ended(actor_id);
                     tracing::debug!(actor = %actor_id, "every handle to an actor is gone; stopping it");
                     let _ = self.raylet.notify(KillActor {
                         actor_id,
                         no_restart: true,
                         out_of_scope: true,
+                        node_id,
                     });
                 }
             }

@@ -68,13 +68,18 @@ struct Away {
     failed: Option<String>,
 }
 
-/// The actors this process created on other nodes that may restart.
+/// The actors this process created on other nodes that may restart, and
+/// the node of each actor it created on another node.
 #[derive(Debug)]
 pub(crate) struct OwnedActors {
     rt: tokio::runtime::Handle,
     raylet: Connection,
     lessee: Arc<Lessee>,
     away: Mutex<HashMap<ActorId, Away>>,
+    /// The node each actor this process created on another node was last
+    /// placed on, restartable or not, until it ends: a kill goes to that
+    /// node instead of asking every node.
+    nodes: Mutex<HashMap<ActorId, String>>,
 }
 
 impl OwnedActors {
@@ -84,6 +89,7 @@ impl OwnedActors {
             raylet,
             lessee,
             away: Mutex::new(HashMap::new()),
+            nodes: Mutex::new(HashMap::new()),
         }
     }
 
@@ -94,6 +100,7 @@ impl OwnedActors {
     /// head's to create again (it outlives this process), so it is not
     /// kept here.
     pub(crate) fn placed(&self, spec: &ActorSpec, node: &str) {
+        self.nodes.lock().insert(spec.actor_id, node.to_string());
         let heads = spec.options.detached && spec.options.placement.is_none();
         if spec.options.max_restarts == 0 || heads {
             return;
@@ -112,6 +119,13 @@ impl OwnedActors {
     /// The actor is dead for good: never create it again.
     pub(crate) fn ended(&self, actor: ActorId) {
         self.away.lock().remove(&actor);
+        self.nodes.lock().remove(&actor);
+    }
+
+    /// The node this process last placed `actor` on, if it created it on
+    /// another node and it has not ended.
+    pub(crate) fn node_of(&self, actor: ActorId) -> Option<String> {
+        self.nodes.lock().get(&actor).cloned()
     }
 
     /// Its node counted `restarts` restarts (seen by a caller here).
@@ -203,6 +217,7 @@ impl OwnedActors {
                 (None, Err(_)) => false,
                 (Some(record), Ok(Some(node))) => {
                     record.node = node.clone();
+                    self.nodes.lock().insert(id, node.clone());
                     false
                 }
                 // On this process's own node, it lives and dies with it:
@@ -211,6 +226,7 @@ impl OwnedActors {
                 // just missed the new copy must still hear that it is kept.
                 (Some(record), Ok(None)) => {
                     record.node = String::new();
+                    self.nodes.lock().remove(&id);
                     false
                 }
                 (Some(record), Err(e)) => {
@@ -227,6 +243,7 @@ impl OwnedActors {
                 actor_id: id,
                 no_restart: true,
                 out_of_scope: false,
+                node_id: placed.ok().flatten(),
             };
             let _ = self.raylet.request(kill).await;
         }

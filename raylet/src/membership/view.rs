@@ -2,23 +2,89 @@
 //! heartbeat answers said, applied as changes (`prism_gcs`'s node table,
 //! "The nodes' view, as changes"), plus this node's own counts of the
 //! requests it sent to other nodes since the last answer.
+//!
+//! # Rooms
+//!
+//! Placement reads every other node's total and free resources on each
+//! try ([`Rooms`]). The view keeps them parsed beside the nodes: rebuilt
+//! when an answer changes the view, lowered in place by this node's own
+//! counts, and shared (an `Arc` clone) with every reader between changes,
+//! so a try costs no parsing and no copy of the nodes' resources.
 
+use crate::placement::assign::NodeRoom;
 use prism_gcs::pb::{HeartbeatReply, NodeInfo as WireNode, Resource};
 use prism_protocol::resources::{Quantity, ResourceSet};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 /// The live nodes by id (so in id order), as of the last answer.
 #[derive(Debug, Default)]
 pub(crate) struct View {
+    /// This node's id, left out of the rooms (its own room is current
+    /// where it is read); empty: none left out.
+    here: String,
     nodes: BTreeMap<String, WireNode>,
     /// The free resources the head last reported for the nodes whose
     /// count this node lowered since ([`lower`](Self::lower)).
     reported: HashMap<String, Vec<Resource>>,
+    rooms: Rooms,
+    /// How many times the rooms changed other than by this node's own
+    /// counts (see [`changes`](Self::changes)).
+    changes: u64,
     epoch: u64,
     version: u64,
 }
 
+/// The other live nodes' rooms for placement, in id order: the nodes that
+/// serve requests (have a raylet), each with its total resources and its
+/// free ones (as the head last reported them, less this node's own counts
+/// since). Cheap to clone: both lists are shared until the view changes.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Rooms {
+    pub(crate) total: Arc<Vec<NodeRoom>>,
+    pub(crate) free: Arc<Vec<NodeRoom>>,
+}
+
 impl View {
+    /// An empty view of the node `here`.
+    pub(crate) fn new(here: &str) -> View {
+        View {
+            here: here.to_string(),
+            ..View::default()
+        }
+    }
+
+    /// The other live nodes' rooms (see [`Rooms`]).
+    pub(crate) fn rooms(&self) -> Rooms {
+        self.rooms.clone()
+    }
+
+    /// A count that grows each time an answer changes the view (a node
+    /// joined or left, or the head reported other free resources, or this
+    /// node's own counts were dropped for the head's): a placement that
+    /// did not fit may fit once it moved.
+    pub(crate) fn changes(&self) -> u64 {
+        self.changes
+    }
+
+    /// Parses the rooms again from the nodes.
+    fn rebuild_rooms(&mut self) {
+        let serving = || {
+            self.nodes
+                .values()
+                .filter(|n| n.node_id != self.here && !n.raylet_address.is_empty())
+        };
+        let room = |n: &WireNode, list: &[Resource]| NodeRoom {
+            node_id: n.node_id.clone(),
+            room: from_wire_set(list),
+        };
+        self.rooms = Rooms {
+            total: Arc::new(serving().map(|n| room(n, &n.total)).collect()),
+            free: Arc::new(serving().map(|n| room(n, &n.available)).collect()),
+        };
+        self.changes += 1;
+    }
+
     /// The epoch and version to send with the next heartbeat.
     pub(crate) fn since(&self) -> (u64, u64) {
         (self.epoch, self.version)
@@ -26,6 +92,11 @@ impl View {
 
     /// Takes a heartbeat's answer; returns the nodes that left the view.
     pub(crate) fn apply(&mut self, reply: HeartbeatReply) -> Vec<String> {
+        let changed = reply.full_view
+            || reply.view_epoch == 0
+            || !reply.nodes.is_empty()
+            || !reply.gone.is_empty()
+            || !self.reported.is_empty();
         // The answer is newer than this node's own counts.
         for (id, available) in self.reported.drain() {
             if let Some(n) = self.nodes.get_mut(&id) {
@@ -60,6 +131,9 @@ impl View {
         }
         self.epoch = reply.view_epoch;
         self.version = reply.view_version;
+        if changed {
+            self.rebuild_rooms();
+        }
         left
     }
 
@@ -93,6 +167,10 @@ impl View {
         let mut free = free_of(n);
         free.subtract(shape);
         n.available = to_wire(&free);
+        let free = Arc::make_mut(&mut self.rooms.free);
+        if let Ok(i) = free.binary_search_by(|r| r.node_id.as_str().cmp(id)) {
+            free[i].room.subtract(shape);
+        }
     }
 }
 
@@ -123,14 +201,21 @@ mod tests {
     use super::*;
 
     fn node(id: &str, cpus: i64) -> WireNode {
+        let cpu = vec![Resource {
+            name: "CPU".into(),
+            units: cpus * 10_000,
+        }];
         WireNode {
             node_id: id.into(),
-            available: vec![Resource {
-                name: "CPU".into(),
-                units: cpus * 10_000,
-            }],
+            raylet_address: format!("{id}:1"),
+            total: cpu.clone(),
+            available: cpu,
             ..WireNode::default()
         }
+    }
+
+    fn room_ids(rooms: &[NodeRoom]) -> Vec<&str> {
+        rooms.iter().map(|r| r.node_id.as_str()).collect()
     }
 
     fn answer(full: bool, nodes: Vec<WireNode>, gone: &[&str], version: u64) -> HeartbeatReply {
@@ -194,5 +279,46 @@ mod tests {
         v.lower("a", &one);
         v.apply(answer(false, vec![node("a", 0)], &[], 2));
         assert!(!free_of(v.get("a").expect("a")).contains(&one));
+    }
+
+    #[test]
+    fn rooms_are_kept_with_the_view_and_shared_until_it_changes() {
+        let mut v = View::new("a");
+        let mut no_raylet = node("d", 8);
+        no_raylet.raylet_address.clear();
+        v.apply(answer(
+            true,
+            vec![node("a", 2), node("c", 4), node("b", 1), no_raylet],
+            &[],
+            1,
+        ));
+        let rooms = v.rooms();
+        assert_eq!(
+            room_ids(&rooms.free),
+            ["b", "c"],
+            "the other nodes that serve, in id order"
+        );
+        assert_eq!(rooms.total[1].room, cpus(4));
+        // An answer with nothing in it changes nothing: the same lists.
+        let changes = v.changes();
+        v.apply(answer(false, vec![], &[], 1));
+        assert_eq!(v.changes(), changes, "nothing changed");
+        assert!(Arc::ptr_eq(&v.rooms().free, &rooms.free), "not rebuilt");
+        // Own counts lower the free room in place, not the total, and
+        // leave a reader's copy as it was.
+        v.lower("c", &cpus(3));
+        assert_eq!(v.rooms().free[1].room, cpus(1));
+        assert_eq!(v.rooms().total[1].room, cpus(4));
+        assert_eq!(rooms.free[1].room, cpus(4), "a reader's copy stays");
+        assert_eq!(v.changes(), changes, "a count is no change to wait for");
+        // The next answer puts the head's report back, and is a change.
+        v.apply(answer(false, vec![], &[], 1));
+        assert_eq!(v.rooms().free[1].room, cpus(4));
+        assert!(v.changes() > changes);
+        // A node that leaves leaves the rooms; one that joins is added.
+        let changes = v.changes();
+        v.apply(answer(false, vec![node("e", 2)], &["b"], 2));
+        assert_eq!(room_ids(&v.rooms().free), ["c", "e"]);
+        assert!(v.changes() > changes);
     }
 }
