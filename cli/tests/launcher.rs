@@ -535,6 +535,50 @@ fn launcher_actor_driver() {
     prism::shutdown();
 }
 
+/// The driver of the podman provider's test: a placement group whose
+/// bundle needs `accel`, which no live node has, waits for a worker the
+/// autoscaler starts; a task in it runs there.
+#[test]
+#[ignore = "the driver of the_podman_provider_scales_containers_with_demand, run on its head"]
+fn launcher_group_driver() {
+    if std::env::var_os("PRISM_ADDRESS").is_none() {
+        return;
+    }
+    must(
+        prism::init(prism::Config::default()),
+        "the driver joins the cluster",
+    );
+    let asked = Instant::now();
+    let bundle = prism::Bundle::new()
+        .resource("accel", 1.0)
+        .resource("CPU", 1.0);
+    let group = must(
+        prism::placement_group(vec![bundle], prism::PlacementStrategy::StrictPack),
+        "the group is asked for",
+    );
+    must(
+        group.wait(Duration::from_secs(60)).and_then(|placed| {
+            placed
+                .then_some(())
+                .ok_or(prism::Error::invalid("group", "not placed within 60 s"))
+        }),
+        "the group is placed once a node holds it",
+    );
+    let options = prism::TaskOptions::new().placement_group(&group, Some(0));
+    let (host, _) = must(
+        prism::get(&must(
+            host_and_start::remote_with(options),
+            "a task in the group",
+        )),
+        "it runs",
+    );
+    println!(
+        "GROUP PLACED ON {host}, {:.2} s after it was asked for",
+        asked.elapsed().as_secs_f64()
+    );
+    prism::shutdown();
+}
+
 /// The driver that asks for a GPU no node type has, for a while.
 #[test]
 #[ignore = "the driver of the_autoscaler_adds_workers_for_demand_and_stops_them_idle, run on its head"]

@@ -180,7 +180,12 @@ impl Node {
         let programs = Programs::new(node_id, config.session_dir.join("programs"));
         let names = Names::new(node_id, membership.clone());
         let records = Arc::new(HeadRecords::new(membership.clone()));
-        let placement = Arc::new(Placement::new(node_id, membership.clone(), records.clone()));
+        let placement = Arc::new(Placement::new(
+            node_id,
+            membership.clone(),
+            records.clone(),
+            !config.infeasible_wait.is_zero(),
+        ));
         let detached = Arc::new(Detached::new(
             node_id,
             membership.clone(),
@@ -937,10 +942,7 @@ impl MemberNode for Node {
     }
 
     fn load(self: &Arc<Self>) -> (ResourceSet, Vec<(ResourceSet, u64)>) {
-        let (available, mut demands) =
-            self.control(|c| (c.scheduler.resources().available(), c.scheduler.demands()));
-        self.awaiting.add_to(&mut demands);
-        (available, demands)
+        self.verbs().load()
     }
 
     fn membership(&self) -> Option<&Membership> {

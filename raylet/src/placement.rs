@@ -153,6 +153,9 @@ pub(crate) struct Placement {
     membership: Arc<OnceLock<Membership>>,
     records: Arc<HeadRecords>,
     state: state::PendingGroups,
+    /// Whether a group no live nodes can hold waits for nodes to join (a
+    /// cluster that may grow, `infeasible_wait_ms`) instead of failing.
+    waits_for_nodes: bool,
 }
 
 impl Placement {
@@ -160,12 +163,38 @@ impl Placement {
         node_id: NodeId,
         membership: Arc<OnceLock<Membership>>,
         records: Arc<HeadRecords>,
+        waits_for_nodes: bool,
     ) -> Placement {
         Placement {
             node_id,
             membership,
             records,
             state: state::PendingGroups::default(),
+            waits_for_nodes,
+        }
+    }
+
+    /// Adds the bundles of the groups waiting to be placed from here to
+    /// `demands` (this node's, which heartbeats tell the head and its
+    /// autoscaler): a strict-pack group as one shape (it needs one node
+    /// holding all of it), others bundle by bundle.
+    pub(crate) fn add_demands(&self, demands: &mut Vec<(ResourceSet, u64)>) {
+        let groups = self.state.groups.lock();
+        let mut add = |shape: ResourceSet| match demands.iter_mut().find(|(s, _)| *s == shape) {
+            Some((_, n)) => *n += 1,
+            None => demands.push((shape, 1)),
+        };
+        for (spec, _) in groups.values() {
+            match spec.strategy {
+                PlacementStrategy::StrictPack => {
+                    let mut all = ResourceSet::new();
+                    for b in &spec.bundles {
+                        all.add(b);
+                    }
+                    add(all);
+                }
+                _ => spec.bundles.iter().cloned().for_each(&mut add),
+            }
         }
     }
 
@@ -313,6 +342,11 @@ impl Placer {
         let totals = here_first(&here_total, &others);
         let ever = assign(&spec.bundles, spec.strategy, &totals, &here);
         match ever {
+            // In a cluster that may grow, it waits for nodes to join (its
+            // bundles counted as this node's demand meanwhile).
+            None if self.parts.waits_for_nodes => {
+                tracing::info!(group = %spec.id, "no live nodes can hold the placement group; it waits for nodes to join");
+            }
             None => {
                 return Err(Error::Infeasible {
                     shape: format!(

@@ -383,6 +383,45 @@ fn the_podman_provider_scales_containers_with_demand() {
         eprintln!("{line}");
     }
 
+    // A placement group no live node holds waits for a worker too, once
+    // the actor's worker has gone idle and been removed.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while cluster.containers() != vec![head.clone()] {
+        assert!(
+            Instant::now() < deadline,
+            "the actor's worker must go idle and be removed: {:?}",
+            cluster.containers()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let group = cluster.prism(
+        &[
+            "submit",
+            &file,
+            &driver,
+            "--ignored",
+            "--exact",
+            "launcher_group_driver",
+            "--nocapture",
+        ],
+        Duration::from_secs(120),
+    );
+    let said = text(&group);
+    assert!(
+        group.status.success(),
+        "the group's driver: {said}\n{}",
+        log()
+    );
+    assert!(
+        said.contains(&format!("GROUP PLACED ON {w1}"))
+            || said.contains(&format!("GROUP PLACED ON {w2}")),
+        "the group was placed on a worker container started for it: {said}\n{}",
+        log()
+    );
+    for line in said.lines().filter(|l| l.contains("GROUP PLACED ON")) {
+        eprintln!("{line}");
+    }
+
     let down = cluster.prism(&["down", &file], Duration::from_secs(120));
     assert!(down.status.success(), "prism down: {}", text(&down));
     assert_eq!(

@@ -164,6 +164,19 @@ impl Verbs {
         })
     }
 
+    /// This node's free resources and its demand: the lease requests
+    /// waiting for resources, the actors waiting for a node to join, and
+    /// the bundles of groups waiting to be placed from here, each shape
+    /// with how many.
+    pub(crate) fn load(&self) -> (ResourceSet, Vec<(ResourceSet, u64)>) {
+        let (available, mut demands) = self
+            .0
+            .control(|c| (c.scheduler.resources().available(), c.scheduler.demands()));
+        self.0.awaiting.add_to(&mut demands);
+        self.0.placement.add_demands(&mut demands);
+        (available, demands)
+    }
+
     /// This node's resources: in all, and free now.
     pub(crate) fn resources(&self) -> (ResourceSet, ResourceSet) {
         self.0.control(|c| {
