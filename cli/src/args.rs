@@ -235,6 +235,11 @@ pub(crate) struct StatusArgs {
     /// TLS files (default: those of this machine's node, if it has any).
     #[command(flatten)]
     pub(crate) tls: TlsArgs,
+    /// table (the report, as `ray status` lays it out) or json (every
+    /// node with its state, resources and demand, and the autoscaler's
+    /// lines, for programs).
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub(crate) format: OutputFormat,
     #[command(flatten)]
     pub(crate) temp: TempDir,
 }

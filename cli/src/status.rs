@@ -40,12 +40,22 @@ pub(crate) fn run(args: StatusArgs) -> Result<ExitCode, String> {
             Ok::<_, prism_gcs::GcsError>((info, nodes, scaler))
         })
         .map_err(|e| e.to_string())?;
-    let mut text = render(&address, &info.cluster_id, &nodes);
     // What the autoscaler of a `prism up` cluster does, and why.
-    if let Some(lines) = scaler
+    let lines = scaler
         .and_then(|raw| serde_json::from_slice::<serde_json::Value>(&raw).ok())
-        .and_then(|v| v["lines"].as_array().cloned())
-    {
+        .and_then(|v| v["lines"].as_array().cloned());
+    if args.format == crate::args::OutputFormat::Json {
+        let doc = as_json(
+            &address,
+            &info.cluster_id,
+            &nodes,
+            lines.unwrap_or_default(),
+        );
+        say!("{doc:#}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut text = render(&address, &info.cluster_id, &nodes);
+    if let Some(lines) = lines {
         text.push_str("Autoscaler:\n");
         for line in lines.iter().filter_map(|l| l.as_str()) {
             text.push_str(&format!(" {line}\n"));
@@ -53,6 +63,49 @@ pub(crate) fn run(args: StatusArgs) -> Result<ExitCode, String> {
     }
     say!("{}", text.trim_end_matches('\n'));
     Ok(ExitCode::SUCCESS)
+}
+
+/// The status as JSON: the head, the cluster's id, each node (live or
+/// dead) with its resources (in whole units, as `prism start` takes them)
+/// and demand, and the autoscaler's lines.
+fn as_json(
+    address: &str,
+    cluster_id: &str,
+    nodes: &[NodeInfo],
+    autoscaler: Vec<serde_json::Value>,
+) -> serde_json::Value {
+    use serde_json::json;
+    let amounts = |rs: &[Resource]| -> serde_json::Map<String, serde_json::Value> {
+        rs.iter()
+            .map(|r| (r.name.clone(), json!(r.units as f64 / 10_000.0)))
+            .collect()
+    };
+    let nodes: Vec<serde_json::Value> = nodes
+        .iter()
+        .map(|n| {
+            let alive = n.state == NodeState::Alive as i32;
+            json!({
+                "node_id": n.node_id,
+                "node_ip": n.node_ip,
+                "hostname": n.hostname,
+                "is_head": n.is_head,
+                "state": if alive { "ALIVE" } else { "DEAD" },
+                "total": amounts(&n.total),
+                "available": amounts(&n.available),
+                "demands": n.demands.iter().map(|d| json!({
+                    "shape": amounts(&d.shape),
+                    "count": d.count,
+                })).collect::<Vec<_>>(),
+                "death_cause": (!alive).then(|| n.death_cause.clone()),
+            })
+        })
+        .collect();
+    json!({
+        "head": address,
+        "cluster_id": cluster_id,
+        "nodes": nodes,
+        "autoscaler": autoscaler,
+    })
 }
 
 /// The report, as `ray status` lays it out: nodes, then totals, then demand.

@@ -123,6 +123,23 @@ fn the_cli_starts_a_head_joins_two_nodes_shows_them_and_stops_everything() {
     }
     assert!(line_of(&status, m.ip(0)).contains("head"), "{status}");
     assert!(status.contains(" 0/3 CPU"), "{status}");
+    // The same for programs.
+    let out = m.prism(1, &["status", "--format", "json"], &[]);
+    let doc: serde_json::Value = must(
+        serde_json::from_slice(&out.stdout),
+        "prism status --format json prints JSON",
+    );
+    let nodes = doc["nodes"].as_array().cloned().unwrap_or_default();
+    assert_eq!(nodes.len(), 3, "{doc}");
+    for host in 0..3 {
+        let node = nodes
+            .iter()
+            .find(|n| n["node_ip"] == m.ip(host))
+            .unwrap_or_else(|| panic!("node {host} is listed: {doc}"));
+        assert_eq!(node["state"], "ALIVE", "{doc}");
+        assert_eq!(node["total"]["CPU"], 1.0, "{doc}");
+        assert_eq!(node["is_head"], host == 0, "{doc}");
+    }
 
     // The head's dashboard, on the head's loopback, asks for the token.
     let token = m.token();

@@ -375,13 +375,18 @@ impl Launch {
         let out = self.run(
             &self.cluster.head_ip,
             "asking the head for its nodes",
-            "\"$PRISM\" status\n",
+            "\"$PRISM\" status --format json\n",
             None,
         )?;
-        Ok(out
-            .lines()
-            .filter(|l| l.contains(" ALIVE "))
-            .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
+        let status: serde_json::Value = serde_json::from_str(&out)
+            .map_err(|e| format!("the head's `prism status --format json` gave no JSON ({e})"))?;
+        Ok(status["nodes"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .filter(|n| n["state"] == "ALIVE")
+            .filter_map(|n| n["node_ip"].as_str().map(str::to_string))
             .collect())
     }
 
