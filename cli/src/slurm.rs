@@ -254,14 +254,9 @@ pub(crate) fn wait(args: crate::args::WaitArgs) -> Result<std::process::ExitCode
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    // Each node hears of the others with its next heartbeat's answer: a
-    // driver that pins work to a node, or places a group over all of
-    // them, right away must find them in its node's view too.
-    let period = prism::Config::default()
-        .apply_env()
-        .map(|c| c.heartbeat_period_ms)
-        .unwrap_or(500);
-    std::thread::sleep(Duration::from_millis(2 * period + 100));
+    // A node hears of the others with its next heartbeat's answer; a
+    // driver that pins work to a node, or places a group over all of them,
+    // before that is not refused: its node looks again with a fresh view.
     eprintln!(
         "prism: all {want} node(s) of Slurm job {} joined the head at {head}",
         alloc.job_id

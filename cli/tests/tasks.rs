@@ -523,3 +523,93 @@ fn a_task_running_on_another_node_is_cancelled_with_its_worker() {
     assert!(said.contains("WORKER GONE true"), "{said}");
     assert!(said.contains("NEXT ran there: true"), "{said}");
 }
+
+/// The node a task runs on.
+#[prism::remote]
+fn my_node() -> String {
+    prism::runtime_context()
+        .map(|c| c.node_id.to_string())
+        .unwrap_or_default()
+}
+
+/// The driver of `work_pinned_to_a_node_that_just_joined_runs_there`:
+/// a task, an actor and a placement group pinned to (or spread over) the
+/// node named by `PRISM_TEST_NEW_NODE`, before this node's view has it.
+fn pin_to_new_node() {
+    must(prism::init(prism::Config::default()), "the driver joins");
+    let new = std::env::var("PRISM_TEST_NEW_NODE").unwrap_or_default();
+    let node_id = must(prism::NodeId::parse(&new).ok_or("bad id"), "a node id");
+    let pinned = prism::SchedulingStrategy::NodeAffinity {
+        node_id,
+        soft: false,
+    };
+    let ran = must(
+        prism::get(&must(
+            my_node::remote_with(prism::TaskOptions::new().scheduling_strategy(pinned)),
+            "submitted",
+        )),
+        "the pinned task runs",
+    );
+    println!("TASK ran on the new node: {}", ran == new);
+    let actor = must(
+        Tally::remote_with(prism::ActorOptions::new().scheduling_strategy(pinned)),
+        "the pinned actor is created",
+    );
+    println!(
+        "ACTOR answers: {}",
+        must(prism::get(&must(actor.add(2), "called")), "it answers")
+    );
+    let bundle = || prism::Bundle::new().resource("CPU", 1.0);
+    let group = must(
+        prism::placement_group(
+            vec![bundle(), bundle()],
+            prism::PlacementStrategy::StrictSpread,
+        ),
+        "a group over both nodes",
+    );
+    println!(
+        "GROUP placed: {}",
+        must(group.wait(Duration::from_secs(30)), "it is placed")
+    );
+    prism::shutdown();
+}
+
+/// Work pinned to a node its driver's node has not heard of yet (the node
+/// joined after that node's last heartbeat) is not refused: the node looks
+/// again with a fresh view. Heartbeats every 3 s make the window wide.
+#[test]
+fn work_pinned_to_a_node_that_just_joined_runs_there() {
+    if std::env::var_os(DRIVER).is_some() {
+        return pin_to_new_node();
+    }
+    let Some(m) = Machines::new("fresh", 2) else {
+        return;
+    };
+    let slow = [
+        ("PRISM_HEARTBEAT_PERIOD_MS", "3000"),
+        ("PRISM_NODE_DEATH_TIMEOUT_MS", "30000"),
+    ];
+    let head = m.start_head(&slow);
+    // The head's node has beaten at least once, and its next beat is
+    // seconds away.
+    std::thread::sleep(Duration::from_millis(500));
+    let joined = m.join(1, &head);
+    assert!(joined.status.success(), "{}", text(&joined));
+    let new = must(
+        prism_raylet::NodeRecord::list(&m.temps[1])
+            .first()
+            .map(|r| r.node_id.clone())
+            .ok_or("no record"),
+        "the new node's record",
+    );
+    let said = m.run_driver(
+        0,
+        "work_pinned_to_a_node_that_just_joined_runs_there",
+        &head,
+        &[(DRIVER, "1"), ("PRISM_TEST_NEW_NODE", new.as_str())],
+        Duration::from_secs(60),
+    );
+    assert!(said.contains("TASK ran on the new node: true"), "{said}");
+    assert!(said.contains("ACTOR answers: 2"), "{said}");
+    assert!(said.contains("GROUP placed: true"), "{said}");
+}

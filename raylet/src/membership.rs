@@ -97,6 +97,8 @@ pub(crate) struct Membership {
     beating: tokio::task::JoinHandle<()>,
     /// Wakes the heartbeat task before its period.
     nudge: Arc<tokio::sync::Notify>,
+    /// How many heartbeats' answers were applied to the view.
+    beats: watch::Sender<u64>,
 }
 
 impl Membership {
@@ -150,7 +152,27 @@ impl Membership {
             lost,
             beating,
             nudge,
+            beats: watch::Sender::new(0),
         })
+    }
+
+    /// Waits until a heartbeat sent after this call is answered (bringing
+    /// beats forward), for at most a second: the view then holds every
+    /// node the head knew of when it was called.
+    pub(crate) async fn fresh_view(&self) {
+        let mut beats = self.beats.subscribe();
+        let start = *beats.borrow_and_update();
+        // A beat in flight may have left before the call: the one after
+        // it is the first that counts.
+        let fresh = async {
+            while *beats.borrow_and_update() < start + 2 {
+                self.nudge();
+                if beats.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(1), fresh).await;
     }
 
     /// Asks for a heartbeat now (at most one per [`QUICK_BEAT`]): demand
@@ -618,6 +640,7 @@ async fn beat<N: MemberNode>(
                             let died = view.apply(reply);
                             (died, view.changes() != before)
                         };
+                        m.beats.send_modify(|n| *n += 1);
                         if changed || grew_here {
                             m.room_may_have_grown();
                         }

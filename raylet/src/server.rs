@@ -156,8 +156,8 @@ impl ClientHandler {
             Ok(job) => job,
             Err(e) => return reply.send(Response::Error(e)),
         };
-        // A local client's request may go to another node (once: a request
-        // from another node is never sent on again, and group bundles stay
+        // A local client's request may go to another node (a request from
+        // another node goes on only from its queue here, and bundles stay
         // on their node).
         let local = !matches!(*self.role.lock(), Role::Lessee(_));
         // A bundle of a group over several nodes is leased on its node; one
@@ -208,6 +208,33 @@ impl ClientHandler {
                 {
                     wait_for_node_until =
                         Some(std::time::Instant::now() + self.node.config.infeasible_wait);
+                }
+                // A node this one has not heard of yet (it joined since the
+                // last heartbeat's answer) is looked for with a fresh view
+                // before the request fails.
+                Err(Error::AffinityNodeNotAlive { .. }) if self.node.membership.get().is_some() => {
+                    let (node, holder) = (self.node.clone(), self.conn_id);
+                    tokio::spawn(async move {
+                        if let Some(m) = node.membership.get() {
+                            m.fresh_view().await;
+                        }
+                        match node.place(&shape, strategy) {
+                            Ok(Some((raylet, node_id))) => reply
+                                .send(Response::Lease(LeaseReply::Spillback { raylet, node_id })),
+                            Ok(None) => node.verbs().request_lease(LeaseRequest {
+                                shape,
+                                job,
+                                env,
+                                bundle,
+                                grantee: Grantee::Client { holder, reply },
+                                may_spill: false,
+                                asked_at: std::time::Instant::now(),
+                                wait_for_node_until: None,
+                            }),
+                            Err(e) => reply.send(Response::Error(e)),
+                        }
+                    });
+                    return;
                 }
                 Err(e) => return reply.send(Response::Error(e)),
             }
@@ -435,7 +462,13 @@ impl ClientHandler {
         let named = cluster && spec.options.name.is_some();
         // In a cluster that may grow, an actor no live node holds waits.
         let may_wait = cluster && !self.node.config.infeasible_wait.is_zero();
-        if bundle.is_none() && !named && !may_wait {
+        let affinity = matches!(
+            spec.options.strategy,
+            SchedulingStrategy::NodeAffinity { soft: false, .. }
+        );
+        // Pinned to a node, it may need a fresh view of the cluster.
+        let pinned = affinity && cluster;
+        if bundle.is_none() && !named && !may_wait && !pinned {
             return answer.send(self.node.accept_actor(job, spec, lessee));
         }
         let node = self.node.clone();
@@ -760,10 +793,26 @@ impl Serve<GetClusterResources> for ClientHandler {
 
 impl Serve<CreatePlacementGroup> for ClientHandler {
     fn serve(&self, r: CreatePlacementGroup, answer: Answer<CreatePlacementGroup>) {
-        answer.send(
-            self.job()
-                .and_then(|job| self.node.groups().create_group(job, r.spec)),
-        )
+        let job = match self.job() {
+            Ok(job) => job,
+            Err(e) => return answer.send(Err(e)),
+        };
+        let retry = self.node.membership.get().map(|_| r.spec.clone());
+        match (self.node.groups().create_group(job, r.spec), retry) {
+            // No live nodes this one knows of hold it: nodes that joined
+            // since the last heartbeat's answer may, so it is tried again
+            // with a fresh view before it fails.
+            (Err(Error::Infeasible { .. }), Some(spec)) => {
+                let node = self.node.clone();
+                tokio::spawn(async move {
+                    if let Some(m) = node.membership.get() {
+                        m.fresh_view().await;
+                    }
+                    answer.send(node.groups().create_group(job, spec));
+                });
+            }
+            (created, _) => answer.send(created),
+        }
     }
 }
 
@@ -925,7 +974,17 @@ async fn accept_actor_waiting(
             SchedulingStrategy::NodeAffinity { .. }
         );
     if !may_wait {
-        return node.accept_actor(job, spec, lessee);
+        return match node.accept_actor(job, spec.clone(), lessee.clone()) {
+            // Pinned to a node this one has not heard of yet: looked for
+            // again with a fresh view before it fails.
+            Err(Error::AffinityNodeNotAlive { .. }) if node.membership.get().is_some() => {
+                if let Some(m) = node.membership.get() {
+                    m.fresh_view().await;
+                }
+                node.accept_actor(job, spec, lessee)
+            }
+            placed => placed,
+        };
     }
     let until = std::time::Instant::now() + node.config.infeasible_wait;
     let mut waiting = None;
