@@ -9,6 +9,7 @@
 //! lease, an actor or a group to be ready) keep it, as a [`ReplyTo`] where
 //! a component holds answers to several kinds of request, to answer later.
 
+mod placing;
 use crate::drivers::DriverEntry;
 use crate::membership::MemberNode;
 use crate::node::{Job, Node};
@@ -17,6 +18,7 @@ use crate::reply::ReplyTo;
 use crate::scheduler::{Grantee, LeaseRequest};
 use bytes::Bytes;
 use parking_lot::Mutex;
+use placing::accept_named_actor;
 use prism_object_store::{Creator, Pin, Placement};
 use prism_protocol::error::{Error, Result};
 use prism_protocol::ids::{JobId, ObjectId, WorkerId};
@@ -924,85 +926,6 @@ fn local_node(node: &Arc<Node>) -> NodeInfo {
         death_cause: String::new(),
         total,
         available,
-    }
-}
-
-/// [`Node::accept_actor`], then, for a named actor taken here in a
-/// cluster, claims its name in the head's directory; an actor whose name is
-/// held by another live actor is given up.
-async fn accept_named_actor(
-    node: &Arc<Node>,
-    job: JobId,
-    spec: ActorSpec,
-    lessee: Option<Connection>,
-) -> Result<ActorPlacement> {
-    let (name, namespace) = (spec.options.name.clone(), spec.options.namespace.clone());
-    let actor_id = spec.actor_id;
-    let placed = accept_actor_waiting(node, job, spec, lessee).await?;
-    match (placed, name) {
-        (ActorPlacement::Accepted, Some(name)) if node.membership.get().is_some() => {
-            let claimed = (node.names)
-                .claim(&namespace, &name, actor_id, node.as_ref())
-                .await;
-            if let Err(e) = claimed {
-                let _ = node.kill_actor(actor_id, true, false);
-                return Err(e);
-            }
-            Ok(ActorPlacement::Accepted)
-        }
-        (placed, _) => Ok(placed),
-    }
-}
-
-/// Accepts an actor here or sends it on. In a cluster that may grow
-/// (`infeasible_wait_ms`), an actor of this node's own clients whose shape
-/// no live node holds waits, counted as this node's demand (which the
-/// head's autoscaler sees), until a node that holds it joins or the wait
-/// is over; then it fails as infeasible.
-async fn accept_actor_waiting(
-    node: &Arc<Node>,
-    job: JobId,
-    spec: ActorSpec,
-    lessee: Option<Connection>,
-) -> Result<ActorPlacement> {
-    let may_wait = lessee.is_none()
-        && spec.options.placement.is_none()
-        && node.membership.get().is_some()
-        && !node.config.infeasible_wait.is_zero()
-        && !matches!(
-            spec.options.strategy,
-            SchedulingStrategy::NodeAffinity { .. }
-        );
-    if !may_wait {
-        return match node.accept_actor(job, spec.clone(), lessee.clone()) {
-            // Pinned to a node this one has not heard of yet: looked for
-            // again with a fresh view before it fails.
-            Err(Error::AffinityNodeNotAlive { .. }) if node.membership.get().is_some() => {
-                if let Some(m) = node.membership.get() {
-                    m.fresh_view().await;
-                }
-                node.accept_actor(job, spec, lessee)
-            }
-            placed => placed,
-        };
-    }
-    let until = std::time::Instant::now() + node.config.infeasible_wait;
-    let mut waiting = None;
-    loop {
-        match node.accept_actor(job, spec.clone(), None) {
-            Err(Error::Infeasible { .. }) if std::time::Instant::now() < until => {
-                if waiting.is_none() {
-                    waiting = Some(node.awaiting.enter(spec.options.resources.clone()));
-                    if let Some(m) = node.membership.get() {
-                        m.nudge();
-                    }
-                }
-                // A joined node shows in the view with the next heartbeat,
-                // which comes this often while demand waits.
-                tokio::time::sleep(crate::membership::QUICK_BEAT).await;
-            }
-            placed => return placed,
-        }
     }
 }
 
