@@ -413,8 +413,8 @@ pub fn kill_allow_restart<A: Actor>(actor: &ActorHandle<A>) -> Result<()> {
 
 fn kill_actor(actor_id: ActorId, no_restart: bool) -> Result<()> {
     let core = current()?;
-    // Where this process placed it, if it did: the kill goes there.
-    let node_id = core.owned_actors.node_of(actor_id);
+    // Where it runs, if this process knows: the kill goes there.
+    let node_id = core.actors.actor_node(actor_id);
     if no_restart {
         // First: its node may be dying, and this kill must not be undone
         // by creating it again elsewhere.

@@ -403,10 +403,10 @@ macro_rules! service_list {
                     actor_id: ActorId,
                     /// Wait while it is pending.
                     wait: bool,
-                    /// The node the caller placed it on, when it knows: a
-                    /// raylet that does not hold the actor asks that node
-                    /// first, and every other node only if it does not hold
-                    /// it either.
+                    /// The node the caller knows it on (it placed it there,
+                    /// or last found it there): a raylet that does not hold
+                    /// the actor asks that node first, and every other node
+                    /// only if it does not hold it either.
                     #[serde(default)]
                     node_id: Option<String>,
                 } => ActorInfo;
@@ -432,10 +432,10 @@ macro_rules! service_list {
                     /// Its owner saw the last handle to it dropped (with
                     /// `no_restart`): the reason its callers see says so.
                     out_of_scope: bool,
-                    /// The node the caller placed it on, when it knows: a
-                    /// raylet that does not hold the actor asks that node
-                    /// alone, and every other node only if it does not
-                    /// hold it either.
+                    /// The node the caller knows it on (it placed it there,
+                    /// or last found it there): a raylet that does not hold
+                    /// the actor asks that node first, and every other node
+                    /// only if it does not hold it either.
                     #[serde(default)]
                     node_id: Option<String>,
                 } => ();

@@ -312,6 +312,21 @@ impl ActorSubmitter {
         }
     }
 
+    /// The node `actor` runs on as far as this process knows, to ask
+    /// first: where this process placed it, or else where it was last
+    /// found.
+    pub(crate) fn actor_node(&self, actor_id: ActorId) -> Option<String> {
+        let client = self.clients.lock().get(&actor_id).cloned();
+        match client {
+            Some(client) => self.node_of(&client),
+            None => self.owned_actors.node_of(actor_id),
+        }
+    }
+
+    fn node_of(&self, client: &ActorClient) -> Option<String> {
+        (self.owned_actors.node_of(client.actor_id)).or_else(|| client.state.lock().node.clone())
+    }
+
     /// This process killed the actor: its later calls go to the restarted
     /// process (or fail with the actor's death), never to the killed one.
     pub(crate) fn killed(self: &Arc<Self>, actor_id: ActorId) {
@@ -616,8 +631,7 @@ impl ActorSubmitter {
                 .request(GetActor {
                     actor_id: client.actor_id,
                     wait: true,
-                    // Where this process placed it, if it did.
-                    node_id: self.owned_actors.node_of(client.actor_id),
+                    node_id: self.node_of(client),
                 })
                 .await;
             let info = match lookup {
