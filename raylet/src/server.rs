@@ -176,19 +176,9 @@ impl ClientHandler {
                     Ok(Some((raylet, node_id))) => {
                         reply.send(Response::Lease(LeaseReply::Spillback { raylet, node_id }))
                     }
-                    Ok(None) => {
-                        let request = LeaseRequest {
-                            shape,
-                            job,
-                            env,
-                            bundle,
-                            grantee: Grantee::Client { holder, reply },
-                            may_spill: false,
-                            asked_at: std::time::Instant::now(),
-                            wait_for_node_until: None,
-                        };
-                        node.verbs().request_lease(request);
-                    }
+                    Ok(None) => node
+                        .verbs()
+                        .request_lease(kept_here(shape, job, env, bundle, holder, reply)),
                     Err(e) => reply.send(Response::Error(e)),
                 }
             });
@@ -223,16 +213,9 @@ impl ClientHandler {
                         match node.place(&shape, strategy) {
                             Ok(Some((raylet, node_id))) => reply
                                 .send(Response::Lease(LeaseReply::Spillback { raylet, node_id })),
-                            Ok(None) => node.verbs().request_lease(LeaseRequest {
-                                shape,
-                                job,
-                                env,
-                                bundle,
-                                grantee: Grantee::Client { holder, reply },
-                                may_spill: false,
-                                asked_at: std::time::Instant::now(),
-                                wait_for_node_until: None,
-                            }),
+                            Ok(None) => node
+                                .verbs()
+                                .request_lease(kept_here(shape, job, env, bundle, holder, reply)),
                             Err(e) => reply.send(Response::Error(e)),
                         }
                     });
@@ -904,6 +887,28 @@ impl Serve<KvKeys> for ClientHandler {
 
 /// Counts a pin for the connection whose pins these are; false if it has
 /// closed (the caller unpins).
+/// A client's lease request queued here for good: never sent on to
+/// another node, never waiting for one to join.
+fn kept_here(
+    shape: ResourceSet,
+    job: JobId,
+    env: EnvVars,
+    bundle: Option<BundleRef>,
+    holder: u64,
+    reply: ReplyTo,
+) -> LeaseRequest<ReplyTo> {
+    LeaseRequest {
+        shape,
+        job,
+        env,
+        bundle,
+        grantee: Grantee::Client { holder, reply },
+        may_spill: false,
+        asked_at: std::time::Instant::now(),
+        wait_for_node_until: None,
+    }
+}
+
 fn hold_pin(pins: &Mutex<Option<HashMap<ObjectId, u64>>>, id: ObjectId) -> bool {
     match pins.lock().as_mut() {
         Some(held) => {

@@ -125,6 +125,24 @@ impl PodmanCluster {
         )
     }
 
+    /// `prism submit` of this test binary's ignored test `driver` (at
+    /// `binary`), as the driver of the cluster.
+    fn submit(&self, binary: &str, driver: &str, limit: Duration) -> std::process::Output {
+        let file = self.file_arg();
+        self.prism(
+            &[
+                "submit",
+                &file,
+                binary,
+                "--ignored",
+                "--exact",
+                driver,
+                "--nocapture",
+            ],
+            limit,
+        )
+    }
+
     fn file_arg(&self) -> String {
         self.file.display().to_string()
     }
@@ -281,18 +299,7 @@ fn the_podman_provider_scales_containers_with_demand() {
 
     // A task only workers hold starts a worker container from none; three
     // one-CPU tasks on a one-CPU head start the second.
-    let run = cluster.prism(
-        &[
-            "submit",
-            &file,
-            &driver,
-            "--ignored",
-            "--exact",
-            "launcher_scaling_driver",
-            "--nocapture",
-        ],
-        Duration::from_secs(180),
-    );
+    let run = cluster.submit(&driver, "launcher_scaling_driver", Duration::from_secs(180));
     let ran = text(&run);
     assert!(run.status.success(), "the driver: {ran}\n{}", log());
     let w1 = format!("prism-{}-10-89-231-3", cluster.name);
@@ -355,18 +362,7 @@ fn the_podman_provider_scales_containers_with_demand() {
     }
 
     // An actor no live node holds waits for a worker, as tasks do.
-    let actor = cluster.prism(
-        &[
-            "submit",
-            &file,
-            &driver,
-            "--ignored",
-            "--exact",
-            "launcher_actor_driver",
-            "--nocapture",
-        ],
-        Duration::from_secs(120),
-    );
+    let actor = cluster.submit(&driver, "launcher_actor_driver", Duration::from_secs(120));
     let said = text(&actor);
     assert!(
         actor.status.success(),
@@ -394,18 +390,7 @@ fn the_podman_provider_scales_containers_with_demand() {
         );
         std::thread::sleep(Duration::from_millis(300));
     }
-    let group = cluster.prism(
-        &[
-            "submit",
-            &file,
-            &driver,
-            "--ignored",
-            "--exact",
-            "launcher_group_driver",
-            "--nocapture",
-        ],
-        Duration::from_secs(120),
-    );
+    let group = cluster.submit(&driver, "launcher_group_driver", Duration::from_secs(120));
     let said = text(&group);
     assert!(
         group.status.success(),
