@@ -229,18 +229,27 @@ impl Drop for SshHosts {
     }
 }
 
-/// The driver `prism submit` runs on the head: tasks spread over the
-/// cluster, each saying its machine's host name.
-#[test]
-#[ignore = "the driver of prism_up_submit_and_down_over_ssh, run on its head"]
-fn launcher_driver() {
+/// Joins the cluster `prism submit` runs this binary's driver in (run as
+/// a plain test, with no cluster named, a driver does nothing).
+fn joined_as_driver() -> bool {
     if std::env::var_os("PRISM_ADDRESS").is_none() {
-        return;
+        return false;
     }
     must(
         prism::init(prism::Config::default()),
         "the driver joins the cluster",
     );
+    true
+}
+
+/// The driver `prism submit` runs on the head: tasks spread over the
+/// cluster, each saying its machine's host name.
+#[test]
+#[ignore = "the driver of prism_up_submit_and_down_over_ssh, run on its head"]
+fn launcher_driver() {
+    if !joined_as_driver() {
+        return;
+    }
     // One task pinned to each live node: each machine runs one, however
     // long its node takes to fetch this program from the driver.
     let nodes = must(prism::nodes(), "the cluster's nodes");
@@ -458,13 +467,9 @@ fn prism_up_names_a_refused_key_and_an_unreachable_machine() {
 #[test]
 #[ignore = "the driver of the_autoscaler_adds_workers_for_demand_and_stops_them_idle, run on its head"]
 fn launcher_scaling_driver() {
-    if std::env::var_os("PRISM_ADDRESS").is_none() {
+    if !joined_as_driver() {
         return;
     }
-    must(
-        prism::init(prism::Config::default()),
-        "the driver joins the cluster",
-    );
     let accel = prism::TaskOptions::new().resource("accel", 1.0);
     let asked = Instant::now();
     let asked_at = prism_protocol::clock::unix_ms();
@@ -515,13 +520,9 @@ impl Host {
 #[test]
 #[ignore = "the driver of the_podman_provider_scales_containers_with_demand, run on its head"]
 fn launcher_actor_driver() {
-    if std::env::var_os("PRISM_ADDRESS").is_none() {
+    if !joined_as_driver() {
         return;
     }
-    must(
-        prism::init(prism::Config::default()),
-        "the driver joins the cluster",
-    );
     let asked = Instant::now();
     let host = must(
         Host::remote_with(prism::ActorOptions::new().resource("accel", 1.0)),
@@ -541,13 +542,9 @@ fn launcher_actor_driver() {
 #[test]
 #[ignore = "the driver of the_podman_provider_scales_containers_with_demand, run on its head"]
 fn launcher_group_driver() {
-    if std::env::var_os("PRISM_ADDRESS").is_none() {
+    if !joined_as_driver() {
         return;
     }
-    must(
-        prism::init(prism::Config::default()),
-        "the driver joins the cluster",
-    );
     let asked = Instant::now();
     let bundle = prism::Bundle::new()
         .resource("accel", 1.0)
@@ -583,13 +580,9 @@ fn launcher_group_driver() {
 #[test]
 #[ignore = "the driver of the_autoscaler_adds_workers_for_demand_and_stops_them_idle, run on its head"]
 fn launcher_gpu_driver() {
-    if std::env::var_os("PRISM_ADDRESS").is_none() {
+    if !joined_as_driver() {
         return;
     }
-    must(
-        prism::init(prism::Config::default()),
-        "the driver joins the cluster",
-    );
     let gpu = prism::TaskOptions::new().num_gpus(1.0);
     let _waits = must(host_name::remote_with(gpu), "a GPU task is submitted");
     std::thread::sleep(Duration::from_secs(8));
