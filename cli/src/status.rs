@@ -159,7 +159,16 @@ fn render(address: &str, cluster_id: &str, nodes: &[NodeInfo]) -> String {
         let _ = writeln!(out, " (no resource demands)");
     }
     for (shape, count) in demand {
-        let _ = writeln!(out, " {shape}: {count} waiting");
+        match shape.as_str() {
+            // What a node reports while a driver's program is on its way
+            // to it for the driver's first work there.
+            "{}" => {
+                let _ = writeln!(out, " {count} driver program(s) on their way to a node");
+            }
+            _ => {
+                let _ = writeln!(out, " {shape}: {count} waiting");
+            }
+        }
     }
     out
 }

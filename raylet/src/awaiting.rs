@@ -1,8 +1,10 @@
-//! Work that waits here for a node to join, outside the scheduler's
-//! queue: an actor whose shape no live node holds, in a cluster that may
-//! grow (`infeasible_wait_ms`), waits before it is placed. Its shape counts
-//! as the node's demand, which the heartbeats tell the head, so that an
-//! autoscaler sees it as it sees waiting lease requests.
+//! Work that waits here outside the scheduler's queue: an actor whose
+//! shape no live node holds, in a cluster that may grow
+//! (`infeasible_wait_ms`), waits before it is placed; a driver's program
+//! on its way here (an empty shape) holds the work that will follow it.
+//! Each counts as the node's demand, which the heartbeats tell the head,
+//! so that an autoscaler sees it as it sees waiting lease requests (and
+//! does not take a node that fetches a program for idle).
 
 use prism_protocol::resources::ResourceSet;
 use std::collections::HashMap;

@@ -265,9 +265,15 @@ impl ClientHandler {
                     ..
                 } = r;
                 let job_id = job_id.ok_or(Error::NotRegistered)?;
+                // Until the program is here, work is on its way to this
+                // node that shows nowhere else: it counts as demand of no
+                // resources, so that an autoscaler does not take the node
+                // for idle meanwhile.
+                let fetching = node.awaiting.enter(ResourceSet::new());
                 let executable = (node.programs)
                     .program_file(executable, program, &conn)
                     .await?;
+                drop(fetching);
                 // The driver's folder may not exist on this machine.
                 let cwd = if cwd.is_dir() {
                     cwd
