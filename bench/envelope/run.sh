@@ -18,7 +18,7 @@
 # Environment: ACTORS (2000), PGS (placement groups, 1000), TASKS (10000,100000: a list),
 # NODE_CPUS (4: CPUs each node declares), BATCH (25: nodes started at once),
 # BIN (a folder holding `prism` and `envelope` built before: used as they
-# are, nothing is built; to compare two trees' builds in one sitting).
+# are, nothing is built; to compare two trees' builds, alternating).
 # Nodes start no workers until work lands on them (workers are started per
 # job, on a node the job's work reaches), and keep no warm object store
 # (PRISM_OBJECT_STORE_WARM_BYTES=0, a 64 MiB store each).

@@ -334,27 +334,23 @@ impl Membership {
             .map(|n| n.raylet_address.clone())
     }
 
-    /// The next node in turn (by id) that has `shape` free: `Some(None)`
-    /// for this one, `Some(Some(raylet, node))` for another; `None` when no
-    /// node has it free.
+    /// The next node in turn (by id) that has `shape` free, or failing
+    /// that whose total holds it ([`View::spread_pick`]): `Some(None)` for
+    /// this one, `Some(Some(raylet, node))` for another; `None` when no
+    /// node could ever hold it.
     pub(crate) fn spread_target(&self, shape: &ResourceSet) -> Option<Option<(String, String)>> {
         let mut view = self.view.lock();
-        let n = view.len().max(1);
         let start = self
             .spread_next
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            % n;
-        // The view is in id order: start at the next node in turn.
-        let (raylet, id) = view
-            .iter()
-            .skip(start)
-            .chain(view.iter().take(start))
-            .find(|node| free_of(node).contains(shape))
-            .map(|node| (node.raylet_address.clone(), node.node_id.clone()))?;
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (node, free) = view.spread_pick(start, shape)?;
+        let (raylet, id) = (node.raylet_address.clone(), node.node_id.clone());
         if id == self.node_id {
             return Some(None);
         }
-        view.lower(&id, shape);
+        if free {
+            view.lower(&id, shape);
+        }
         Some(Some((raylet, id)))
     }
 

@@ -146,12 +146,33 @@ impl View {
         self.nodes.get(id)
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.nodes.len()
-    }
-
     pub(crate) fn is_empty(&self) -> bool {
         self.nodes.is_empty()
+    }
+
+    /// The node a SPREAD request for `shape` goes to, looking from the
+    /// `start`th node in id order: the first with `shape` free, and
+    /// whether it has; or, when none has (this node's own counts may have
+    /// lowered them all until the next answer), the first whose total
+    /// holds it, where the request waits for room. Taking turns either
+    /// way keeps a burst spread when every node looks full, instead of
+    /// queueing it all on one node. `None` when no node could ever hold
+    /// it.
+    pub(crate) fn spread_pick(
+        &self,
+        start: usize,
+        shape: &ResourceSet,
+    ) -> Option<(&WireNode, bool)> {
+        let n = self.nodes.len().max(1);
+        let start = start % n;
+        let in_turn = || (self.nodes.values().skip(start)).chain(self.nodes.values().take(start));
+        if let Some(free) = in_turn().find(|node| free_of(node).contains(shape)) {
+            return Some((free, true));
+        }
+        in_turn()
+            .filter(|node| !node.raylet_address.is_empty())
+            .find(|node| from_wire_set(&node.total).contains(shape))
+            .map(|node| (node, false))
     }
 
     /// Counts a request for `shape` sent to node `id` against its free
@@ -320,5 +341,37 @@ mod tests {
         v.apply(answer(false, vec![node("e", 2)], &["b"], 2));
         assert_eq!(room_ids(&v.rooms().free), ["c", "e"]);
         assert!(v.changes() > changes);
+    }
+
+    #[test]
+    fn spread_takes_turns_even_when_every_node_looks_full() {
+        let mut v = View::new("a");
+        v.apply(answer(
+            true,
+            vec![node("a", 1), node("b", 1), node("c", 1)],
+            &[],
+            1,
+        ));
+        let one = cpus(1);
+        let pick = |v: &View, start| {
+            v.spread_pick(start, &one)
+                .map(|(n, free)| (n.node_id.clone(), free))
+        };
+        assert_eq!(pick(&v, 1), Some(("b".into(), true)));
+        assert_eq!(pick(&v, 4), Some(("b".into(), true)), "turns wrap around");
+        // Only c has room left: every turn finds it.
+        v.lower("a", &one);
+        v.lower("b", &one);
+        assert_eq!(pick(&v, 0), Some(("c".into(), true)));
+        // None has: each turn still goes to its own node, to wait there.
+        v.lower("c", &one);
+        assert_eq!(pick(&v, 0), Some(("a".into(), false)));
+        assert_eq!(pick(&v, 1), Some(("b".into(), false)));
+        assert_eq!(pick(&v, 2), Some(("c".into(), false)));
+        // No node could ever hold it.
+        assert_eq!(
+            v.spread_pick(0, &cpus(2)).map(|(n, _)| n.node_id.clone()),
+            None
+        );
     }
 }
