@@ -890,3 +890,52 @@ impl Placer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prism_protocol::resources::{Quantity, CPU};
+
+    fn shape(cpu: f64, accel: f64) -> ResourceSet {
+        let mut s = ResourceSet::new();
+        s.set(CPU, Quantity::from_f64(CPU, cpu).expect("a quantity"));
+        if accel > 0.0 {
+            s.set(
+                "accel",
+                Quantity::from_f64("accel", accel).expect("a quantity"),
+            );
+        }
+        s
+    }
+
+    fn pending(p: &Placement, strategy: PlacementStrategy, bundles: Vec<ResourceSet>) {
+        let spec = PlacementGroupSpec {
+            id: PlacementGroupId::new(),
+            name: None,
+            bundles,
+            strategy,
+        };
+        p.state.groups.lock().insert(spec.id, (spec, Vec::new()));
+    }
+
+    #[test]
+    fn pending_groups_count_as_demand_a_strict_pack_as_one_shape() {
+        let membership = Arc::new(OnceLock::new());
+        let records = Arc::new(HeadRecords::new(membership.clone()));
+        let p = Placement::new(NodeId::new(), membership, records, true);
+        pending(
+            &p,
+            PlacementStrategy::StrictPack,
+            vec![shape(1.0, 1.0), shape(2.0, 0.0)],
+        );
+        pending(
+            &p,
+            PlacementStrategy::Spread,
+            vec![shape(1.0, 0.0), shape(1.0, 0.0)],
+        );
+        let mut demands = vec![(shape(1.0, 0.0), 3)];
+        p.add_demands(&mut demands);
+        demands.sort_by_key(|(_, n)| *n);
+        assert_eq!(demands, vec![(shape(3.0, 1.0), 1), (shape(1.0, 0.0), 5)]);
+    }
+}
