@@ -63,7 +63,17 @@ fn spread() {
     }
     println!("SPILLED over {} nodes", nodes.len());
 
-    // SPREAD: one task per node, in turn, with every node free.
+    // SPREAD: one task per node, in turn, with every node free. It goes by
+    // this node's view, which hears of the CPUs the tasks above freed with
+    // the nodes' next heartbeats.
+    must_eventually(
+        "this node's view shows every CPU free again",
+        Duration::from_secs(10),
+        || {
+            prism::available_resources()
+                .is_ok_and(|free| free.get("CPU").as_f64() >= total.get("CPU").as_f64())
+        },
+    );
     let spread = prism::TaskOptions::new().scheduling_strategy(prism::SchedulingStrategy::Spread);
     let refs: Vec<_> = (0..3)
         .map(|_| {
