@@ -168,19 +168,21 @@ impl GcsClient {
         available: Vec<Resource>,
         demands: Vec<Demand>,
     ) -> Result<HeartbeatReply, GcsError> {
-        self.heartbeat_since(node_id, available, demands, (0, 0))
+        self.heartbeat_since(node_id, available, demands, (0, 0), Exits::default())
             .await
     }
 
     /// As [`heartbeat`](Self::heartbeat), for a node whose view is at
     /// `(epoch, version)` (of an earlier answer): the answer carries only
-    /// what changed since, unless its `full_view` says otherwise.
+    /// what changed since, unless its `full_view` says otherwise. It also
+    /// tells `exits`, and its answer the other nodes' exits since.
     pub async fn heartbeat_since(
         &mut self,
         node_id: &str,
         available: Vec<Resource>,
         demands: Vec<Demand>,
         (view_epoch, view_version): (u64, u64),
+        exits: Exits,
     ) -> Result<HeartbeatReply, GcsError> {
         let reply = self
             .inner
@@ -190,6 +192,8 @@ impl GcsClient {
                 demands,
                 view_epoch,
                 view_version,
+                exited: exits.exited,
+                exits_from: exits.from,
             })
             .await;
         self.answer("Heartbeat", reply)
@@ -377,6 +381,25 @@ impl GcsClient {
             }
         })
     }
+}
+
+/// What a heartbeat tells of exited processes: those of its node that
+/// exited since the last heartbeat, and where it goes on in the log of
+/// the other nodes' exits (the last answer's `exits_next`; 0 for none).
+///
+/// ```
+/// let exits = prism_gcs::Exits {
+///     exited: vec!["10.0.0.2:41000".into()],
+///     from: 0,
+/// };
+/// assert_eq!(exits.exited.len(), 1);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Exits {
+    /// Addresses of this node's processes that exited.
+    pub exited: Vec<String>,
+    /// Where to go on in the log of exits.
+    pub from: u64,
 }
 
 /// What the head's directory of names says of a name.

@@ -40,6 +40,7 @@ mod auth;
 mod client;
 mod durable;
 mod error;
+mod exits;
 mod incoming;
 mod kv;
 pub mod pb;
@@ -50,7 +51,7 @@ mod table;
 mod validate;
 
 pub use auth::Token;
-pub use client::{GcsClient, NameHolder};
+pub use client::{Exits, GcsClient, NameHolder};
 pub use durable::StateStore;
 pub use error::{check_address, GcsError};
 pub use kv::KvTable;

@@ -62,6 +62,8 @@ struct State {
     cluster_id: String,
     settings: GcsSettings,
     nodes: Mutex<NodeTable>,
+    /// Processes that exited, passed on with heartbeats' answers.
+    exits: Mutex<crate::exits::ExitLog>,
     kv: Mutex<crate::KvTable>,
     /// Actor names: (namespace, name) to (actor id, node id).
     names: Mutex<std::collections::HashMap<(String, String), (String, String)>>,
@@ -151,6 +153,7 @@ impl GcsServer {
             cluster_id: cluster_id.clone(),
             settings: settings.clone(),
             nodes: Mutex::new(nodes),
+            exits: Mutex::default(),
             kv: Mutex::new(kv),
             names: Mutex::new(names),
             durable,
@@ -376,6 +379,7 @@ impl Gcs for Handler {
     ) -> Result<Response<HeartbeatReply>, Status> {
         let beat = request.into_inner();
         validate::heartbeat(&beat.node_id, &beat.available, &beat.demands)?;
+        validate::exited(&beat.exited)?;
         let now = Instant::now();
         let (outcome, view) = {
             let mut table = self.0.nodes.lock();
@@ -383,6 +387,20 @@ impl Gcs for Handler {
             let view = (outcome == Beat::Alive)
                 .then(|| table.view_update(beat.view_epoch, beat.view_version));
             (outcome, view.unwrap_or_default())
+        };
+        // Exits go on to the other nodes; a node whose view is of another
+        // run of this store hears of none before it has this run's view.
+        let (exited, exits_next) = {
+            let mut log = self.0.exits.lock();
+            if outcome == Beat::Alive {
+                log.record(&beat.node_id, beat.exited, now);
+            }
+            let from = if beat.view_epoch == view.epoch {
+                beat.exits_from
+            } else {
+                0
+            };
+            (log.since(&beat.node_id, from), log.next())
         };
         let (alive, death_cause) = match outcome {
             Beat::Alive => (true, String::new()),
@@ -397,6 +415,8 @@ impl Gcs for Handler {
             gone: view.gone,
             view_epoch: view.epoch,
             view_version: view.version,
+            exited,
+            exits_next,
         }))
     }
 

@@ -19,6 +19,8 @@ pub(crate) const MAX_DEMANDS: usize = 1024;
 /// The largest amount of one resource, in fixed-point units: 2^53, exact
 /// in a float, far above any machine's memory in bytes.
 pub(crate) const MAX_UNITS: i64 = 1 << 53;
+/// The most exited processes one heartbeat tells.
+pub(crate) const MAX_EXITS: usize = 10_000;
 /// The longest key-value key, actor name or namespace.
 pub(crate) const MAX_KEY_BYTES: usize = 4096;
 
@@ -160,6 +162,19 @@ pub(crate) fn heartbeat(
     demands(waiting)
 }
 
+/// The addresses of the processes a heartbeat says exited.
+pub(crate) fn exited(addresses: &[String]) -> Result<(), Status> {
+    if addresses.len() > MAX_EXITS {
+        return Err(invalid(
+            "exited",
+            format!("holds {} addresses, more than {MAX_EXITS}", addresses.len()),
+        ));
+    }
+    addresses
+        .iter()
+        .try_for_each(|a| text("exited", a, MAX_TEXT_BYTES))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,6 +185,24 @@ mod tests {
             node_ip: "10.0.0.1".into(),
             ..NodeInfo::default()
         }
+    }
+
+    #[test]
+    fn too_many_exits_or_a_bad_address_in_a_heartbeat_are_refused_by_name() {
+        let many = vec!["10.0.0.1:4000".to_string(); MAX_EXITS + 1];
+        let e = exited(&many).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        assert!(
+            e.message()
+                .contains("exited: holds 10001 addresses, more than 10000"),
+            "{e:?}"
+        );
+        let e = exited(&["10.0.0.1\n:4000".to_string()]).unwrap_err();
+        assert!(
+            e.message().contains("exited: holds control characters"),
+            "{e:?}"
+        );
+        assert!(exited(&["10.0.0.1:4000".to_string()]).is_ok());
     }
 
     #[test]

@@ -8,7 +8,7 @@ mod view;
 
 use crate::placement::assign::NodeRoom;
 use prism_gcs::pb::{Demand, NodeInfo as WireNode, NodeState};
-use prism_gcs::{GcsClient, Token};
+use prism_gcs::{Exits, GcsClient, Token};
 use prism_protocol::ids::{ActorId, NodeId};
 use prism_protocol::messages::{ActorInfo, Call, GetActor, NodeInfo, Request, Response};
 use prism_protocol::resources::ResourceSet;
@@ -37,6 +37,9 @@ pub(crate) trait MemberNode: Send + Sync + 'static {
     fn membership(&self) -> Option<&Membership>;
     /// Node `dead` left the cluster (the head no longer lists it).
     fn node_left(self: &Arc<Self>, dead: &str);
+    /// Processes of other nodes at `addresses` exited: what they owned
+    /// here is freed.
+    fn owners_exited(&self, addresses: &[String]);
     /// Takes out the waiting requests that may go to another node and for
     /// which `place` finds one (its raylet and id), and sends each on there.
     fn spill_waiting(self: &Arc<Self>, place: impl FnMut(&ResourceSet) -> Option<(String, String)>);
@@ -99,7 +102,17 @@ pub(crate) struct Membership {
     nudge: Arc<tokio::sync::Notify>,
     /// How many heartbeats' answers were applied to the view.
     beats: watch::Sender<u64>,
+    /// This node's processes that exited, for the next heartbeat to tell.
+    exited: Exited,
 }
+
+/// Addresses of a node's processes that exited, until a heartbeat tells
+/// them; at most [`MAX_EXITS_TOLD`] are kept (the oldest go first).
+type Exited = Arc<parking_lot::Mutex<std::collections::VecDeque<String>>>;
+
+/// The most exits a node keeps for its next heartbeat (the control store
+/// takes no more in one).
+const MAX_EXITS_TOLD: usize = 10_000;
 
 impl Membership {
     /// Registers `node` with the head and starts its heartbeats.
@@ -131,12 +144,14 @@ impl Membership {
         let period = Duration::from_millis(reply.heartbeat_period_ms.max(10));
         let (tell, lost) = watch::channel(None);
         let nudge = Arc::new(tokio::sync::Notify::new());
+        let exited = Exited::default();
         let beating = tokio::spawn(beat(
             Arc::downgrade(node),
             client.clone(),
             period,
             tell,
             nudge.clone(),
+            exited.clone(),
         ));
         tracing::info!(head = %link.head, cluster = %reply.cluster_id, "joined the cluster");
         Ok(Membership {
@@ -153,6 +168,7 @@ impl Membership {
             beating,
             nudge,
             beats: watch::Sender::new(0),
+            exited,
         })
     }
 
@@ -469,6 +485,21 @@ impl Membership {
     }
 
     /// The raylets of the other live nodes.
+    /// A process of this node at `address` exited: the other nodes hear
+    /// of it with their next heartbeats' answers, after this node's next
+    /// heartbeat tells the head, and free what it owned there.
+    pub(crate) fn owner_exited(&self, address: String) {
+        let mut exited = self.exited.lock();
+        if exited.len() >= MAX_EXITS_TOLD {
+            let lost = exited.pop_front();
+            tracing::warn!(
+                ?lost,
+                "too many exits wait for a heartbeat; the oldest is not told"
+            );
+        }
+        exited.push_back(address);
+    }
+
     fn other_raylets(&self) -> Vec<String> {
         self.view
             .lock()
@@ -574,8 +605,11 @@ async fn beat<N: MemberNode>(
     period: Duration,
     tell: watch::Sender<Option<String>>,
     nudge: Arc<tokio::sync::Notify>,
+    exited: Exited,
 ) {
     let mut unreachable = false;
+    // Where the next beat goes on in the head's log of other nodes' exits.
+    let mut exits_from = 0;
     let mut first = true;
     let mut quick = false;
     // The shapes of the demand last told, and when they changed.
@@ -626,8 +660,29 @@ async fn beat<N: MemberNode>(
             })
             .collect::<Vec<_>>();
         let available = to_wire(&available);
-        match client.heartbeat_since(&id, available, demands, since).await {
+        let telling: Vec<String> = exited.lock().drain(..).collect();
+        let exits = Exits {
+            exited: telling.clone(),
+            from: exits_from,
+        };
+        let answer = client.heartbeat_since(&id, available, demands, since, exits);
+        let answer = answer.await;
+        if answer.is_err() {
+            // Told with the next beat that reaches the head.
+            let mut left = exited.lock();
+            for address in telling.into_iter().rev() {
+                left.push_front(address);
+            }
+            left.truncate(MAX_EXITS_TOLD);
+        }
+        match answer {
             Ok(reply) if reply.alive => {
+                exits_from = reply.exits_next;
+                if !reply.exited.is_empty() {
+                    if let Some(node) = node_ref.upgrade() {
+                        node.owners_exited(&reply.exited);
+                    }
+                }
                 if let Some(node) = node_ref.upgrade() {
                     if let Some(m) = node.membership() {
                         let (died, changed) = {

@@ -965,6 +965,10 @@ impl MemberNode for Node {
         self.restart_orphaned_detached();
     }
 
+    fn owners_exited(&self, addresses: &[String]) {
+        addresses.iter().for_each(|a| self.store.owner_exited(a));
+    }
+
     fn spill_waiting(
         self: &Arc<Self>,
         place: impl FnMut(&ResourceSet) -> Option<(String, String)>,

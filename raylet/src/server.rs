@@ -108,8 +108,7 @@ impl Handler for ClientHandler {
             .client_gone(self.creator(), address.as_deref(), pins);
         // What it owned on other nodes goes too: tell them.
         if let (Some(address), Some(m)) = (address, self.node.membership.get()) {
-            let telling = m.ask_all(prism_protocol::messages::OwnerExited { address });
-            tokio::spawn(telling);
+            m.owner_exited(address);
         }
         let holder = self.conn_id;
         self.node.tasks.reporter_gone(holder);
