@@ -68,20 +68,33 @@ async fn accept_actor_waiting(
             placed => placed,
         };
     }
-    let until = std::time::Instant::now() + node.config.infeasible_wait;
+    let until = tokio::time::Instant::now() + node.config.infeasible_wait;
     let mut waiting = None;
+    // A node that joins changes the view, which wakes this wait.
+    let mut view_changes = node.membership.get().map(|m| m.room_changes());
     loop {
+        if let Some(changes) = view_changes.as_mut() {
+            changes.borrow_and_update();
+        }
         match node.accept_actor(job, spec.clone(), None) {
-            Err(Error::Infeasible { .. }) if std::time::Instant::now() < until => {
+            Err(Error::Infeasible { .. }) if tokio::time::Instant::now() < until => {
                 if waiting.is_none() {
                     waiting = Some(node.awaiting.enter(spec.options.resources.clone()));
                     if let Some(m) = node.membership.get() {
                         m.nudge();
                     }
                 }
-                // A joined node shows in the view with the next heartbeat,
-                // which comes this often while demand waits.
-                tokio::time::sleep(crate::membership::QUICK_BEAT).await;
+                let changed = async {
+                    let watched = match view_changes.as_mut() {
+                        Some(changes) => changes.changed().await.is_ok(),
+                        None => false,
+                    };
+                    if !watched {
+                        // No view to watch: look again with each quick beat.
+                        tokio::time::sleep(crate::membership::QUICK_BEAT).await;
+                    }
+                };
+                let _ = tokio::time::timeout_at(until, changed).await;
             }
             placed => return placed,
         }
