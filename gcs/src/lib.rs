@@ -56,4 +56,4 @@ pub use durable::StateStore;
 pub use error::{check_address, GcsError};
 pub use kv::KvTable;
 pub use redis::RedisPlace;
-pub use server::{GcsServer, GcsSettings, GcsView, NamedActor};
+pub use server::{GcsServer, GcsSettings, GcsView, NamedActor, SHUTDOWN_GRACE};

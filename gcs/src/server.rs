@@ -78,6 +78,9 @@ fn unsaved(e: GcsError) -> Status {
     Status::aborted(e.to_string())
 }
 
+/// How long [`GcsServer::shutdown`] lets open connections finish.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+
 /// A running control store. Stop it with [`GcsServer::shutdown`].
 #[derive(Debug)]
 pub struct GcsServer {
@@ -221,13 +224,26 @@ impl GcsServer {
         GcsView(self.state.clone())
     }
 
-    /// Stops serving and waits until the server has stopped.
+    /// Stops serving and waits until the server has stopped: calls in
+    /// progress are answered, for up to [`SHUTDOWN_GRACE`]; connections
+    /// still open then are dropped (a peer whose machine left the network
+    /// never closes its own).
     pub async fn shutdown(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
         self.watcher.abort();
-        let _ = (&mut self.served).await;
+        if tokio::time::timeout(SHUTDOWN_GRACE, &mut self.served)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                grace_s = SHUTDOWN_GRACE.as_secs(),
+                "connections still open after the grace period are dropped"
+            );
+            self.served.abort();
+            let _ = (&mut self.served).await;
+        }
     }
 }
 

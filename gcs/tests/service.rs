@@ -536,3 +536,34 @@ async fn a_control_store_on_redis_resumes_its_cluster_on_a_new_machine() {
     assert_eq!(client.kv_get("k".into()).await.unwrap(), None);
     again.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_does_not_wait_for_a_peer_that_never_closes_its_connection() {
+    use tokio::io::AsyncWriteExt;
+    let (gcs, _) = start(Duration::from_secs(5)).await;
+    // A peer that greets in HTTP/2 and then goes silent for good, as a
+    // node on a machine that vanished from the network does.
+    let mut tcp = tokio::net::TcpStream::connect(gcs.address())
+        .await
+        .expect("connect");
+    tcp.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .expect("the preface is sent");
+    // An empty SETTINGS frame: length 0, type 4, no flags, stream 0.
+    tcp.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0])
+        .await
+        .expect("the settings are sent");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = std::time::Instant::now();
+    let stopped = tokio::time::timeout(Duration::from_secs(20), gcs.shutdown()).await;
+    assert!(
+        stopped.is_ok(),
+        "shutdown waited over 20 s for a connection its peer never closes"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(tcp);
+}
