@@ -72,8 +72,7 @@ impl ExitLog {
         }
         let skip = from.saturating_sub(self.first.max(1)) as usize;
         self.kept
-            .iter()
-            .skip(skip)
+            .range(skip.min(self.kept.len())..)
             .filter(|e| e.node != node)
             .map(|e| e.address.clone())
             .collect()
