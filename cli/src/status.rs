@@ -95,6 +95,7 @@ fn as_json(
                 "demands": n.demands.iter().map(|d| json!({
                     "shape": amounts(&d.shape),
                     "count": d.count,
+                    "spread": d.spread,
                 })).collect::<Vec<_>>(),
                 "death_cause": (!alive).then(|| n.death_cause.clone()),
             })
@@ -197,7 +198,12 @@ pub(crate) fn totals(nodes: &[NodeInfo]) -> Totals {
             *t.free.entry(r.name.clone()).or_default() += r.units;
         }
         for d in &n.demands {
-            *t.demand.entry(shape(&d.shape)).or_default() += d.count;
+            let key = match d.spread {
+                // A strict-spread group's bundles.
+                true => format!("{} each on a node of its own", shape(&d.shape)),
+                false => shape(&d.shape),
+            };
+            *t.demand.entry(key).or_default() += d.count;
         }
     }
     t
@@ -264,10 +270,18 @@ mod tests {
                 is_head: true,
                 total: cpu(20_000),
                 available: cpu(5_000),
-                demands: vec![Demand {
-                    shape: cpu(10_000),
-                    count: 3,
-                }],
+                demands: vec![
+                    Demand {
+                        shape: cpu(10_000),
+                        count: 3,
+                        spread: false,
+                    },
+                    Demand {
+                        shape: cpu(10_000),
+                        count: 2,
+                        spread: true,
+                    },
+                ],
                 ..NodeInfo::default()
             },
             NodeInfo {
@@ -294,5 +308,9 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("{CPU: 1}: 3 waiting"), "{text}");
+        assert!(
+            text.contains("{CPU: 1} each on a node of its own: 2 waiting"),
+            "{text}"
+        );
     }
 }

@@ -536,9 +536,10 @@ fn launcher_actor_driver() {
     prism::shutdown();
 }
 
-/// The driver of the podman provider's test: a placement group whose
-/// bundle needs `accel`, which no live node has, waits for a worker the
-/// autoscaler starts; a task in it runs there.
+/// The driver of the podman provider's test: a STRICT_SPREAD placement
+/// group of three half-CPU bundles, which the head alone cannot hold,
+/// waits for the two workers the autoscaler starts for it; a task in each
+/// bundle says where it ran.
 #[test]
 #[ignore = "the driver of the_podman_provider_scales_containers_with_demand, run on its head"]
 fn launcher_group_driver() {
@@ -546,11 +547,11 @@ fn launcher_group_driver() {
         return;
     }
     let asked = Instant::now();
-    let bundle = prism::Bundle::new()
-        .resource("accel", 1.0)
-        .resource("CPU", 1.0);
+    // Three bundles, each on a node of its own: the head holds one, and
+    // two more nodes must come, though one worker could hold two bundles.
+    let bundle = prism::Bundle::new().resource("CPU", 0.5);
     let group = must(
-        prism::placement_group(vec![bundle], prism::PlacementStrategy::StrictPack),
+        prism::placement_group(vec![bundle; 3], prism::PlacementStrategy::StrictSpread),
         "the group is asked for",
     );
     must(
@@ -561,17 +562,26 @@ fn launcher_group_driver() {
         }),
         "the group is placed once a node holds it",
     );
-    let options = prism::TaskOptions::new().placement_group(&group, Some(0));
-    let (host, _) = must(
-        prism::get(&must(
-            host_and_start::remote_with(options),
-            "a task in the group",
-        )),
-        "it runs",
-    );
+    let placed = asked.elapsed().as_secs_f64();
+    let mut hosts: Vec<String> = (0..3)
+        .map(|i| {
+            let options = prism::TaskOptions::new()
+                .num_cpus(0.5)
+                .placement_group(&group, Some(i));
+            let (host, _) = must(
+                prism::get(&must(
+                    host_and_start::remote_with(options),
+                    "a task in the group",
+                )),
+                "it runs",
+            );
+            host
+        })
+        .collect();
+    hosts.sort();
     println!(
-        "GROUP PLACED ON {host}, {:.2} s after it was asked for",
-        asked.elapsed().as_secs_f64()
+        "GROUP PLACED ON {}, {placed:.2} s after it was asked for",
+        hosts.join(" ")
     );
     prism::shutdown();
 }

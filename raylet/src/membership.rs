@@ -30,9 +30,9 @@ pub(crate) trait MemberNode: Send + Sync + 'static {
     fn session_dir(&self) -> &Path;
     /// The node's total resources and those free now.
     fn resources(self: &Arc<Self>) -> (ResourceSet, ResourceSet);
-    /// The node's free resources and the shapes of the lease requests
-    /// waiting for resources, with how many of each, read at once.
-    fn load(self: &Arc<Self>) -> (ResourceSet, Vec<(ResourceSet, u64)>);
+    /// The node's free resources and the demand waiting here, read at
+    /// once.
+    fn load(self: &Arc<Self>) -> Load;
     /// The node's membership, once registered.
     fn membership(&self) -> Option<&Membership>;
     /// Node `dead` left the cluster (the head no longer lists it).
@@ -48,6 +48,19 @@ pub(crate) trait MemberNode: Send + Sync + 'static {
     /// head at once and every [`QUICK_BEAT`] while it waits, and a joined
     /// node is seen as soon.
     fn waits_for_nodes(&self) -> bool;
+}
+
+/// What a node tells the head of its load with each heartbeat.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Load {
+    /// Its free resources.
+    pub(crate) free: ResourceSet,
+    /// The shapes waiting here for resources (lease requests, actors and
+    /// placement-group bundles waiting for a node), with how many of each.
+    pub(crate) demands: Vec<(ResourceSet, u64)>,
+    /// Demand whose items each need a node of their own (a strict-spread
+    /// group's bundles): a shape and how many, one entry per group.
+    pub(crate) spread: Vec<(ResourceSet, u64)>,
 }
 
 /// How often a node beats while demand waits in a cluster that grows.
@@ -637,9 +650,15 @@ async fn beat<N: MemberNode>(
             return;
         };
         let id = node.node_id().to_string();
-        let (available, demands) = node.load();
+        let Load {
+            free: available,
+            demands,
+            spread,
+        } = node.load();
         if node.waits_for_nodes() {
-            let shapes: Vec<ResourceSet> = demands.iter().map(|(s, _)| s.clone()).collect();
+            let shapes: Vec<ResourceSet> = (demands.iter().chain(&spread))
+                .map(|(s, _)| s.clone())
+                .collect();
             if shapes != told {
                 told = shapes;
                 changed_at = tokio::time::Instant::now();
@@ -652,11 +671,12 @@ async fn beat<N: MemberNode>(
         // node holds no view and asks for all of it.
         let since = node.membership().map_or((0, 0), |m| m.view.lock().since());
         drop(node);
-        let demands = demands
-            .into_iter()
-            .map(|(shape, count)| Demand {
+        let demands = (demands.into_iter().map(|d| (d, false)))
+            .chain(spread.into_iter().map(|d| (d, true)))
+            .map(|((shape, count), spread)| Demand {
                 shape: to_wire(&shape),
                 count,
+                spread,
             })
             .collect::<Vec<_>>();
         let available = to_wire(&available);

@@ -941,7 +941,7 @@ impl MemberNode for Node {
         })
     }
 
-    fn load(self: &Arc<Self>) -> (ResourceSet, Vec<(ResourceSet, u64)>) {
+    fn load(self: &Arc<Self>) -> crate::membership::Load {
         self.verbs().load()
     }
 

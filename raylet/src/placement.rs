@@ -177,8 +177,15 @@ impl Placement {
     /// Adds the bundles of the groups waiting to be placed from here to
     /// `demands` (this node's, which heartbeats tell the head and its
     /// autoscaler): a strict-pack group as one shape (it needs one node
-    /// holding all of it), others bundle by bundle.
-    pub(crate) fn add_demands(&self, demands: &mut Vec<(ResourceSet, u64)>) {
+    /// holding all of it), a strict-spread group to `spread` as one entry
+    /// of as many shapes as it has bundles, each needing a node of its own
+    /// (the shape holds each resource's largest amount over the bundles),
+    /// others bundle by bundle.
+    pub(crate) fn add_demands(
+        &self,
+        demands: &mut Vec<(ResourceSet, u64)>,
+        spread: &mut Vec<(ResourceSet, u64)>,
+    ) {
         let groups = self.state.groups.lock();
         let mut add = |shape: ResourceSet| match demands.iter_mut().find(|(s, _)| *s == shape) {
             Some((_, n)) => *n += 1,
@@ -192,6 +199,15 @@ impl Placement {
                         all.add(b);
                     }
                     add(all);
+                }
+                PlacementStrategy::StrictSpread => {
+                    let mut widest = ResourceSet::new();
+                    for (name, amount) in spec.bundles.iter().flat_map(|b| b.iter()) {
+                        if amount > widest.get(name) {
+                            widest.set(name, amount);
+                        }
+                    }
+                    spread.push((widest, spec.bundles.len() as u64));
                 }
                 _ => spec.bundles.iter().cloned().for_each(&mut add),
             }
@@ -919,7 +935,7 @@ mod tests {
     }
 
     #[test]
-    fn pending_groups_count_as_demand_a_strict_pack_as_one_shape() {
+    fn pending_groups_count_as_demand_a_strict_pack_as_one_shape_a_strict_spread_apart() {
         let membership = Arc::new(OnceLock::new());
         let records = Arc::new(HeadRecords::new(membership.clone()));
         let p = Placement::new(NodeId::new(), membership, records, true);
@@ -933,9 +949,19 @@ mod tests {
             PlacementStrategy::Spread,
             vec![shape(1.0, 0.0), shape(1.0, 0.0)],
         );
-        let mut demands = vec![(shape(1.0, 0.0), 3)];
-        p.add_demands(&mut demands);
+        pending(
+            &p,
+            PlacementStrategy::StrictSpread,
+            vec![shape(2.0, 0.0), shape(1.0, 1.0), shape(1.0, 0.0)],
+        );
+        let (mut demands, mut spread) = (vec![(shape(1.0, 0.0), 3)], Vec::new());
+        p.add_demands(&mut demands, &mut spread);
         demands.sort_by_key(|(_, n)| *n);
         assert_eq!(demands, vec![(shape(3.0, 1.0), 1), (shape(1.0, 0.0), 5)]);
+        assert_eq!(
+            spread,
+            vec![(shape(2.0, 1.0), 3)],
+            "a strict-spread group: three nodes of their own, each for its widest bundle"
+        );
     }
 }

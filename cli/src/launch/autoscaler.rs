@@ -10,7 +10,9 @@
 //! - Other demand is packed first onto the free resources of live nodes,
 //!   then onto the nodes being launched, then onto new nodes of the first
 //!   worker type (by name) that holds it, within each type's and the
-//!   cluster's `max_workers`. At most `max(5, upscaling_speed × live
+//!   cluster's `max_workers`. Demand whose items each need a node of their
+//!   own (a strict-spread group's bundles) goes first, never two items of
+//!   one group on one node. At most `max(5, upscaling_speed × live
 //!   workers)` launches are in flight at once.
 //! - Each worker type keeps its `min_workers`.
 //! - A worker node is *idle* while it holds no lease, has no demand, and
@@ -69,6 +71,10 @@ pub(crate) struct Observation {
     pub(crate) nodes: Vec<SeenNode>,
     /// The waiting demand: shapes and how many of each.
     pub(crate) demand: Vec<(Shape, u64)>,
+    /// Demand whose items each need a node of their own, apart from the
+    /// others of the entry (a strict-spread group's bundles): a shape and
+    /// how many, one entry per group.
+    pub(crate) spread: Vec<(Shape, u64)>,
 }
 
 /// What to do now.
@@ -219,15 +225,23 @@ impl Autoscaler {
                 bins.push(t.resources.clone());
             }
         }
-        let mut unmet: Vec<Shape> = Vec::new();
+        // What is left over, with the strict-spread entry it belongs to.
+        let mut unmet: Vec<(Shape, Option<usize>)> = Vec::new();
         let mut feasible_waits = false;
-        let mut demand = seen.demand.clone();
-        // Largest first, as first-fit decreasing packs.
-        demand.sort_by(|a, b| {
+        let mut demand: Vec<(Shape, u64, Option<usize>)> = (seen.spread.iter().enumerate())
+            .map(|(i, (shape, n))| (shape.clone(), *n, Some(i)))
+            .collect();
+        let mut plain: Vec<(Shape, u64, Option<usize>)> = (seen.demand.iter())
+            .map(|(shape, n)| (shape.clone(), *n, None))
+            .collect();
+        // Largest first, as first-fit decreasing packs; strict-spread
+        // demand, the most constrained, before the rest.
+        plain.sort_by(|a, b| {
             let size = |s: &Shape| s.values().sum::<f64>();
             size(&b.0).total_cmp(&size(&a.0))
         });
-        for (shape, count) in &demand {
+        demand.extend(plain);
+        for (shape, count, entry) in &demand {
             let feasible = fits(&self.policy.head, shape)
                 || self.policy.types.iter().any(|t| fits(&t.resources, shape));
             if !feasible {
@@ -248,10 +262,24 @@ impl Autoscaler {
                 continue;
             }
             feasible_waits |= *count > 0;
+            if entry.is_some() {
+                // Each on a node of its own: one item per bin at most.
+                let mut placed = 0;
+                for b in bins.iter_mut() {
+                    if placed < *count && fits(b, shape) {
+                        take(b, shape);
+                        placed += 1;
+                    }
+                }
+                for _ in placed..*count {
+                    unmet.push((shape.clone(), *entry));
+                }
+                continue;
+            }
             for _ in 0..*count {
                 match bins.iter_mut().find(|b| fits(b, shape)) {
                     Some(b) => take(b, shape),
-                    None => unmet.push(shape.clone()),
+                    None => unmet.push((shape.clone(), None)),
                 }
             }
         }
@@ -283,11 +311,17 @@ impl Autoscaler {
                 total += 1;
             }
         }
-        let mut new_bins: Vec<(String, Shape)> = Vec::new();
+        // New nodes: what each has left, and the strict-spread entries it
+        // holds an item of.
+        let mut new_bins: Vec<(Shape, BTreeSet<usize>)> = Vec::new();
         let mut blocked = BTreeSet::new();
-        for shape in unmet {
-            if let Some((_, b)) = new_bins.iter_mut().find(|(_, b)| fits(b, &shape)) {
+        for (shape, entry) in unmet {
+            let apart = |held: &BTreeSet<usize>| entry.is_none_or(|e| !held.contains(&e));
+            if let Some((b, held)) =
+                (new_bins.iter_mut()).find(|(b, held)| fits(b, &shape) && apart(held))
+            {
                 take(b, &shape);
+                held.extend(entry);
                 continue;
             }
             let choice = self.policy.types.iter().find(|t| {
@@ -299,7 +333,7 @@ impl Autoscaler {
                 Some(t) if budget > 0 && total < self.policy.max_workers => {
                     let mut b = t.resources.clone();
                     take(&mut b, &shape);
-                    new_bins.push((t.name.clone(), b));
+                    new_bins.push((b, entry.into_iter().collect()));
                     *launch.entry(t.name.clone()).or_default() += 1;
                     budget -= 1;
                     total += 1;
@@ -422,6 +456,7 @@ mod tests {
         let busy = Observation {
             nodes: vec![node("h", 1.0, 0.0, true)],
             demand: vec![(shape(&[("CPU", 1.0)]), 5)],
+            spread: vec![],
         };
         let d = a.decide(&busy, t0);
         assert_eq!(d.launch, vec![("worker".to_string(), 2)], "two, the most");
@@ -439,11 +474,47 @@ mod tests {
     }
 
     #[test]
+    fn a_strict_spread_group_gets_a_node_for_each_bundle_no_room_holds() {
+        // Workers of 4 CPUs: plain demand of three 1-CPU bundles fits one.
+        let mut p = policy(0, 5);
+        p.types[0].resources = shape(&[("CPU", 4.0)]);
+        let one = shape(&[("CPU", 1.0)]);
+        let mut a = Autoscaler::new(p.clone());
+        let plain = Observation {
+            nodes: vec![node("h", 1.0, 0.0, true)],
+            demand: vec![(one.clone(), 3)],
+            spread: vec![],
+        };
+        let d = a.decide(&plain, Instant::now());
+        assert_eq!(d.launch, vec![("worker".to_string(), 1)]);
+        // Strict-spread: three nodes of their own, not one.
+        let mut a = Autoscaler::new(p.clone());
+        let spread = Observation {
+            nodes: vec![node("h", 1.0, 0.0, true)],
+            demand: vec![],
+            spread: vec![(one.clone(), 3)],
+        };
+        let d = a.decide(&spread, Instant::now());
+        assert_eq!(d.launch, vec![("worker".to_string(), 3)]);
+        // A live node with room holds one of them, and two groups may
+        // share nodes: two groups of two need two new nodes.
+        let mut a = Autoscaler::new(p);
+        let two_groups = Observation {
+            nodes: vec![node("h", 1.0, 1.0, true)],
+            demand: vec![],
+            spread: vec![(one.clone(), 3), (one, 2)],
+        };
+        let d = a.decide(&two_groups, Instant::now());
+        assert_eq!(d.launch, vec![("worker".to_string(), 2)], "{d:?}");
+    }
+
+    #[test]
     fn demand_the_free_resources_hold_launches_nothing() {
         let mut a = Autoscaler::new(policy(0, 2));
         let seen = Observation {
             nodes: vec![node("h", 2.0, 2.0, true)],
             demand: vec![(shape(&[("CPU", 1.0)]), 2)],
+            spread: vec![],
         };
         assert!(a.decide(&seen, Instant::now()).launch.is_empty());
     }
@@ -454,6 +525,7 @@ mod tests {
         let seen = Observation {
             nodes: vec![node("h", 1.0, 1.0, true)],
             demand: vec![(shape(&[("GPU", 1.0)]), 3)],
+            spread: vec![],
         };
         let d = a.decide(&seen, Instant::now());
         assert!(d.launch.is_empty());
@@ -479,6 +551,7 @@ mod tests {
         let seen = Observation {
             nodes: vec![node("h", 1.0, 1.0, true)],
             demand: vec![],
+            spread: vec![],
         };
         let d = a.decide(&seen, t0);
         assert_eq!(
@@ -512,6 +585,7 @@ mod tests {
                 node("w2", 1.0, 1.0, false),
             ],
             demand: vec![],
+            spread: vec![],
         };
         assert!(a.decide(&at(0.0), t0).terminate.is_empty());
         let d = a.decide(&at(0.0), t0 + Duration::from_secs(5));
@@ -542,6 +616,7 @@ mod tests {
         let seen = Observation {
             nodes: vec![node("h", 1.0, 1.0, true), w1],
             demand: vec![],
+            spread: vec![],
         };
         a.decide(&seen, t0);
         assert!(a
@@ -558,6 +633,7 @@ mod tests {
         let seen = Observation {
             nodes: vec![node("h", 1.0, 1.0, true)],
             demand: vec![],
+            spread: vec![],
         };
         assert!(a
             .decide(&seen, t0 + Duration::from_secs(30))

@@ -256,6 +256,10 @@ pub(crate) fn run(args: LaunchArgs) -> Result<ExitCode, String> {
                 scaler.set_head(shape(&n.total));
             }
             for d in &n.demands {
+                if d.spread {
+                    seen.spread.push((shape(&d.shape), d.count));
+                    continue;
+                }
                 let key: Vec<(String, u64)> = d
                     .shape
                     .iter()

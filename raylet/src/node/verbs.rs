@@ -5,6 +5,7 @@
 
 use super::{Node, Verbs};
 use crate::detached::LocalResources;
+use crate::membership::Load;
 use crate::metrics::Tables;
 use crate::names::LocalActors;
 use crate::placement::LocalGroups;
@@ -168,13 +169,18 @@ impl Verbs {
     /// waiting for resources, the actors waiting for a node to join, and
     /// the bundles of groups waiting to be placed from here, each shape
     /// with how many.
-    pub(crate) fn load(&self) -> (ResourceSet, Vec<(ResourceSet, u64)>) {
-        let (available, mut demands) = self
+    pub(crate) fn load(&self) -> Load {
+        let (free, mut demands) = self
             .0
             .control(|c| (c.scheduler.resources().available(), c.scheduler.demands()));
         self.0.awaiting.add_to(&mut demands);
-        self.0.placement.add_demands(&mut demands);
-        (available, demands)
+        let mut spread = Vec::new();
+        self.0.placement.add_demands(&mut demands, &mut spread);
+        Load {
+            free,
+            demands,
+            spread,
+        }
     }
 
     /// This node's resources: in all, and free now.
