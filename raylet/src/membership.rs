@@ -497,22 +497,27 @@ impl Membership {
         }
     }
 
-    /// The raylets of the other live nodes.
     /// A process of this node at `address` exited: the other nodes hear
     /// of it with their next heartbeats' answers, after this node's next
     /// heartbeat tells the head, and free what it owned there.
     pub(crate) fn owner_exited(&self, address: String) {
+        static DROPPED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let mut exited = self.exited.lock();
         if exited.len() >= MAX_EXITS_TOLD {
-            let lost = exited.pop_front();
-            tracing::warn!(
-                ?lost,
-                "too many exits wait for a heartbeat; the oldest is not told"
-            );
+            exited.pop_front();
+            let dropped = DROPPED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            if dropped.is_power_of_two() {
+                tracing::warn!(
+                    dropped,
+                    "exits wait for a heartbeat that does not reach the head; the oldest are \
+                     not told (copies of their objects on other nodes stay until evicted)"
+                );
+            }
         }
         exited.push_back(address);
     }
 
+    /// The raylets of the other live nodes.
     fn other_raylets(&self) -> Vec<String> {
         self.view
             .lock()
