@@ -421,28 +421,50 @@ impl Launch {
 }
 
 impl Launch {
-    /// Whether the cluster's autoscaler runs.
-    fn autoscaler_runs(&self) -> Result<bool, String> {
+    /// The cluster file's fingerprint, which a running autoscaler keeps
+    /// beside it (`autoscaler.sum`): any edit starts the autoscaler again.
+    fn file_sum(&self) -> Result<String, String> {
+        use std::hash::{Hash, Hasher};
+        let text =
+            std::fs::read(&self.file).map_err(|e| format!("{}: {e}", self.file.display()))?;
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        text.hash(&mut h);
+        Ok(format!("{:016x}", h.finish()))
+    }
+
+    /// The fingerprint of the cluster file the cluster's autoscaler runs
+    /// with, if it runs ("" when it was started without one).
+    fn running_autoscaler(&self) -> Result<Option<String>, String> {
         if self.in_containers() {
-            return Ok(local_autoscaler(&self.local_dir).is_some());
+            return Ok(local_autoscaler(&self.local_dir).map(|_| {
+                std::fs::read_to_string(self.local_dir.join("autoscaler.sum"))
+                    .map(|s| s.trim().to_string())
+                    .unwrap_or_default()
+            }));
         }
         let out = self.run(
             &self.cluster.head_ip,
             "looking for the autoscaler",
             "if [ -f \"$PRISM_CLUSTER_DIR/autoscaler.pid\" ] && \
              kill -0 \"$(cat \"$PRISM_CLUSTER_DIR/autoscaler.pid\")\" 2>/dev/null; \
-             then echo yes; else echo no; fi\n",
+             then echo \"runs $(cat \"$PRISM_CLUSTER_DIR/autoscaler.sum\" 2>/dev/null)\"; \
+             else echo no; fi\n",
             None,
         )?;
-        Ok(out.trim() == "yes")
+        Ok(out
+            .trim()
+            .strip_prefix("runs")
+            .map(|sum| sum.trim().to_string()))
     }
 
     /// Gives the head the cluster file (its key and file mounts pointing
     /// at the head's copies) and the SSH key, and (re)starts the
-    /// autoscaler there.
-    fn start_autoscaler(&self) -> Result<(), String> {
+    /// autoscaler there, keeping the file's fingerprint `sum` beside it.
+    fn start_autoscaler(&self, sum: &str) -> Result<(), String> {
         if self.in_containers() {
-            return self.start_local_autoscaler();
+            self.start_local_autoscaler()?;
+            let at = self.local_dir.join("autoscaler.sum");
+            return std::fs::write(&at, sum).map_err(|e| format!("{}: {e}", at.display()));
         }
         let head = &self.cluster.head_ip;
         // The file as written (its fields and comments beyond what this
@@ -480,7 +502,8 @@ impl Launch {
         self.run(
             head,
             "starting the autoscaler",
-            "umask 077\nmkdir -p \"$PRISM_CLUSTER_DIR\"\n\
+            &format!(
+                "umask 077\nmkdir -p \"$PRISM_CLUSTER_DIR\"\n\
              cat > \"$PRISM_CLUSTER_DIR/cluster.yaml\"\n\
              if [ -f \"$PRISM_CLUSTER_DIR/autoscaler.pid\" ]; then \
                kill \"$(cat \"$PRISM_CLUSTER_DIR/autoscaler.pid\")\" 2>/dev/null || true; fi\n\
@@ -488,7 +511,10 @@ impl Launch {
              cd \"$PRISM_CLUSTER_DIR\"\n\
              setsid \"$PRISM\" autoscaler \"$PRISM_CLUSTER_DIR/cluster.yaml\" \
                > \"$PRISM_SESSION_DIR/logs/autoscaler.log\" 2>&1 < /dev/null &\n\
-             echo $! > \"$PRISM_CLUSTER_DIR/autoscaler.pid\"\n",
+             echo $! > \"$PRISM_CLUSTER_DIR/autoscaler.pid\"\n\
+             echo {} > \"$PRISM_CLUSTER_DIR/autoscaler.sum\"\n",
+                shell_quote(sum)
+            ),
             Some(&mut f),
         )
         .map(drop)
@@ -590,10 +616,24 @@ pub(crate) fn up(args: LaunchArgs) -> Result<ExitCode, String> {
         Some(t) if !t.is_empty() => t,
         _ => step(&c.head_ip, "token read", || l.head_token())?,
     };
+    // The autoscaler runs with the cluster file as it was when it started:
+    // an edited file (node types, limits, timeouts) starts it again.
+    let mut autoscaler_restarted = false;
     if c.autoscales() {
-        let running = l.autoscaler_runs().unwrap_or(false);
-        if head_changed || !running {
-            step(&c.head_ip, "autoscaler started", || l.start_autoscaler())?;
+        let sum = l.file_sum()?;
+        match l.running_autoscaler().unwrap_or(None) {
+            Some(ran) if !head_changed && ran == sum => {}
+            Some(_) if !head_changed => {
+                step(
+                    &c.head_ip,
+                    "autoscaler restarted (the cluster file changed)",
+                    || l.start_autoscaler(&sum),
+                )?;
+                autoscaler_restarted = true;
+            }
+            _ => step(&c.head_ip, "autoscaler started", || {
+                l.start_autoscaler(&sum)
+            })?,
         }
     }
     let alive = if head_changed { Vec::new() } else { head_alive };
@@ -648,7 +688,8 @@ pub(crate) fn up(args: LaunchArgs) -> Result<ExitCode, String> {
             failed.join("\n  ")
         ));
     }
-    let changed = head_changed || results.iter().any(|r| matches!(r, Ok(true)));
+    let changed =
+        head_changed || autoscaler_restarted || results.iter().any(|r| matches!(r, Ok(true)));
     if changed {
         step(&c.head_ip, "every node joined", || {
             let deadline = Instant::now() + JOIN_LIMIT;

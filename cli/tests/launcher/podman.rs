@@ -250,6 +250,35 @@ fn the_podman_provider_scales_containers_with_demand() {
     );
     assert_eq!(cluster.autoscalers().len(), 1, "still one autoscaler");
 
+    // An edited cluster file starts the autoscaler again with it; the
+    // next `prism up` has nothing to change again.
+    let body = must(std::fs::read_to_string(&file), "the cluster file");
+    must(
+        std::fs::write(
+            &file,
+            body.replace("idle_timeout_minutes: 0.2", "idle_timeout_minutes: 0.21"),
+        ),
+        "the cluster file is edited",
+    );
+    let edited = cluster.prism(&["up", &file], Duration::from_secs(120));
+    let said = text(&edited);
+    assert!(
+        said.contains("autoscaler restarted (the cluster file changed)")
+            && !said.contains("nothing to change"),
+        "{said}"
+    );
+    assert_eq!(
+        cluster.autoscalers().len(),
+        1,
+        "one autoscaler, the new one"
+    );
+    let again = cluster.prism(&["up", &file], Duration::from_secs(120));
+    assert!(
+        text(&again).contains("nothing to change"),
+        "{}",
+        text(&again)
+    );
+
     let driver = must(std::env::current_exe(), "the test binary")
         .display()
         .to_string();
@@ -357,7 +386,7 @@ fn the_podman_provider_scales_containers_with_demand() {
                 let day_ms = ((h * 3600.0 + m * 60.0 + sec) * 1000.0) as u64;
                 let delay = day_ms as f64 - (finished % 86_400_000) as f64;
                 eprintln!(
-                    "IDLE STOP {:.2} s after the work ended (timeout 12 s): {line}",
+                    "IDLE STOP {:.2} s after the work ended (timeout 12.6 s): {line}",
                     delay / 1000.0
                 );
             }
