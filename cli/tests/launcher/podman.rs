@@ -12,7 +12,23 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const IMAGE: &str = "localhost/prism-launch-test:dev";
+/// The test images' name; each build of `prism` has its own tag.
+const IMAGE_NAME: &str = "localhost/prism-launch-test";
+
+/// The test's image for this build of `prism`: tagged by the binary's size
+/// and time, so that test processes of one build share one image and
+/// never replace it under each other.
+fn image() -> &'static str {
+    static IMAGE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    IMAGE.get_or_init(|| {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        if let Ok(meta) = std::fs::metadata(PRISM) {
+            (meta.len(), meta.modified().ok()).hash(&mut h);
+        }
+        format!("{IMAGE_NAME}:{:016x}", h.finish())
+    })
+}
 
 /// A folder for the test (its home folder and cluster file) and the
 /// cluster's name; dropping it removes whatever a failed run left: the
@@ -34,21 +50,47 @@ fn containers_conf() -> String {
 static IMAGE_BUILT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
 
 /// Builds the image with this build's prism (whose libraries the drivers
-/// share).
+/// share), unless a test process of the same build did: test processes
+/// (nextest runs each test in its own) take turns through a lock file,
+/// and the first builds. Before, two processes built one tag at once, and
+/// one removed the image the other's container was being made from.
 fn build_image() -> Result<(), String> {
+    let lock_path = std::env::temp_dir().join("prism-launch-test-image.lock");
+    let lock =
+        std::fs::File::create(&lock_path).map_err(|e| format!("{}: {e}", lock_path.display()))?;
+    let deadline = Instant::now() + Duration::from_secs(400);
+    while let Err(e) = lock.try_lock() {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "another test process held {} for 400 s: {e}",
+                lock_path.display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    if podman(&["image", "exists", image()]).status.success() {
+        return Ok(());
+    }
     let mut build = Command::new("bash");
     build
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/image/build.sh"))
-        .args(["--prism", PRISM, "--tag", IMAGE]);
+        .args(["--prism", PRISM, "--tag", image()]);
     let built = run_bounded(
         build,
         &[("CONTAINERS_CONF", containers_conf().as_str())],
         Duration::from_secs(300),
     );
-    match built.status.success() {
-        true => Ok(()),
-        false => Err(text(&built)),
+    if !built.status.success() {
+        return Err(text(&built));
     }
+    // Earlier builds' images go (a container still using one keeps it).
+    let listed = podman(&["images", "--format", "{{.Repository}}:{{.Tag}}", IMAGE_NAME]);
+    for old in String::from_utf8_lossy(&listed.stdout).lines() {
+        if old.trim() != image() && old.starts_with(IMAGE_NAME) {
+            let _ = podman(&["rmi", old.trim()]);
+        }
+    }
+    Ok(())
 }
 
 fn podman(args: &[&str]) -> std::process::Output {
@@ -99,7 +141,8 @@ impl PodmanCluster {
                 &file,
                 format!(
                     "cluster_name: {name}\n\
-                     provider: {{type: podman, image: \"{IMAGE}\", subnet: {subnet}}}\n{body}"
+                     provider: {{type: podman, image: \"{}\", subnet: {subnet}}}\n{body}",
+                    image()
                 ),
             ),
             "the cluster file",
@@ -474,7 +517,7 @@ fn the_podman_provider_names_a_missing_image() {
     must(
         std::fs::write(
             &cluster.file,
-            text_of.replace(IMAGE, "localhost/prism-no-such-image:dev"),
+            text_of.replace(image(), "localhost/prism-no-such-image:dev"),
         ),
         "the cluster file",
     );
