@@ -237,6 +237,15 @@ impl PodmanCluster {
                 found.push(pid);
             }
         }
+        // A command the autoscaler starts shows its command line between
+        // fork and exec: a match whose parent matched is not another one.
+        let parent = |pid: u32| -> Option<u32> {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let after_name = &stat[stat.rfind(')')? + 1..];
+            after_name.split_whitespace().nth(1)?.parse().ok()
+        };
+        let matched = found.clone();
+        found.retain(|pid| parent(*pid).is_none_or(|p| !matched.contains(&p)));
         found
     }
 }
