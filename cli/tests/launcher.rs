@@ -635,7 +635,7 @@ fn the_autoscaler_adds_workers_for_demand_and_stops_them_idle() {
         std::fs::write(
             &file,
             format!(
-                "cluster_name: scaling\nmax_workers: 2\nidle_timeout_minutes: 0.1\n\
+                "cluster_name: scaling\nmax_workers: 2\nidle_timeout_minutes: 0.2\n\
                  provider: {{type: ssh, head_ip: {}, worker_ips: [{w1}, {w2}]}}\n\
                  auth: {{ssh_user: root, ssh_private_key: {key}}}\n\
                  available_node_types:\n  head: {{resources: {{CPU: 1}}}}\n  \
@@ -762,7 +762,9 @@ fn the_autoscaler_adds_workers_for_demand_and_stops_them_idle() {
         ran.contains("RAN ON machine0,machine1") || ran.contains("RAN ON machine0,machine2"),
         "the tasks ran on the head and the new workers: {ran}\n{launched}"
     );
-    // Idle for 6 s, the workers are stopped.
+    // Idle for 12 s, the workers are stopped. (Each look below goes over
+    // SSH; on a loaded machine a look can take seconds, so the timeout
+    // leaves room for several while the workers idle.)
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut saw_idle = false;
     loop {

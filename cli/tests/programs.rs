@@ -137,4 +137,18 @@ fn a_node_without_the_drivers_binary_fetches_it_once_and_runs_it() {
         .collect();
     println!("{}", fetches.join("\n"));
     assert_eq!(fetches.len(), 1, "the program is fetched once");
+    // Only its runnable image travels: a test binary's debug sections,
+    // most of its bytes, stay behind.
+    let number = |key: &str| -> u64 {
+        fetches[0]
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {}", fetches[0]))
+    };
+    assert!(
+        number("bytes=") * 2 < number("of="),
+        "the image is a fraction of the file: {}",
+        fetches[0]
+    );
 }

@@ -9,6 +9,15 @@
 //! for a file without one, the SHA-256 of its content, with its size and the
 //! OS and architecture it was built for.
 //!
+//! A node that copies a program takes only its *runnable image*: the bytes
+//! up to the end of the last part the program headers describe (what the
+//! kernel and the dynamic loader read), without the debug sections and
+//! symbol tables linkers put after them. In a debug build those are most of
+//! the file (a 341 MB test binary has a 56 MB image), so a node that just
+//! joined runs a job's first task that much sooner. The copy names the same
+//! program (its build id is in the image); a worker there runs as well,
+//! though a backtrace it prints names no functions or lines.
+//!
 //! ```no_run
 //! use prism_protocol::program::Program;
 //!
@@ -31,6 +40,13 @@ pub struct Program {
     pub id: String,
     /// Its size in bytes.
     pub size: u64,
+    /// The length of its runnable image (see the module's docs): less
+    /// than `size` for an ELF file named by its build id that carries
+    /// sections after its loaded parts, else `size`. 0 in a record made
+    /// before images were copied, which [`Program::image_len`] reads as
+    /// `size`.
+    #[serde(default)]
+    pub image: u64,
     /// The OS it runs on (`std::env::consts::OS` of the process that made
     /// this record from its own executable).
     pub os: String,
@@ -40,6 +56,10 @@ pub struct Program {
 
 /// The most bytes of notes read while looking for a build id.
 const NOTES_LIMIT: u64 = 1 << 20;
+/// Where the ELF header keeps `e_shoff` (the section headers' offset).
+const ELF_SHOFF: usize = 0x28;
+/// Where the ELF header keeps `e_shnum`, followed by `e_shstrndx`.
+const ELF_SHNUM: usize = 0x3c;
 /// `PT_NOTE` in an ELF program header.
 const PT_NOTE: u32 = 4;
 /// `NT_GNU_BUILD_ID` in an ELF note.
@@ -56,8 +76,11 @@ impl Program {
     pub fn of(path: &Path) -> std::io::Result<Program> {
         let mut file = std::fs::File::open(path)?;
         let size = file.metadata()?.len();
-        let id = match build_id(&mut file) {
-            Some(id) => format!("build-id:{}", hex(&id)),
+        let (id, image) = match build_id(&mut file) {
+            Some(id) => (
+                format!("build-id:{}", hex(&id)),
+                image_end(&mut file).map_or(size, |end| end.min(size)),
+            ),
             None => {
                 use sha2::Digest;
                 file.seek(SeekFrom::Start(0))?;
@@ -70,12 +93,13 @@ impl Program {
                     }
                     hasher.update(&buf[..n]);
                 }
-                format!("sha256:{}", hex(&hasher.finalize()))
+                (format!("sha256:{}", hex(&hasher.finalize())), size)
             }
         };
         Ok(Program {
             id,
             size,
+            image,
             os: std::env::consts::OS.to_string(),
             arch: std::env::consts::ARCH.to_string(),
         })
@@ -117,6 +141,105 @@ impl Program {
              own kind (a custom resource on those nodes steers it there)",
             self.id, self.size, self.os, self.arch
         ))
+    }
+
+    /// How many bytes of the file a copy of the program takes: its
+    /// runnable image.
+    pub fn image_len(&self) -> u64 {
+        if self.image == 0 || self.image > self.size {
+            self.size
+        } else {
+            self.image
+        }
+    }
+
+    /// Whether `other` names the same program with the same runnable
+    /// image: the whole file and a copy of its image are the same program.
+    ///
+    /// ```no_run
+    /// use prism_protocol::program::Program;
+    ///
+    /// let whole = Program::this()?;
+    /// let copy = std::env::temp_dir().join("image-copy");
+    /// whole.copy_image(std::path::Path::new("/proc/self/exe"), &copy)?;
+    /// let image = Program::of(&copy)?;
+    /// assert!(whole.same_image(&image));
+    /// assert_eq!(image.size, whole.image_len());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn same_image(&self, other: &Program) -> bool {
+        self.id == other.id && self.image_len() == other.image_len()
+    }
+
+    /// Makes the file at `copy`, holding this program's first
+    /// [`image_len`](Self::image_len) bytes, a runnable image: when it is
+    /// shorter than the whole file, the ELF header's section-header fields
+    /// (which point past its end) are cleared, so that tools reading it
+    /// see an ELF file without sections rather than a cut one.
+    ///
+    /// # Errors
+    ///
+    /// The file cannot be read or written.
+    pub fn seal_image(&self, copy: &Path) -> std::io::Result<()> {
+        use std::io::Write;
+        if self.image_len() >= self.size {
+            return Ok(());
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(copy)?;
+        let mut header = [0u8; 64];
+        file.read_exact(&mut header)?;
+        clear_sections(&mut header);
+        file.seek(SeekFrom::Start(0))?;
+        file.write_all(&header)
+    }
+
+    /// This program's runnable image, read from `from` (a file holding the
+    /// program whole or as an image): its first
+    /// [`image_len`](Self::image_len) bytes, with the header sealed as
+    /// [`seal_image`](Self::seal_image) does. A source shorter than the
+    /// image ends the reader early (its reader sees the short count).
+    ///
+    /// # Errors
+    ///
+    /// `from` cannot be opened or read.
+    pub fn open_image(&self, from: &Path) -> std::io::Result<impl Read> {
+        let mut file = std::fs::File::open(from)?;
+        let mut header = vec![0u8; 64.min(self.image_len()) as usize];
+        file.read_exact(&mut header)?;
+        if self.image_len() < self.size && header.len() == 64 {
+            clear_sections(&mut header);
+        }
+        let rest = self.image_len() - header.len() as u64;
+        Ok(std::io::Cursor::new(header).chain(file.take(rest)))
+    }
+
+    /// Writes this program's runnable image, read from `from` (see
+    /// [`open_image`](Self::open_image)), to `to`, executable.
+    ///
+    /// # Errors
+    ///
+    /// Either file cannot be read or written, or `from` is shorter than
+    /// the image.
+    pub fn copy_image(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let mut source = self.open_image(from)?;
+        let mut target = std::fs::File::create(to)?;
+        let copied = std::io::copy(&mut source, &mut target)?;
+        if copied != self.image_len() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!(
+                    "{} holds {copied} bytes of program {}, whose image has {}",
+                    from.display(),
+                    self.id,
+                    self.image_len()
+                ),
+            ));
+        }
+        std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755))
     }
 
     /// A file name for this program's folder in a cache: its id with `:`
@@ -173,6 +296,39 @@ fn build_id(file: &mut std::fs::File) -> Option<Vec<u8>> {
     None
 }
 
+/// Clears the section headers' offset, count and string table index in a
+/// 64-bit ELF header (`e_shentsize` stays).
+fn clear_sections(header: &mut [u8]) {
+    header[ELF_SHOFF..ELF_SHOFF + 8].fill(0);
+    header[ELF_SHNUM..ELF_SHNUM + 4].fill(0);
+}
+
+/// The end of the last byte any program header of a 64-bit
+/// little-endian ELF file describes (the loader reads nothing past it),
+/// the ELF header and the program headers included; `None` when the
+/// headers cannot be read.
+fn image_end(file: &mut std::fs::File) -> Option<u64> {
+    let mut header = [0u8; 64];
+    file.seek(SeekFrom::Start(0)).ok()?;
+    file.read_exact(&mut header).ok()?;
+    let phoff = u64::from_le_bytes(field(&header, 0x20));
+    let phentsize = u64::from(u16::from_le_bytes(field(&header, 0x36)));
+    let phnum = u64::from(u16::from_le_bytes(field(&header, 0x38)));
+    if phentsize < 56 {
+        return None;
+    }
+    let mut end = phoff.checked_add(phnum.checked_mul(phentsize)?)?.max(64);
+    for i in 0..phnum {
+        let mut ph = [0u8; 56];
+        file.seek(SeekFrom::Start(phoff + i * phentsize)).ok()?;
+        file.read_exact(&mut ph).ok()?;
+        let offset = u64::from_le_bytes(field(&ph, 8));
+        let filesz = u64::from_le_bytes(field(&ph, 32));
+        end = end.max(offset.checked_add(filesz)?);
+    }
+    Some(end)
+}
+
 /// Walks one note segment: each note is its name size, its descriptor
 /// size and its type, then the name and the descriptor, each padded to 4
 /// bytes.
@@ -225,6 +381,68 @@ mod tests {
             "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
         assert_eq!(other.size, 3);
+        assert_eq!(
+            other.image_len(),
+            3,
+            "a file named by content is copied whole"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_copy_of_the_runnable_image_is_the_same_program_and_runs() {
+        let here = Program::this().unwrap();
+        assert!(
+            here.image_len() < here.size,
+            "a test binary carries debug sections after its image: {here:?}"
+        );
+        let dir = std::env::temp_dir().join(format!("prism-program-image-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let copy = dir.join("image");
+        here.copy_image(Path::new("/proc/self/exe"), &copy).unwrap();
+        let image = Program::of(&copy).unwrap();
+        assert!(here.same_image(&image), "{here:?} against {image:?}");
+        assert_eq!(image.size, here.image_len());
+        assert_eq!(image.image_len(), image.size);
+        // It runs: the test harness in it lists this very test.
+        let name = "program::tests::a_copy_of_the_runnable_image_is_the_same_program_and_runs";
+        let listed = std::process::Command::new(&copy)
+            .args(["--list", "--exact", name])
+            .output()
+            .unwrap();
+        assert!(listed.status.success(), "{listed:?}");
+        assert!(
+            String::from_utf8_lossy(&listed.stdout).contains(name),
+            "{listed:?}"
+        );
+        // The first bytes of the whole file, sealed (as a node that
+        // fetched them in chunks does), are the same image.
+        let sealed = dir.join("sealed");
+        let whole = std::fs::read("/proc/self/exe").unwrap();
+        std::fs::write(&sealed, &whole[..here.image_len() as usize]).unwrap();
+        here.seal_image(&sealed).unwrap();
+        assert_eq!(
+            std::fs::read(&copy).unwrap(),
+            std::fs::read(&sealed).unwrap()
+        );
+        // An image copied from an image is the same image, byte for byte.
+        let again = dir.join("again");
+        image.copy_image(&copy, &again).unwrap();
+        assert_eq!(
+            std::fs::read(&copy).unwrap(),
+            std::fs::read(&again).unwrap()
+        );
+        // A source shorter than the image is refused, not copied short.
+        let mut longer = here.clone();
+        longer.image = here.image_len() + 1;
+        longer.size = longer.image + 1;
+        let err = longer.copy_image(&copy, &dir.join("short")).unwrap_err();
+        assert!(err.to_string().contains("whose image has"), "{err}");
+        // A record from before images (image 0) copies the whole file.
+        let mut old = here.clone();
+        old.image = 0;
+        assert_eq!(old.image_len(), old.size);
+        assert!(!old.same_image(here));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

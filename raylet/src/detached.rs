@@ -404,7 +404,7 @@ impl ProgramSource {
             .join(name);
         [self.path.clone(), copy]
             .into_iter()
-            .find(|f| Program::of(f).is_ok_and(|p| p == *program))
+            .find(|f| Program::of(f).is_ok_and(|p| p.same_image(program)))
     }
 
     fn read(&self, read: &ReadProgram) -> Result<bytes::Bytes, Error> {
@@ -417,10 +417,12 @@ impl ProgramSource {
             Some(p) if p.id == read.id => p,
             _ => return Err(refuse(format!("it does not serve program {}", read.id))),
         };
-        if read.len > PROGRAM_CHUNK || read.offset > program.size {
+        if read.len > PROGRAM_CHUNK || read.offset > program.image_len() {
             return Err(refuse(format!(
-                "a program read of {} bytes at {} is out of bounds ({} bytes)",
-                read.len, read.offset, program.size
+                "a program read of {} bytes at {} is out of bounds (its image has {} bytes)",
+                read.len,
+                read.offset,
+                program.image_len()
             )));
         }
         let file = self.file(program).ok_or_else(|| {
@@ -431,7 +433,7 @@ impl ProgramSource {
                 self.path.display()
             ))
         })?;
-        let len = read.len.min(program.size - read.offset) as usize;
+        let len = read.len.min(program.image_len() - read.offset) as usize;
         let mut chunk = vec![0u8; len];
         let mut f = std::fs::File::open(&file)
             .map_err(|e| Error::io(format!("open {}", file.display()), e))?;

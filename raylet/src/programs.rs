@@ -8,7 +8,9 @@
 //! otherwise it reads the program from the leasing process itself, over the
 //! connection it registered on (`ReadProgram`), once: the copy is kept in
 //! `<session>/programs/<id>/` and serves every later job of that program.
-//! The copy is checked by its build id and size (the bytes themselves are
+//! Only the program's runnable image is read (see
+//! [`prism_protocol::program`]: a debug build's sections stay behind). The
+//! copy is checked by its build id and size (the bytes themselves are
 //! guarded by TCP's checksums, and by TLS where the cluster speaks it).
 
 pub(crate) mod state;
@@ -57,10 +59,7 @@ impl Programs {
         if self.holds(&path, &program).await {
             return Ok(path);
         }
-        let name = path
-            .file_name()
-            .map(|n| n.to_os_string())
-            .unwrap_or_else(|| "program".into());
+        let name = copy_name(&path);
         let programs = &self.folder;
         let folder = programs.join(program.folder_name());
         let copy = folder.join(name);
@@ -81,7 +80,8 @@ impl Programs {
             .map_err(|e| refuse(format!("fetching it from {}: {e}", lessee.peer())))?;
         tracing::info!(
             program = %program.id,
-            bytes = program.size,
+            bytes = program.image_len(),
+            of = program.size,
             from = %lessee.peer(),
             ms = started.elapsed().as_millis() as u64,
             file = %copy.display(),
@@ -123,8 +123,8 @@ async fn write_chunks(
     let mut asked = 0u64;
     let mut pending = VecDeque::new();
     loop {
-        while pending.len() < IN_FLIGHT && asked < program.size {
-            let len = PROGRAM_CHUNK.min(program.size - asked);
+        while pending.len() < IN_FLIGHT && asked < program.image_len() {
+            let len = PROGRAM_CHUNK.min(program.image_len() - asked);
             let (conn, read) = (
                 lessee.clone(),
                 ReadProgram {
@@ -179,16 +179,48 @@ async fn write_chunks(
     }
 }
 
+/// The name of a copy of the program at `path`: its file name, without the
+/// ` (deleted)` Linux adds to a running program's path once its file is
+/// removed or replaced (as a rebuild does).
+fn copy_name(path: &Path) -> std::ffi::OsString {
+    let Some(name) = path.file_name() else {
+        return "program".into();
+    };
+    match name.to_str().and_then(|n| n.strip_suffix(" (deleted)")) {
+        Some(kept) if !kept.is_empty() => kept.into(),
+        _ => name.to_os_string(),
+    }
+}
+
 /// Checks that the fetched file is the program, and makes it executable.
 async fn check(partial: &Path, program: &Program) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
+    program
+        .seal_image(partial)
+        .map_err(|e| format!("finish {}: {e}", partial.display()))?;
     if !name_file(partial).await.is_some_and(|p| same(&p, program)) {
         return Err(format!(
-            "the bytes fetched are not program {} ({} bytes): was the driver's binary \
+            "the bytes fetched are not program {} ({} bytes of {}): was the driver's binary \
              rebuilt while the job started? run the job again",
-            program.id, program.size
+            program.id,
+            program.image_len(),
+            program.size
         ));
     }
     std::fs::set_permissions(partial, std::fs::Permissions::from_mode(0o700))
         .map_err(|e| format!("make {} executable: {e}", partial.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::copy_name;
+    use std::path::Path;
+
+    #[test]
+    fn a_copy_is_named_after_the_program_without_deleted() {
+        assert_eq!(copy_name(Path::new("/a/driver")), "driver");
+        assert_eq!(copy_name(Path::new("/a/driver (deleted)")), "driver");
+        assert_eq!(copy_name(Path::new("/a/ (deleted)")), " (deleted)");
+        assert_eq!(copy_name(Path::new("/")), "program");
+    }
 }

@@ -99,6 +99,8 @@ struct Launch {
     /// This `prism` binary and the folder name of its build.
     binary: PathBuf,
     binary_id: String,
+    /// This `prism` binary by content (what is copied is its image).
+    program: prism_protocol::program::Program,
 }
 
 impl Launch {
@@ -128,9 +130,9 @@ impl Launch {
         }
         let binary = std::env::current_exe()
             .map_err(|e| format!("cannot find this prism binary to copy to the machines: {e}"))?;
-        let binary_id = prism_protocol::program::Program::of(&binary)
-            .map_err(|e| format!("cannot read {}: {e}", binary.display()))?
-            .folder_name();
+        let program = prism_protocol::program::Program::of(&binary)
+            .map_err(|e| format!("cannot read {}: {e}", binary.display()))?;
+        let binary_id = program.folder_name();
         let shell = match &cluster.podman {
             Some(config) => Shell::Podman(Podman::new(
                 &cluster.file.cluster_name,
@@ -155,6 +157,7 @@ impl Launch {
             local_dir,
             binary,
             binary_id,
+            program,
         })
     }
 
@@ -256,8 +259,12 @@ impl Launch {
         })
     }
 
+    /// Copies this `prism` to `host`: its runnable image, without the
+    /// debug sections (see [`prism_protocol::program`]).
     fn upload_binary(&self, host: &str) -> Result<(), String> {
-        let mut file = std::fs::File::open(&self.binary)
+        let mut file = self
+            .program
+            .open_image(&self.binary)
             .map_err(|e| format!("{}: {e}", self.binary.display()))?;
         self.run(
             host,

@@ -103,7 +103,7 @@ pub(super) async fn name_file(path: &Path) -> Option<Program> {
         .ok()
 }
 
-/// Whether two names are of one program.
+/// Whether two names are of one program (a whole file or its image).
 pub(super) fn same(a: &Program, b: &Program) -> bool {
-    a.id == b.id && a.size == b.size
+    a.same_image(b)
 }
