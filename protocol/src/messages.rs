@@ -529,13 +529,6 @@ macro_rules! service_list {
                     /// The prefix.
                     prefix: String,
                 } => Vec<String>;
-                /// From another node's raylet: a process of that node that owned
-                /// objects exited, so what it owned here (task results stored
-                /// here, copies pulled here) is freed, now or when it is sealed.
-                OwnerExited {
-                    /// The process's address.
-                    address: Address,
-                } => ();
             }
 
             /// Requests to a worker's executor: tasks and actor calls (straight from

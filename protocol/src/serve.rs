@@ -10,7 +10,7 @@
 //! `Result<Option<Bytes>>`.
 //!
 //! ```
-//! use prism_protocol::messages::{Call, KvGet, KvKeys, OwnerExited, RayletRequest};
+//! use prism_protocol::messages::{Call, KvGet};
 //! use prism_protocol::serve::{Answer, Serve};
 //!
 //! /// A server of a few raylet requests.

@@ -27,11 +27,10 @@ use prism_protocol::messages::{
     CommitBundles, CreateActor, CreateObject, CreatePlacementGroup, DeleteObjects, EnvVars,
     ExitActor, GetActor, GetClusterResources, GetNamedActor, GetNodes, GetObject,
     GetPlacementGroup, GetStoreStats, KillActor, KvDelete, KvGet, KvKeys, KvPut, LeaseReply,
-    ListPlacementGroups, MoveBundles, NodeInfo, ObjectLocation, OwnerExited, Ownership,
-    PrepareBundles, PullObject, RegisterDriver, RegisterWorker, Registration, ReleaseObject,
-    RemovePlacementGroup, ReportTaskCounts, Request, RequestLease, Response, ReturnLease,
-    SchedulingStrategy, SealObject, WorkerBlocked, WorkerExitReason, ACTOR_CHECKPOINT_PREFIX,
-    MAX_LEASE_HOPS,
+    ListPlacementGroups, MoveBundles, NodeInfo, ObjectLocation, Ownership, PrepareBundles,
+    PullObject, RegisterDriver, RegisterWorker, Registration, ReleaseObject, RemovePlacementGroup,
+    ReportTaskCounts, Request, RequestLease, Response, ReturnLease, SchedulingStrategy, SealObject,
+    WorkerBlocked, WorkerExitReason, ACTOR_CHECKPOINT_PREFIX, MAX_LEASE_HOPS,
 };
 use prism_protocol::resources::ResourceSet;
 use prism_protocol::rpc::{Connection, Handler};
@@ -725,13 +724,6 @@ impl Serve<DeleteObjects> for ClientHandler {
 impl Serve<PullObject> for ClientHandler {
     fn serve(&self, r: PullObject, answer: Answer<PullObject>) {
         (self.node.transfers).pull_object(r.id, r.node, r.size, r.owner, answer.into())
-    }
-}
-
-impl Serve<OwnerExited> for ClientHandler {
-    fn serve(&self, r: OwnerExited, answer: Answer<OwnerExited>) {
-        self.node.store.owner_exited(&r.address);
-        answer.send(Ok(()))
     }
 }
 
