@@ -430,6 +430,11 @@ fn kill_actor(actor_id: ActorId, no_restart: bool) -> Result<()> {
                 node_id,
             })
             .await
+    })
+    .inspect_err(|_| {
+        if no_restart {
+            core.owned_actors.kill_failed(actor_id);
+        }
     })?;
     core.actors.killed(actor_id);
     Ok(())

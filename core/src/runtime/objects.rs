@@ -205,8 +205,10 @@ impl Objects {
                     counts.push(count);
                 }
                 Release::ActorOutOfScope(actor_id) => {
-                    let node_id = self.owned_actors.node_of(actor_id);
-                    self.owned_actors.ended(actor_id);
+                    let Some(node_id) = self.owned_actors.out_of_scope(actor_id) else {
+                        tracing::debug!(actor = %actor_id, "every handle to an actor that ended is gone");
+                        continue;
+                    };
                     tracing::debug!(actor = %actor_id, "every handle to an actor is gone; stopping it");
                     let _ = self.raylet.notify(KillActor {
                         actor_id,

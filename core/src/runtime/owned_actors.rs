@@ -22,7 +22,7 @@ use prism_config::Backoff;
 use prism_protocol::ids::ActorId;
 use prism_protocol::messages::{ActorPlacement, ActorSpec, CreateActor, KillActor, OwnedActor};
 use prism_protocol::rpc::Connection;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -80,6 +80,13 @@ pub(crate) struct OwnedActors {
     /// placed on, restartable or not, until it ends: a kill goes to that
     /// node instead of asking every node.
     nodes: Mutex<HashMap<ActorId, String>>,
+    /// Of the actors in `nodes`, those whose handles are counted (neither
+    /// named nor detached): their last handle's drop ends them.
+    counted: Mutex<HashSet<ActorId>>,
+    /// Counted actors that ended for good while handles to them remain:
+    /// their last handle's drop has nothing left to stop and sends no kill
+    /// (one with no node to go to would ask every node in turn).
+    gone: Mutex<HashSet<ActorId>>,
 }
 
 impl OwnedActors {
@@ -90,6 +97,8 @@ impl OwnedActors {
             lessee,
             away: Mutex::new(HashMap::new()),
             nodes: Mutex::new(HashMap::new()),
+            counted: Mutex::new(HashSet::new()),
+            gone: Mutex::new(HashSet::new()),
         }
     }
 
@@ -101,6 +110,9 @@ impl OwnedActors {
     /// kept here.
     pub(crate) fn placed(&self, spec: &ActorSpec, node: &str) {
         self.nodes.lock().insert(spec.actor_id, node.to_string());
+        if spec.options.name.is_none() && !spec.options.detached {
+            self.counted.lock().insert(spec.actor_id);
+        }
         let heads = spec.options.detached && spec.options.placement.is_none();
         if spec.options.max_restarts == 0 || heads {
             return;
@@ -119,7 +131,28 @@ impl OwnedActors {
     /// The actor is dead for good: never create it again.
     pub(crate) fn ended(&self, actor: ActorId) {
         self.away.lock().remove(&actor);
-        self.nodes.lock().remove(&actor);
+        let placed = self.nodes.lock().remove(&actor).is_some();
+        if placed && self.counted.lock().remove(&actor) {
+            self.gone.lock().insert(actor);
+        }
+    }
+
+    /// Every handle to `actor` is gone: where its kill goes. `None` when
+    /// it already ended for good (nothing is left to stop); else the node
+    /// it runs on, if this process created it on another node.
+    pub(crate) fn out_of_scope(&self, actor: ActorId) -> Option<Option<String>> {
+        if self.gone.lock().remove(&actor) {
+            return None;
+        }
+        self.away.lock().remove(&actor);
+        self.counted.lock().remove(&actor);
+        Some(self.nodes.lock().remove(&actor))
+    }
+
+    /// A kill of `actor` for good that this process sent failed: it may
+    /// live on, so its last handle's drop sends a kill again.
+    pub(crate) fn kill_failed(&self, actor: ActorId) {
+        self.gone.lock().remove(&actor);
     }
 
     /// The node this process last placed `actor` on, if it created it on
