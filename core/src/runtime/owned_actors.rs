@@ -76,17 +76,65 @@ pub(crate) struct OwnedActors {
     raylet: Connection,
     lessee: Arc<Lessee>,
     away: Mutex<HashMap<ActorId, Away>>,
-    /// The node each actor this process created on another node was last
-    /// placed on, restartable or not, until it ends: a kill goes to that
-    /// node instead of asking every node.
-    nodes: Mutex<HashMap<ActorId, String>>,
+    /// Where they run, and which ended while handles remain.
+    nodes: Mutex<ActorNodes>,
+}
+
+/// Where each actor this process created on another node runs, and which
+/// of them ended while handles to them remain: plain bookkeeping.
+#[derive(Debug, Default)]
+struct ActorNodes {
+    /// The node each actor was last placed on, restartable or not, until
+    /// it ends: a kill goes to that node instead of asking every node.
+    nodes: HashMap<ActorId, String>,
     /// Of the actors in `nodes`, those whose handles are counted (neither
     /// named nor detached): their last handle's drop ends them.
-    counted: Mutex<HashSet<ActorId>>,
+    counted: HashSet<ActorId>,
     /// Counted actors that ended for good while handles to them remain:
     /// their last handle's drop has nothing left to stop and sends no kill
-    /// (one with no node to go to would ask every node in turn).
-    gone: Mutex<HashSet<ActorId>>,
+    /// (one with no node to go to would ask every node in turn). Each is
+    /// dropped with that last handle, so the set holds no more than the
+    /// handles this process keeps.
+    gone: HashSet<ActorId>,
+}
+
+impl ActorNodes {
+    fn placed(&mut self, actor: ActorId, node: &str, counted: bool) {
+        self.nodes.insert(actor, node.to_string());
+        if counted {
+            self.counted.insert(actor);
+        }
+    }
+
+    /// Created again: on `node`, or (`None`) on this process's own node.
+    fn moved(&mut self, actor: ActorId, node: Option<&str>) {
+        match node {
+            Some(node) => self.nodes.insert(actor, node.to_string()),
+            None => self.nodes.remove(&actor),
+        };
+    }
+
+    fn ended(&mut self, actor: ActorId) {
+        if self.nodes.remove(&actor).is_some() && self.counted.remove(&actor) {
+            self.gone.insert(actor);
+        }
+    }
+
+    fn out_of_scope(&mut self, actor: ActorId) -> Option<Option<String>> {
+        if self.gone.remove(&actor) {
+            return None;
+        }
+        self.counted.remove(&actor);
+        Some(self.nodes.remove(&actor))
+    }
+
+    fn kill_failed(&mut self, actor: ActorId) {
+        self.gone.remove(&actor);
+    }
+
+    fn node_of(&self, actor: ActorId) -> Option<String> {
+        self.nodes.get(&actor).cloned()
+    }
 }
 
 impl OwnedActors {
@@ -96,9 +144,7 @@ impl OwnedActors {
             raylet,
             lessee,
             away: Mutex::new(HashMap::new()),
-            nodes: Mutex::new(HashMap::new()),
-            counted: Mutex::new(HashSet::new()),
-            gone: Mutex::new(HashSet::new()),
+            nodes: Mutex::new(ActorNodes::default()),
         }
     }
 
@@ -109,10 +155,8 @@ impl OwnedActors {
     /// head's to create again (it outlives this process), so it is not
     /// kept here.
     pub(crate) fn placed(&self, spec: &ActorSpec, node: &str) {
-        self.nodes.lock().insert(spec.actor_id, node.to_string());
-        if spec.options.name.is_none() && !spec.options.detached {
-            self.counted.lock().insert(spec.actor_id);
-        }
+        let counted = spec.options.name.is_none() && !spec.options.detached;
+        self.nodes.lock().placed(spec.actor_id, node, counted);
         let heads = spec.options.detached && spec.options.placement.is_none();
         if spec.options.max_restarts == 0 || heads {
             return;
@@ -131,34 +175,28 @@ impl OwnedActors {
     /// The actor is dead for good: never create it again.
     pub(crate) fn ended(&self, actor: ActorId) {
         self.away.lock().remove(&actor);
-        let placed = self.nodes.lock().remove(&actor).is_some();
-        if placed && self.counted.lock().remove(&actor) {
-            self.gone.lock().insert(actor);
-        }
+        self.nodes.lock().ended(actor);
     }
 
     /// Every handle to `actor` is gone: where its kill goes. `None` when
     /// it already ended for good (nothing is left to stop); else the node
     /// it runs on, if this process created it on another node.
     pub(crate) fn out_of_scope(&self, actor: ActorId) -> Option<Option<String>> {
-        if self.gone.lock().remove(&actor) {
-            return None;
-        }
+        let node = self.nodes.lock().out_of_scope(actor)?;
         self.away.lock().remove(&actor);
-        self.counted.lock().remove(&actor);
-        Some(self.nodes.lock().remove(&actor))
+        Some(node)
     }
 
     /// A kill of `actor` for good that this process sent failed: it may
     /// live on, so its last handle's drop sends a kill again.
     pub(crate) fn kill_failed(&self, actor: ActorId) {
-        self.gone.lock().remove(&actor);
+        self.nodes.lock().kill_failed(actor);
     }
 
     /// The node this process last placed `actor` on, if it created it on
     /// another node and it has not ended.
     pub(crate) fn node_of(&self, actor: ActorId) -> Option<String> {
-        self.nodes.lock().get(&actor).cloned()
+        self.nodes.lock().node_of(actor)
     }
 
     /// Its node counted `restarts` restarts (seen by a caller here).
@@ -250,7 +288,7 @@ impl OwnedActors {
                 (None, Err(_)) => false,
                 (Some(record), Ok(Some(node))) => {
                     record.node = node.clone();
-                    self.nodes.lock().insert(id, node.clone());
+                    self.nodes.lock().moved(id, Some(node));
                     false
                 }
                 // On this process's own node, it lives and dies with it:
@@ -259,7 +297,7 @@ impl OwnedActors {
                 // just missed the new copy must still hear that it is kept.
                 (Some(record), Ok(None)) => {
                     record.node = String::new();
-                    self.nodes.lock().remove(&id);
+                    self.nodes.lock().moved(id, None);
                     false
                 }
                 (Some(record), Err(e)) => {
@@ -280,5 +318,60 @@ impl OwnedActors {
             };
             let _ = self.raylet.request(kill).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ActorNodes;
+    use prism_protocol::ids::ActorId;
+
+    #[test]
+    fn an_actor_that_ended_sends_no_kill_when_its_last_handle_drops() {
+        let mut nodes = ActorNodes::default();
+        let (killed, live, named) = (ActorId::new(), ActorId::new(), ActorId::new());
+        nodes.placed(killed, "b", true);
+        nodes.placed(live, "c", true);
+        nodes.placed(named, "b", false);
+        // Killed for good (or told it ended): no node to send a kill to,
+        // and nothing to send.
+        nodes.ended(killed);
+        assert_eq!(nodes.node_of(killed), None);
+        assert_eq!(nodes.out_of_scope(killed), None);
+        // Its record is gone with the last handle: a second drop (there is
+        // none) would send a kill without a node.
+        assert_eq!(nodes.out_of_scope(killed), Some(None));
+        // A live actor's kill goes to its node.
+        assert_eq!(nodes.out_of_scope(live), Some(Some("c".to_string())));
+        assert_eq!(nodes.node_of(live), None);
+        // A named actor ends with no handle drop: nothing kept for it.
+        nodes.ended(named);
+        assert!(nodes.gone.is_empty() && nodes.counted.is_empty() && nodes.nodes.is_empty());
+    }
+
+    #[test]
+    fn a_failed_kill_leaves_the_last_handle_to_stop_the_actor() {
+        let mut nodes = ActorNodes::default();
+        let actor = ActorId::new();
+        nodes.placed(actor, "b", true);
+        nodes.ended(actor);
+        nodes.kill_failed(actor);
+        // Its node was forgotten with the kill: the drop's kill asks
+        // around, as before.
+        assert_eq!(nodes.out_of_scope(actor), Some(None));
+    }
+
+    #[test]
+    fn an_actor_created_again_is_found_on_its_new_node() {
+        let mut nodes = ActorNodes::default();
+        let actor = ActorId::new();
+        nodes.placed(actor, "b", true);
+        nodes.moved(actor, Some("c"));
+        assert_eq!(nodes.node_of(actor).as_deref(), Some("c"));
+        // Back on this process's own node: its raylet holds it.
+        nodes.moved(actor, None);
+        nodes.ended(actor);
+        assert_eq!(nodes.out_of_scope(actor), Some(None));
+        assert!(nodes.counted.is_empty() && nodes.gone.is_empty());
     }
 }
