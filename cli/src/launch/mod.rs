@@ -398,17 +398,31 @@ impl Launch {
     }
 
     /// Brings up one machine: whatever differs from the cluster file.
-    /// Returns whether anything was done, and the head's token (head).
+    /// `token` gives a worker the cluster token, asked only when the
+    /// machine needs its setup run. Returns whether anything was done, and
+    /// the head's token (head).
     fn bring_up(
         &self,
         host: &str,
         head: bool,
         alive: bool,
-        token: Option<&str>,
+        token: Option<&dyn Fn() -> Result<String, String>>,
+    ) -> Result<(bool, Option<String>), String> {
+        let probe = step(host, "checked", || self.probe(host))?;
+        self.bring_up_probed(host, head, alive, token, probe)
+    }
+
+    /// [`Launch::bring_up`] once the machine was looked at.
+    fn bring_up_probed(
+        &self,
+        host: &str,
+        head: bool,
+        alive: bool,
+        token: Option<&dyn Fn() -> Result<String, String>>,
+        probe: Probe,
     ) -> Result<(bool, Option<String>), String> {
         let role = if head { "head" } else { "worker" };
         let fingerprint = self.cluster.fingerprint(role, &self.binary_id)?;
-        let probe = step(host, "checked", || self.probe(host))?;
         if alive && probe.binary && probe.fingerprint == fingerprint {
             println!("  {host}: {role} up to date, left as it is");
             return Ok((false, None));
@@ -419,11 +433,38 @@ impl Launch {
         if !self.cluster.file.file_mounts.is_empty() {
             step(host, "file mounts copied", || self.copy_mounts(host))?;
         }
+        let token = token.map(|t| t()).transpose()?;
         let what = format!("setup run, {role} started");
         let out = step(host, &what, || {
-            self.setup_and_start(host, head, &fingerprint, token)
+            self.setup_and_start(host, head, &fingerprint, token.as_deref())
         })?;
         Ok((true, head.then_some(out)))
+    }
+}
+
+/// The cluster token, read from the head once, when the first worker
+/// that needs it asks (a `prism up` that changes no worker reads none).
+struct HeadToken<'a> {
+    launch: &'a Launch,
+    read: std::sync::OnceLock<Result<String, String>>,
+}
+
+impl<'a> HeadToken<'a> {
+    fn new(launch: &'a Launch, known: Option<String>) -> Self {
+        let read = std::sync::OnceLock::new();
+        if let Some(token) = known.filter(|t| !t.is_empty()) {
+            let _ = read.set(Ok(token));
+        }
+        HeadToken { launch, read }
+    }
+
+    fn get(&self) -> Result<String, String> {
+        self.read
+            .get_or_init(|| {
+                let head = &self.launch.cluster.head_ip;
+                step(head, "token read", || self.launch.head_token())
+            })
+            .clone()
     }
 }
 
@@ -615,20 +656,31 @@ pub(crate) fn up(args: LaunchArgs) -> Result<ExitCode, String> {
             provider.create_nodes(HEAD_TYPE_TAG, 1)?;
         }
     }
-    // The head first: whether it runs, from its own status.
-    let head_alive = l.alive_hosts().unwrap_or_default();
+    // The head first: whether it runs (from its own status), what it
+    // has, and the autoscaler it runs, looked at all at once.
+    let (head_alive, head_probe, running) = std::thread::scope(|s| {
+        let alive = s.spawn(|| l.alive_hosts().unwrap_or_default());
+        let running = s.spawn(|| {
+            if c.autoscales() {
+                l.running_autoscaler().unwrap_or(None)
+            } else {
+                None
+            }
+        });
+        let probe = step(&c.head_ip, "checked", || l.probe(&c.head_ip));
+        let alive = alive.join().unwrap_or_default();
+        (alive, probe, running.join().unwrap_or(None))
+    });
     let head_runs = head_alive.contains(&c.head_ip);
-    let (head_changed, token) = l.bring_up(&c.head_ip, true, head_runs, None)?;
-    let token = match token {
-        Some(t) if !t.is_empty() => t,
-        _ => step(&c.head_ip, "token read", || l.head_token())?,
-    };
+    let (head_changed, token) =
+        l.bring_up_probed(&c.head_ip, true, head_runs, None, head_probe?)?;
+    let token = HeadToken::new(&l, token);
     // The autoscaler runs with the cluster file as it was when it started:
     // an edited file (node types, limits, timeouts) starts it again.
     let mut autoscaler_restarted = false;
     if c.autoscales() {
         let sum = l.file_sum()?;
-        match l.running_autoscaler().unwrap_or(None) {
+        match running {
             Some(ran) if !head_changed && ran == sum => {}
             Some(_) if !head_changed => {
                 step(
@@ -666,10 +718,11 @@ pub(crate) fn up(args: LaunchArgs) -> Result<ExitCode, String> {
         let handles: Vec<_> = wanted
             .iter()
             .map(|host| {
-                let (l, token, alive) = (&l, token.as_str(), &alive);
+                let (l, token, alive) = (&l, &token, &alive);
                 s.spawn(move || {
                     let runs = alive.iter().any(|h| h == host);
-                    l.bring_up(host, false, runs, Some(token)).map(|(c, _)| c)
+                    let token = || token.get();
+                    l.bring_up(host, false, runs, Some(&token)).map(|(c, _)| c)
                 })
             })
             .collect();

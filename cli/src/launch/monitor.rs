@@ -338,6 +338,7 @@ pub(crate) fn run(args: LaunchArgs) -> Result<ExitCode, String> {
                         let token = token.clone();
                         std::thread::spawn(move || {
                             let started = Instant::now();
+                            let token = || Ok(token.clone());
                             match l.bring_up(&host, false, false, Some(&token)) {
                                 Ok(_) => say!(
                                     "{host}: node started in {:.2} s",
