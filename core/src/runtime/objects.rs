@@ -305,7 +305,7 @@ impl Objects {
     fn set_result(&self, id: ObjectId, result: Result<ReturnObject>) -> Vec<Release> {
         let (value, contained) = match result {
             Ok(ret) => (ValueState::Ready(ret.value), ret.contained),
-            Err(e) => (ValueState::Failed(e), Vec::new()),
+            Err(e) => (ValueState::Failed(Box::new(e)), Vec::new()),
         };
         let in_store = matches!(value, ValueState::Ready(ObjectValue::InStore { .. }));
         let (set, releases) = self.refs.set_result(id, value, contained);
@@ -484,7 +484,7 @@ impl Objects {
                 let mut releases = Vec::new();
                 for lost in siblings.into_iter().chain([id]) {
                     self.lineage.lock().forget(lost);
-                    let failed = ValueState::Failed(error(lost));
+                    let failed = ValueState::Failed(Box::new(error(lost)));
                     releases.extend(self.refs.set_value(lost, failed, Vec::new()));
                 }
                 self.apply_releases(releases);

@@ -57,8 +57,9 @@ pub(crate) enum ValueState {
     Pending,
     /// Available.
     Ready(ObjectValue),
-    /// The producing task failed; `get` returns this error.
-    Failed(Error),
+    /// The producing task failed; `get` returns this error (boxed: most
+    /// entries never fail, and an entry is as large as its largest state).
+    Failed(Box<Error>),
 }
 
 #[derive(Debug)]
@@ -68,14 +69,23 @@ struct Entry {
     local: u64,
     submitted: u64,
     contained_in: u64,
+    value: ValueState,
+    waiters: Vec<Waiter>,
+    /// What only some entries have, kept apart so that the entry of a
+    /// plain task result (a million of them for a million queued tasks)
+    /// stays small.
+    rare: Option<Box<Rare>>,
+}
+
+/// The parts of an [`Entry`] that most entries lack.
+#[derive(Debug, Default)]
+struct Rare {
     /// Registrations per borrowing process (owned objects only).
     borrowers: HashMap<Address, u64>,
     /// Registrations with the owner made for this entry (borrowed objects
     /// only): carried by its end-of-borrow message.
     lent: u64,
     contains: Vec<ObjectRefInfo>,
-    value: ValueState,
-    waiters: Vec<Waiter>,
     /// Owned handle objects only: the actor whose handles it counts.
     actor: Option<ActorId>,
     /// Owned results of actor calls only: the actor called (for
@@ -133,14 +143,9 @@ impl Entry {
             local: 0,
             submitted: 0,
             contained_in: 0,
-            borrowers: HashMap::new(),
-            lent: 0,
-            contains: Vec::new(),
             value,
             waiters: Vec::new(),
-            actor: None,
-            call_of: None,
-            first_return: None,
+            rare: None,
         }
     }
 
@@ -148,7 +153,16 @@ impl Entry {
         self.local == 0
             && self.submitted == 0
             && self.contained_in == 0
-            && self.borrowers.is_empty()
+            && self.rare.as_ref().is_none_or(|r| r.borrowers.is_empty())
+    }
+
+    /// The rare parts, made when first written.
+    fn rare(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Default::default)
+    }
+
+    fn contains(&self) -> &[ObjectRefInfo] {
+        self.rare.as_ref().map_or(&[], |r| &r.contains)
     }
 }
 
@@ -228,7 +242,7 @@ impl RefTable {
             ValueState::Ready(ObjectValue::Inline(Default::default())),
         );
         e.local = 1;
-        e.actor = Some(actor);
+        e.rare().actor = Some(actor);
         self.entries.lock().insert(id, e);
     }
 
@@ -236,7 +250,7 @@ impl RefTable {
     pub(crate) fn add_actor_call(&self, id: ObjectId, actor: ActorId) {
         let mut e = Entry::new(None, ValueState::Pending);
         e.local = 1;
-        e.call_of = Some(actor);
+        e.rare().call_of = Some(actor);
         self.entries.lock().insert(id, e);
     }
 
@@ -246,7 +260,7 @@ impl RefTable {
         let mut entries = self.entries.lock();
         for id in more {
             if let Some(e) = entries.get_mut(id) {
-                e.first_return = Some(first);
+                e.rare().first_return = Some(first);
             }
         }
     }
@@ -256,7 +270,10 @@ impl RefTable {
     /// it is an actor call.
     pub(crate) fn made_by(&self, id: ObjectId) -> (ObjectId, Option<ActorId>) {
         match self.entries.lock().get(&id) {
-            Some(e) => (e.first_return.unwrap_or(id), e.call_of),
+            Some(e) => match &e.rare {
+                Some(r) => (r.first_return.unwrap_or(id), r.call_of),
+                None => (id, None),
+            },
             None => (id, None),
         }
     }
@@ -270,7 +287,9 @@ impl RefTable {
         }
         let mut e = Entry::new(None, value);
         e.local = 1;
-        e.contains = contains;
+        if !contains.is_empty() {
+            e.rare().contains = contains;
+        }
         entries.insert(id, e);
     }
 
@@ -286,7 +305,7 @@ impl RefTable {
             .or_insert_with(|| Entry::new(owner, ValueState::Pending));
         entry.contained_in += 1;
         if lent && borrowed {
-            entry.lent += 1;
+            entry.rare().lent += 1;
         }
     }
 
@@ -301,7 +320,7 @@ impl RefTable {
             // A handle to an owned object that was already freed.
             Entry::new(
                 None,
-                ValueState::Failed(Error::ObjectNotFound { object_id: info.id }),
+                ValueState::Failed(Box::new(Error::ObjectNotFound { object_id: info.id })),
             )
         } else {
             self.unregistered.lock().push(info.clone());
@@ -362,7 +381,7 @@ impl RefTable {
         let mut entries = self.entries.lock();
         for id in ids {
             if let Some(e) = entries.get_mut(id) {
-                *e.borrowers.entry(borrower.clone()).or_default() += 1;
+                *e.rare().borrowers.entry(borrower.clone()).or_default() += 1;
             }
         }
     }
@@ -379,10 +398,13 @@ impl RefTable {
         for (i, id) in ids.iter().enumerate() {
             let count = counts.get(i).copied();
             out.extend(self.update(*id, |e| {
-                if let Some(n) = e.borrowers.get_mut(borrower) {
+                let Some(rare) = e.rare.as_mut() else {
+                    return;
+                };
+                if let Some(n) = rare.borrowers.get_mut(borrower) {
                     *n = count.map_or(0, |c| n.saturating_sub(c));
                     if *n == 0 {
-                        e.borrowers.remove(borrower);
+                        rare.borrowers.remove(borrower);
                     }
                 }
             }));
@@ -438,7 +460,9 @@ impl RefTable {
         for w in e.waiters.drain(..) {
             w.wake();
         }
-        e.contains = contains.clone();
+        if !contains.is_empty() || e.rare.is_some() {
+            e.rare().contains = contains.clone();
+        }
         for c in &contains {
             self.bump_contained(&mut entries, c, true);
         }
@@ -451,8 +475,8 @@ impl RefTable {
         match entries.get_mut(&id) {
             None => Readiness::Failed(Error::ObjectNotFound { object_id: id }),
             Some(e) => match &e.value {
-                ValueState::Ready(v) => Readiness::Ready(v.clone(), e.contains.clone()),
-                ValueState::Failed(err) => Readiness::Failed(err.clone()),
+                ValueState::Ready(v) => Readiness::Ready(v.clone(), e.contains().to_vec()),
+                ValueState::Failed(err) => Readiness::Failed((**err).clone()),
                 ValueState::Pending => {
                     let (tx, rx) = oneshot::channel();
                     add_waiter(&mut e.waiters, Waiter::One(tx));
@@ -469,7 +493,7 @@ impl RefTable {
         let Some(e) = entries.get_mut(&id) else {
             return Rebuild::Gone;
         };
-        if e.owner.is_some() || !e.contains.is_empty() {
+        if e.owner.is_some() || !e.contains().is_empty() {
             return Rebuild::Gone;
         }
         match &e.value {
@@ -489,7 +513,7 @@ impl RefTable {
         match self.entries.lock().get(&id).map(|e| &e.value) {
             None => Some(Err(Error::ObjectNotFound { object_id: id })),
             Some(ValueState::Ready(v)) => Some(Ok(v.clone())),
-            Some(ValueState::Failed(e)) => Some(Err(e.clone())),
+            Some(ValueState::Failed(e)) => Some(Err((**e).clone())),
             Some(ValueState::Pending) => None,
         }
     }
@@ -604,7 +628,7 @@ impl RefTable {
         let mut out = Vec::new();
         for info in infos {
             match entries.get_mut(&info.id) {
-                Some(e) => e.lent += 1,
+                Some(e) => e.rare().lent += 1,
                 None => out.push(Release::EndBorrow {
                     owner: info.owner.clone(),
                     id: info.id,
@@ -640,24 +664,25 @@ impl RefTable {
             let Some(e) = entries.remove(&id) else {
                 continue;
             };
+            let rare = e.rare.unwrap_or_default();
             match (&e.owner, &e.value) {
-                (None, _) if e.actor.is_some() => {
-                    out.extend(e.actor.map(Release::ActorOutOfScope));
+                (None, _) if rare.actor.is_some() => {
+                    out.extend(rare.actor.map(Release::ActorOutOfScope));
                 }
                 (None, ValueState::Ready(ObjectValue::InStore { node, .. })) => {
                     out.push(Release::DeleteFromStore(id, node.clone()))
                 }
-                (Some(owner), _) if e.lent > 0 => out.push(Release::EndBorrow {
+                (Some(owner), _) if rare.lent > 0 => out.push(Release::EndBorrow {
                     owner: owner.clone(),
                     id,
-                    count: e.lent,
+                    count: rare.lent,
                 }),
                 _ => {}
             }
             for w in e.waiters {
                 w.wake();
             }
-            for c in e.contains {
+            for c in rare.contains {
                 if let Some(inner) = entries.get_mut(&c.id) {
                     inner.contained_in = inner.contained_in.saturating_sub(1);
                     stack.push(c.id);
@@ -671,6 +696,17 @@ impl RefTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plain_entry_stays_small() {
+        // One per queued task's result: a million queued tasks hold a
+        // million of these (and a table of twice as many slots).
+        assert!(
+            std::mem::size_of::<Entry>() <= 128,
+            "{} bytes",
+            std::mem::size_of::<Entry>()
+        );
+    }
     use bytes::Bytes;
 
     fn info(id: ObjectId, owner: &str) -> ObjectRefInfo {
