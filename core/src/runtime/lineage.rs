@@ -51,7 +51,10 @@ struct Kept {
 /// Every kept lineage of this process, by object.
 #[derive(Debug, Default)]
 pub(crate) struct LineageTable {
-    kept: HashMap<ObjectId, Kept>,
+    /// Boxed: a record is several hundred bytes, and a table keeps up to
+    /// twice as many slots as records (a million queued tasks, a million
+    /// records).
+    kept: HashMap<ObjectId, Box<Kept>>,
     /// How many kept lineages depend on each object.
     uses: HashMap<ObjectId, u32>,
 }
@@ -84,7 +87,7 @@ impl LineageTable {
         }
         let freed = self.kept.get(&id).is_some_and(|k| k.freed);
         self.drop_record(id);
-        self.kept.insert(id, Kept { lineage, freed });
+        self.kept.insert(id, Box::new(Kept { lineage, freed }));
     }
 
     /// The lineage of `id`, if kept.
