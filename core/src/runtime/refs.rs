@@ -664,25 +664,28 @@ impl RefTable {
             let Some(e) = entries.remove(&id) else {
                 continue;
             };
-            let rare = e.rare.unwrap_or_default();
+            let (actor, lent, contains) = match e.rare {
+                Some(r) => (r.actor, r.lent, r.contains),
+                None => (None, 0, Vec::new()),
+            };
             match (&e.owner, &e.value) {
-                (None, _) if rare.actor.is_some() => {
-                    out.extend(rare.actor.map(Release::ActorOutOfScope));
+                (None, _) if actor.is_some() => {
+                    out.extend(actor.map(Release::ActorOutOfScope));
                 }
                 (None, ValueState::Ready(ObjectValue::InStore { node, .. })) => {
                     out.push(Release::DeleteFromStore(id, node.clone()))
                 }
-                (Some(owner), _) if rare.lent > 0 => out.push(Release::EndBorrow {
+                (Some(owner), _) if lent > 0 => out.push(Release::EndBorrow {
                     owner: owner.clone(),
                     id,
-                    count: rare.lent,
+                    count: lent,
                 }),
                 _ => {}
             }
             for w in e.waiters {
                 w.wake();
             }
-            for c in rare.contains {
+            for c in contains {
                 if let Some(inner) = entries.get_mut(&c.id) {
                     inner.contained_in = inner.contained_in.saturating_sub(1);
                     stack.push(c.id);
